@@ -1,0 +1,22 @@
+# The joint capture shared by winch_sys_calls(), winch_add_trace_back() and
+# the rlang hook.
+
+# Captures the native stack and places it among the caller's R frames.
+# `frames` and `calls` must be `sys.frames()` and `sys.calls()` evaluated in
+# the frame that calls this function (so that they include that frame).
+joint_capture <- function(frames, calls, libr = FALSE,
+                          backend = getOption("winch.backend", "auto"),
+                          call = rlang::caller_env()) {
+  check_backend(backend, call = call)
+  res <- check_result(
+    .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr),
+    call = call
+  )
+  out <- new_frames_df(res, c(native_columns, "r_frame", "approximate", "host"))
+  attr(out, "backend") <- res$backend
+  attr(out, "truncated") <- !is.na(res$truncated)
+  attr(out, "truncation") <- res$truncated
+  attr(out, "placement") <- res$placement
+  attr(out, "fallback_reason") <- res$fallback_reason
+  out
+}

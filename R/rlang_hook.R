@@ -1,0 +1,134 @@
+# The rlang hook.
+#
+# rlang's trace_back() calls its internal `add_winch_trace(trace)`, which calls
+# winch when `options(rlang_trace_use_winch = TRUE)`. rlang 1.0.5 and later
+# disabled that function with an early `return(trace)`. While winch is loaded
+# (and attached, if it was attached), winch puts its own `add_winch_trace()`
+# into rlang's namespace, and only when rlang's own is the disabled one: a
+# rlang whose hook works calls winch_add_trace_back() itself and is left
+# alone, so native frames are never added twice. The original is put back
+# when winch is detached or unloaded.
+#
+# The replacement does nothing unless the option is TRUE (it calls rlang's
+# original, which returns the trace unchanged), never raises an error (a
+# failure leaves the trace as it was), and does not recurse (an rlang error
+# inside it would make a backtrace of its own).
+
+the <- new.env(parent = emptyenv())
+
+rlang_hook_is_disabled <- function(fn) {
+  body <- body(fn)
+  is.function(fn) && is.call(body) && identical(body[[1L]], quote(`{`)) &&
+    length(body) >= 2L && identical(body[[2L]], quote(return(trace)))
+}
+
+rlang_hook_install <- function() {
+  if (!is.null(the$hook) || !isNamespaceLoaded("rlang")) {
+    return(invisible(FALSE))
+  }
+  ns <- asNamespace("rlang")
+  original <- get0("add_winch_trace", envir = ns, inherits = FALSE)
+  if (!is.function(original) || !rlang_hook_is_disabled(original)) {
+    return(invisible(FALSE))
+  }
+  hook <- function(trace) winch_rlang_hook(trace, original)
+  replace_binding(ns, "add_winch_trace", hook)
+  the$hook <- list(original = original, hook = hook)
+  invisible(TRUE)
+}
+
+rlang_hook_restore <- function() {
+  installed <- the$hook
+  if (is.null(installed)) {
+    return(invisible(FALSE))
+  }
+  the$hook <- NULL
+  if (isNamespaceLoaded("rlang")) {
+    ns <- asNamespace("rlang")
+    current <- get0("add_winch_trace", envir = ns, inherits = FALSE)
+    if (identical(current, installed$hook)) {
+      replace_binding(ns, "add_winch_trace", installed$original)
+    }
+  }
+  invisible(TRUE)
+}
+
+rlang_hook_installed <- function() {
+  !is.null(the$hook)
+}
+
+replace_binding <- function(env, name, value) {
+  if (bindingIsLocked(name, env)) {
+    (get("unlockBinding", baseenv()))(name, env)
+    on.exit(lockBinding(name, env))
+  }
+  assign(name, value, envir = env)
+}
+
+use_winch_option <- function() {
+  opt <- getOption("rlang_trace_use_winch")
+  !is.null(opt) && isTRUE(as.logical(opt)[1L])
+}
+
+# The replacement of rlang's add_winch_trace(). Called by rlang::trace_back()
+# with the trace of frames 1..bottom, before rlang trims it at
+# `rlang_trace_top_env`.
+winch_rlang_hook <- function(trace, original) {
+  if (!use_winch_option()) {
+    return(original(trace))
+  }
+  if (isTRUE(the$in_hook)) {
+    return(trace)
+  }
+  the$in_hook <- TRUE
+  on.exit(the$in_hook <- FALSE)
+  tryCatch(
+    add_native_in_trace_back(trace, parent.frame(2L)),
+    error = function(e) trace
+  )
+}
+
+# Adds native frames to the trace being built by rlang::trace_back(), whose
+# evaluation frame is `tb`. Rows are frames 1..nrow(trace) (rlang takes
+# `frames <- sys.frames()[seq_len(bottom)]`), and rlang will next keep rows
+# `start:nrow` of what we return, where `start` comes from its top-env rule;
+# native rows are only inserted after `start`, so that rule still holds.
+add_native_in_trace_back <- function(trace, tb) {
+  m <- nrow(trace)
+  if (!m || has_native_rows(trace) || !winch_available()) {
+    return(trace)
+  }
+  tb_frames <- get0("frames", envir = tb, inherits = FALSE)
+  my_frames <- sys.frames()
+  my_calls <- sys.calls()
+  if (!is.list(tb_frames) || length(tb_frames) != m || length(my_frames) < m) {
+    return(trace)
+  }
+  for (j in seq_len(m)) {
+    if (!identical(tb_frames[[j]], my_frames[[j]])) {
+      return(trace)
+    }
+  }
+  start <- trace_keep_start(m, tb_frames, get0("top", envir = tb, inherits = FALSE))
+  if (is.na(start)) {
+    return(trace)
+  }
+  native <- joint_capture(my_frames, my_calls)
+  insert_native_rows(trace, seq_len(m), native, first = start)
+}
+
+# The first row rlang::trace_back() will keep (NA if it cannot be known).
+trace_keep_start <- function(m, frames, top) {
+  idx_fn <- get0("trace_trim_env_idx", envir = asNamespace("rlang"), inherits = FALSE)
+  if (!is.function(idx_fn)) {
+    return(NA_integer_)
+  }
+  idx <- idx_fn(m, frames, top)
+  if (isTRUE(idx)) {
+    return(1L)
+  }
+  if (!length(idx)) {
+    return(m + 1L)
+  }
+  as.integer(idx[[1L]])
+}

@@ -1,0 +1,40 @@
+/* The package's single registration table: C entry points (callbacks.c) and
+ * the extendr wrappers of the Rust glue (rust/src/lib.rs). */
+#include <R.h>
+#include <Rinternals.h>
+#include <R_ext/Rdynload.h>
+
+SEXP winch_call(SEXP fun, SEXP env);
+SEXP winch_stop(SEXP message, SEXP call);
+
+SEXP wrap__winch_rs_available(void);
+SEXP wrap__winch_rs_backends(void);
+SEXP wrap__winch_rs_trace_back(SEXP backend, SEXP libr);
+SEXP wrap__winch_rs_joint(SEXP backend, SEXP frames, SEXP calls, SEXP libr);
+SEXP wrap__winch_rs_thread_capture(SEXP backend);
+SEXP wrap__winch_rs_cache_info(void);
+SEXP wrap__winch_rs_cache_clear(void);
+SEXP wrap__winch_rs_set_debug_dirs(SEXP dirs);
+
+void winch_rust_init(void);
+
+static const R_CallMethodDef call_methods[] = {
+  {"winch_call",       (DL_FUNC) &winch_call, 2},
+  {"winch_stop",       (DL_FUNC) &winch_stop, 2},
+  {"rs_available",     (DL_FUNC) &wrap__winch_rs_available, 0},
+  {"rs_backends",      (DL_FUNC) &wrap__winch_rs_backends, 0},
+  {"rs_trace_back",    (DL_FUNC) &wrap__winch_rs_trace_back, 2},
+  {"rs_joint",         (DL_FUNC) &wrap__winch_rs_joint, 4},
+  {"rs_thread_capture",(DL_FUNC) &wrap__winch_rs_thread_capture, 1},
+  {"rs_cache_info",    (DL_FUNC) &wrap__winch_rs_cache_info, 0},
+  {"rs_cache_clear",   (DL_FUNC) &wrap__winch_rs_cache_clear, 0},
+  {"rs_set_debug_dirs",(DL_FUNC) &wrap__winch_rs_set_debug_dirs, 1},
+  {NULL, NULL, 0}
+};
+
+void R_init_winch(DllInfo *dll) {
+  R_registerRoutines(dll, NULL, call_methods, NULL, NULL);
+  R_useDynamicSymbols(dll, FALSE);
+  R_forceSymbols(dll, TRUE);
+  winch_rust_init();
+}

@@ -1,0 +1,384 @@
+//! Everything winch reads from a module's file: its symbol tables and DWARF,
+//! including separate debug files found through the build-id directory layout
+//! or `.gnu_debuglink`.
+//!
+//! Files are read (through `object::ReadCache`, only the parts needed), never
+//! memory-mapped: a library truncated on disk while mapped would turn every
+//! later access into SIGBUS. A file that no longer matches the loaded image
+//! (replaced on disk, different build-id) is not used at all; its frames keep
+//! their module and offset but get no name.
+
+use crate::modules::Module;
+use crate::symbols::{demangle, Symbol, SymbolTable};
+use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+
+/// What happened when the module's file was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    /// The module has no file (the vDSO).
+    NoFile,
+    /// The file could not be opened or parsed.
+    Unreadable(String),
+    /// The file on disk is not the one that is loaded.
+    Mismatch(String),
+}
+
+/// One resolved frame: a physical frame resolves to one or more of these,
+/// innermost inlined call first, the physical function last.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub func: Option<Arc<str>>,
+    pub file: Option<Arc<str>>,
+    pub line: Option<u32>,
+    pub column: Option<u32>,
+    pub inlined: bool,
+}
+
+pub struct ModuleInfo {
+    pub status: Status,
+    pub symbols: SymbolTable,
+    /// The separate debug file that was used, if any.
+    pub debug_file: Option<PathBuf>,
+    /// Problems met with candidate debug files (kept for diagnostics).
+    pub notes: Vec<String>,
+    dwarf: Option<addr2line::Context<Reader>>,
+    dwarf_bytes: usize,
+}
+
+impl ModuleInfo {
+    fn empty(status: Status) -> ModuleInfo {
+        ModuleInfo {
+            status,
+            symbols: SymbolTable::default(),
+            debug_file: None,
+            notes: Vec::new(),
+            dwarf: None,
+            dwarf_bytes: 0,
+        }
+    }
+
+    pub fn has_dwarf(&self) -> bool {
+        self.dwarf.is_some()
+    }
+
+    /// Approximate heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.symbols.heap_bytes() + self.dwarf_bytes
+    }
+
+    /// Resolves a file-relative address (already adjusted for return
+    /// addresses). Never fails: what cannot be known is `None`.
+    pub fn resolve(&self, probe: u64) -> Vec<Resolved> {
+        let mut out = Vec::new();
+        if let Some(ctx) = &self.dwarf {
+            if let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() {
+                while let Ok(Some(frame)) = frames.next() {
+                    let func = frame
+                        .function
+                        .as_ref()
+                        .and_then(|f| f.demangle().ok())
+                        .map(|name| Arc::<str>::from(name.as_ref()));
+                    let (file, line, column) = match &frame.location {
+                        Some(loc) => {
+                            (loc.file.map(Arc::<str>::from), loc.line, loc.column.filter(|&c| c > 0))
+                        }
+                        None => (None, None, None),
+                    };
+                    out.push(Resolved { func, file, line, column, inlined: true });
+                    if out.len() > 256 {
+                        break; // corrupt DWARF could loop
+                    }
+                }
+            }
+        }
+        let symbol = self.symbols.lookup(probe).map(|s| s.name.clone());
+        match out.last_mut() {
+            Some(last) => {
+                last.inlined = false;
+                if last.func.is_none() {
+                    last.func = symbol;
+                }
+            }
+            None => out.push(Resolved { func: symbol, file: None, line: None, column: None, inlined: false }),
+        }
+        out
+    }
+}
+
+/// Reads what winch needs from `module`'s file, looking for separate debug
+/// files under `debug_roots` (normally `/usr/lib/debug`).
+pub fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {
+    if !module.has_file {
+        return ModuleInfo::empty(Status::NoFile);
+    }
+    let path = Path::new(&module.path);
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),
+    };
+    if let (Some(mapped), Ok(meta)) = (module.mapped, file.metadata()) {
+        if (meta.dev(), meta.ino()) != (mapped.dev, mapped.ino) {
+            return ModuleInfo::empty(Status::Mismatch(format!(
+                "{} was replaced on disk after it was loaded",
+                module.path
+            )));
+        }
+    }
+    let cache = object::ReadCache::new(file);
+    let obj = match object::File::parse(&cache) {
+        Ok(o) => o,
+        Err(e) => return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),
+    };
+    let file_id = obj.build_id().ok().flatten();
+    if let Some(loaded) = &module.build_id {
+        if file_id != Some(loaded.as_slice()) {
+            return ModuleInfo::empty(Status::Mismatch(format!(
+                "the build-id of {} differs from the loaded image",
+                module.path
+            )));
+        }
+    }
+
+    let mut info = ModuleInfo::empty(Status::Ok);
+    let mut syms = Vec::new();
+    collect_symbols(&obj, &mut syms);
+
+    if has_dwarf(&obj) {
+        match load_dwarf(&obj) {
+            Ok((ctx, bytes)) => {
+                info.dwarf = Some(ctx);
+                info.dwarf_bytes = bytes;
+            }
+            Err(e) => info.notes.push(format!("{}: unusable DWARF: {e}", module.path)),
+        }
+    } else {
+        for candidate in debug_candidates(module, &obj, debug_roots) {
+            match open_debug_file(&candidate, module, &obj, &mut syms) {
+                Ok((ctx, bytes)) => {
+                    info.dwarf = Some(ctx);
+                    info.dwarf_bytes = bytes;
+                    info.debug_file = Some(candidate.path);
+                    break;
+                }
+                Err(e) => info.notes.push(format!("{}: {e}", candidate.path.display())),
+            }
+        }
+    }
+    info.symbols = SymbolTable::new(syms);
+    info
+}
+
+fn collect_symbols<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>, out: &mut Vec<Symbol>) {
+    for (table_rank, symbols) in [(0u8, obj.symbols()), (4u8, obj.dynamic_symbols())] {
+        for s in symbols {
+            let in_text = match s.section_index().and_then(|i| obj.section_by_index(i).ok()) {
+                Some(section) => section.kind() == SectionKind::Text,
+                None => false,
+            };
+            let is_code = match s.kind() {
+                SymbolKind::Text => true,
+                SymbolKind::Unknown => in_text,
+                _ => false,
+            };
+            if !is_code || s.is_undefined() || s.size() == 0 {
+                continue;
+            }
+            let Ok(name) = s.name() else { continue };
+            if name.is_empty() {
+                continue;
+            }
+            let binding = if s.is_global() {
+                0
+            } else if s.is_weak() {
+                1
+            } else {
+                2
+            };
+            out.push(Symbol {
+                start: s.address(),
+                size: s.size(),
+                name: Arc::from(demangle(name)),
+                rank: table_rank + binding,
+            });
+        }
+    }
+}
+
+fn has_dwarf<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>) -> bool {
+    obj.section_by_name(".debug_info").map(|s| s.size() > 0 && s.file_range().is_some()).unwrap_or(false)
+}
+
+/// Copies one DWARF section out of `obj` (decompressing it if needed); a
+/// missing or unreadable section is empty.
+fn section_data<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>, id: gimli::SectionId) -> Arc<[u8]> {
+    match obj.section_by_name(id.name()) {
+        Some(s) if s.file_range().is_some() => match s.uncompressed_data() {
+            Ok(d) => Arc::from(d.as_ref()),
+            Err(_) => Arc::from(&[][..]),
+        },
+        _ => Arc::from(&[][..]),
+    }
+}
+
+fn endian_of<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>) -> gimli::RunTimeEndian {
+    if obj.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    }
+}
+
+/// Builds an addr2line context from `obj`'s DWARF sections.
+fn load_dwarf<'a, R: object::ReadRef<'a>>(
+    obj: &object::File<'a, R>,
+) -> Result<(addr2line::Context<Reader>, usize), String> {
+    let endian = endian_of(obj);
+    let mut bytes = 0usize;
+    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
+        let d = section_data(obj, id);
+        bytes += d.len();
+        Ok(gimli::EndianArcSlice::new(d, endian))
+    })
+    .map_err(|e| e.to_string())?;
+    let ctx = addr2line::Context::from_dwarf(dwarf).map_err(|e| e.to_string())?;
+    Ok((ctx, bytes))
+}
+
+/// A place a separate debug file may be, and how to check it.
+#[derive(Debug)]
+struct Candidate {
+    path: PathBuf,
+    /// The CRC32 `.gnu_debuglink` promises, when found through it.
+    crc: Option<u32>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn debug_candidates<'a, R: object::ReadRef<'a>>(
+    module: &Module,
+    obj: &object::File<'a, R>,
+    roots: &[PathBuf],
+) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    if let Some(id) = module.build_id.as_deref().filter(|id| id.len() >= 2) {
+        let (head, tail) = id.split_at(1);
+        for root in roots {
+            out.push(Candidate {
+                path: root.join(".build-id").join(hex(head)).join(format!("{}.debug", hex(tail))),
+                crc: None,
+            });
+        }
+    }
+    if let Ok(Some((name, crc))) = obj.gnu_debuglink() {
+        let name = String::from_utf8_lossy(name).into_owned();
+        let dir = Path::new(&module.path).parent().unwrap_or(Path::new("/"));
+        let mut paths = vec![dir.join(&name), dir.join(".debug").join(&name)];
+        for root in roots {
+            paths.push(root.join(dir.strip_prefix("/").unwrap_or(dir)).join(&name));
+        }
+        for path in paths {
+            if path != Path::new(&module.path) {
+                out.push(Candidate { path, crc: Some(crc) });
+            }
+        }
+    }
+    out.retain(|c| c.path.is_file());
+    out
+}
+
+fn open_debug_file<'a, R: object::ReadRef<'a>>(
+    candidate: &Candidate,
+    module: &Module,
+    module_obj: &object::File<'a, R>,
+    syms: &mut Vec<Symbol>,
+) -> Result<(addr2line::Context<Reader>, usize), String> {
+    let mut file = File::open(&candidate.path).map_err(|e| e.to_string())?;
+    // Identity: the build-ids must agree when the module has one (checked in
+    // `finish_debug_file`); otherwise the debuglink CRC must match the file.
+    if let Some(crc) = candidate.crc.filter(|_| module.build_id.is_none()) {
+        let mut data = Vec::new();
+        file.read_to_end(&mut data).map_err(|e| e.to_string())?;
+        if crc32fast::hash(&data) != crc {
+            return Err("CRC does not match .gnu_debuglink".into());
+        }
+        let obj = object::File::parse(&data[..]).map_err(|e| e.to_string())?;
+        finish_debug_file(obj, candidate, module, module_obj, syms)
+    } else {
+        let cache = object::ReadCache::new(file);
+        let obj = object::File::parse(&cache).map_err(|e| e.to_string())?;
+        finish_debug_file(obj, candidate, module, module_obj, syms)
+    }
+}
+
+fn finish_debug_file<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
+    obj: object::File<'b, S>,
+    candidate: &Candidate,
+    module: &Module,
+    _module_obj: &object::File<'a, R>,
+    syms: &mut Vec<Symbol>,
+) -> Result<(addr2line::Context<Reader>, usize), String> {
+    if let Some(loaded) = &module.build_id {
+        if obj.build_id().ok().flatten() != Some(loaded.as_slice()) {
+            return Err("build-id does not match the loaded module".into());
+        }
+    }
+    if !has_dwarf(&obj) {
+        return Err("no DWARF in debug file".into());
+    }
+    // dwz: a supplementary file shared between debug files.
+    let sup_path = match obj.gnu_debugaltlink() {
+        Ok(Some((name, _id))) => {
+            let name = PathBuf::from(String::from_utf8_lossy(name).into_owned());
+            Some(if name.is_absolute() {
+                name
+            } else {
+                candidate.path.parent().unwrap_or(Path::new("/")).join(name)
+            })
+        }
+        _ => None,
+    };
+    let sup_file = sup_path.and_then(|p| File::open(p).ok()).map(object::ReadCache::new);
+    let sup_obj = sup_file.as_ref().and_then(|c| object::File::parse(c).ok());
+    let mut extra = Vec::new();
+    collect_symbols(&obj, &mut extra);
+    let result = match &sup_obj {
+        Some(sup) => load_dwarf_mixed(&obj, sup),
+        None => load_dwarf(&obj),
+    }?;
+    syms.extend(extra);
+    Ok(result)
+}
+
+/// `load_dwarf` for a debug file with a supplementary (dwz) file.
+fn load_dwarf_mixed<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
+    obj: &object::File<'a, R>,
+    sup: &object::File<'b, S>,
+) -> Result<(addr2line::Context<Reader>, usize), String> {
+    let endian = endian_of(obj);
+    let mut bytes = 0usize;
+    let mut dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
+        let d = section_data(obj, id);
+        bytes += d.len();
+        Ok(gimli::EndianArcSlice::new(d, endian))
+    })
+    .map_err(|e| e.to_string())?;
+    dwarf
+        .load_sup(|id| -> Result<Reader, gimli::Error> {
+            let d = section_data(sup, id);
+            bytes += d.len();
+            Ok(gimli::EndianArcSlice::new(d, endian))
+        })
+        .map_err(|e| e.to_string())?;
+    let ctx = addr2line::Context::from_dwarf(dwarf).map_err(|e| e.to_string())?;
+    Ok((ctx, bytes))
+}

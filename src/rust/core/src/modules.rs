@@ -1,0 +1,374 @@
+//! Which loaded module (executable or shared library) an address belongs to.
+//!
+//! The live list comes from `dl_iterate_phdr`, so it covers every module the
+//! dynamic loader knows, including libraries R loaded with `dyn.load()`. It is
+//! rebuilt only when the loader's add/remove counters change, which makes the
+//! check on every capture a single callback.
+
+use std::ffi::CStr;
+use std::sync::{Arc, Mutex};
+
+/// One `PT_LOAD` segment, in absolute addresses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub start: usize,
+    pub end: usize,
+    pub exec: bool,
+}
+
+/// The file a module was mapped from, as `/proc/self/maps` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MappedFile {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// A loaded module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// Full path of the file; for modules without a file (the vDSO) the
+    /// loader's name.
+    pub path: String,
+    /// Load bias: file virtual address + bias = runtime address.
+    pub bias: usize,
+    pub segments: Vec<Segment>,
+    /// GNU build-id read from the loaded image.
+    pub build_id: Option<Vec<u8>>,
+    pub is_main: bool,
+    /// Whether `path` names a file (false for the vDSO).
+    pub has_file: bool,
+    /// Device and inode of the mapping, used to notice a file replaced on disk.
+    pub mapped: Option<MappedFile>,
+}
+
+impl Module {
+    /// The last path component.
+    pub fn basename(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+
+    pub fn contains(&self, addr: usize) -> bool {
+        self.segments.iter().any(|s| s.start <= addr && addr < s.end)
+    }
+}
+
+/// An immutable set of modules with an address index.
+#[derive(Debug)]
+pub struct ModuleMap {
+    modules: Vec<Module>,
+    /// (start, end, module index, executable), sorted by start, non-overlapping.
+    index: Vec<(usize, usize, usize, bool)>,
+    /// Unique per map built in this process (caches keyed on a map use it).
+    serial: u64,
+}
+
+/// Where an address falls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hit {
+    pub module: usize,
+    /// Inside an executable segment.
+    pub exec: bool,
+}
+
+impl ModuleMap {
+    pub fn new(modules: Vec<Module>) -> ModuleMap {
+        let mut index: Vec<(usize, usize, usize, bool)> = modules
+            .iter()
+            .enumerate()
+            .flat_map(|(m, module)| {
+                module.segments.iter().filter(|s| s.start < s.end).map(move |s| (s.start, s.end, m, s.exec))
+            })
+            .collect();
+        index.sort_by_key(|&(start, end, _, _)| (start, end));
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ModuleMap { modules, index, serial }
+    }
+
+    pub fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    pub fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
+    pub fn module(&self, i: usize) -> &Module {
+        &self.modules[i]
+    }
+
+    pub fn lookup(&self, addr: usize) -> Option<Hit> {
+        let i = self.index.partition_point(|&(start, _, _, _)| start <= addr);
+        // Segments do not overlap, but scan back a little in case a broken
+        // module list makes them: the first containing segment wins.
+        self.index[..i]
+            .iter()
+            .rev()
+            .take(4)
+            .find(|&&(start, end, _, _)| start <= addr && addr < end)
+            .map(|&(_, _, module, exec)| Hit { module, exec })
+    }
+
+    /// The module containing `addr`, if any.
+    pub fn module_of(&self, addr: usize) -> Option<usize> {
+        self.lookup(addr).map(|h| h.module)
+    }
+}
+
+/// The loader's (adds, subs) counters: they change whenever a module is
+/// loaded or unloaded.
+pub fn loader_generation() -> (u64, u64) {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        let out = &mut *(data as *mut (u64, u64));
+        let need = std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>();
+        if size >= need {
+            *out = ((*info).dlpi_adds as u64, (*info).dlpi_subs as u64);
+        } else {
+            *out = (u64::MAX, u64::MAX);
+        }
+        1
+    }
+    let mut out = (0u64, 0u64);
+    unsafe { libc::dl_iterate_phdr(Some(first), &mut out as *mut _ as *mut libc::c_void) };
+    out
+}
+
+/// Reads the current module list from the dynamic loader.
+pub fn read_loaded_modules() -> Vec<Module> {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        let out = &mut *(data as *mut Vec<Module>);
+        let info = &*info;
+        let name = if info.dlpi_name.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(info.dlpi_name).to_string_lossy().into_owned()
+        };
+        let bias = info.dlpi_addr as usize;
+        let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+            &[]
+        } else {
+            std::slice::from_raw_parts(info.dlpi_phdr as *const libc::Elf64_Phdr, info.dlpi_phnum as usize)
+        };
+        let segments: Vec<Segment> = phdrs
+            .iter()
+            .filter(|p| p.p_type == libc::PT_LOAD)
+            .map(|p| Segment {
+                start: bias.wrapping_add(p.p_vaddr as usize),
+                end: bias.wrapping_add(p.p_vaddr as usize).wrapping_add(p.p_memsz as usize),
+                exec: p.p_flags & libc::PF_X != 0,
+            })
+            .collect();
+        let mut build_id = None;
+        for p in phdrs.iter().filter(|p| p.p_type == libc::PT_NOTE) {
+            let start = bias.wrapping_add(p.p_vaddr as usize);
+            let len = p.p_memsz as usize;
+            // Only read notes that lie inside a loaded segment (mapped memory).
+            if segments.iter().any(|s| s.start <= start && start.saturating_add(len) <= s.end) {
+                let bytes = std::slice::from_raw_parts(start as *const u8, len);
+                if let Some(id) = gnu_build_id(bytes, p.p_align as usize) {
+                    build_id = Some(id);
+                    break;
+                }
+            }
+        }
+        let is_main = out.is_empty() && name.is_empty();
+        out.push(Module { path: name, bias, segments, build_id, is_main, has_file: true, mapped: None });
+        0
+    }
+    let mut modules: Vec<Module> = Vec::new();
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut modules as *mut _ as *mut libc::c_void) };
+    let maps = read_proc_maps();
+    for m in &mut modules {
+        if m.is_main {
+            m.path = std::fs::read_link("/proc/self/exe")
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+        }
+        if m.path.is_empty() || !m.path.starts_with('/') && !m.path.contains('/') {
+            // The vDSO ("linux-vdso.so.1") and other file-less images.
+            m.has_file = m.path.starts_with('/');
+        }
+        if m.has_file && !m.path.starts_with('/') {
+            if let Ok(abs) = std::fs::canonicalize(&m.path) {
+                m.path = abs.to_string_lossy().into_owned();
+            }
+        }
+        if m.path.is_empty() {
+            m.path = "[unknown]".into();
+            m.has_file = false;
+        }
+        if let Some(seg) = m.segments.first() {
+            m.mapped = maps
+                .iter()
+                .find(|e| e.start <= seg.start && seg.start < e.end && e.ino != 0)
+                .map(|e| MappedFile { dev: e.dev, ino: e.ino });
+        }
+    }
+    modules
+}
+
+/// Extracts the GNU build-id from the bytes of an ELF note segment.
+pub fn gnu_build_id(notes: &[u8], align: usize) -> Option<Vec<u8>> {
+    let align = if align == 8 { 8 } else { 4 };
+    let round = |n: usize| (n + align - 1) / align * align;
+    let word = |b: &[u8], at: usize| -> Option<usize> {
+        b.get(at..at + 4).map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as usize)
+    };
+    let mut at = 0usize;
+    while at + 12 <= notes.len() {
+        let namesz = word(notes, at)?;
+        let descsz = word(notes, at + 4)?;
+        let kind = word(notes, at + 8)?;
+        let name_at = at + 12;
+        let desc_at = name_at.checked_add(round(namesz))?;
+        let next = desc_at.checked_add(round(descsz))?;
+        if desc_at + descsz > notes.len() {
+            return None;
+        }
+        if kind == 3 && namesz == 4 && &notes[name_at..name_at + 4] == b"GNU\0" && descsz > 0 {
+            return Some(notes[desc_at..desc_at + descsz].to_vec());
+        }
+        at = next;
+    }
+    None
+}
+
+struct MapsEntry {
+    start: usize,
+    end: usize,
+    dev: u64,
+    ino: u64,
+}
+
+fn read_proc_maps() -> Vec<MapsEntry> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
+        return Vec::new();
+    };
+    text.lines().filter_map(parse_maps_line).collect()
+}
+
+fn parse_maps_line(line: &str) -> Option<MapsEntry> {
+    let mut fields = line.split_ascii_whitespace();
+    let range = fields.next()?;
+    let _perms = fields.next()?;
+    let _offset = fields.next()?;
+    let dev = fields.next()?;
+    let ino: u64 = fields.next()?.parse().ok()?;
+    let (start, end) = range.split_once('-')?;
+    let (major, minor) = dev.split_once(':')?;
+    let major = u32::from_str_radix(major, 16).ok()?;
+    let minor = u32::from_str_radix(minor, 16).ok()?;
+    Some(MapsEntry {
+        start: usize::from_str_radix(start, 16).ok()?,
+        end: usize::from_str_radix(end, 16).ok()?,
+        dev: libc::makedev(major, minor) as u64,
+        ino,
+    })
+}
+
+struct Live {
+    generation: (u64, u64),
+    map: Arc<ModuleMap>,
+}
+
+static LIVE: Mutex<Option<Live>> = Mutex::new(None);
+
+/// The current module map, rebuilt only when modules were loaded or unloaded.
+pub fn current() -> Arc<ModuleMap> {
+    let generation = loader_generation();
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(l) = live.as_ref() {
+        if l.generation == generation && generation != (u64::MAX, u64::MAX) {
+            return l.map.clone();
+        }
+    }
+    let map = Arc::new(ModuleMap::new(read_loaded_modules()));
+    *live = Some(Live { generation, map: map.clone() });
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module(path: &str, segs: &[(usize, usize, bool)]) -> Module {
+        Module {
+            path: path.into(),
+            bias: segs[0].0,
+            segments: segs.iter().map(|&(start, end, exec)| Segment { start, end, exec }).collect(),
+            build_id: None,
+            is_main: false,
+            has_file: true,
+            mapped: None,
+        }
+    }
+
+    #[test]
+    fn lookup_finds_the_segment_and_respects_bounds() {
+        let map = ModuleMap::new(vec![
+            module("/usr/lib/R/lib/libR.so", &[(0x1000, 0x2000, false), (0x2000, 0x5000, true)]),
+            module("/tmp/lidR.so", &[(0x9000, 0xa000, true)]),
+        ]);
+        assert_eq!(map.lookup(0x1000), Some(Hit { module: 0, exec: false }));
+        assert_eq!(map.lookup(0x4fff), Some(Hit { module: 0, exec: true }));
+        assert_eq!(map.lookup(0x5000), None);
+        assert_eq!(map.lookup(0x9abc), Some(Hit { module: 1, exec: true }));
+        assert_eq!(map.lookup(0xa000), None);
+        assert_eq!(map.lookup(0), None);
+        assert_eq!(map.module(1).basename(), "lidR.so");
+    }
+
+    #[test]
+    fn build_id_note_is_parsed() {
+        let mut note = Vec::new();
+        let id = [0xde, 0xad, 0xbe, 0xef, 0x01];
+        // An unrelated note first, then NT_GNU_BUILD_ID.
+        for (kind, name, desc) in [(1u32, &b"GNU\0"[..], &[1u8, 2, 3, 4][..]), (3u32, &b"GNU\0"[..], &id[..])]
+        {
+            note.extend_from_slice(&(name.len() as u32).to_ne_bytes());
+            note.extend_from_slice(&(desc.len() as u32).to_ne_bytes());
+            note.extend_from_slice(&kind.to_ne_bytes());
+            note.extend_from_slice(name);
+            note.extend_from_slice(desc);
+            while note.len() % 4 != 0 {
+                note.push(0);
+            }
+        }
+        assert_eq!(gnu_build_id(&note, 4), Some(id.to_vec()));
+        assert_eq!(gnu_build_id(&note[..10], 4), None);
+        assert_eq!(gnu_build_id(&note[..30], 4), None);
+    }
+
+    #[test]
+    fn maps_lines_parse() {
+        let e =
+            parse_maps_line("7f1c2a000000-7f1c2a021000 r-xp 00000000 fd:01 1234567  /usr/lib/x.so").unwrap();
+        assert_eq!((e.start, e.end, e.ino), (0x7f1c2a000000, 0x7f1c2a021000, 1234567));
+        assert_eq!(e.dev, libc::makedev(0xfd, 1) as u64);
+        assert!(parse_maps_line("garbage").is_none());
+    }
+
+    #[test]
+    fn live_map_covers_this_code_and_libc() {
+        let map = current();
+        let here = live_map_covers_this_code_and_libc as fn() as usize;
+        let hit = map.lookup(here).expect("test binary not found");
+        assert!(hit.exec);
+        assert!(map.module(hit.module).is_main);
+        let libc_fn = libc::getpid as unsafe extern "C" fn() -> libc::pid_t as usize;
+        let m = map.module(map.module_of(libc_fn).unwrap());
+        assert!(m.basename().starts_with("libc.so"), "{}", m.path);
+        assert!(m.build_id.is_some());
+        assert!(m.mapped.is_some());
+        // Unchanged loader state: the same map object is returned.
+        assert!(Arc::ptr_eq(&map, &current()));
+    }
+}

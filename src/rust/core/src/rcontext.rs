@@ -1,0 +1,284 @@
+//! Reading R's context chain (`R_GlobalContext` → `nextcontext` → …).
+//!
+//! Every R function call has a context record, usually a local variable of
+//! the libR C function that made the call, so its address tells which native
+//! frame owns it. Only the stable prefix of `RCNTXT` is read; offsets come
+//! from the C compiler (`csrc/rcontext_layout.c`). Nothing read here is
+//! trusted until `check_frames` has matched it against `sys.frames()`.
+//!
+//! Reads never fault: addresses on the live stack are read directly, all
+//! others through `process_vm_readv` on our own pid, which reports a bad
+//! address as an error instead of a segfault.
+
+/// `callflag` bits (R's Defn.h).
+pub const CTXT_TOPLEVEL: i32 = 0;
+pub const CTXT_FUNCTION: i32 = 4;
+pub const CTXT_BUILTIN: i32 = 64;
+/// Largest valid `callflag` (all defined bits set).
+const CTXT_MAX: i32 = 255;
+
+/// Byte offsets of the fields read, and the size of the prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub next: usize,
+    pub callflag: usize,
+    pub evaldepth: usize,
+    pub callfun: usize,
+    pub sysparent: usize,
+    pub call: usize,
+    pub cloenv: usize,
+    pub size: usize,
+}
+
+extern "C" {
+    fn winch_rcontext_layout(out: *mut usize);
+}
+
+impl Layout {
+    /// The layout for this platform's C ABI.
+    pub fn native() -> Layout {
+        let mut v = [0usize; 8];
+        // SAFETY: the shim writes exactly 8 values.
+        unsafe { winch_rcontext_layout(v.as_mut_ptr()) };
+        Layout {
+            next: v[0],
+            callflag: v[1],
+            evaldepth: v[2],
+            callfun: v[3],
+            sysparent: v[4],
+            call: v[5],
+            cloenv: v[6],
+            size: v[7],
+        }
+    }
+}
+
+/// One context as read from memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RContext {
+    pub addr: usize,
+    pub next: usize,
+    pub callflag: i32,
+    pub evaldepth: i32,
+    pub callfun: usize,
+    pub sysparent: usize,
+    pub call: usize,
+    pub cloenv: usize,
+}
+
+impl RContext {
+    pub fn is_function(&self) -> bool {
+        self.callflag & CTXT_FUNCTION != 0
+    }
+}
+
+/// Reads process memory.
+pub trait Memory {
+    /// Fills `buf` from `addr`; false if any byte is unreadable.
+    fn read(&self, addr: usize, buf: &mut [u8]) -> bool;
+}
+
+/// This process's memory: direct reads on the live part of the current
+/// thread's stack, `process_vm_readv` elsewhere.
+pub struct LiveMemory {
+    /// [stack_lo, stack_hi): mapped stack memory of the current thread, from
+    /// the reader's own frame up to the top of the stack.
+    pub stack_lo: usize,
+    pub stack_hi: usize,
+}
+
+impl Memory for LiveMemory {
+    fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
+        let Some(end) = addr.checked_add(buf.len()) else { return false };
+        if addr >= self.stack_lo && end <= self.stack_hi {
+            // SAFETY: the range lies in the mapped, live part of our stack.
+            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
+            return true;
+        }
+        read_via_kernel(addr, buf)
+    }
+}
+
+fn read_via_kernel(addr: usize, buf: &mut [u8]) -> bool {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: the kernel checks the remote range; the local one is `buf`.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    n == buf.len() as isize
+}
+
+fn word(bytes: &[u8], at: usize) -> usize {
+    const N: usize = std::mem::size_of::<usize>();
+    let mut w = [0u8; N];
+    w.copy_from_slice(&bytes[at..at + N]);
+    usize::from_ne_bytes(w)
+}
+
+fn int(bytes: &[u8], at: usize) -> i32 {
+    i32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+/// Reads the chain starting at `first`, innermost first, ending with the
+/// top-level context (whose `nextcontext` is NULL).
+pub fn read_chain(
+    mem: &dyn Memory,
+    first: usize,
+    layout: &Layout,
+    limit: usize,
+) -> Result<Vec<RContext>, String> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; layout.size];
+    let mut addr = first;
+    loop {
+        if addr == 0 {
+            return Err("context chain is empty".into());
+        }
+        if addr % std::mem::align_of::<usize>() != 0 {
+            return Err(format!("misaligned context address {addr:#x}"));
+        }
+        if out.len() >= limit {
+            return Err(format!("context chain longer than {limit} (cycle?)"));
+        }
+        if !mem.read(addr, &mut buf) {
+            return Err(format!("unreadable context at {addr:#x}"));
+        }
+        let ctx = RContext {
+            addr,
+            next: word(&buf, layout.next),
+            callflag: int(&buf, layout.callflag),
+            evaldepth: int(&buf, layout.evaldepth),
+            callfun: word(&buf, layout.callfun),
+            sysparent: word(&buf, layout.sysparent),
+            call: word(&buf, layout.call),
+            cloenv: word(&buf, layout.cloenv),
+        };
+        if !(0..=CTXT_MAX).contains(&ctx.callflag) {
+            return Err(format!("implausible callflag {} at {addr:#x}", ctx.callflag));
+        }
+        out.push(ctx);
+        if ctx.next == 0 {
+            if ctx.callflag != CTXT_TOPLEVEL {
+                return Err("context chain does not end at the top level".into());
+            }
+            return Ok(out);
+        }
+        addr = ctx.next;
+    }
+}
+
+/// Checks the chain against R's own view of the call stack. `frames` are the
+/// environments of `sys.frames()` taken by an R function that then (maybe
+/// through further R calls of its own) reached the capture, so the chain's
+/// function contexts, outermost first, must begin with exactly those frames
+/// (pointer-identical environments). Returns all function contexts numbered
+/// as R numbers frames (1 = outermost).
+pub fn check_frames(chain: &[RContext], frames: &[usize]) -> Result<Vec<(usize, RContext)>, String> {
+    let functions: Vec<RContext> = chain.iter().rev().filter(|c| c.is_function()).copied().collect();
+    if functions.len() < frames.len() {
+        return Err(format!(
+            "context chain has {} function contexts but sys.nframe() is {}",
+            functions.len(),
+            frames.len()
+        ));
+    }
+    for (k, (ctx, &env)) in functions.iter().zip(frames).enumerate() {
+        if ctx.cloenv != env {
+            return Err(format!("context of frame {} does not hold sys.frame({})", k + 1, k + 1));
+        }
+    }
+    Ok(functions.into_iter().enumerate().map(|(k, c)| (k + 1, c)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Synthetic memory: a map from address to bytes.
+    #[derive(Default)]
+    struct FakeMemory(HashMap<usize, Vec<u8>>);
+
+    impl Memory for FakeMemory {
+        fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
+            match self.0.get(&addr) {
+                Some(b) if b.len() >= buf.len() => {
+                    buf.copy_from_slice(&b[..buf.len()]);
+                    true
+                }
+                _ => false,
+            }
+        }
+    }
+
+    fn put(mem: &mut FakeMemory, l: &Layout, c: &RContext) {
+        let mut b = vec![0u8; l.size];
+        b[l.next..l.next + 8].copy_from_slice(&c.next.to_ne_bytes());
+        b[l.callflag..l.callflag + 4].copy_from_slice(&c.callflag.to_ne_bytes());
+        b[l.call..l.call + 8].copy_from_slice(&c.call.to_ne_bytes());
+        b[l.cloenv..l.cloenv + 8].copy_from_slice(&c.cloenv.to_ne_bytes());
+        mem.0.insert(c.addr, b);
+    }
+
+    fn ctx(addr: usize, next: usize, callflag: i32, cloenv: usize) -> RContext {
+        RContext { addr, next, callflag, cloenv, ..Default::default() }
+    }
+
+    #[test]
+    fn native_layout_is_plausible() {
+        let l = Layout::native();
+        assert_eq!(l.next, 0);
+        assert_eq!(l.callflag, std::mem::size_of::<usize>());
+        assert!(l.evaldepth > l.callflag + 64, "sigjmp_buf lies between them");
+        assert_eq!(l.callfun + 8, l.sysparent);
+        assert_eq!(l.call + 8, l.cloenv);
+        assert!(l.size >= l.cloenv + 8);
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+        assert_eq!((l.evaldepth, l.cloenv), (220, 256));
+    }
+
+    #[test]
+    fn reads_and_checks_a_chain() {
+        let l = Layout::native();
+        let mut mem = FakeMemory::default();
+        put(&mut mem, &l, &ctx(0x1000, 0x2000, CTXT_FUNCTION, 0xe2));
+        put(&mut mem, &l, &ctx(0x2000, 0x3000, CTXT_BUILTIN, 0));
+        put(&mut mem, &l, &ctx(0x3000, 0x4000, CTXT_FUNCTION, 0xe1));
+        put(&mut mem, &l, &ctx(0x4000, 0, CTXT_TOPLEVEL, 0));
+        let chain = read_chain(&mem, 0x1000, &l, 100).unwrap();
+        assert_eq!(chain.len(), 4);
+        let f = check_frames(&chain, &[0xe1, 0xe2]).unwrap();
+        assert_eq!(f.iter().map(|(k, c)| (*k, c.addr)).collect::<Vec<_>>(), vec![(1, 0x3000), (2, 0x1000)]);
+        // A prefix (frames taken further out) is fine; more frames than
+        // contexts, or a different frame, is not.
+        assert_eq!(check_frames(&chain, &[0xe1]).unwrap().len(), 2);
+        assert!(check_frames(&chain, &[0xe1, 0xe2, 0xe3]).unwrap_err().contains("sys.nframe"));
+        assert!(check_frames(&chain, &[0xe2, 0xe1]).unwrap_err().contains("sys.frame(1)"));
+    }
+
+    #[test]
+    fn rejects_broken_chains() {
+        let l = Layout::native();
+        let mut mem = FakeMemory::default();
+        put(&mut mem, &l, &ctx(0x1000, 0x2000, CTXT_FUNCTION, 1));
+        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("unreadable"));
+        put(&mut mem, &l, &ctx(0x2000, 0x1000, CTXT_FUNCTION, 1));
+        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("cycle"));
+        put(&mut mem, &l, &ctx(0x2000, 0, 9999, 1));
+        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("callflag"));
+        put(&mut mem, &l, &ctx(0x2000, 0, CTXT_FUNCTION, 1));
+        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("top level"));
+        assert!(read_chain(&mem, 0, &l, 100).is_err());
+        assert!(read_chain(&mem, 0x1001, &l, 100).unwrap_err().contains("misaligned"));
+    }
+
+    #[test]
+    fn live_memory_reads_heap_and_refuses_bad_addresses() {
+        let heap = Box::new([0x5au8; 64]);
+        let mem = LiveMemory { stack_lo: 1, stack_hi: 2 };
+        let mut buf = [0u8; 64];
+        assert!(mem.read(heap.as_ptr() as usize, &mut buf));
+        assert_eq!(buf, [0x5a; 64]);
+        assert!(!mem.read(8, &mut buf), "address 8 must be unreadable, not a crash");
+        assert!(!mem.read(usize::MAX - 4, &mut buf));
+    }
+}

@@ -1,0 +1,257 @@
+//! A captured native stack: unwound, checked, stripped of the capture's own
+//! frames, and (on request) symbolized.
+
+use crate::debuginfo::Resolved;
+use crate::modules::{self, ModuleMap};
+use crate::symbolizer;
+use crate::unwind::{self, Backend, StackEnd};
+use std::sync::Arc;
+
+/// One physical native frame.
+#[derive(Clone, Debug)]
+pub struct NativeFrame {
+    pub ip: usize,
+    /// Low end of the frame's stack memory.
+    pub lo: usize,
+    /// Index into the trace's module map.
+    pub module: Option<usize>,
+    /// The address symbols are looked up at: `ip - 1` for return addresses,
+    /// so a call at the very end of a function resolves to that function.
+    pub probe: usize,
+}
+
+impl NativeFrame {
+    /// `probe` as a file-relative address of its module.
+    pub fn file_probe(&self, map: &ModuleMap) -> Option<u64> {
+        self.module.map(|m| self.probe.wrapping_sub(map.module(m).bias) as u64)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct NativeTrace {
+    pub backend: Backend,
+    pub map: Arc<ModuleMap>,
+    /// Innermost first, without the frames of the capture itself.
+    pub frames: Vec<NativeFrame>,
+    /// Why the stack does not reach its outermost frame, if it does not.
+    pub truncated: Option<String>,
+}
+
+/// What the caller knows about the process.
+#[derive(Clone, Copy, Debug)]
+pub struct CaptureOptions {
+    pub backend: Backend,
+    /// An address inside the module doing the capture; its innermost run of
+    /// frames is the capture machinery and is removed.
+    pub self_addr: usize,
+    /// Capturing on the process's main thread (whose outermost frame is in
+    /// the executable).
+    pub main_thread: bool,
+}
+
+/// Captures the calling thread's native stack.
+#[inline(never)]
+pub fn capture(opts: &CaptureOptions) -> Result<NativeTrace, String> {
+    let stack = unwind::capture(opts.backend)?;
+    let map = modules::current();
+    Ok(assemble(opts, map, stack.frames, stack.end))
+}
+
+/// Turns raw frames into a trace (pure apart from its inputs: used by tests
+/// with synthetic maps).
+pub fn assemble(
+    opts: &CaptureOptions,
+    map: Arc<ModuleMap>,
+    frames: Vec<unwind::Frame>,
+    end: StackEnd,
+) -> NativeTrace {
+    let self_module = map.module_of(opts.self_addr);
+    let module_of = |ip: usize| map.lookup(ip);
+
+    // Skip to the first frame of our own module, then past all of them.
+    let mut start = 0;
+    if let Some(own) = self_module {
+        if let Some(first) = frames.iter().position(|f| module_of(f.ip).map(|h| h.module) == Some(own)) {
+            start = first;
+            while start < frames.len() && module_of(frames[start].ip).map(|h| h.module) == Some(own) {
+                start += 1;
+            }
+        }
+    }
+
+    let mut out = Vec::with_capacity(frames.len().saturating_sub(start));
+    let mut truncated = None;
+    let mut prev_lo = 0usize;
+    for f in &frames[start..] {
+        let hit = module_of(f.ip);
+        match hit {
+            Some(h) if h.exec => {}
+            _ => {
+                truncated = Some(format!(
+                    "unwinding reached address {:#x}, which is not code of any loaded module",
+                    f.ip
+                ));
+                break;
+            }
+        }
+        if f.lo != 0 && f.lo < prev_lo {
+            truncated = Some("unwinding produced stack pointers out of order".to_string());
+            break;
+        }
+        prev_lo = prev_lo.max(f.lo);
+        out.push(NativeFrame {
+            ip: f.ip,
+            lo: f.lo,
+            module: hit.map(|h| h.module),
+            probe: if f.exact_ip { f.ip } else { f.ip.wrapping_sub(1) },
+        });
+    }
+
+    if truncated.is_none() {
+        truncated = match end {
+            StackEnd::Failed(why) => Some(format!("unwinding failed ({why})")),
+            StackEnd::Limit => Some(format!("more than {} frames", unwind::MAX_FRAMES)),
+            StackEnd::Outermost => match out.last().and_then(|f| f.module) {
+                Some(m) if plausible_outermost(&map, m, opts.main_thread) => None,
+                _ => Some("unwinding stopped early, at a frame without unwind information".to_string()),
+            },
+        };
+    }
+    NativeTrace { backend: opts.backend, map, frames: out, truncated }
+}
+
+/// The outermost frame of a complete stack: `_start` in the executable on the
+/// main thread, the C library's thread entry on other threads.
+fn plausible_outermost(map: &ModuleMap, m: usize, main_thread: bool) -> bool {
+    let module = map.module(m);
+    module.is_main || (!main_thread && module.basename().starts_with("libc.so"))
+}
+
+impl NativeTrace {
+    /// Symbol, file and line of each frame (innermost inlined call first).
+    pub fn symbolize(&self) -> Vec<Arc<[Resolved]>> {
+        let all: Vec<usize> = (0..self.frames.len()).collect();
+        self.symbolize_some(&all)
+    }
+
+    /// `symbolize` for the frames at `indices` only.
+    pub fn symbolize_some(&self, indices: &[usize]) -> Vec<Arc<[Resolved]>> {
+        symbolizer::with_global(|s| {
+            indices
+                .iter()
+                .map(|&i| &self.frames[i])
+                .map(|f| match f.module {
+                    Some(m) => s.resolve_in(&self.map, m, f.file_probe(&self.map).unwrap_or(0)),
+                    None => Arc::from(vec![Resolved {
+                        func: None,
+                        file: None,
+                        line: None,
+                        column: None,
+                        inlined: false,
+                    }]),
+                })
+                .collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::modules::{Module, Segment};
+    use crate::unwind::Frame;
+
+    fn module(path: &str, start: usize, end: usize, main: bool) -> Module {
+        Module {
+            path: path.into(),
+            bias: start,
+            segments: vec![Segment { start, end, exec: true }],
+            build_id: None,
+            is_main: main,
+            has_file: true,
+            mapped: None,
+        }
+    }
+
+    fn map() -> Arc<ModuleMap> {
+        Arc::new(ModuleMap::new(vec![
+            module("/usr/lib/R/bin/exec/R", 0x1000, 0x2000, true),
+            module("/lib/winch.so", 0x10000, 0x20000, false),
+            module("/usr/lib/R/lib/libR.so", 0x30000, 0x40000, false),
+        ]))
+    }
+
+    fn frames(spec: &[(usize, usize)]) -> Vec<Frame> {
+        spec.iter().enumerate().map(|(i, &(ip, lo))| Frame { ip, lo, exact_ip: i == 0 }).collect()
+    }
+
+    fn opts() -> CaptureOptions {
+        CaptureOptions { backend: Backend::Backtrace, self_addr: 0x10010, main_thread: true }
+    }
+
+    #[test]
+    fn own_frames_are_removed_and_probe_backs_up() {
+        let t = assemble(
+            &opts(),
+            map(),
+            frames(&[(0x10100, 10), (0x10200, 20), (0x30100, 30), (0x30200, 40), (0x1100, 50)]),
+            StackEnd::Outermost,
+        );
+        assert_eq!(t.frames.iter().map(|f| f.ip).collect::<Vec<_>>(), vec![0x30100, 0x30200, 0x1100]);
+        assert_eq!(t.frames[0].probe, 0x300ff);
+        assert_eq!(t.frames[0].file_probe(&t.map), Some(0xff));
+        assert!(t.truncated.is_none());
+    }
+
+    #[test]
+    fn garbage_addresses_truncate() {
+        let t = assemble(
+            &opts(),
+            map(),
+            frames(&[(0x10100, 10), (0x30100, 30), (0xdead0000, 40), (0x1100, 50)]),
+            StackEnd::Outermost,
+        );
+        assert_eq!(t.frames.len(), 1);
+        assert!(t.truncated.as_deref().unwrap().contains("not code"));
+    }
+
+    #[test]
+    fn early_stop_is_reported() {
+        let t = assemble(&opts(), map(), frames(&[(0x10100, 10), (0x30100, 30)]), StackEnd::Outermost);
+        assert!(t.truncated.as_deref().unwrap().contains("stopped early"));
+        let t =
+            assemble(&opts(), map(), frames(&[(0x10100, 10), (0x30100, 30)]), StackEnd::Failed("x".into()));
+        assert!(t.truncated.as_deref().unwrap().contains("failed"));
+        let t = assemble(
+            &opts(),
+            map(),
+            frames(&[(0x10100, 10), (0x30100, 30), (0x30100, 20)]),
+            StackEnd::Outermost,
+        );
+        assert!(t.truncated.as_deref().unwrap().contains("out of order"));
+    }
+
+    #[inline(never)]
+    fn capture_here(backend: Backend, main: bool) -> NativeTrace {
+        // The test binary is one module, so nothing is stripped (self_addr 0).
+        capture(&CaptureOptions { backend, self_addr: 0, main_thread: main }).unwrap()
+    }
+
+    #[test]
+    fn live_capture_on_a_thread_is_complete_and_symbolized() {
+        for b in Backend::ALL.into_iter().filter(|b| b.is_available()) {
+            let t = std::thread::spawn(move || capture_here(b, false)).join().unwrap();
+            assert!(t.truncated.is_none(), "{}: {:?}", b.name(), t.truncated);
+            let names = t.symbolize();
+            let funcs: Vec<String> = names
+                .iter()
+                .flat_map(|r| r.iter().filter_map(|f| f.func.as_deref().map(String::from)))
+                .collect();
+            // The test binary has DWARF: this very function is named.
+            assert!(funcs.iter().any(|f| f.ends_with("tests::capture_here")), "{}: {funcs:?}", b.name());
+            // The outermost frame is in libc (clone3).
+            let last = t.frames.last().unwrap().module.unwrap();
+            assert!(t.map.module(last).basename().starts_with("libc.so"));
+        }
+    }
+}

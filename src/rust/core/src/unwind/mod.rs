@@ -1,0 +1,282 @@
+//! Capturing the native stack of the current thread.
+//!
+//! Two independent backends walk the stack from DWARF call-frame information:
+//! the system libunwind (primary) and libgcc's `_Unwind_Backtrace` through the
+//! `backtrace` crate (portable second opinion). They report different stack
+//! values per frame (libunwind the frame's stack pointer, libgcc its canonical
+//! frame address), so each backend is calibrated once against the address of
+//! a local variable and its values are normalized to "the low end of the
+//! frame": the owner of a stack address `a` is the frame `i` with
+//! `lo[i] <= a < lo[i + 1]`.
+
+mod backtrace;
+#[cfg(winch_libunwind)]
+mod libunwind;
+
+use std::sync::OnceLock;
+
+/// A stack unwinder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The system libunwind (`libunwind-dev`), linked through pkg-config.
+    Libunwind,
+    /// libgcc's unwinder through the `backtrace` crate.
+    Backtrace,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 2] = [Backend::Libunwind, Backend::Backtrace];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Libunwind => "libunwind",
+            Backend::Backtrace => "backtrace",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// Whether this build contains the backend and it passed calibration.
+    pub fn is_available(self) -> bool {
+        compiled_in(self) && calibration(self).is_some()
+    }
+
+    /// The preferred backend that works here.
+    pub fn best() -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.is_available())
+    }
+}
+
+fn compiled_in(backend: Backend) -> bool {
+    match backend {
+        Backend::Libunwind => cfg!(winch_libunwind),
+        Backend::Backtrace => true,
+    }
+}
+
+/// One frame as a backend reports it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RawFrame {
+    pub ip: usize,
+    /// The backend's stack value: see [`StackValue`].
+    pub stack: usize,
+    /// The start of the frame's procedure according to the unwind info, when
+    /// it was asked for (calibration only); 0 otherwise.
+    pub start: usize,
+    /// A signal frame: `ip` is the interrupted instruction, not a return address.
+    pub signal: bool,
+}
+
+/// Why a walk ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StackEnd {
+    /// The unwinder reached a frame it considers outermost.
+    Outermost,
+    /// The unwinder reported an error.
+    Failed(String),
+    /// The frame limit was reached.
+    Limit,
+}
+
+/// What a backend's stack value means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackValue {
+    /// The frame's stack pointer: the low end of its frame.
+    Sp,
+    /// The canonical frame address: the caller's stack pointer before the
+    /// call, i.e. the high end of the frame.
+    Cfa,
+}
+
+/// A normalized native frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Instruction pointer: a return address, except for signal frames and the
+    /// innermost frame.
+    pub ip: usize,
+    /// Low end of the frame's stack memory (0 when unknown).
+    pub lo: usize,
+    /// `ip` is exact (innermost frame or interrupted by a signal), so symbol
+    /// lookups must not use `ip - 1`.
+    pub exact_ip: bool,
+}
+
+/// A captured stack, innermost frame first.
+#[derive(Clone, Debug)]
+pub struct Stack {
+    pub backend: Backend,
+    pub frames: Vec<Frame>,
+    pub end: StackEnd,
+}
+
+/// Hard limit on frames: far beyond what R's C stack limit allows.
+pub const MAX_FRAMES: usize = 1 << 20;
+
+/// Walks the stack with `backend`. `frames` is reused as the buffer.
+fn raw_walk(backend: Backend, frames: &mut Vec<RawFrame>, want_start: bool) -> StackEnd {
+    let mut capacity = frames.capacity().max(512);
+    loop {
+        frames.clear();
+        let end = match backend {
+            #[cfg(winch_libunwind)]
+            Backend::Libunwind => libunwind::walk(frames, capacity, want_start),
+            #[cfg(not(winch_libunwind))]
+            Backend::Libunwind => StackEnd::Failed("libunwind is not compiled in".into()),
+            Backend::Backtrace => backtrace::walk(frames, capacity, want_start),
+        };
+        if end != StackEnd::Limit || capacity >= MAX_FRAMES {
+            return end;
+        }
+        capacity = (capacity * 4).min(MAX_FRAMES);
+    }
+}
+
+/// Captures the current thread's stack with `backend`, normalized.
+#[inline(never)]
+pub fn capture(backend: Backend) -> Result<Stack, String> {
+    if !compiled_in(backend) {
+        return Err(format!("the {} backend is not part of this build", backend.name()));
+    }
+    let kind = calibration(backend)
+        .ok_or_else(|| format!("the {} backend failed its calibration on this platform", backend.name()))?;
+    let mut raw = Vec::new();
+    let end = raw_walk(backend, &mut raw, false);
+    Ok(Stack { backend, frames: normalize(&raw, kind), end })
+}
+
+/// Converts backend stack values to frame low ends.
+pub fn normalize(raw: &[RawFrame], kind: StackValue) -> Vec<Frame> {
+    raw.iter()
+        .enumerate()
+        .map(|(i, f)| Frame {
+            ip: f.ip,
+            lo: match kind {
+                StackValue::Sp => f.stack,
+                StackValue::Cfa if i > 0 => raw[i - 1].stack,
+                StackValue::Cfa => 0,
+            },
+            exact_ip: i == 0 || f.signal,
+        })
+        .collect()
+}
+
+/// How `backend` reports stack values, determined once by capturing from a
+/// function with a local variable at a known address.
+pub fn calibration(backend: Backend) -> Option<StackValue> {
+    static LIBUNWIND: OnceLock<Option<StackValue>> = OnceLock::new();
+    static BACKTRACE: OnceLock<Option<StackValue>> = OnceLock::new();
+    if !compiled_in(backend) {
+        return None;
+    }
+    let cell = match backend {
+        Backend::Libunwind => &LIBUNWIND,
+        Backend::Backtrace => &BACKTRACE,
+    };
+    *cell.get_or_init(|| calibrate(backend))
+}
+
+#[inline(never)]
+fn calibrate(backend: Backend) -> Option<StackValue> {
+    let marker = [0u64; 8];
+    let marker_addr = std::hint::black_box(&marker) as *const _ as usize;
+    let mut raw = Vec::with_capacity(512);
+    raw_walk(backend, &mut raw, true);
+    std::hint::black_box(&marker);
+    let me = calibrate as fn(Backend) -> Option<StackValue> as usize;
+    let c = raw.iter().position(|f| f.start == me)?;
+    classify(&raw, c, marker_addr)
+}
+
+/// Given that frame `c` owns the local at `addr`, which stack-value meaning is
+/// consistent with the reported values?
+pub fn classify(raw: &[RawFrame], c: usize, addr: usize) -> Option<StackValue> {
+    let v = |i: usize| raw.get(i).map(|f| f.stack);
+    if let (Some(lo), Some(hi)) = (v(c), v(c + 1)) {
+        if lo <= addr && addr < hi {
+            return Some(StackValue::Sp);
+        }
+    }
+    if c > 0 {
+        if let (Some(lo), Some(hi)) = (v(c - 1), v(c)) {
+            if lo <= addr && addr < hi {
+                return Some(StackValue::Cfa);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(stack: &[usize]) -> Vec<RawFrame> {
+        stack.iter().map(|&s| RawFrame { ip: 1, stack: s, ..Default::default() }).collect()
+    }
+
+    #[test]
+    fn classify_sp_and_cfa() {
+        // Frames with low ends 100, 200, 300, 400; a local at 250 lives in frame 1.
+        assert_eq!(classify(&raw(&[100, 200, 300, 400]), 1, 250), Some(StackValue::Sp));
+        // The same frames reported as CFAs (high ends): 200, 300, 400, 500.
+        assert_eq!(classify(&raw(&[200, 300, 400, 500]), 1, 250), Some(StackValue::Cfa));
+        assert_eq!(classify(&raw(&[200, 300]), 1, 999), None);
+    }
+
+    #[test]
+    fn normalize_cfa_shifts_by_one() {
+        let f = normalize(&raw(&[200, 300, 400]), StackValue::Cfa);
+        assert_eq!(f.iter().map(|f| f.lo).collect::<Vec<_>>(), vec![0, 200, 300]);
+        assert!(f[0].exact_ip && !f[1].exact_ip);
+    }
+
+    #[test]
+    fn every_compiled_backend_calibrates() {
+        for b in Backend::ALL {
+            if compiled_in(b) {
+                assert!(calibration(b).is_some(), "{} failed calibration", b.name());
+            }
+        }
+        // Which meaning each backend has is platform-specific (libgcc's
+        // `_Unwind_GetCFA` reports the frame's SP on x86_64 Linux); that is
+        // exactly why it is measured rather than assumed.
+    }
+
+    #[inline(never)]
+    fn owner_of_local(backend: Backend) -> (usize, Stack) {
+        let local = [7u64; 4];
+        let addr = std::hint::black_box(&local) as *const _ as usize;
+        let stack = capture(backend).unwrap();
+        std::hint::black_box(&local);
+        (addr, stack)
+    }
+
+    #[test]
+    fn captures_are_ordered_and_locals_have_owners() {
+        for b in Backend::ALL.into_iter().filter(|b| b.is_available()) {
+            let (addr, stack) = owner_of_local(b);
+            assert!(stack.frames.len() > 3, "{}: too few frames", b.name());
+            assert_eq!(stack.end, StackEnd::Outermost);
+            let lo: Vec<usize> = stack.frames.iter().skip(1).map(|f| f.lo).collect();
+            assert!(lo.windows(2).all(|w| w[0] <= w[1]), "{}: not ordered", b.name());
+            let owner = (1..stack.frames.len() - 1)
+                .find(|&i| stack.frames[i].lo <= addr && addr < stack.frames[i + 1].lo);
+            assert!(owner.is_some(), "{}: local not inside any frame", b.name());
+        }
+    }
+
+    #[test]
+    fn backends_agree_on_return_addresses() {
+        if !Backend::Libunwind.is_available() {
+            eprintln!("libunwind not compiled in: nothing to compare");
+            return;
+        }
+        // The outer frames (below the capture machinery) must be identical.
+        let a = capture(Backend::Libunwind).unwrap();
+        let b = capture(Backend::Backtrace).unwrap();
+        let tail = |s: &Stack| s.frames.iter().rev().take(4).map(|f| f.ip).collect::<Vec<_>>();
+        assert_eq!(tail(&a), tail(&b));
+    }
+}

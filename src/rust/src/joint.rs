@@ -1,0 +1,67 @@
+//! The joint capture: native stack, R's context chain, and their placement.
+
+use crate::rstate;
+use winch_core::interleave::{self, NFrame, NativeStack, Placement};
+use winch_core::rcontext::{self, Layout, LiveMemory, RContext};
+use winch_core::trace::{self, CaptureOptions, NativeTrace};
+use winch_core::unwind::Backend;
+
+pub struct Joint {
+    pub trace: NativeTrace,
+    pub placement: Placement,
+    /// Why the context chain was not used, if it was not.
+    pub fallback_reason: Option<String>,
+}
+
+/// Captures the native stack and places it among R's frames. `frames` and
+/// `call_heads` are the environments of `sys.frames()` and the function parts
+/// of `sys.calls()` as seen by an R caller further out; R frames deeper than
+/// those (winch's own R code) are placed too, with higher numbers.
+#[inline(never)]
+pub fn capture(backend: Backend, frames: &[usize], call_heads: &[usize]) -> Result<Joint, String> {
+    let local = 0u8;
+    let stack_lo = std::hint::black_box(&local) as *const u8 as usize;
+    let trace =
+        trace::capture(&CaptureOptions { backend, self_addr: rstate::self_addr(), main_thread: true })?;
+    let is_libr = rstate::libr_predicate(&trace.map);
+    let nframes: Vec<NFrame> =
+        trace.frames.iter().map(|f| NFrame { lo: f.lo, foreign: !f.module.is_some_and(&is_libr) }).collect();
+    drop(is_libr);
+
+    let placed = contexts(stack_lo, frames, call_heads).and_then(|ctx| {
+        let stack = NativeStack {
+            frames: &nframes,
+            stack_lo,
+            stack_hi: rstate::stack_top().ok_or("the bounds of R's C stack are unknown")?,
+            truncated: trace.truncated.is_some(),
+        };
+        let addrs: Vec<usize> = ctx.iter().map(|c| c.addr).collect();
+        interleave::place(&stack, &addrs)
+    });
+    let (placement, fallback_reason) = match placed {
+        Ok(p) => (p, None),
+        Err(why) => (interleave::fallback(&nframes, frames.len()), Some(why)),
+    };
+    Ok(Joint { trace, placement, fallback_reason })
+}
+
+/// Reads and validates the function contexts of frames 1..=n.
+fn contexts(stack_lo: usize, frames: &[usize], call_heads: &[usize]) -> Result<Vec<RContext>, String> {
+    let stack_hi = rstate::stack_top().ok_or("the bounds of R's C stack are unknown")?;
+    let mem = LiveMemory { stack_lo, stack_hi };
+    let chain = rcontext::read_chain(&mem, rstate::global_context(), &Layout::native(), 1_000_000)?;
+    let numbered = rcontext::check_frames(&chain, frames)?;
+    if call_heads.len() != frames.len() {
+        return Err("sys.calls() and sys.frames() disagree in length".into());
+    }
+    // The environments matched, so the layout is right and `call` fields are
+    // real R objects; their function parts must be those of sys.calls()
+    // (which returns copies of the call cells, sharing their contents).
+    for ((k, ctx), &head) in numbered.iter().zip(call_heads) {
+        // SAFETY: `call` is the live call object of a validated context.
+        if unsafe { rstate::call_head(ctx.call) } != Some(head) {
+            return Err(format!("context of frame {k} does not hold sys.call({k})"));
+        }
+    }
+    Ok(numbered.into_iter().map(|(_, c)| c).collect())
+}

@@ -1,0 +1,123 @@
+//! Facts about the running R process: its main thread, its context chain
+//! head, the bounds of its C stack, and which module is R itself.
+
+use std::sync::OnceLock;
+use winch_core::modules::{Module, ModuleMap};
+
+extern "C" {
+    // Both exported by libR and declared in Rinterface.h.
+    static R_GlobalContext: *mut std::ffi::c_void;
+    static R_CStackStart: usize;
+    // Declared here with plain C types: extendr-ffi's TYPEOF returns a Rust
+    // enum, which must never hold a value outside its variants.
+    fn Rf_eval(expr: *mut std::ffi::c_void, env: *mut std::ffi::c_void) -> *mut std::ffi::c_void;
+    fn TYPEOF(x: *mut std::ffi::c_void) -> std::ffi::c_int;
+    fn CAR(x: *mut std::ffi::c_void) -> *mut std::ffi::c_void;
+}
+
+const LANGSXP: std::ffi::c_int = 6;
+
+/// The function part of a call object, if `call` is a call.
+///
+/// # Safety
+/// `call` must be a valid R object.
+pub unsafe fn call_head(call: usize) -> Option<usize> {
+    let call = call as *mut std::ffi::c_void;
+    (TYPEOF(call) == LANGSXP).then(|| CAR(call) as usize)
+}
+
+static MAIN_THREAD: OnceLock<std::thread::ThreadId> = OnceLock::new();
+
+thread_local! {
+    static LAST_PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Called once from `R_init_winch`, on R's main thread.
+#[no_mangle]
+pub extern "C" fn winch_rust_init() {
+    let _ = MAIN_THREAD.set(std::thread::current().id());
+    // Panics are caught and turned into R errors; keep their text for the
+    // message instead of printing to the console. This hook belongs to
+    // winch's copy of the Rust runtime only.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = match (info.payload().downcast_ref::<&str>(), info.payload().downcast_ref::<String>()) {
+            (Some(s), _) => s.to_string(),
+            (_, Some(s)) => s.clone(),
+            _ => "unknown panic".to_string(),
+        };
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("{msg}{at}")));
+    }));
+}
+
+/// The message of the last panic on this thread, if any.
+pub fn take_panic_message() -> Option<String> {
+    LAST_PANIC.with(|p| p.borrow_mut().take())
+}
+
+pub fn on_main_thread() -> bool {
+    MAIN_THREAD.get() == Some(&std::thread::current().id())
+}
+
+/// An address inside winch's own shared library.
+pub fn self_addr() -> usize {
+    winch_rust_init as extern "C" fn() as usize
+}
+
+/// An address inside R's shared library (or executable, if R is static).
+pub fn libr_addr() -> usize {
+    Rf_eval as unsafe extern "C" fn(*mut std::ffi::c_void, *mut std::ffi::c_void) -> *mut std::ffi::c_void
+        as usize
+}
+
+/// The current innermost R context.
+pub fn global_context() -> usize {
+    // SAFETY: reading an exported pointer variable of libR on its own thread.
+    unsafe { std::ptr::read_volatile(std::ptr::addr_of!(R_GlobalContext)) as usize }
+}
+
+/// One past the highest address of the main thread's stack: the thread's
+/// own bounds when the C library reports them, else R's record of where the
+/// stack started.
+pub fn stack_top() -> Option<usize> {
+    static TOP: OnceLock<Option<usize>> = OnceLock::new();
+    *TOP.get_or_init(|| {
+        let local = 0u8;
+        let here = std::hint::black_box(&local) as *const u8 as usize;
+        let from_pthread = pthread_stack_top().filter(|&top| top > here);
+        // SAFETY: reading an exported integer variable of libR.
+        let r_start = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(R_CStackStart)) };
+        let from_r = (r_start != usize::MAX && r_start > here).then_some(r_start);
+        from_pthread.or(from_r)
+    })
+}
+
+fn pthread_stack_top() -> Option<usize> {
+    // SAFETY: plain pthread attribute queries on the calling thread.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        ok.then(|| addr as usize + size)
+    }
+}
+
+/// R's own code: the module holding libR's functions, and R's executable.
+pub fn libr_predicate(map: &ModuleMap) -> impl Fn(usize) -> bool + '_ {
+    let libr = map.module_of(libr_addr());
+    move |m: usize| Some(m) == libr || is_r_executable(map.module(m))
+}
+
+/// The module of R's interpreter (libR.so; the executable if R is static).
+pub fn libr_module(map: &ModuleMap) -> Option<usize> {
+    map.module_of(libr_addr())
+}
+
+fn is_r_executable(m: &Module) -> bool {
+    m.is_main && (m.path.ends_with("/bin/exec/R") || m.path.ends_with("/bin/exec/Rterm"))
+}
