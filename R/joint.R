@@ -9,7 +9,7 @@ joint_capture <- function(frames, calls, libr = FALSE,
                           call = rlang::caller_env()) {
   check_backend(backend, call = call)
   res <- check_result(
-    .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr),
+    .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr, use_contexts()),
     call = call
   )
   out <- new_frames_df(res, c(native_columns, "r_frame", "approximate", "host"))
@@ -19,4 +19,11 @@ joint_capture <- function(frames, calls, libr = FALSE,
   attr(out, "placement") <- res$placement
   attr(out, "fallback_reason") <- res$fallback_reason
   out
+}
+
+# Reading R's context chain can be turned off with
+# `options(winch.use_contexts = FALSE)`: placement then falls back to what is
+# certain without it (see ?winch_sys_calls).
+use_contexts <- function() {
+  !isFALSE(getOption("winch.use_contexts"))
 }

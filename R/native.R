@@ -49,3 +49,21 @@ native_call <- function(func, pathname, offset) {
   name <- if (is.na(func)) paste0("+", offset) else func
   as.call(list(call("::", as.symbol(module), as.symbol(name))))
 }
+
+# Names of the unwinding backends that work in this build, preferred first.
+winch_backends <- function() {
+  .Call(C_rs_backends)
+}
+
+# Captures on a fresh thread (the Rust side does not touch R there): shows
+# that capture away from R's main thread is safe.
+capture_on_thread <- function(backend = "auto") {
+  check_backend(backend)
+  res <- check_result(.Call(C_rs_thread_capture, backend))
+  out <- new_frames_df(res, native_columns)
+  attr(out, "backend") <- res$backend
+  attr(out, "truncated") <- !is.na(res$truncated)
+  attr(out, "truncation") <- res$truncated
+  attr(out, "main_thread") <- res$main_thread
+  out
+}

@@ -18,7 +18,12 @@ pub struct Joint {
 /// of `sys.calls()` as seen by an R caller further out; R frames deeper than
 /// those (winch's own R code) are placed too, with higher numbers.
 #[inline(never)]
-pub fn capture(backend: Backend, frames: &[usize], call_heads: &[usize]) -> Result<Joint, String> {
+pub fn capture(
+    backend: Backend,
+    frames: &[usize],
+    call_heads: &[usize],
+    use_contexts: bool,
+) -> Result<Joint, String> {
     let local = 0u8;
     let stack_lo = std::hint::black_box(&local) as *const u8 as usize;
     let trace =
@@ -28,7 +33,12 @@ pub fn capture(backend: Backend, frames: &[usize], call_heads: &[usize]) -> Resu
         trace.frames.iter().map(|f| NFrame { lo: f.lo, foreign: !f.module.is_some_and(&is_libr) }).collect();
     drop(is_libr);
 
-    let placed = contexts(stack_lo, frames, call_heads).and_then(|ctx| {
+    let chain = if use_contexts {
+        contexts(stack_lo, frames, call_heads)
+    } else {
+        Err("reading R's context chain is turned off (option winch.use_contexts)".to_string())
+    };
+    let placed = chain.and_then(|ctx| {
         let stack = NativeStack {
             frames: &nframes,
             stack_lo,

@@ -103,7 +103,7 @@ fn pointers(x: &Robj) -> std::result::Result<Vec<usize>, String> {
 /// The native stack placed among the caller's R frames `frames` (its
 /// `sys.frames()`) with calls `calls` (its `sys.calls()`).
 #[extendr]
-fn winch_rs_joint(backend: Robj, frames: Robj, calls: Robj, libr: Robj) -> Robj {
+fn winch_rs_joint(backend: Robj, frames: Robj, calls: Robj, libr: Robj, use_contexts: Robj) -> Robj {
     guarded(|| {
         require_main_thread()?;
         let backend = backend_arg(&backend)?;
@@ -112,16 +112,20 @@ fn winch_rs_joint(backend: Robj, frames: Robj, calls: Robj, libr: Robj) -> Robj 
         // SAFETY: the elements of `calls` are R objects.
         let heads: Vec<usize> =
             call_ptrs.iter().map(|&c| unsafe { rstate::call_head(c) }.unwrap_or(0)).collect();
-        let j = joint::capture(backend, &frame_ptrs, &heads)?;
+        let j = joint::capture(backend, &frame_ptrs, &heads, flag(&use_contexts))?;
         let t = &j.trace;
         let keep_libr = flag(&libr);
         let is_libr = rstate::libr_predicate(&t.map);
         let libr_flags: Vec<bool> = t.frames.iter().map(|f| f.module.is_some_and(&is_libr)).collect();
         let keep: Vec<usize> = (0..t.frames.len()).filter(|&i| keep_libr || !libr_flags[i]).collect();
         // Frames further out than R's interpreter belong to the program that
-        // runs R (its main(), the C library's start code).
+        // runs R (its main(), the C library's start code). Only a complete
+        // stack shows where the interpreter ends.
         let interpreter = rstate::libr_module(&t.map);
-        let outermost_libr = t.frames.iter().rposition(|f| f.module.is_some() && f.module == interpreter);
+        let outermost_libr = match t.truncated {
+            None => t.frames.iter().rposition(|f| f.module.is_some() && f.module == interpreter),
+            Some(_) => None,
+        };
         let resolved = t.symbolize_some(&keep);
         let mut rows = Rows::default();
         for (&i, r) in keep.iter().zip(&resolved) {

@@ -1,0 +1,4 @@
+library(testthat)
+library(winch)
+
+test_check("winch")

@@ -1,0 +1,101 @@
+# Fixture libraries (tests/testthat/clib) compiled during the tests, so the
+# tests see real foreign frames: R CMD SHLIB into tempdir(), with -g.
+
+clib_cache <- new.env(parent = emptyenv())
+
+clib_source <- function(file) {
+  normalizePath(test_path("clib", file), mustWork = TRUE)
+}
+
+# Line number of the "@line:<tag>" marker in a fixture source.
+marker_line <- function(file, tag) {
+  lines <- readLines(clib_source(file))
+  hit <- grep(paste0("@line:", tag, "\\b"), lines)
+  stopifnot(length(hit) == 1L)
+  hit
+}
+
+r_cmd <- function(args, env = character(), wd = NULL) {
+  if (!is.null(wd)) {
+    old <- setwd(wd)
+    on.exit(setwd(old))
+  }
+  out <- suppressWarnings(system2(
+    file.path(R.home("bin"), "R"), c("CMD", args),
+    stdout = TRUE, stderr = TRUE, env = env
+  ))
+  status <- attr(out, "status") %||% 0L
+  list(status = status, output = paste(out, collapse = "\n"))
+}
+
+`%||%` <- function(x, y) if (is.null(x)) y else x
+
+# Compiles `sources` into `<name>.so` with compiler flags `flags` (replacing
+# R's CFLAGS, so -O levels and unwind-table options really apply) and loads it.
+compile_clib <- function(name, sources, flags = "-g -O0", load = TRUE) {
+  key <- paste(name, flags)
+  if (!is.null(clib_cache[[key]])) {
+    return(clib_cache[[key]])
+  }
+  dir <- tempfile(paste0("winch-", name, "-"))
+  dir.create(dir)
+  file.copy(vapply(sources, clib_source, ""), dir)
+  makevars <- file.path(dir, "Makevars.user")
+  writeLines(c(
+    paste("CFLAGS =", flags, "-fPIC"),
+    paste("CXXFLAGS =", flags, "-fPIC"),
+    paste("FFLAGS =", flags, "-fPIC"),
+    paste("FCFLAGS =", flags, "-fPIC")
+  ), makevars)
+  so <- file.path(dir, paste0(name, .Platform$dynlib.ext))
+  res <- r_cmd(
+    c("SHLIB", "-o", basename(so), sources),
+    env = paste0("R_MAKEVARS_USER=", makevars),
+    wd = dir
+  )
+  if (res$status != 0L || !file.exists(so)) {
+    stop("compiling ", name, " failed:\n", res$output)
+  }
+  so <- normalizePath(so)
+  lib <- list(name = name, path = so, dir = dir, dll = if (load) dyn.load(so))
+  clib_cache[[key]] <- lib
+  lib
+}
+
+roundtrip_lib <- function() compile_clib("wtest_roundtrip", "roundtrip.c")
+other_lib <- function() compile_clib("wtest_other", "other.c")
+
+# .Call into a fixture library.
+ccall <- function(lib, symbol, ...) {
+  .Call(symbol, ..., PACKAGE = lib$name)
+}
+
+# Compiles the Rust fixture with plain rustc, or returns NULL (with the
+# reason as attribute) when rustc is not available.
+compile_rustlib <- function() {
+  if (!is.null(clib_cache$rust)) {
+    return(clib_cache$rust)
+  }
+  rustc <- Sys.which("rustc")
+  if (!nzchar(rustc) && file.exists("~/.cargo/bin/rustc")) {
+    rustc <- path.expand("~/.cargo/bin/rustc")
+  }
+  if (!nzchar(rustc)) {
+    return(structure(list(), reason = "rustc not found"))
+  }
+  dir <- tempfile("winch-rust-")
+  dir.create(dir)
+  src <- file.path(dir, "rustlib.rs")
+  file.copy(clib_source("rustlib.rs"), src)
+  so <- file.path(dir, "wtest_rust.so")
+  out <- suppressWarnings(system2(rustc, c(
+    "--edition", "2021", "--crate-type", "cdylib", "-g", "-C", "opt-level=0",
+    "-o", so, src, "-L", file.path(R.home("lib")), "-l", "R"
+  ), stdout = TRUE, stderr = TRUE))
+  if (!file.exists(so)) {
+    return(structure(list(), reason = paste("rustc failed:", paste(out, collapse = "\n"))))
+  }
+  lib <- list(name = "wtest_rust", path = normalizePath(so), dir = dir, src = src, dll = dyn.load(so))
+  clib_cache$rust <- lib
+  lib
+}

@@ -1,0 +1,216 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+
+# Fixture libraries and direct .Call wrappers used by the scenarios below.
+rt <- roundtrip_lib()
+ot <- other_lib()
+RT <- "/wtest_roundtrip.so"
+OT <- "/wtest_other.so"
+
+expect_exact <- function(x) {
+  expect_identical(attr(x, "placement"), "exact")
+  expect_false(any(attr(x, "status") %in% c("approximate", "unplaced")))
+}
+
+test_that("R -> C -> R -> C -> R through two different libraries", {
+  inner <- function() winch_sys_calls()
+  mid <- function() .Call("other_call", inner, environment(), PACKAGE = "wtest_other")
+  outer <- function() .Call("rt_call", mid, environment(), PACKAGE = "wtest_roundtrip")
+  x <- outer()
+  expect_s3_class(x, "winch_calls")
+  expect_exact(x)
+  expect_identical(
+    labels_from(joint_labels(x), "outer"),
+    c("outer", paste0(RT, "::rt_call"), paste0(RT, "::eval_fun"), "<inline>",
+      paste0(OT, "::other_call"), "<inline>")
+  )
+})
+
+test_that("the R part is exactly sys.calls() of the caller", {
+  check <- function() {
+    x <- winch_sys_calls()
+    list(r = unclass(x)[!attr(x, "native")], base = as.list(sys.calls()))
+  }
+  res <- winch_call(check)
+  expect_identical(res$r, res$base)
+})
+
+test_that("a .Call that already returned is not on the stack", {
+  f <- function() {
+    .Call("rt_identity", 1, PACKAGE = "wtest_roundtrip")
+    winch_call(function() winch_sys_calls())
+  }
+  labels <- labels_from(joint_labels(f()), "f")
+  expect_identical(labels, c("f", "winch_call", "/winch.so::winch_call", "<inline>"))
+})
+
+test_that("a .Call in an untaken branch or in a lambda is placed where it runs", {
+  f <- function(run) {
+    if (FALSE) .Call("rt_call", NULL, NULL, PACKAGE = "wtest_roundtrip")
+    lambda <- function() .Call("rt_call", function() winch_sys_calls(), environment(),
+                               PACKAGE = "wtest_roundtrip")
+    lambda()
+  }
+  x <- f()
+  expect_exact(x)
+  expect_identical(
+    labels_from(joint_labels(x), "f"),
+    c("f", "lambda", paste0(RT, "::rt_call"), paste0(RT, "::eval_fun"), "<inline>")
+  )
+})
+
+test_that("do.call(\".Call\", ...) and .External", {
+  f <- function() {
+    do.call(".Call", list("rt_call", function() winch_sys_calls(), environment(),
+                          PACKAGE = "wtest_roundtrip"))
+  }
+  expect_identical(
+    labels_from(joint_labels(f()), "f"),
+    c("f", "do.call", paste0(RT, "::rt_call"), paste0(RT, "::eval_fun"), "<inline>")
+  )
+  g <- function() .External("rt_external", function() winch_sys_calls(), environment(),
+                            PACKAGE = "wtest_roundtrip")
+  expect_identical(
+    labels_from(joint_labels(g()), "g"),
+    c("g", paste0(RT, "::rt_external"), paste0(RT, "::eval_fun"), "<inline>")
+  )
+})
+
+test_that("callbacks through R_tryEval, R_ToplevelExec and R_UnwindProtect", {
+  cb <- function() winch_sys_calls()
+  via <- function(symbol) .Call(symbol, cb, environment(), PACKAGE = "wtest_roundtrip")
+  x <- via("rt_tryeval")
+  expect_exact(x)
+  expect_identical(labels_from(joint_labels(x), "via"), c("via", paste0(RT, "::rt_tryeval"), "<inline>"))
+  x <- via("rt_toplevel")
+  expect_exact(x)
+  expect_identical(
+    labels_from(joint_labels(x), "via"),
+    c("via", paste0(RT, c("::rt_toplevel", "::toplevel_fn", "::eval_fun")), "<inline>")
+  )
+  x <- via("rt_unwind_protect")
+  expect_exact(x)
+  expect_identical(
+    labels_from(joint_labels(x), "via"),
+    c("via", paste0(RT, c("::rt_unwind_protect", "::unwind_fn", "::eval_fun")), "<inline>")
+  )
+})
+
+test_that("50 alternating round trips", {
+  env <- environment()
+  nest <- function(k) {
+    if (k == 0L) winch_sys_calls() else .Call("rt_nest", nest, k - 1L, env, PACKAGE = "wtest_roundtrip")
+  }
+  x <- nest(50L)
+  expect_exact(x)
+  labels <- labels_from(joint_labels(x), "nest")
+  expect_identical(labels, c("nest", rep(c(paste0(RT, "::rt_nest"), "<inline>"), 50L)))
+})
+
+test_that("byte code and the AST interpreter place frames the same way", {
+  make <- function() {
+    inner <- function() winch_sys_calls()
+    mid <- function() .Call("other_call", inner, environment(), PACKAGE = "wtest_other")
+    outer <- function() .Call("rt_call", mid, environment(), PACKAGE = "wtest_roundtrip")
+    outer
+  }
+  ast_fn <- make()
+  old <- compiler::enableJIT(0L)
+  on.exit(compiler::enableJIT(old), add = TRUE)
+  ast <- ast_fn()
+  bc_fn <- compiler::cmpfun(make())
+  expect_true(is.function(bc_fn))
+  bc <- bc_fn()
+  expect_exact(ast)
+  expect_exact(bc)
+  expect_identical(labels_from(joint_labels(ast), "ast_fn"), labels_from(joint_labels(bc), "bc_fn")[-1L] |>
+    (\(l) c("ast_fn", l))())
+})
+
+test_that("placement stays exact while Rprof() is running", {
+  prof <- tempfile()
+  Rprof(prof, interval = 0.002)
+  on.exit({
+    Rprof(NULL)
+    unlink(prof)
+  })
+  inner <- function() {
+    x <- NULL
+    for (i in 1:30) x <- winch_sys_calls()
+    x
+  }
+  outer <- function() .Call("rt_call", inner, environment(), PACKAGE = "wtest_roundtrip")
+  x <- outer()
+  Rprof(NULL)
+  expect_exact(x)
+  expect_identical(
+    labels_from(joint_labels(x), "outer"),
+    c("outer", paste0(RT, "::rt_call"), paste0(RT, "::eval_fun"), "<inline>")
+  )
+})
+
+test_that("an error raised by Rf_error() is seen in place from a calling handler", {
+  seen <- NULL
+  f <- function() .Call("rt_error", "from C", PACKAGE = "wtest_roundtrip")
+  try(silent = TRUE, withCallingHandlers(f(), error = function(e) seen <<- winch_sys_calls()))
+  # The handler runs inside the C function's call to Rf_error(): R calls
+  # .handleSimpleError(), which calls the handler as h(cond).
+  expect_identical(
+    labels_from(joint_labels(seen), "f"),
+    c("f", paste0(RT, "::rt_error"), ".handleSimpleError", "h")
+  )
+  expect_exact(seen)
+})
+
+test_that("without the context chain nothing is guessed: native frames are unplaced", {
+  withr::local_options(winch.use_contexts = FALSE)
+  f <- function() winch_call(function() winch_sys_calls())
+  x <- f()
+  expect_identical(attr(x, "placement"), "fallback")
+  status <- attr(x, "status")
+  labels <- joint_labels(x)
+  # R calls stay in order, native frames come after them, marked unplaced.
+  n_r <- sum(status == "r")
+  expect_true(all(status[seq_len(n_r)] == "r"))
+  expect_true(all(status[-seq_len(n_r)] == "unplaced"))
+  expect_true("/winch.so::winch_call" %in% labels[status == "unplaced"])
+  expect_match(format(x), "unplaced", all = FALSE)
+})
+
+test_that("the printed joint stack marks native frames", {
+  f <- function() winch_call(function() winch_sys_calls())
+  out <- format(f())
+  expect_match(out, "^ *[0-9]+:   `/winch.so`::winch_call\\(\\)$", all = FALSE)
+})
+
+test_that("bad arguments are clear errors", {
+  expect_snapshot(error = TRUE, {
+    winch_sys_calls(libr = "yes")
+    winch_sys_calls(backend = 1)
+  })
+})
+
+test_that("a library without unwind tables: truncated, R frames in order, no crash", {
+  nu <- compile_clib(
+    "wtest_nounwind", "nounwind.c",
+    flags = "-g -O2 -fno-asynchronous-unwind-tables -fno-unwind-tables -fomit-frame-pointer"
+  )
+  for (backend in winch:::winch_backends()) {
+    inner <- function() list(tb = winch_trace_back(backend = backend), calls = winch_sys_calls(backend = backend))
+    outer <- function() .Call("nu_call", inner, environment(), PACKAGE = "wtest_nounwind")
+    res <- outer()
+    # Unwinding stops at the frame without unwind information: said so.
+    expect_true(attr(res$tb, "truncated"), label = backend)
+    expect_match(attr(res$tb, "truncation"), "without unwind information")
+    expect_identical(basename(res$tb$pathname[[nrow(res$tb)]]), "wtest_nounwind.so")
+    # The R frames are all there and in order; the frame that could be
+    # unwound is in its place.
+    x <- res$calls
+    expect_true(attr(x, "truncated"))
+    expect_identical(unclass(x)[!attr(x, "native")][seq_len(sys.nframe())], as.list(sys.calls()))
+    expect_identical(
+      labels_from(joint_labels(x), "outer"),
+      c("outer", "/wtest_nounwind.so::nu_call", "<inline>")
+    )
+    expect_match(format(x), "native stack truncated", all = FALSE)
+  }
+})

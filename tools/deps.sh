@@ -1,0 +1,33 @@
+#!/bin/sh
+# Installs the Debian packages winch needs to build, test and document itself,
+# skipping those already present. Runs apt-get as root (or through sudo).
+set -e
+
+PACKAGES="r-base-dev r-cran-rlang r-cran-testthat r-cran-knitr r-cran-rmarkdown
+r-cran-bench r-cran-withr libunwind-dev pkg-config pandoc binutils gfortran g++"
+
+missing=""
+for p in $PACKAGES; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing="$missing $p"
+  fi
+done
+
+if [ -n "$missing" ]; then
+  echo "installing:$missing"
+  SUDO=""
+  if [ "$(id -u)" != "0" ]; then
+    SUDO="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -qq --no-install-recommends $missing
+else
+  echo "all Debian packages present"
+fi
+
+if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+  echo "cargo not found: install Rust from https://rustup.rs" >&2
+  exit 1
+fi
