@@ -11,8 +11,9 @@
 #'
 #' The native frames must still exist: call this while the stack that `trace`
 #' describes is live (e.g. in a calling handler), never after an error has
-#' unwound it. A trace that does not belong to the current stack is returned
-#' unchanged, as is a trace that already has native frames.
+#' unwound it. The trace is returned unchanged when there is no native code
+#' to add, when it does not belong to the current stack, and when it already
+#' has native frames.
 #'
 #' Every column and attribute of `trace` is kept. The attribute `winch` of
 #' the result tells how the native frames were placed.
@@ -130,7 +131,6 @@ insert_native_rows <- function(trace, row_frames, native, first = 1L) {
   n_added <- length(top_chunk) + sum(lengths(chunk_rows)) +
     if (nrow(unplaced)) nrow(unplaced) + 1L else 0L
   if (!n_added) {
-    attr(trace, "winch") <- winch_info(native, 0L)
     return(trace)
   }
 

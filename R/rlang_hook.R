@@ -22,18 +22,17 @@ rlang_hook_is_disabled <- function(fn) {
     length(body) >= 2L && identical(body[[2L]], quote(return(trace)))
 }
 
-rlang_hook_install <- function() {
-  if (!is.null(the$hook) || !isNamespaceLoaded("rlang")) {
+rlang_hook_install <- function(ns = rlang_ns()) {
+  if (!is.null(the$hook) || is.null(ns)) {
     return(invisible(FALSE))
   }
-  ns <- asNamespace("rlang")
   original <- get0("add_winch_trace", envir = ns, inherits = FALSE)
   if (!is.function(original) || !rlang_hook_is_disabled(original)) {
     return(invisible(FALSE))
   }
   hook <- function(trace) winch_rlang_hook(trace, original)
   replace_binding(ns, "add_winch_trace", hook)
-  the$hook <- list(original = original, hook = hook)
+  the$hook <- list(ns = ns, original = original, hook = hook)
   invisible(TRUE)
 }
 
@@ -43,14 +42,15 @@ rlang_hook_restore <- function() {
     return(invisible(FALSE))
   }
   the$hook <- NULL
-  if (isNamespaceLoaded("rlang")) {
-    ns <- asNamespace("rlang")
-    current <- get0("add_winch_trace", envir = ns, inherits = FALSE)
-    if (identical(current, installed$hook)) {
-      replace_binding(ns, "add_winch_trace", installed$original)
-    }
+  current <- get0("add_winch_trace", envir = installed$ns, inherits = FALSE)
+  if (identical(current, installed$hook)) {
+    replace_binding(installed$ns, "add_winch_trace", installed$original)
   }
   invisible(TRUE)
+}
+
+rlang_ns <- function() {
+  if (isNamespaceLoaded("rlang")) asNamespace("rlang") else NULL
 }
 
 rlang_hook_installed <- function() {

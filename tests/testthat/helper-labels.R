@@ -32,7 +32,13 @@ trace_labels <- function(trace) {
     cl <- trace$call[[i]]
     ns <- trace$namespace[[i]]
     head <- if (is.call(cl)) cl[[1L]] else NULL
-    name <- if (is.symbol(head)) as.character(head) else "<inline>"
+    name <- if (is.symbol(head)) {
+      as.character(head)
+    } else if (is.call(head) && identical(head[[1L]], quote(`::`))) {
+      paste(deparse(head), collapse = "")
+    } else {
+      "<inline>"
+    }
     if (!is.na(ns) && startsWith(ns, "/")) paste0(ns, "::", name) else name
   }, "")
 }

@@ -1,0 +1,135 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+
+rt <- roundtrip_lib()
+
+test_that("native rows are inserted under the R call that entered them", {
+  f <- function() winch_call(function() winch_add_trace_back())
+  tr <- f()
+  expect_s3_class(tr, "rlang_trace")
+  labels <- trace_labels(tr)
+  expect_identical(
+    labels_from(labels, "f"),
+    c("f", "winch_call", "/winch.so::winch_call", "<fn>")
+  )
+  i <- match("f", labels)
+  # Parents: native row under winch_call(), the callback under the native row.
+  expect_identical(tr$parent[[i + 1L]], i)
+  expect_identical(tr$parent[[i + 2L]], i + 1L)
+  expect_identical(tr$parent[[i + 3L]], i + 2L)
+  native <- i + 2L
+  expect_identical(tr$namespace[[native]], "/winch.so")
+  expect_identical(tr$scope[[native]], "::")
+  expect_identical(tr$call[[native]][[1L]], as.symbol("winch_call"))
+  expect_true(tr$visible[[native]])
+  expect_identical(attr(tr, "winch")$placement, "exact")
+})
+
+test_that("round trips through two libraries build a proper tree", {
+  inner <- function() winch_add_trace_back()
+  mid <- function() .Call("other_call", inner, environment(), PACKAGE = "wtest_other")
+  outer <- function() .Call("rt_call", mid, environment(), PACKAGE = "wtest_roundtrip")
+  other_lib()
+  tr <- outer()
+  labels <- trace_labels(tr)
+  expect_identical(
+    labels_from(labels, "outer"),
+    c("outer", "/wtest_roundtrip.so::rt_call", "/wtest_roundtrip.so::eval_fun", "<fn>",
+      "/wtest_other.so::other_call", "<fn>")
+  )
+  i <- match("outer", labels)
+  # A chain: each row is the child of the one before it.
+  expect_identical(tr$parent[i + 1:5], i + 0:4)
+})
+
+test_that("every column and attribute is kept", {
+  f <- function() winch_call(function() {
+    tr <- rlang::trace_back(bottom = environment())
+    tr$error_frame <- FALSE
+    tr$error_frame[[nrow(tr)]] <- TRUE
+    tr$error_arg <- rep(list(NULL), nrow(tr))
+    tr$error_arg[[nrow(tr)]] <- "x"
+    tr$custom <- seq_len(nrow(tr))
+    attr(tr, "extra") <- "kept"
+    list(before = tr, after = winch_add_trace_back(tr))
+  })
+  res <- f()
+  before <- res$before
+  after <- res$after
+  expect_identical(names(after), names(before))
+  expect_identical(class(after), class(before))
+  expect_identical(attr(after, "extra"), "kept")
+  expect_identical(attr(after, "version"), attr(before, "version"))
+  expect_identical(nrow(after), nrow(before) + 1L)
+  native <- which(after$namespace %in% "/winch.so")
+  expect_length(native, 1L)
+  # Native rows get neutral values in columns winch does not know.
+  expect_false(after$error_frame[[native]])
+  expect_null(after$error_arg[[native]])
+  expect_true(is.na(after$custom[[native]]))
+  # R rows are unchanged apart from their parents.
+  r_rows <- setdiff(seq_len(nrow(after)), native)
+  for (col in setdiff(names(before), "parent")) {
+    expect_identical(after[[col]][r_rows], before[[col]], label = col)
+  }
+})
+
+test_that("traces trimmed by rlang_trace_top_env and traces taken with bottom", {
+  # testthat sets rlang_trace_top_env, so these traces start at the test code.
+  f <- function() winch_call(function() g())
+  g <- function() h()
+  h <- function() {
+    bottom <- rlang::trace_back(bottom = 2L)
+    list(top = winch_add_trace_back(), bottom = bottom, bottom_added = winch_add_trace_back(bottom))
+  }
+  res <- f()
+  expect_identical(trace_labels(res$top), c("f", "winch_call", "/winch.so::winch_call", "<fn>", "g", "h"))
+  # With bottom = 2, rlang's trace stops above h(); the native row still goes
+  # in its place.
+  expected <- append(trace_labels(res$bottom), "/winch.so::winch_call", after = 2L)
+  expect_identical(trace_labels(res$bottom_added), expected)
+  expect_false("h" %in% expected)
+})
+
+test_that("no native code to add: the trace comes back unchanged, silently", {
+  f <- function() {
+    tr <- rlang::trace_back(bottom = environment())
+    list(tr = tr, out = winch_add_trace_back(tr))
+  }
+  expect_silent(res <- f())
+  expect_identical(res$out, res$tr)
+})
+
+test_that("a trace that does not describe the current stack is left alone", {
+  f <- function() winch_call(function() rlang::trace_back(bottom = environment()))
+  old <- f()
+  elsewhere <- function() winch_add_trace_back(old)
+  expect_identical(elsewhere(), old)
+})
+
+test_that("native frames are never added twice", {
+  f <- function() winch_call(function() winch_add_trace_back(winch_add_trace_back()))
+  tr <- f()
+  expect_identical(sum(tr$namespace %in% "/winch.so"), 1L)
+})
+
+test_that("old and malformed traces", {
+  old <- structure(list(calls = list(quote(f())), parents = 0L), class = "rlang_trace")
+  expect_identical(winch_add_trace_back(old), old)
+  expect_snapshot(error = TRUE, {
+    winch_add_trace_back("x")
+    winch_add_trace_back(NULL)
+    winch_add_trace_back(data.frame())
+    winch_add_trace_back(data.frame(call = 1, parent = 0))
+  })
+})
+
+test_that("printed trees show native frames with their source location", {
+  inner <- function() rlang::trace_back()
+  outer <- function() .Call("rt_call", inner, environment(), PACKAGE = "wtest_roundtrip")
+  withr::local_options(rlang_trace_use_winch = TRUE)
+  tr <- outer()
+  expect_snapshot(print(tr), transform = scrub_locations)
+  lines <- capture.output(print(tr))
+  rt_line <- grep("::rt_call()", lines, fixed = TRUE, value = TRUE)
+  expect_match(rt_line, sprintf("roundtrip\\.c:%d:", marker_line("roundtrip.c", "rt_call")))
+})
