@@ -8,17 +8,11 @@ joint_capture <- function(frames, calls, libr = FALSE,
                           backend = getOption("winch.backend", "auto"),
                           call = rlang::caller_env()) {
   check_backend(backend, call = call)
-  res <- check_result(
+  sync_debug_dirs()
+  check_result(
     .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr, use_contexts()),
     call = call
   )
-  out <- new_frames_df(res, c(native_columns, "r_frame", "approximate", "host"))
-  attr(out, "backend") <- res$backend
-  attr(out, "truncated") <- !is.na(res$truncated)
-  attr(out, "truncation") <- res$truncated
-  attr(out, "placement") <- res$placement
-  attr(out, "fallback_reason") <- res$fallback_reason
-  out
 }
 
 # Reading R's context chain can be turned off with

@@ -2,21 +2,19 @@
 # function returns its result or `list(error = "...")`; errors are raised here,
 # in R, with the user's call.
 
-native_columns <- c("func", "ip", "pathname", "is_libr", "file", "line", "inlined", "offset", "column")
-
 abort_winch <- function(message, call = rlang::caller_env(), class = NULL) {
   rlang::abort(message, class = c(class, "winch_error"), call = call)
 }
 
 check_result <- function(x, call = rlang::caller_env()) {
-  if (!is.null(x$error)) {
-    abort_winch(x$error, call = call)
+  if (is.list(x) && !is.data.frame(x) && !is.null(x[["error"]])) {
+    abort_winch(x[["error"]], call = call)
   }
   x
 }
 
 check_backend <- function(backend, call = rlang::caller_env()) {
-  ok <- c("auto", "libunwind", "backtrace")
+  ok <- c("auto", "cfi", "libunwind", "backtrace")
   if (!is.character(backend) || length(backend) != 1L || is.na(backend) || !backend %in% ok) {
     abort_winch(
       sprintf("`backend` must be one of %s.", paste0('"', ok, '"', collapse = ", ")),
@@ -31,15 +29,6 @@ check_flag <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env()
     abort_winch(sprintf("`%s` must be `TRUE` or `FALSE`.", arg), call = call)
   }
   invisible(x)
-}
-
-# A data frame from a list of equal-length columns, without data.frame()'s
-# checks (the columns come from Rust and are known to be well formed).
-new_frames_df <- function(x, columns) {
-  df <- x[columns]
-  attr(df, "row.names") <- .set_row_names(length(df[[1L]]))
-  class(df) <- "data.frame"
-  df
 }
 
 # The call that stands for a native frame in joint traces:
@@ -59,11 +48,30 @@ winch_backends <- function() {
 # that capture away from R's main thread is safe.
 capture_on_thread <- function(backend = "auto") {
   check_backend(backend)
-  res <- check_result(.Call(C_rs_thread_capture, backend))
-  out <- new_frames_df(res, native_columns)
-  attr(out, "backend") <- res$backend
-  attr(out, "truncated") <- !is.na(res$truncated)
-  attr(out, "truncation") <- res$truncated
-  attr(out, "main_thread") <- res$main_thread
-  out
+  check_result(.Call(C_rs_thread_capture, backend))
+}
+
+# Nanoseconds per capture spent unwinding, checking frames and symbolizing,
+# at the caller's depth (used by bench/profile.R).
+stage_times <- function(backend = "auto", n = 200L) {
+  check_backend(backend)
+  unlist(check_result(.Call(C_rs_stage_times, backend, as.integer(n))))
+}
+
+# Figures about winch's symbol caches (bench/first_capture.R).
+cache_info <- function() {
+  check_result(.Call(C_rs_cache_info))
+}
+
+# Passes the `winch.debug_dirs` option to the Rust side when it changed.
+sync_debug_dirs <- function() {
+  dirs <- getOption("winch.debug_dirs", "/usr/lib/debug")
+  if (!identical(dirs, the$debug_dirs)) {
+    if (!is.character(dirs) || anyNA(dirs)) {
+      abort_winch("The `winch.debug_dirs` option must be a character vector of directories.")
+    }
+    check_result(.Call(C_rs_set_debug_dirs, dirs))
+    the$debug_dirs <- dirs
+  }
+  invisible(dirs)
 }

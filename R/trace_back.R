@@ -23,9 +23,10 @@ winch_available <- function() {
 #' (never the name of a neighbouring function). `offset` is the address
 #' relative to the module, usable with `addr2line -e <pathname> <offset>`.
 #'
-#' @param backend The unwinder: `"libunwind"` (the system libunwind),
-#'   `"backtrace"` (libgcc's unwinder) or `"auto"` for the first that works.
-#'   Defaults to the `winch.backend` option.
+#' @param backend The unwinder: `"cfi"` (winch's own cached unwinder, which
+#'   hands stacks it cannot walk to libgcc's), `"libunwind"` (the system
+#'   libunwind), `"backtrace"` (libgcc's unwinder) or `"auto"` for the first
+#'   of these that works here. Defaults to the `winch.backend` option.
 #' @param libr Include frames of R's own library and executable?
 #' @return A data frame, innermost frame first, with one row per frame and,
 #'   for code inlined by the compiler, one more row per inlined call (same
@@ -39,7 +40,7 @@ winch_available <- function() {
 #'   * `offset`: `ip` relative to the module, as `"0x..."`;
 #'   * `column`: source column from debug information, `NA` if absent.
 #'
-#'   Attributes: `backend` (the unwinder used), `truncated` (`TRUE` when
+#'   Attributes: `backend` (the unwinder that walked the stack), `truncated` (`TRUE` when
 #'   unwinding stopped before the outermost frame) and `truncation` (why).
 #' @export
 #' @examples
@@ -49,10 +50,6 @@ winch_available <- function() {
 winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr = TRUE) {
   check_backend(backend)
   check_flag(libr)
-  res <- check_result(.Call(C_rs_trace_back, backend, libr))
-  out <- new_frames_df(res, native_columns)
-  attr(out, "backend") <- res$backend
-  attr(out, "truncated") <- !is.na(res$truncated)
-  attr(out, "truncation") <- res$truncated
-  out
+  sync_debug_dirs()
+  check_result(.Call(C_rs_trace_back, backend, libr))
 }

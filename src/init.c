@@ -15,6 +15,7 @@ SEXP wrap__winch_rs_thread_capture(SEXP backend);
 SEXP wrap__winch_rs_cache_info(void);
 SEXP wrap__winch_rs_cache_clear(void);
 SEXP wrap__winch_rs_set_debug_dirs(SEXP dirs);
+SEXP wrap__winch_rs_stage_times(SEXP backend, SEXP n);
 
 void winch_rust_init(void);
 
@@ -29,6 +30,7 @@ static const R_CallMethodDef call_methods[] = {
   {"rs_cache_info",    (DL_FUNC) &wrap__winch_rs_cache_info, 0},
   {"rs_cache_clear",   (DL_FUNC) &wrap__winch_rs_cache_clear, 0},
   {"rs_set_debug_dirs",(DL_FUNC) &wrap__winch_rs_set_debug_dirs, 1},
+  {"rs_stage_times",   (DL_FUNC) &wrap__winch_rs_stage_times, 2},
   {NULL, NULL, 0}
 };
 

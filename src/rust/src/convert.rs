@@ -1,30 +1,39 @@
-//! Native frames as R columns.
+//! Native frames as an R data frame, built directly with the R API.
+//!
+//! Captures repeat the same few strings many times (module paths, function
+//! names, return addresses of recursive calls), so each distinct string is
+//! turned into a CHARSXP once per table.
 
+use crate::rapi::{self, Sexp};
 use extendr_api::prelude::*;
+use std::collections::HashMap;
 use std::sync::Arc;
 use winch_core::debuginfo::Resolved;
 use winch_core::interleave::Placement;
+use winch_core::modules::ModuleMap;
 use winch_core::trace::NativeTrace;
 
-/// Columns of the native-frame table, one row per (possibly inlined) frame.
+/// One output row: a physical frame, or an inlined call inside it.
+struct Row {
+    ip: usize,
+    module: Option<usize>,
+    offset: usize,
+    resolved: Arc<[Resolved]>,
+    k: usize,
+    is_libr: bool,
+    r_frame: Option<usize>,
+    approximate: bool,
+    host: bool,
+}
+
 #[derive(Default)]
 pub struct Rows {
-    func: Vec<Option<String>>,
-    ip: Vec<String>,
-    pathname: Vec<Option<String>>,
-    is_libr: Vec<bool>,
-    file: Vec<Option<String>>,
-    line: Vec<Option<i32>>,
-    column: Vec<Option<i32>>,
-    inlined: Vec<bool>,
-    offset: Vec<Option<String>>,
-    r_frame: Vec<Option<i32>>,
-    approximate: Vec<bool>,
-    host: Vec<bool>,
+    rows: Vec<Row>,
 }
 
 impl Rows {
-    /// Adds the rows of physical frame `i`.
+    /// Adds the rows of physical frame `i` (one per inlined call, innermost
+    /// first). `placement` is (placement, is a host frame) for joint tables.
     pub fn push(
         &mut self,
         trace: &NativeTrace,
@@ -34,53 +43,214 @@ impl Rows {
         placement: Option<(&Placement, bool)>,
     ) {
         let f = &trace.frames[i];
-        let module = f.module.map(|m| trace.map.module(m));
-        let ip = format!("{:016x}", f.ip);
-        let offset = module.map(|m| format!("0x{:x}", f.ip.wrapping_sub(m.bias)));
-        for r in resolved.iter() {
-            self.func.push(r.func.as_deref().map(String::from));
-            self.ip.push(ip.clone());
-            self.pathname.push(module.map(|m| m.path.clone()));
-            self.is_libr.push(is_libr);
-            self.file.push(r.file.as_deref().map(String::from));
-            self.line.push(r.line.and_then(|l| i32::try_from(l).ok()));
-            self.column.push(r.column.and_then(|c| i32::try_from(c).ok()));
-            self.inlined.push(r.inlined);
-            self.offset.push(offset.clone());
-            if let Some((p, host)) = placement {
-                self.r_frame.push(p.parent[i].and_then(|k| i32::try_from(k).ok()));
-                self.approximate.push(p.approximate[i]);
-                self.host.push(host);
-            }
+        let offset = f.module.map_or(0, |m| f.ip.wrapping_sub(trace.map.module(m).bias));
+        for k in 0..resolved.len() {
+            self.rows.push(Row {
+                ip: f.ip,
+                module: f.module,
+                offset,
+                resolved: resolved.clone(),
+                k,
+                is_libr,
+                r_frame: placement.and_then(|(p, _)| p.parent[i]),
+                approximate: placement.is_some_and(|(p, _)| p.approximate[i]),
+                host: placement.is_some_and(|(_, h)| h),
+            });
         }
     }
 
-    /// A named list of columns (plus `extra` elements), ready for
-    /// `new_frames_df()` on the R side.
-    pub fn into_list(self, joint: bool, extra: Vec<(&str, Robj)>) -> Robj {
-        let mut pairs: Vec<(&str, Robj)> = vec![
-            ("func", self.func.into()),
-            ("ip", self.ip.into()),
-            ("pathname", self.pathname.into()),
-            ("is_libr", self.is_libr.into()),
-            ("file", self.file.into()),
-            ("line", self.line.into()),
-            ("inlined", self.inlined.into()),
-            ("offset", self.offset.into()),
-            ("column", self.column.into()),
-        ];
-        if joint {
-            pairs.push(("r_frame", self.r_frame.into()));
-            pairs.push(("approximate", self.approximate.into()));
-            pairs.push(("host", self.host.into()));
+    /// A data frame with the columns of `winch_trace_back()` (plus `r_frame`,
+    /// `approximate` and `host` when `joint`), and `attrs` as attributes.
+    pub fn into_data_frame(self, map: &ModuleMap, joint: bool, attrs: Vec<(&[u8], Attr)>) -> Robj {
+        // SAFETY: runs on R's main thread (checked by the callers). The list
+        // is protected; every column is stored into it right after it is
+        // allocated and every CHARSXP right after it is made, so nothing is
+        // ever unprotected while R allocates.
+        unsafe {
+            let n = self.rows.len() as isize;
+            let names: &[&str] = if joint { &JOINT_COLUMNS } else { &COLUMNS[..] };
+            let df = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, names.len() as isize));
+            let mut strings = StringCache::default();
+
+            let func = column(df, 0, rapi::STRSXP, n);
+            let ip = column(df, 1, rapi::STRSXP, n);
+            let pathname = column(df, 2, rapi::STRSXP, n);
+            let is_libr = column(df, 3, rapi::LGLSXP, n);
+            let file = column(df, 4, rapi::STRSXP, n);
+            let line = column(df, 5, rapi::INTSXP, n);
+            let inlined = column(df, 6, rapi::LGLSXP, n);
+            let offset = column(df, 7, rapi::STRSXP, n);
+            let col = column(df, 8, rapi::INTSXP, n);
+            let (is_libr_p, line_p, inlined_p, col_p) =
+                (rapi::LOGICAL(is_libr), rapi::INTEGER(line), rapi::LOGICAL(inlined), rapi::INTEGER(col));
+            let joint_cols = if joint {
+                let r_frame = column(df, 9, rapi::INTSXP, n);
+                let approx = column(df, 10, rapi::LGLSXP, n);
+                let host = column(df, 11, rapi::LGLSXP, n);
+                Some((rapi::INTEGER(r_frame), rapi::LOGICAL(approx), rapi::LOGICAL(host)))
+            } else {
+                None
+            };
+
+            for (i, row) in self.rows.iter().enumerate() {
+                let r = &row.resolved[row.k];
+                let ii = i as isize;
+                rapi::SET_STRING_ELT(func, ii, strings.arc(func, ii, r.func.as_ref()));
+                rapi::SET_STRING_ELT(ip, ii, strings.hex(ip, ii, row.ip, false));
+                rapi::SET_STRING_ELT(pathname, ii, strings.module(pathname, ii, map, row.module));
+                *is_libr_p.offset(ii) = row.is_libr as i32;
+                rapi::SET_STRING_ELT(file, ii, strings.arc(file, ii, r.file.as_ref()));
+                *line_p.offset(ii) = opt_int(r.line);
+                *inlined_p.offset(ii) = r.inlined as i32;
+                rapi::SET_STRING_ELT(offset, ii, strings.hex(offset, ii, row.offset, true));
+                *col_p.offset(ii) = opt_int(r.column);
+                if let Some((rf, ap, ho)) = joint_cols {
+                    *rf.offset(ii) = row.r_frame.map_or(rapi::R_NaInt, |k| k as i32);
+                    *ap.offset(ii) = row.approximate as i32;
+                    *ho.offset(ii) = row.host as i32;
+                }
+            }
+
+            let (names_sym, class_sym, rn_sym) =
+                (rapi::sym(b"names\0"), rapi::sym(b"class\0"), rapi::sym(b"row.names\0"));
+            let names_sexp = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, names.len() as isize));
+            for (j, name) in names.iter().enumerate() {
+                rapi::SET_STRING_ELT(names_sexp, j as isize, rapi::mkchar(name));
+            }
+            rapi::Rf_setAttrib(df, names_sym, names_sexp);
+            rapi::Rf_unprotect(1);
+            let class = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
+            rapi::SET_STRING_ELT(class, 0, rapi::mkchar("data.frame"));
+            rapi::Rf_setAttrib(df, class_sym, class);
+            rapi::Rf_unprotect(1);
+            let row_names = rapi::Rf_protect(rapi::Rf_allocVector(rapi::INTSXP, 2));
+            *rapi::INTEGER(row_names) = rapi::R_NaInt;
+            *rapi::INTEGER(row_names).offset(1) = -(n as i32);
+            rapi::Rf_setAttrib(df, rn_sym, row_names);
+            rapi::Rf_unprotect(1);
+            for (name, value) in attrs {
+                let name = rapi::sym(name);
+                let v = rapi::Rf_protect(value.to_sexp());
+                rapi::Rf_setAttrib(df, name, v);
+                rapi::Rf_unprotect(1);
+            }
+            let out = Robj::from_sexp(df as extendr_api::SEXP);
+            rapi::Rf_unprotect(1);
+            out
         }
-        pairs.extend(extra);
-        List::from_pairs(pairs).into()
     }
 }
 
-/// `NA_character_` or the string.
-pub fn opt_str(x: Option<&str>) -> Robj {
-    let v: Vec<Option<String>> = vec![x.map(String::from)];
-    v.into()
+const COLUMNS: [&str; 9] =
+    ["func", "ip", "pathname", "is_libr", "file", "line", "inlined", "offset", "column"];
+const JOINT_COLUMNS: [&str; 12] = [
+    "func",
+    "ip",
+    "pathname",
+    "is_libr",
+    "file",
+    "line",
+    "inlined",
+    "offset",
+    "column",
+    "r_frame",
+    "approximate",
+    "host",
+];
+
+/// An attribute value of the result.
+pub enum Attr {
+    Str(Option<String>),
+    Lgl(bool),
+    Int(i32),
+}
+
+impl Attr {
+    unsafe fn to_sexp(&self) -> Sexp {
+        match self {
+            Attr::Str(s) => {
+                let v = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
+                rapi::SET_STRING_ELT(v, 0, s.as_deref().map_or(rapi::R_NaString, |s| rapi::mkchar(s)));
+                rapi::Rf_unprotect(1);
+                v
+            }
+            Attr::Lgl(b) => {
+                let v = rapi::Rf_allocVector(rapi::LGLSXP, 1);
+                *rapi::LOGICAL(v) = *b as i32;
+                v
+            }
+            Attr::Int(i) => {
+                let v = rapi::Rf_allocVector(rapi::INTSXP, 1);
+                *rapi::INTEGER(v) = *i;
+                v
+            }
+        }
+    }
+}
+
+unsafe fn column(df: Sexp, j: isize, kind: i32, n: isize) -> Sexp {
+    let v = rapi::Rf_allocVector(kind, n);
+    rapi::SET_VECTOR_ELT(df, j, v);
+    v
+}
+
+fn opt_int(x: Option<u32>) -> i32 {
+    // SAFETY: reading R's NA_integer_ constant.
+    x.and_then(|v| i32::try_from(v).ok()).unwrap_or(unsafe { rapi::R_NaInt })
+}
+
+/// CHARSXPs made so far in this table, by what they were made from. Each
+/// is cached only after it has been stored in a protected vector.
+#[derive(Default)]
+struct StringCache {
+    arcs: HashMap<usize, Sexp>,
+    ips: HashMap<usize, Sexp>,
+    offsets: HashMap<usize, Sexp>,
+    modules: HashMap<usize, Sexp>,
+}
+
+impl StringCache {
+    /// Stores and returns the CHARSXP for an optional shared string.
+    unsafe fn arc(&mut self, vec: Sexp, i: isize, s: Option<&Arc<str>>) -> Sexp {
+        let Some(s) = s else { return rapi::R_NaString };
+        let key = Arc::as_ptr(s) as *const u8 as usize;
+        if let Some(&c) = self.arcs.get(&key) {
+            return c;
+        }
+        let c = rapi::mkchar(s);
+        rapi::SET_STRING_ELT(vec, i, c);
+        self.arcs.insert(key, c);
+        c
+    }
+
+    /// 16 lowercase hex digits (`ip`), or "0x..." (`offset`).
+    unsafe fn hex(&mut self, vec: Sexp, i: isize, value: usize, prefixed: bool) -> Sexp {
+        let cache = if prefixed { &mut self.offsets } else { &mut self.ips };
+        if let Some(&c) = cache.get(&value) {
+            return c;
+        }
+        let c = if prefixed {
+            rapi::mkchar(&format!("0x{value:x}"))
+        } else {
+            let mut buf = [0u8; 16];
+            for (k, b) in buf.iter_mut().enumerate() {
+                *b = b"0123456789abcdef"[(value >> (60 - 4 * k)) & 0xf];
+            }
+            rapi::mkchar(std::str::from_utf8_unchecked(&buf))
+        };
+        rapi::SET_STRING_ELT(vec, i, c);
+        cache.insert(value, c);
+        c
+    }
+
+    unsafe fn module(&mut self, vec: Sexp, i: isize, map: &ModuleMap, m: Option<usize>) -> Sexp {
+        let Some(m) = m else { return rapi::R_NaString };
+        if let Some(&c) = self.modules.get(&m) {
+            return c;
+        }
+        let c = rapi::mkchar(&map.module(m).path);
+        rapi::SET_STRING_ELT(vec, i, c);
+        self.modules.insert(m, c);
+        c
+    }
 }

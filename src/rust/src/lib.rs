@@ -5,9 +5,10 @@
 
 mod convert;
 mod joint;
+mod rapi;
 mod rstate;
 
-use convert::{opt_str, Rows};
+use convert::{Attr, Rows};
 use extendr_api::prelude::*;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
@@ -87,9 +88,14 @@ fn winch_rs_trace_back(backend: Robj, libr: Robj) -> Robj {
         for (&i, r) in keep.iter().zip(&resolved) {
             rows.push(&t, i, r, libr_flags[i], None);
         }
-        Ok(rows.into_list(
+        Ok(rows.into_data_frame(
+            &t.map,
             false,
-            vec![("truncated", opt_str(t.truncated.as_deref())), ("backend", t.backend.name().into())],
+            vec![
+                (b"backend\0", Attr::Str(Some(t.backend.name().into()))),
+                (b"truncated\0", Attr::Lgl(t.truncated.is_some())),
+                (b"truncation\0", Attr::Str(t.truncated.clone())),
+            ],
         ))
     })
 }
@@ -137,14 +143,16 @@ fn winch_rs_joint(backend: Robj, frames: Robj, calls: Robj, libr: Robj, use_cont
             (None, true) => "approximate",
             (None, false) => "exact",
         };
-        Ok(rows.into_list(
+        Ok(rows.into_data_frame(
+            &t.map,
             true,
             vec![
-                ("truncated", opt_str(t.truncated.as_deref())),
-                ("backend", t.backend.name().into()),
-                ("placement", mode.into()),
-                ("fallback_reason", opt_str(j.fallback_reason.as_deref())),
-                ("beyond_end", (j.placement.beyond_end as i32).into()),
+                (b"backend\0", Attr::Str(Some(t.backend.name().into()))),
+                (b"truncated\0", Attr::Lgl(t.truncated.is_some())),
+                (b"truncation\0", Attr::Str(t.truncated.clone())),
+                (b"placement\0", Attr::Str(Some(mode.into()))),
+                (b"fallback_reason\0", Attr::Str(j.fallback_reason.clone())),
+                (b"beyond_end\0", Attr::Int(j.placement.beyond_end as i32)),
             ],
         ))
     })
@@ -171,14 +179,54 @@ fn winch_rs_thread_capture(backend: Robj) -> Robj {
         for (i, r) in resolved.iter().enumerate() {
             rows.push(&t, i, r, false, None);
         }
-        Ok(rows.into_list(
+        Ok(rows.into_data_frame(
+            &t.map,
             false,
             vec![
-                ("truncated", opt_str(t.truncated.as_deref())),
-                ("backend", t.backend.name().into()),
-                ("main_thread", on_main.into()),
+                (b"backend\0", Attr::Str(Some(t.backend.name().into()))),
+                (b"truncated\0", Attr::Lgl(t.truncated.is_some())),
+                (b"truncation\0", Attr::Str(t.truncated.clone())),
+                (b"main_thread\0", Attr::Lgl(on_main)),
             ],
         ))
+    })
+}
+
+/// Nanoseconds per iteration of each stage of a capture at the caller's
+/// depth, over `n` iterations: unwinding alone, unwinding plus module lookup
+/// and checks, plus symbolization (warm caches). For profiling notes.
+#[extendr]
+fn winch_rs_stage_times(backend: Robj, n: Robj) -> Robj {
+    guarded(|| {
+        let backend = backend_arg(&backend)?;
+        let n = n.as_integer().unwrap_or(100).max(1) as u32;
+        let opts = CaptureOptions { backend, self_addr: rstate::self_addr(), main_thread: true };
+        let time = |f: &mut dyn FnMut()| {
+            let start = std::time::Instant::now();
+            for _ in 0..n {
+                f();
+            }
+            start.elapsed().as_nanos() as f64 / n as f64
+        };
+        let mut frames = 0usize;
+        let unwind = time(&mut || {
+            frames = winch_core::unwind::capture(backend).map(|s| s.frames.len()).unwrap_or(0);
+        });
+        let assemble = time(&mut || {
+            let _ = trace::capture(&opts);
+        });
+        let symbolize = time(&mut || {
+            if let Ok(t) = trace::capture(&opts) {
+                let _ = t.symbolize();
+            }
+        });
+        Ok(List::from_pairs(vec![
+            ("frames", Robj::from(frames as i32)),
+            ("unwind", Robj::from(unwind)),
+            ("assemble", Robj::from(assemble)),
+            ("symbolize", Robj::from(symbolize)),
+        ])
+        .into())
     })
 }
 
@@ -186,13 +234,39 @@ fn winch_rs_thread_capture(backend: Robj) -> Robj {
 #[extendr]
 fn winch_rs_cache_info() -> Robj {
     guarded(|| {
-        let s = symbolizer::with_global(|s| s.stats());
+        let (s, per_module) = symbolizer::with_global(|s| (s.stats(), s.module_stats()));
+        let status = |st: &winch_core::debuginfo::Status| -> String {
+            use winch_core::debuginfo::Status::*;
+            match st {
+                Ok => "ok".into(),
+                NoFile => "no file".into(),
+                Unreadable(why) => format!("unreadable: {why}"),
+                Mismatch(why) => format!("mismatch: {why}"),
+            }
+        };
+        let modules = List::from_pairs(vec![
+            ("path", Robj::from(per_module.iter().map(|m| m.path.clone()).collect::<Vec<_>>())),
+            ("symbols", Robj::from(per_module.iter().map(|m| m.symbols as i32).collect::<Vec<_>>())),
+            ("dwarf", Robj::from(per_module.iter().map(|m| m.has_dwarf).collect::<Vec<_>>())),
+            ("bytes", Robj::from(per_module.iter().map(|m| m.heap_bytes as f64).collect::<Vec<_>>())),
+            (
+                "debug_file",
+                Robj::from(
+                    per_module
+                        .iter()
+                        .map(|m| m.debug_file.as_ref().map(|p| p.display().to_string()))
+                        .collect::<Vec<_>>(),
+                ),
+            ),
+            ("status", Robj::from(per_module.iter().map(|m| status(&m.status)).collect::<Vec<_>>())),
+        ]);
         Ok(List::from_pairs(vec![
             ("modules", Robj::from(s.modules as i32)),
             ("modules_with_dwarf", Robj::from(s.modules_with_dwarf as i32)),
             ("addresses", Robj::from(s.addresses as i32)),
             ("bytes", Robj::from(s.heap_bytes as f64)),
             ("files_read", Robj::from(s.files_loaded as f64)),
+            ("per_module", modules.into()),
         ])
         .into())
     })
@@ -232,6 +306,7 @@ extendr_module! {
     fn winch_rs_joint;
     fn winch_rs_thread_capture;
     fn winch_rs_cache_info;
+    fn winch_rs_stage_times;
     fn winch_rs_cache_clear;
     fn winch_rs_set_debug_dirs;
 }

@@ -217,8 +217,17 @@ fn has_dwarf<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>) -> bool {
 }
 
 /// Copies one DWARF section out of `obj` (decompressing it if needed); a
-/// missing or unreadable section is empty.
+/// missing or unreadable section is empty. Sections that function, file and
+/// line lookups never read (location lists, macros, type units) are not
+/// loaded at all: they are a large part of big debug files.
 fn section_data<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>, id: gimli::SectionId) -> Arc<[u8]> {
+    use gimli::SectionId::*;
+    if matches!(
+        id,
+        DebugLoc | DebugLocLists | DebugMacinfo | DebugMacro | DebugTypes | DebugCuIndex | DebugTuIndex
+    ) {
+        return Arc::from(&[][..]);
+    }
     match obj.section_by_name(id.name()) {
         Some(s) if s.file_range().is_some() => match s.uncompressed_data() {
             Ok(d) => Arc::from(d.as_ref()),

@@ -39,6 +39,8 @@ pub struct Module {
     pub has_file: bool,
     /// Device and inode of the mapping, used to notice a file replaced on disk.
     pub mapped: Option<MappedFile>,
+    /// Address and size of the loaded `.eh_frame_hdr` (PT_GNU_EH_FRAME).
+    pub eh_frame_hdr: Option<(usize, usize)>,
 }
 
 impl Module {
@@ -179,8 +181,21 @@ pub fn read_loaded_modules() -> Vec<Module> {
                 }
             }
         }
+        let eh_frame_hdr = phdrs
+            .iter()
+            .find(|p| p.p_type == libc::PT_GNU_EH_FRAME)
+            .map(|p| (bias.wrapping_add(p.p_vaddr as usize), p.p_memsz as usize));
         let is_main = out.is_empty() && name.is_empty();
-        out.push(Module { path: name, bias, segments, build_id, is_main, has_file: true, mapped: None });
+        out.push(Module {
+            path: name,
+            bias,
+            segments,
+            build_id,
+            is_main,
+            has_file: true,
+            mapped: None,
+            eh_frame_hdr,
+        });
         0
     }
     let mut modules: Vec<Module> = Vec::new();
@@ -308,6 +323,7 @@ mod tests {
             is_main: false,
             has_file: true,
             mapped: None,
+            eh_frame_hdr: None,
         }
     }
 

@@ -42,6 +42,17 @@ pub struct Symbolizer {
     pub files_loaded: u64,
 }
 
+/// What the cache holds for one module.
+#[derive(Clone, Debug)]
+pub struct ModuleStats {
+    pub path: String,
+    pub symbols: usize,
+    pub has_dwarf: bool,
+    pub heap_bytes: usize,
+    pub debug_file: Option<PathBuf>,
+    pub status: Status,
+}
+
 /// Cache figures for diagnostics and the memory report.
 #[derive(Clone, Debug, Default)]
 pub struct CacheStats {
@@ -165,6 +176,23 @@ impl Symbolizer {
         }
         self.frames.insert((id, probe), r.clone());
         r
+    }
+
+    pub fn module_stats(&self) -> Vec<ModuleStats> {
+        let mut out: Vec<ModuleStats> = self
+            .modules
+            .iter()
+            .map(|(k, (_, info))| ModuleStats {
+                path: k.path.clone(),
+                symbols: info.symbols.len(),
+                has_dwarf: info.has_dwarf(),
+                heap_bytes: info.heap_bytes(),
+                debug_file: info.debug_file.clone(),
+                status: info.status.clone(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        out
     }
 
     pub fn stats(&self) -> CacheStats {

@@ -170,6 +170,7 @@ mod tests {
             is_main: main,
             has_file: true,
             mapped: None,
+            eh_frame_hdr: None,
         }
     }
 

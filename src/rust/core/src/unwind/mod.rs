@@ -10,6 +10,8 @@
 //! `lo[i] <= a < lo[i + 1]`.
 
 mod backtrace;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod cfi;
 #[cfg(winch_libunwind)]
 mod libunwind;
 
@@ -18,6 +20,9 @@ use std::sync::OnceLock;
 /// A stack unwinder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
+    /// winch's cached DWARF CFI unwinder (x86_64 Linux), falling back to
+    /// libgcc for frames it does not model.
+    Cfi,
     /// The system libunwind (`libunwind-dev`), linked through pkg-config.
     Libunwind,
     /// libgcc's unwinder through the `backtrace` crate.
@@ -25,10 +30,12 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub const ALL: [Backend; 2] = [Backend::Libunwind, Backend::Backtrace];
+    /// In order of preference: fastest first.
+    pub const ALL: [Backend; 3] = [Backend::Cfi, Backend::Libunwind, Backend::Backtrace];
 
     pub fn name(self) -> &'static str {
         match self {
+            Backend::Cfi => "cfi",
             Backend::Libunwind => "libunwind",
             Backend::Backtrace => "backtrace",
         }
@@ -51,6 +58,7 @@ impl Backend {
 
 fn compiled_in(backend: Backend) -> bool {
     match backend {
+        Backend::Cfi => cfg!(all(target_arch = "x86_64", target_os = "linux")),
         Backend::Libunwind => cfg!(winch_libunwind),
         Backend::Backtrace => true,
     }
@@ -120,6 +128,10 @@ fn raw_walk(backend: Backend, frames: &mut Vec<RawFrame>, want_start: bool) -> S
     loop {
         frames.clear();
         let end = match backend {
+            #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+            Backend::Cfi => cfi::walk(frames, capacity, want_start),
+            #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+            Backend::Cfi => StackEnd::Failed("the cfi backend is not compiled in".into()),
             #[cfg(winch_libunwind)]
             Backend::Libunwind => libunwind::walk(frames, capacity, want_start),
             #[cfg(not(winch_libunwind))]
@@ -143,7 +155,20 @@ pub fn capture(backend: Backend) -> Result<Stack, String> {
         .ok_or_else(|| format!("the {} backend failed its calibration on this platform", backend.name()))?;
     let mut raw = Vec::new();
     let end = raw_walk(backend, &mut raw, false);
+    if backend == Backend::Cfi && is_unsupported(&end) {
+        // A frame the cached unwinder does not model: libgcc does it all.
+        return capture(Backend::Backtrace);
+    }
     Ok(Stack { backend, frames: normalize(&raw, kind), end })
+}
+
+fn is_unsupported(end: &StackEnd) -> bool {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    if let StackEnd::Failed(why) = end {
+        return why == cfi::UNSUPPORTED;
+    }
+    let _ = end;
+    false
 }
 
 /// Converts backend stack values to frame low ends.
@@ -165,12 +190,14 @@ pub fn normalize(raw: &[RawFrame], kind: StackValue) -> Vec<Frame> {
 /// How `backend` reports stack values, determined once by capturing from a
 /// function with a local variable at a known address.
 pub fn calibration(backend: Backend) -> Option<StackValue> {
+    static CFI: OnceLock<Option<StackValue>> = OnceLock::new();
     static LIBUNWIND: OnceLock<Option<StackValue>> = OnceLock::new();
     static BACKTRACE: OnceLock<Option<StackValue>> = OnceLock::new();
     if !compiled_in(backend) {
         return None;
     }
     let cell = match backend {
+        Backend::Cfi => &CFI,
         Backend::Libunwind => &LIBUNWIND,
         Backend::Backtrace => &BACKTRACE,
     };
@@ -269,14 +296,44 @@ mod tests {
 
     #[test]
     fn backends_agree_on_return_addresses() {
-        if !Backend::Libunwind.is_available() {
-            eprintln!("libunwind not compiled in: nothing to compare");
-            return;
-        }
         // The outer frames (below the capture machinery) must be identical.
-        let a = capture(Backend::Libunwind).unwrap();
-        let b = capture(Backend::Backtrace).unwrap();
+        let reference = capture(Backend::Backtrace).unwrap();
         let tail = |s: &Stack| s.frames.iter().rev().take(4).map(|f| f.ip).collect::<Vec<_>>();
-        assert_eq!(tail(&a), tail(&b));
+        for b in [Backend::Cfi, Backend::Libunwind].into_iter().filter(|b| b.is_available()) {
+            let s = capture(b).unwrap();
+            assert_eq!(s.backend, b, "{} fell back", b.name());
+            assert_eq!(tail(&s), tail(&reference), "{}", b.name());
+        }
+    }
+
+    #[inline(never)]
+    fn recurse(n: usize, out: &mut Vec<Stack>) -> usize {
+        if n == 0 {
+            for b in Backend::ALL.into_iter().filter(|b| b.is_available()) {
+                let s = capture(b).unwrap();
+                assert_eq!(s.backend, b, "{} fell back", b.name());
+                out.push(s);
+            }
+            return 0;
+        }
+        let r = recurse(n - 1, out);
+        std::hint::black_box(r) + 1
+    }
+
+    #[test]
+    fn deep_stacks_agree_frame_by_frame() {
+        let mut stacks = Vec::new();
+        recurse(200, &mut stacks);
+        let reference = stacks.iter().find(|s| s.backend == Backend::Backtrace).unwrap();
+        // Skip each walker's own innermost frames; compare the rest.
+        let outer = |s: &Stack| s.frames.iter().rev().take(205).map(|f| (f.ip, f.lo)).collect::<Vec<_>>();
+        for s in &stacks {
+            assert!(s.frames.len() > 200);
+            assert_eq!(s.end, StackEnd::Outermost, "{}", s.backend.name());
+            let (a, b) = (outer(s), outer(reference));
+            assert_eq!(a.iter().map(|x| x.0).collect::<Vec<_>>(), b.iter().map(|x| x.0).collect::<Vec<_>>());
+            // Frame low ends agree too (all backends normalized to SP).
+            assert_eq!(a[..a.len() - 1], b[..b.len() - 1], "{}", s.backend.name());
+        }
     }
 }

@@ -1,0 +1,42 @@
+//! The few R API entry points used to build result tables directly, declared
+//! with plain C types.
+
+use std::ffi::{c_char, c_int, c_void};
+
+pub type Sexp = *mut c_void;
+
+pub const LGLSXP: c_int = 10;
+pub const INTSXP: c_int = 13;
+pub const STRSXP: c_int = 16;
+pub const VECSXP: c_int = 19;
+pub const CE_UTF8: c_int = 1;
+
+extern "C" {
+    pub static R_NaString: Sexp;
+    pub static R_NaInt: c_int;
+    pub fn Rf_allocVector(kind: c_int, n: isize) -> Sexp;
+    pub fn Rf_mkCharLenCE(s: *const c_char, len: c_int, enc: c_int) -> Sexp;
+    pub fn SET_STRING_ELT(x: Sexp, i: isize, v: Sexp);
+    pub fn SET_VECTOR_ELT(x: Sexp, i: isize, v: Sexp) -> Sexp;
+    pub fn INTEGER(x: Sexp) -> *mut c_int;
+    pub fn LOGICAL(x: Sexp) -> *mut c_int;
+    pub fn Rf_setAttrib(x: Sexp, name: Sexp, value: Sexp) -> Sexp;
+    pub fn Rf_install(name: *const c_char) -> Sexp;
+    pub fn Rf_protect(x: Sexp) -> Sexp;
+    pub fn Rf_unprotect(n: c_int);
+}
+
+/// A CHARSXP for `s` (UTF-8).
+///
+/// # Safety
+/// Must be called on R's main thread; the result must be stored into a
+/// protected object before R allocates again.
+pub unsafe fn mkchar(s: &str) -> Sexp {
+    Rf_mkCharLenCE(s.as_ptr() as *const c_char, s.len().min(i32::MAX as usize) as c_int, CE_UTF8)
+}
+
+/// The symbol `name` (NUL-terminated).
+pub unsafe fn sym(name: &[u8]) -> Sexp {
+    debug_assert_eq!(name.last(), Some(&0));
+    Rf_install(name.as_ptr() as *const c_char)
+}
