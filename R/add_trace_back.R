@@ -43,7 +43,7 @@ winch_add_trace_back <- function(trace = rlang::trace_back(bottom = parent.frame
   if (is.null(row_frames)) {
     return(trace)
   }
-  native <- joint_capture(frames, calls)
+  native <- joint_capture(frames, calls, view = TRUE)
   insert_native_rows(trace, row_frames, native, first = 1L)
 }
 
@@ -106,88 +106,31 @@ match_trace_rows <- function(trace, calls) {
   NULL
 }
 
-# Inserts the native frames of `native` (a joint capture) into `trace`, whose
-# row j is R frame `row_frames[j]`. Only chunks under rows `first` and later
-# are inserted, so rows before `first` keep their positions.
+# Inserts the native frames of `native` (a joint capture's view: the frames
+# to show, outermost first) into `trace`, whose row j is R frame
+# `row_frames[j]`. Only chunks under rows `first` and later are inserted, so
+# rows before `first` keep their positions. Where rows go and who their
+# parents are is decided by winch_core::splice (src/rust/core/src/splice.rs).
 insert_native_rows <- function(trace, row_frames, native, first = 1L) {
-  m <- nrow(trace)
-  keep <- !native$is_libr & !native$host
-  native <- native[keep, , drop = FALSE]
-  # Outermost first within each chunk.
-  native <- native[rev(seq_len(nrow(native))), , drop = FALSE]
-  unplaced <- native[is.na(native$r_frame), , drop = FALSE]
-  placed <- native[!is.na(native$r_frame), , drop = FALSE]
-
-  chunk_rows <- vector("list", m)
-  top_chunk <- integer()
-  for (j in seq_len(m)) {
-    if (j >= first) {
-      chunk_rows[[j]] <- which(placed$r_frame == row_frames[[j]])
-    }
-  }
-  if (first == 1L && row_frames[[1L]] == 1L) {
-    top_chunk <- which(placed$r_frame == 0L)
-  }
-  n_added <- length(top_chunk) + sum(lengths(chunk_rows)) +
-    if (nrow(unplaced)) nrow(unplaced) + 1L else 0L
-  if (!n_added) {
+  tr <- unclass(trace)
+  nat <- unclass(native)
+  plan <- .Call(C_rs_splice_trace, as.integer(row_frames), as.integer(tr$parent), nat$r_frame, as.integer(first))
+  n <- length(plan$kind)
+  added <- sum(plan$kind == 2L)
+  if (!added) {
     return(trace)
   }
-
-  # New positions: `src` says where each new row comes from (positive: an R
-  # row of `trace`, negative: a native row of `placed`, 0: the unplaced
-  # marker, NA: an unplaced native row).
-  src <- integer()
-  parent <- integer()
-  old_to_new <- integer(m)
-  rewire <- integer(m) # new parent for R rows entered from a native chunk
-
-  add_chunk <- function(rows, parent_row) {
-    force(parent_row)
-    for (r in rows) {
-      src <<- c(src, -r)
-      parent <<- c(parent, parent_row)
-      parent_row <- length(src)
-    }
-    parent_row
-  }
-  if (length(top_chunk)) {
-    innermost <- add_chunk(top_chunk, 0L)
-    rewire[[1L]] <- innermost
-  }
-  for (j in seq_len(m)) {
-    src <- c(src, j)
-    parent <- c(parent, NA_integer_)
-    old_to_new[[j]] <- length(src)
-    if (length(chunk_rows[[j]])) {
-      innermost <- add_chunk(chunk_rows[[j]], length(src))
-      if (j < m) {
-        rewire[[j + 1L]] <- innermost
-      }
-    }
-  }
-  if (nrow(unplaced)) {
-    src <- c(src, 0L)
-    parent <- c(parent, old_to_new[[m]])
-    marker <- length(src)
-    for (r in seq_len(nrow(unplaced))) {
-      src <- c(src, NA_integer_)
-      parent <- c(parent, marker)
-      marker <- length(src)
-    }
-  }
-
-  # R rows keep their parents (renumbered) unless native code entered them.
-  is_r <- !is.na(src) & src > 0L
-  old_parent <- trace$parent[src[is_r]]
-  new_parent <- ifelse(old_parent > 0L, old_to_new[pmax(old_parent, 1L)], 0L)
-  entered <- rewire[src[is_r]]
-  parent[is_r] <- ifelse(entered > 0L, entered, new_parent)
-
-  out <- trace_rows_from(trace, src, placed, unplaced)
-  out$parent <- as.integer(parent)
-  attr(out, "winch") <- winch_info(native, n_added)
+  out <- trace_rows_from(tr, plan$kind, plan$src, plan$native, nat)
+  out$parent <- plan$parent
+  attributes(out) <- out_attrs(trace, n)
+  attr(out, "winch") <- winch_info(native, added)
   out
+}
+
+out_attrs <- function(trace, n) {
+  attrs <- attributes(trace)
+  attrs$row.names <- .set_row_names(n)
+  attrs
 }
 
 winch_info <- function(native, added) {
@@ -200,77 +143,67 @@ winch_info <- function(native, added) {
   )
 }
 
-# Builds the rows of the new trace: R rows copied from `trace`, native rows
-# made up with the same columns (defaults for columns winch knows nothing
-# about: NA, FALSE for logicals, NULL in list columns).
-trace_rows_from <- function(trace, src, placed, unplaced) {
-  is_r <- !is.na(src) & src > 0L
-  native_idx <- ifelse(!is.na(src) & src < 0L, -src, NA_integer_)
-  unplaced_idx <- cumsum(is.na(src))
-  n <- length(src)
+# The columns of the new trace: R rows (`kind` 1, row `src` of `tr`) copied,
+# native rows (`kind` 2, frame `frames` of `nat`) and the unplaced marker
+# (`kind` 3) made up: `fn()` calls with namespace "/module" and scope "::",
+# visible, and defaults for columns winch knows nothing about (NA, FALSE for
+# logicals, NULL in list columns). Returns a plain list.
+trace_rows_from <- function(tr, kind, src, frames, nat) {
+  new <- kind != 1L
+  native_rows <- which(kind == 2L)
+  f <- frames[native_rows]
+  ns <- paste0("/", basename(nat$pathname[f]))
+  approx <- nat$approximate[f]
+  ns[approx] <- paste0(ns[approx], " (approx.)")
 
-  calls <- vector("list", n)
-  ns <- rep(NA_character_, n)
-  calls[is_r] <- trace$call[src[is_r]]
-  for (i in which(!is.na(native_idx))) {
-    calls[[i]] <- native_row_call(placed[native_idx[[i]], ])
-    ns[[i]] <- native_row_namespace(placed[native_idx[[i]], ])
+  out <- lapply(tr, `[`, src)
+  calls <- out$call
+  calls[native_rows] <- native_row_calls(nat, f)
+  calls[kind == 3L] <- list(call("<unplaced native frames>"))
+  out$call <- calls
+  for (col in names(out)) {
+    if (is.logical(out[[col]])) out[[col]][new] <- FALSE
   }
-  for (i in which(is.na(src))) {
-    row <- unplaced[unplaced_idx[[i]], ]
-    calls[[i]] <- native_row_call(row)
-    ns[[i]] <- native_row_namespace(row)
-  }
-  marker <- which(!is.na(src) & src == 0L)
-  if (length(marker)) {
-    calls[[marker]] <- call("<unplaced native frames>")
-  }
-
-  cols <- lapply(names(trace), function(col) {
-    x <- trace[[col]]
-    if (identical(col, "call")) {
-      return(calls)
-    }
-    if (is.list(x)) {
-      y <- vector("list", n)
-    } else {
-      y <- rep(if (is.logical(x)) FALSE else x[NA_integer_], n)
-    }
-    y[is_r] <- x[src[is_r]]
-    native_value <- switch(col,
-      namespace = ns,
-      scope = ifelse(is.na(ns), NA_character_, "::"),
-      visible = rep(TRUE, n),
-      NULL
-    )
-    if (!is.null(native_value)) {
-      y[!is_r] <- native_value[!is_r]
-    }
-    y
-  })
-  # Keep every attribute of the input (class, version, ...), with new row names.
-  attrs <- attributes(trace)
-  attrs$row.names <- .set_row_names(n)
-  attributes(cols) <- attrs
-  cols
+  if (!is.null(out$namespace)) out$namespace[native_rows] <- ns
+  if (!is.null(out$scope)) out$scope[native_rows] <- "::"
+  if (!is.null(out$visible)) out$visible[new] <- TRUE
+  out
 }
 
-native_row_namespace <- function(row) {
-  ns <- paste0("/", basename(row$pathname))
-  if (isTRUE(row$approximate)) paste0(ns, " (approx.)") else ns
-}
-
-# `fn()` for a native frame (rlang prefixes the namespace), with a srcref
+# `fn()` for native frames (rlang prefixes the namespace), with a srcref
 # pointing at the frame's file and line when the debug info has them.
-native_row_call <- function(row) {
-  name <- if (is.na(row$func)) paste0("+", row$offset) else row$func
-  cl <- as.call(list(as.symbol(name)))
-  if (!is.na(row$file) && !is.na(row$line)) {
-    col <- if (is.na(row$column)) 1L else row$column
-    attr(cl, "srcref") <- srcref(
-      srcfile(row$file),
-      c(row$line, col, row$line, col, col, col, row$line, row$line)
+native_row_calls <- function(nat, frames) {
+  name <- nat$func[frames]
+  unnamed <- is.na(name)
+  name[unnamed] <- paste0("+", nat$offset[frames][unnamed])
+  calls <- lapply(name, function(x) as.call(list(as.symbol(x))))
+  file <- nat$file[frames]
+  line <- nat$line[frames]
+  col <- nat$column[frames]
+  col[is.na(col)] <- 1L
+  files <- list()
+  for (i in which(!is.na(file) & !is.na(line))) {
+    sf <- files[[file[[i]]]]
+    if (is.null(sf)) {
+      sf <- new_srcfile(file[[i]])
+      files[[file[[i]]]] <- sf
+    }
+    attr(calls[[i]], "srcref") <- structure(
+      c(line[[i]], col[[i]], line[[i]], col[[i]], col[[i]], col[[i]], line[[i]], line[[i]]),
+      srcfile = sf,
+      class = "srcref"
     )
   }
-  cl
+  calls
+}
+
+# A srcfile naming a native source file (what rlang and print.srcref read).
+new_srcfile <- function(path) {
+  sf <- new.env(parent = emptyenv())
+  sf$filename <- path
+  sf$wd <- ""
+  sf$Enc <- "unknown"
+  sf$encoding <- "native.enc"
+  class(sf) <- "srcfile"
+  sf
 }

@@ -4,13 +4,17 @@
 # Captures the native stack and places it among the caller's R frames.
 # `frames` and `calls` must be `sys.frames()` and `sys.calls()` evaluated in
 # the frame that calls this function (so that they include that frame).
-joint_capture <- function(frames, calls, libr = FALSE,
+#
+# With `view = TRUE`, only the frames that joint traces show are returned:
+# foreign frames of R's evaluation (not R's own, not the program running R),
+# outermost first.
+joint_capture <- function(frames, calls, libr = FALSE, view = FALSE,
                           backend = getOption("winch.backend", "auto"),
                           call = rlang::caller_env()) {
   check_backend(backend, call = call)
-  sync_debug_dirs()
+  sync_debug_dirs(call = call)
   check_result(
-    .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr, use_contexts()),
+    .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr, use_contexts(), view),
     call = call
   )
 }

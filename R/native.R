@@ -64,13 +64,13 @@ cache_info <- function() {
 }
 
 # Passes the `winch.debug_dirs` option to the Rust side when it changed.
-sync_debug_dirs <- function() {
+sync_debug_dirs <- function(call = rlang::caller_env()) {
   dirs <- getOption("winch.debug_dirs", "/usr/lib/debug")
   if (!identical(dirs, the$debug_dirs)) {
     if (!is.character(dirs) || anyNA(dirs)) {
-      abort_winch("The `winch.debug_dirs` option must be a character vector of directories.")
+      abort_winch("The `winch.debug_dirs` option must be a character vector of directories.", call = call)
     }
-    check_result(.Call(C_rs_set_debug_dirs, dirs))
+    check_result(.Call(C_rs_set_debug_dirs, dirs), call = call)
     the$debug_dirs <- dirs
   }
   invisible(dirs)

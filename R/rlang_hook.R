@@ -59,7 +59,7 @@ rlang_hook_installed <- function() {
 
 replace_binding <- function(env, name, value) {
   if (bindingIsLocked(name, env)) {
-    (get("unlockBinding", baseenv()))(name, env)
+    unlockBinding(name, env)
     on.exit(lockBinding(name, env))
   }
   assign(name, value, envir = env)
@@ -104,16 +104,15 @@ add_native_in_trace_back <- function(trace, tb) {
   if (!is.list(tb_frames) || length(tb_frames) != m || length(my_frames) < m) {
     return(trace)
   }
-  for (j in seq_len(m)) {
-    if (!identical(tb_frames[[j]], my_frames[[j]])) {
-      return(trace)
-    }
+  # Environments compare by identity: one call checks all m frames.
+  if (!identical(tb_frames, as.list(my_frames)[seq_len(m)])) {
+    return(trace)
   }
   start <- trace_keep_start(m, tb_frames, get0("top", envir = tb, inherits = FALSE))
   if (is.na(start)) {
     return(trace)
   }
-  native <- joint_capture(my_frames, my_calls)
+  native <- joint_capture(my_frames, my_calls, view = TRUE)
   insert_native_rows(trace, seq_len(m), native, first = start)
 }
 

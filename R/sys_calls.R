@@ -30,42 +30,33 @@ winch_sys_calls <- function(libr = FALSE, backend = getOption("winch.backend", "
   check_backend(backend)
   frames <- sys.frames()
   calls <- sys.calls()
-  native <- joint_capture(frames, calls, libr = libr, backend = backend)
+  native <- joint_capture(frames, calls, libr = libr, view = !libr, backend = backend)
   n <- length(calls) - 1L # the caller's depth: this function's frame is dropped
+  if (libr) {
+    # Outermost first, without the frames of the program running R.
+    keep <- rev(which(!native$host))
+    native <- structure(lapply(unclass(native), `[`, keep), attributes(native)[c("placement", "truncated", "truncation")])
+  }
   new_winch_calls(as.list(calls)[seq_len(n)], native, n)
 }
 
+# `native`: the frames to show, outermost first (a joint capture's view).
 new_winch_calls <- function(calls, native, n) {
-  placed <- !is.na(native$r_frame)
-  native <- native[(!placed | native$r_frame <= n) & !native$host, , drop = FALSE]
-  placed <- !is.na(native$r_frame)
-  # Outermost first, like sys.calls().
-  native <- native[rev(seq_len(nrow(native))), , drop = FALSE]
-  placed <- rev(placed)
-  ncalls <- Map(native_call, native$func, native$pathname, native$offset)
-  native_status <- ifelse(!placed, "unplaced", ifelse(native$approximate, "approximate", "exact"))
-
-  out <- vector("list", 0L)
-  status <- character()
-  add <- function(k) {
-    sel <- which(placed & native$r_frame == k)
-    out <<- c(out, ncalls[sel])
-    status <<- c(status, native_status[sel])
-  }
-  add(0L)
-  for (k in seq_len(n)) {
-    out <- c(out, calls[k])
-    status <- c(status, "r")
-    add(k)
-  }
-  unplaced <- which(!placed)
-  out <- c(out, ncalls[unplaced])
-  status <- c(status, native_status[unplaced])
-  names(out) <- NULL
+  nat <- unclass(native)
+  order <- .Call(C_rs_splice_calls, n, nat$r_frame)
+  is_r <- order > 0L
+  which_native <- -order[!is_r]
+  out <- vector("list", length(order))
+  out[is_r] <- calls[order[is_r]]
+  out[!is_r] <- .mapply(native_call, list(nat$func[which_native], nat$pathname[which_native], nat$offset[which_native]), NULL)
+  status <- rep("r", length(order))
+  status[!is_r] <- "exact"
+  status[!is_r][nat$approximate[which_native]] <- "approximate"
+  status[!is_r][is.na(nat$r_frame[which_native])] <- "unplaced"
 
   structure(
     out,
-    native = status != "r",
+    native = !is_r,
     status = status,
     placement = attr(native, "placement"),
     truncated = attr(native, "truncated"),

@@ -109,7 +109,14 @@ fn pointers(x: &Robj) -> std::result::Result<Vec<usize>, String> {
 /// The native stack placed among the caller's R frames `frames` (its
 /// `sys.frames()`) with calls `calls` (its `sys.calls()`).
 #[extendr]
-fn winch_rs_joint(backend: Robj, frames: Robj, calls: Robj, libr: Robj, use_contexts: Robj) -> Robj {
+fn winch_rs_joint(
+    backend: Robj,
+    frames: Robj,
+    calls: Robj,
+    libr: Robj,
+    use_contexts: Robj,
+    view: Robj,
+) -> Robj {
     guarded(|| {
         require_main_thread()?;
         let backend = backend_arg(&backend)?;
@@ -131,6 +138,16 @@ fn winch_rs_joint(backend: Robj, frames: Robj, calls: Robj, libr: Robj, use_cont
         let outermost_libr = match t.truncated {
             None => t.frames.iter().rposition(|f| f.module.is_some() && f.module == interpreter),
             Some(_) => None,
+        };
+        // The joint view: foreign frames of R's evaluation only, outermost
+        // first, the order in which they are spliced into R's calls.
+        let keep: Vec<usize> = if flag(&view) {
+            keep.into_iter()
+                .rev()
+                .filter(|&i| !libr_flags[i] && outermost_libr.is_none_or(|o| i <= o))
+                .collect()
+        } else {
+            keep
         };
         let resolved = t.symbolize_some(&keep);
         let mut rows = Rows::default();
@@ -155,6 +172,68 @@ fn winch_rs_joint(backend: Robj, frames: Robj, calls: Robj, libr: Robj, use_cont
                 (b"beyond_end\0", Attr::Int(j.placement.beyond_end as i32)),
             ],
         ))
+    })
+}
+
+fn usize_vec(x: &Robj) -> std::result::Result<Vec<usize>, String> {
+    let v = x.as_integer_slice().ok_or("expected an integer vector")?;
+    v.iter().map(|&k| usize::try_from(k).map_err(|_| "expected non-negative integers".to_string())).collect()
+}
+
+fn opt_usize_vec(x: &Robj) -> std::result::Result<Vec<Option<usize>>, String> {
+    let v = x.as_integer_slice().ok_or("expected an integer vector")?;
+    // NA_integer_ is i32::MIN: negative, so None.
+    Ok(v.iter().map(|&k| usize::try_from(k).ok()).collect())
+}
+
+fn int_col(v: impl Iterator<Item = Option<usize>>) -> Robj {
+    let v: Vec<Option<i32>> = v.map(|x| x.and_then(|k| i32::try_from(k).ok())).collect();
+    v.into()
+}
+
+/// Where rows go when native frames (their R frames `r_frame`, outermost
+/// first) are spliced into an rlang trace whose rows are R frames
+/// `row_frames` with parents `parents`; see winch_core::splice.
+#[extendr]
+fn winch_rs_splice_trace(row_frames: Robj, parents: Robj, r_frame: Robj, first: Robj) -> Robj {
+    guarded(|| {
+        use winch_core::splice::{splice_trace, Row};
+        let first = first.as_integer().unwrap_or(1).max(1) as usize;
+        let s =
+            splice_trace(&usize_vec(&row_frames)?, &usize_vec(&parents)?, &opt_usize_vec(&r_frame)?, first);
+        let kind = s.rows.iter().map(|r| {
+            Some(match r {
+                Row::R(_) => 1,
+                Row::Native(_) => 2,
+                Row::UnplacedMarker => 3,
+            })
+        });
+        let src = s.rows.iter().map(|r| if let Row::R(j) = r { Some(j + 1) } else { None });
+        let native = s.rows.iter().map(|r| if let Row::Native(i) = r { Some(i + 1) } else { None });
+        Ok(List::from_pairs(vec![
+            ("kind", int_col(kind)),
+            ("src", int_col(src)),
+            ("native", int_col(native)),
+            ("parent", int_col(s.parents.iter().map(|&p| Some(p)))),
+        ])
+        .into())
+    })
+}
+
+/// The entry order of a joint sys.calls() for R frames 1..=n: positive k is
+/// R call k, negative -i native frame i (1-based).
+#[extendr]
+fn winch_rs_splice_calls(n: Robj, r_frame: Robj) -> Robj {
+    guarded(|| {
+        let n = n.as_integer().unwrap_or(0).max(0) as usize;
+        let order: Vec<i32> = winch_core::splice::splice_calls(n, &opt_usize_vec(&r_frame)?)
+            .into_iter()
+            .map(|e| match e {
+                Ok(k) => k as i32,
+                Err(i) => -(i as i32 + 1),
+            })
+            .collect();
+        Ok(order.into())
     })
 }
 
@@ -304,6 +383,8 @@ extendr_module! {
     fn winch_rs_backends;
     fn winch_rs_trace_back;
     fn winch_rs_joint;
+    fn winch_rs_splice_trace;
+    fn winch_rs_splice_calls;
     fn winch_rs_thread_capture;
     fn winch_rs_cache_info;
     fn winch_rs_stage_times;

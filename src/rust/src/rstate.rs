@@ -5,9 +5,8 @@ use std::sync::OnceLock;
 use winch_core::modules::{Module, ModuleMap};
 
 extern "C" {
-    // Both exported by libR and declared in Rinterface.h.
+    // Exported by libR and declared in Rinterface.h.
     static R_GlobalContext: *mut std::ffi::c_void;
-    static R_CStackStart: usize;
     // Declared here with plain C types: extendr-ffi's TYPEOF returns a Rust
     // enum, which must never hold a value outside its variants.
     fn Rf_eval(expr: *mut std::ffi::c_void, env: *mut std::ffi::c_void) -> *mut std::ffi::c_void;
@@ -76,35 +75,9 @@ pub fn global_context() -> usize {
     unsafe { std::ptr::read_volatile(std::ptr::addr_of!(R_GlobalContext)) as usize }
 }
 
-/// One past the highest address of the main thread's stack: the thread's
-/// own bounds when the C library reports them, else R's record of where the
-/// stack started.
+/// One past the highest address of the calling thread's stack.
 pub fn stack_top() -> Option<usize> {
-    static TOP: OnceLock<Option<usize>> = OnceLock::new();
-    *TOP.get_or_init(|| {
-        let local = 0u8;
-        let here = std::hint::black_box(&local) as *const u8 as usize;
-        let from_pthread = pthread_stack_top().filter(|&top| top > here);
-        // SAFETY: reading an exported integer variable of libR.
-        let r_start = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(R_CStackStart)) };
-        let from_r = (r_start != usize::MAX && r_start > here).then_some(r_start);
-        from_pthread.or(from_r)
-    })
-}
-
-fn pthread_stack_top() -> Option<usize> {
-    // SAFETY: plain pthread attribute queries on the calling thread.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return None;
-        }
-        let mut addr: *mut libc::c_void = std::ptr::null_mut();
-        let mut size: libc::size_t = 0;
-        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
-        libc::pthread_attr_destroy(&mut attr);
-        ok.then(|| addr as usize + size)
-    }
+    winch_core::stack::thread_stack_top()
 }
 
 /// R's own code: the module holding libR's functions, and R's executable.

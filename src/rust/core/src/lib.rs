@@ -7,6 +7,7 @@ pub mod debuginfo;
 pub mod interleave;
 pub mod modules;
 pub mod rcontext;
+pub mod splice;
 pub mod stack;
 pub mod symbolizer;
 pub mod symbols;

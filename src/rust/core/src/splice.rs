@@ -1,0 +1,190 @@
+//! Splicing placed native frames into R's call lists: the row order and the
+//! parent links of a joint rlang trace, and the entry order of a joint
+//! `sys.calls()`. Pure index arithmetic on what `interleave` decided.
+
+/// One row of a spliced trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Row {
+    /// Row `j` (0-based) of the input trace.
+    R(usize),
+    /// Native frame `i` (0-based, in the order given).
+    Native(usize),
+    /// The node under which unplaced native frames hang.
+    UnplacedMarker,
+}
+
+/// A spliced trace: rows in order and their parents (1-based, 0 = root).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spliced {
+    pub rows: Vec<Row>,
+    pub parents: Vec<usize>,
+}
+
+/// Splices native frames into an rlang trace.
+///
+/// * `row_frames[j]`: the R frame number of trace row `j` (consecutive);
+/// * `parents[j]`: its parent row (1-based, 0 = root);
+/// * `natives[i]`: the R frame each native frame sits under (`Some(0)`: top
+///   level, `None`: unplaced), outermost frame first;
+/// * only chunks under rows `first` (1-based) and later are inserted, so rows
+///   before it keep their positions.
+///
+/// A native chunk follows its R row, each frame the child of the one before;
+/// the R row after a chunk (the R code native code called) becomes the child
+/// of the chunk's innermost frame; other R rows keep their parents.
+/// Unplaced frames hang, chained, under a marker after the last row.
+pub fn splice_trace(
+    row_frames: &[usize],
+    parents: &[usize],
+    natives: &[Option<usize>],
+    first: usize,
+) -> Spliced {
+    let m = row_frames.len();
+    let mut chunks: Vec<Vec<usize>> = vec![Vec::new(); m];
+    let mut top = Vec::new();
+    let mut unplaced = Vec::new();
+    let base = row_frames.first().copied().unwrap_or(1);
+    for (i, r) in natives.iter().enumerate() {
+        match *r {
+            None => unplaced.push(i),
+            Some(0) if base == 1 && first <= 1 => top.push(i),
+            Some(k) if k >= base && k - base < m && k - base + 1 >= first => chunks[k - base].push(i),
+            Some(_) => {}
+        }
+    }
+    let mut rows = Vec::with_capacity(m + natives.len() + 1);
+    for &i in &top {
+        rows.push(Row::Native(i));
+    }
+    let mut new_pos = vec![0usize; m];
+    for j in 0..m {
+        rows.push(Row::R(j));
+        new_pos[j] = rows.len();
+        rows.extend(chunks[j].iter().map(|&i| Row::Native(i)));
+    }
+    if !unplaced.is_empty() {
+        rows.push(Row::UnplacedMarker);
+        rows.extend(unplaced.iter().map(|&i| Row::Native(i)));
+    }
+
+    let mut out_parents = Vec::with_capacity(rows.len());
+    for (p, row) in rows.iter().enumerate() {
+        let pos = p + 1;
+        let previous = if p > 0 { Some(rows[p - 1]) } else { None };
+        out_parents.push(match *row {
+            Row::R(j) => match previous {
+                Some(Row::Native(_)) => pos - 1,
+                _ => match parents.get(j).copied().unwrap_or(0) {
+                    0 => 0,
+                    q if q <= m => new_pos[q - 1],
+                    _ => 0,
+                },
+            },
+            // The first frame of the top-level chunk is a root; every other
+            // native frame is the child of the row before it (its R row, the
+            // previous frame of its chunk, or the marker).
+            Row::Native(_) => pos - 1,
+            Row::UnplacedMarker => new_pos.last().copied().unwrap_or(0),
+        });
+    }
+    Spliced { rows, parents: out_parents }
+}
+
+/// The entry order of a joint `sys.calls()` for R frames 1..=n: for each
+/// entry, `Ok(k)` is R call `k` (1-based) and `Err(i)` native frame `i`.
+/// Native frames (outermost first) follow the R call they sit under
+/// (top-level ones come first); frames under deeper R frames are left out;
+/// unplaced ones come last.
+pub fn splice_calls(n: usize, natives: &[Option<usize>]) -> Vec<Result<usize, usize>> {
+    let mut under: Vec<Vec<usize>> = vec![Vec::new(); n + 1];
+    let mut unplaced = Vec::new();
+    for (i, r) in natives.iter().enumerate() {
+        match *r {
+            Some(k) if k <= n => under[k].push(i),
+            Some(_) => {}
+            None => unplaced.push(i),
+        }
+    }
+    let mut out = Vec::with_capacity(n + natives.len());
+    out.extend(under[0].iter().map(|&i| Err(i)));
+    for k in 1..=n {
+        out.push(Ok(k));
+        out.extend(under[k].iter().map(|&i| Err(i)));
+    }
+    out.extend(unplaced.into_iter().map(Err));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Row::*;
+
+    #[test]
+    fn chunk_goes_under_its_row_and_rewires_the_next() {
+        // Rows: f (frame 1) -> winch_call (2) -> <fn> (3, whose R parent is f).
+        let s = splice_trace(&[1, 2, 3], &[0, 1, 1], &[Some(2)], 1);
+        assert_eq!(s.rows, vec![R(0), R(1), Native(0), R(2)]);
+        assert_eq!(s.parents, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn chunks_in_two_places_and_frames_chained() {
+        // outer (1) -> [a, b] -> mid (2) -> [c] -> inner (3)
+        let s = splice_trace(&[1, 2, 3], &[0, 1, 2], &[Some(1), Some(1), Some(2)], 1);
+        assert_eq!(s.rows, vec![R(0), Native(0), Native(1), R(1), Native(2), R(2)]);
+        assert_eq!(s.parents, vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn other_rows_keep_renumbered_parents() {
+        // Lazy evaluation: row 3's parent is row 1, and it is not entered
+        // from native code (the chunk is under row 3 itself).
+        let s = splice_trace(&[1, 2, 3], &[0, 1, 1], &[Some(1), Some(3)], 1);
+        assert_eq!(s.rows, vec![R(0), Native(0), R(1), R(2), Native(1)]);
+        assert_eq!(s.parents, vec![0, 1, 2, 1, 4]);
+    }
+
+    #[test]
+    fn top_level_chunk_only_when_the_trace_starts_at_frame_1() {
+        let s = splice_trace(&[1, 2], &[0, 1], &[Some(0), Some(0)], 1);
+        assert_eq!(s.rows, vec![Native(0), Native(1), R(0), R(1)]);
+        assert_eq!(s.parents, vec![0, 1, 2, 3]);
+        // A trimmed trace (starting at frame 5): the top-level chunk and
+        // chunks under frames before the trace are not shown.
+        let s = splice_trace(&[5, 6], &[0, 1], &[Some(0), Some(2), Some(5)], 1);
+        assert_eq!(s.rows, vec![R(0), Native(2), R(1)]);
+        assert_eq!(s.parents, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn rows_before_first_keep_their_positions() {
+        // rlang will drop rows 1..2 afterwards: nothing may be inserted there.
+        let s = splice_trace(&[1, 2, 3, 4], &[0, 1, 2, 3], &[Some(0), Some(1), Some(3)], 3);
+        assert_eq!(s.rows, vec![R(0), R(1), R(2), Native(2), R(3)]);
+        assert_eq!(s.parents, vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn unplaced_frames_hang_under_a_marker() {
+        let s = splice_trace(&[1, 2], &[0, 1], &[None, None], 1);
+        assert_eq!(s.rows, vec![R(0), R(1), UnplacedMarker, Native(0), Native(1)]);
+        assert_eq!(s.parents, vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn frames_under_deeper_r_frames_are_dropped() {
+        let s = splice_trace(&[1, 2], &[0, 1], &[Some(2), Some(7)], 1);
+        assert_eq!(s.rows, vec![R(0), R(1), Native(0)]);
+        let c = splice_calls(2, &[Some(0), Some(1), Some(3), None]);
+        assert_eq!(c, vec![Err(0), Ok(1), Err(1), Ok(2), Err(3)]);
+    }
+
+    #[test]
+    fn empty_inputs() {
+        let s = splice_trace(&[], &[], &[None], 1);
+        assert_eq!(s.rows, vec![UnplacedMarker, Native(0)]);
+        assert_eq!(s.parents, vec![0, 1]);
+        assert_eq!(splice_calls(0, &[]), vec![]);
+    }
+}
