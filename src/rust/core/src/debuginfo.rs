@@ -290,13 +290,21 @@ fn debug_candidates<'a, R: object::ReadRef<'a>>(
     }
     if let Ok(Some((name, crc))) = obj.gnu_debuglink() {
         let name = String::from_utf8_lossy(name).into_owned();
-        let dir = Path::new(&module.path).parent().unwrap_or(Path::new("/"));
-        let mut paths = vec![dir.join(&name), dir.join(".debug").join(&name)];
-        for root in roots {
-            paths.push(root.join(dir.strip_prefix("/").unwrap_or(dir)).join(&name));
+        // Next to the path the library was loaded by and, when that is a
+        // symlink, next to the file it resolves to (as gdb does).
+        let loaded = PathBuf::from(&module.path);
+        let resolved = std::fs::canonicalize(&loaded).ok().filter(|p| *p != loaded);
+        let mut paths = Vec::new();
+        for lib in std::iter::once(&loaded).chain(resolved.as_ref()) {
+            let dir = lib.parent().unwrap_or(Path::new("/"));
+            paths.push(dir.join(&name));
+            paths.push(dir.join(".debug").join(&name));
+            for root in roots {
+                paths.push(root.join(dir.strip_prefix("/").unwrap_or(dir)).join(&name));
+            }
         }
         for path in paths {
-            if path != Path::new(&module.path) {
+            if path != loaded && Some(&path) != resolved.as_ref() && !out.iter().any(|c| c.path == path) {
                 out.push(Candidate { path, crc: Some(crc) });
             }
         }
