@@ -75,3 +75,15 @@ sync_debug_dirs <- function(call = rlang::caller_env()) {
   }
   invisible(dirs)
 }
+
+# R's context chain at the caller, innermost first: `callflag` (R's CTXT_*
+# bits: 4 is a function call, 3 a loop, 64 a builtin, 0 the top level),
+# whether the record is on the C stack, and the native frame that owns it.
+# For diagnosing placement problems.
+context_chain <- function(backend = "auto") {
+  check_backend(backend)
+  res <- check_result(.Call(C_rs_context_chain, backend))
+  attr(res, "row.names") <- .set_row_names(length(res$callflag))
+  class(res) <- "data.frame"
+  res
+}

@@ -13,6 +13,7 @@ SEXP wrap__winch_rs_trace_back(SEXP backend, SEXP libr);
 SEXP wrap__winch_rs_joint(SEXP backend, SEXP frames, SEXP calls, SEXP libr, SEXP use_contexts, SEXP view);
 SEXP wrap__winch_rs_splice_trace(SEXP row_frames, SEXP parents, SEXP r_frame, SEXP first);
 SEXP wrap__winch_rs_splice_calls(SEXP n, SEXP r_frame);
+SEXP wrap__winch_rs_context_chain(SEXP backend);
 SEXP wrap__winch_rs_thread_capture(SEXP backend);
 SEXP wrap__winch_rs_cache_info(void);
 SEXP wrap__winch_rs_cache_clear(void);
@@ -30,6 +31,7 @@ static const R_CallMethodDef call_methods[] = {
   {"rs_joint",         (DL_FUNC) &wrap__winch_rs_joint, 6},
   {"rs_splice_trace",  (DL_FUNC) &wrap__winch_rs_splice_trace, 4},
   {"rs_splice_calls",  (DL_FUNC) &wrap__winch_rs_splice_calls, 2},
+  {"rs_context_chain", (DL_FUNC) &wrap__winch_rs_context_chain, 1},
   {"rs_thread_capture",(DL_FUNC) &wrap__winch_rs_thread_capture, 1},
   {"rs_cache_info",    (DL_FUNC) &wrap__winch_rs_cache_info, 0},
   {"rs_cache_clear",   (DL_FUNC) &wrap__winch_rs_cache_clear, 0},

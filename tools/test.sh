@@ -11,6 +11,16 @@ echo "== cargo test"
 ( cd src/rust && CARGO_HOME="$WINCH_CARGO_HOME" cargo test --locked -p winch-core \
     --target-dir "$WINCH_CARGO_TARGET_DIR" )
 
+# Code paths for other systems must at least compile (when the toolchain
+# has their standard libraries; nothing can run them here).
+for target in x86_64-apple-darwin x86_64-pc-windows-gnu; do
+  if rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+    echo "== cargo check --target $target"
+    ( cd src/rust && CARGO_HOME="$WINCH_CARGO_HOME" cargo check --locked --target "$target" \
+        -p winch-core -p winch --target-dir "$WINCH_CARGO_TARGET_DIR" )
+  fi
+done
+
 echo "== R CMD build"
 OUT="$ROOT/.cache/check"
 rm -rf "$OUT" && mkdir -p "$OUT"

@@ -214,3 +214,31 @@ test_that("a library without unwind tables: truncated, R frames in order, no cra
     expect_match(format(x), "native stack truncated", all = FALSE)
   }
 })
+
+test_that("contexts off the C stack (a byte-code loop context) are read and placement stays exact", {
+  # `break` inside a promise makes the byte-code compiler give the loop a
+  # context, which R keeps on its own node stack, not on the C stack.
+  body_fn <- compiler::cmpfun(function() {
+    out <- NULL
+    for (i in 1:2) {
+      out <- list(chain = winch:::context_chain(), calls = winch_sys_calls())
+      identity(break)
+    }
+    out
+  })
+  outer <- function() .Call("rt_call", body_fn, environment(), PACKAGE = "wtest_roundtrip")
+  res <- outer()
+  chain <- res$chain
+  loop <- chain$callflag == 3L # CTXT_LOOP
+  expect_true(any(loop))
+  expect_false(any(chain$on_stack[loop]))
+  # Function contexts are on the C stack and each has an owner frame.
+  fun <- bitwAnd(chain$callflag, 4L) != 0L
+  expect_true(all(chain$on_stack[fun]))
+  expect_false(anyNA(chain$native_frame[fun]))
+  expect_exact(res$calls)
+  expect_identical(
+    labels_from(joint_labels(res$calls), "outer"),
+    c("outer", paste0(RT, "::rt_call"), paste0(RT, "::eval_fun"), "<inline>")
+  )
+})

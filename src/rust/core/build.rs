@@ -11,6 +11,11 @@ fn main() {
     println!("cargo::rerun-if-changed=csrc/libunwind_shim.c");
     println!("cargo::rerun-if-env-changed=PKG_CONFIG_PATH");
 
+    // Only Linux is supported: elsewhere the crate builds without the shims
+    // (and reports that it cannot capture).
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        return;
+    }
     cc::Build::new().file("csrc/rcontext_layout.c").warnings(true).compile("winch_rcontext_layout");
 
     if std::env::var_os("CARGO_FEATURE_LIBUNWIND").is_none() {

@@ -59,7 +59,8 @@ pub fn capture(
 fn contexts(stack_lo: usize, frames: &[usize], call_heads: &[usize]) -> Result<Vec<RContext>, String> {
     let stack_hi = rstate::stack_top().ok_or("the bounds of R's C stack are unknown")?;
     let mem = LiveMemory { stack_lo, stack_hi };
-    let chain = rcontext::read_chain(&mem, rstate::global_context(), &Layout::native(), 1_000_000)?;
+    let layout = Layout::native().ok_or("R's context layout is unknown on this platform")?;
+    let chain = rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)?;
     let numbered = rcontext::check_frames(&chain, frames)?;
     if call_heads.len() != frames.len() {
         return Err("sys.calls() and sys.frames() disagree in length".into());
@@ -74,4 +75,31 @@ fn contexts(stack_lo: usize, frames: &[usize], call_heads: &[usize]) -> Result<V
         }
     }
     Ok(numbered.into_iter().map(|(_, c)| c).collect())
+}
+
+/// The whole context chain as read from memory, innermost first:
+/// (callflag, on the C stack, owner frame index or None), or why it could
+/// not be read. A diagnostic; nothing is validated here.
+pub fn chain_summary(backend: Backend) -> Result<Vec<(i32, bool, Option<usize>)>, String> {
+    let local = 0u8;
+    let stack_lo = std::hint::black_box(&local) as *const u8 as usize;
+    let trace = trace::capture(&CaptureOptions { backend, self_addr: rstate::self_addr(), main_thread: true })?;
+    let stack_hi = rstate::stack_top().ok_or("the bounds of R's C stack are unknown")?;
+    let layout = Layout::native().ok_or("R's context layout is unknown on this platform")?;
+    let mem = LiveMemory { stack_lo, stack_hi };
+    let chain = rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)?;
+    let nframes: Vec<NFrame> = trace.frames.iter().map(|f| NFrame { lo: f.lo, foreign: false }).collect();
+    let stack = NativeStack { frames: &nframes, stack_lo, stack_hi, truncated: trace.truncated.is_some() };
+    Ok(chain
+        .iter()
+        .map(|c| {
+            let owner = interleave::owner(&stack, c.addr);
+            let on_stack = c.addr >= stack_lo && c.addr < stack_hi;
+            let frame = match owner {
+                interleave::Owner::Frame(i) => Some(i),
+                _ => None,
+            };
+            (c.callflag, on_stack, frame)
+        })
+        .collect())
 }

@@ -237,6 +237,26 @@ fn winch_rs_splice_calls(n: Robj, r_frame: Robj) -> Robj {
     })
 }
 
+/// R's context chain, innermost first: callflag, whether the context is on
+/// the C stack, and the native frame that owns it (a diagnostic).
+#[extendr]
+fn winch_rs_context_chain(backend: Robj) -> Robj {
+    guarded(|| {
+        require_main_thread()?;
+        let backend = backend_arg(&backend)?;
+        let chain = joint::chain_summary(backend)?;
+        Ok(List::from_pairs(vec![
+            ("callflag", Robj::from(chain.iter().map(|c| c.0).collect::<Vec<_>>())),
+            ("on_stack", Robj::from(chain.iter().map(|c| c.1).collect::<Vec<_>>())),
+            (
+                "native_frame",
+                Robj::from(chain.iter().map(|c| c.2.map(|i| i as i32 + 1)).collect::<Vec<_>>()),
+            ),
+        ])
+        .into())
+    })
+}
+
 /// Captures and symbolizes on a new thread (no R API there); a test of
 /// capture away from R's main thread.
 #[extendr]
@@ -385,6 +405,7 @@ extendr_module! {
     fn winch_rs_joint;
     fn winch_rs_splice_trace;
     fn winch_rs_splice_calls;
+    fn winch_rs_context_chain;
     fn winch_rs_thread_capture;
     fn winch_rs_cache_info;
     fn winch_rs_stage_times;

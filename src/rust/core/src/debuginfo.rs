@@ -13,7 +13,6 @@ use crate::symbols::{demangle, Symbol, SymbolTable};
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -124,8 +123,8 @@ pub fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {
         Ok(f) => f,
         Err(e) => return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),
     };
-    if let (Some(mapped), Ok(meta)) = (module.mapped, file.metadata()) {
-        if (meta.dev(), meta.ino()) != (mapped.dev, mapped.ino) {
+    if let (Some(mapped), Some(id)) = (module.mapped, file_id(&file)) {
+        if id != (mapped.dev, mapped.ino) {
             return ModuleInfo::empty(Status::Mismatch(format!(
                 "{} was replaced on disk after it was loaded",
                 module.path
@@ -174,6 +173,18 @@ pub fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {
     }
     info.symbols = SymbolTable::new(syms);
     info
+}
+
+/// Device and inode of an open file.
+#[cfg(unix)]
+fn file_id(file: &File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+fn file_id(_file: &File) -> Option<(u64, u64)> {
+    None
 }
 
 fn collect_symbols<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>, out: &mut Vec<Symbol>) {

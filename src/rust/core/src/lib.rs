@@ -2,6 +2,9 @@
 //! reading R's context chain and interleaving R and native frames.
 //!
 //! Nothing here calls R; the R glue lives in the `winch` crate.
+//!
+//! Only Linux is supported. Elsewhere the crate compiles, but the module map
+//! is empty, no backend is available and nothing is captured.
 
 pub mod debuginfo;
 pub mod interleave;

@@ -5,7 +5,6 @@
 //! rebuilt only when the loader's add/remove counters change, which makes the
 //! check on every capture a single callback.
 
-use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
 
 /// One `PT_LOAD` segment, in absolute addresses.
@@ -119,6 +118,20 @@ impl ModuleMap {
 
 /// The loader's (adds, subs) counters: they change whenever a module is
 /// loaded or unloaded.
+#[cfg(not(target_os = "linux"))]
+pub fn loader_generation() -> (u64, u64) {
+    (0, 0)
+}
+
+/// The loaded modules (none: only Linux is supported).
+#[cfg(not(target_os = "linux"))]
+pub fn read_loaded_modules() -> Vec<Module> {
+    Vec::new()
+}
+
+/// The loader's (adds, subs) counters: they change whenever a module is
+/// loaded or unloaded.
+#[cfg(target_os = "linux")]
 pub fn loader_generation() -> (u64, u64) {
     unsafe extern "C" fn first(
         info: *mut libc::dl_phdr_info,
@@ -140,6 +153,7 @@ pub fn loader_generation() -> (u64, u64) {
 }
 
 /// Reads the current module list from the dynamic loader.
+#[cfg(target_os = "linux")]
 pub fn read_loaded_modules() -> Vec<Module> {
     unsafe extern "C" fn each(
         info: *mut libc::dl_phdr_info,
@@ -151,7 +165,7 @@ pub fn read_loaded_modules() -> Vec<Module> {
         let name = if info.dlpi_name.is_null() {
             String::new()
         } else {
-            CStr::from_ptr(info.dlpi_name).to_string_lossy().into_owned()
+            std::ffi::CStr::from_ptr(info.dlpi_name).to_string_lossy().into_owned()
         };
         let bias = info.dlpi_addr as usize;
         let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
@@ -256,6 +270,7 @@ pub fn gnu_build_id(notes: &[u8], align: usize) -> Option<Vec<u8>> {
     None
 }
 
+#[cfg(target_os = "linux")]
 struct MapsEntry {
     start: usize,
     end: usize,
@@ -263,6 +278,7 @@ struct MapsEntry {
     ino: u64,
 }
 
+#[cfg(target_os = "linux")]
 fn read_proc_maps() -> Vec<MapsEntry> {
     let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
         return Vec::new();
@@ -270,6 +286,7 @@ fn read_proc_maps() -> Vec<MapsEntry> {
     text.lines().filter_map(parse_maps_line).collect()
 }
 
+#[cfg(target_os = "linux")]
 fn parse_maps_line(line: &str) -> Option<MapsEntry> {
     let mut fields = line.split_ascii_whitespace();
     let range = fields.next()?;
@@ -310,7 +327,7 @@ pub fn current() -> Arc<ModuleMap> {
     map
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 

@@ -30,17 +30,25 @@ pub struct Layout {
     pub size: usize,
 }
 
+#[cfg(target_os = "linux")]
 extern "C" {
     fn winch_rcontext_layout(out: *mut usize);
 }
 
 impl Layout {
-    /// The layout for this platform's C ABI.
-    pub fn native() -> Layout {
+    /// The layout for this platform's C ABI (None where winch has no shim).
+    #[cfg(not(target_os = "linux"))]
+    pub fn native() -> Option<Layout> {
+        None
+    }
+
+    /// The layout for this platform's C ABI (None where winch has no shim).
+    #[cfg(target_os = "linux")]
+    pub fn native() -> Option<Layout> {
         let mut v = [0usize; 8];
         // SAFETY: the shim writes exactly 8 values.
         unsafe { winch_rcontext_layout(v.as_mut_ptr()) };
-        Layout {
+        Some(Layout {
             next: v[0],
             callflag: v[1],
             evaldepth: v[2],
@@ -49,7 +57,7 @@ impl Layout {
             call: v[5],
             cloenv: v[6],
             size: v[7],
-        }
+        })
     }
 }
 
@@ -99,6 +107,12 @@ impl Memory for LiveMemory {
     }
 }
 
+#[cfg(not(target_os = "linux"))]
+fn read_via_kernel(_addr: usize, _buf: &mut [u8]) -> bool {
+    false
+}
+
+#[cfg(target_os = "linux")]
 fn read_via_kernel(addr: usize, buf: &mut [u8]) -> bool {
     let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
     let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
@@ -225,7 +239,7 @@ mod tests {
 
     #[test]
     fn native_layout_is_plausible() {
-        let l = Layout::native();
+        let l = Layout::native().unwrap();
         assert_eq!(l.next, 0);
         assert_eq!(l.callflag, std::mem::size_of::<usize>());
         assert!(l.evaldepth > l.callflag + 64, "sigjmp_buf lies between them");
@@ -238,7 +252,7 @@ mod tests {
 
     #[test]
     fn reads_and_checks_a_chain() {
-        let l = Layout::native();
+        let l = Layout::native().unwrap();
         let mut mem = FakeMemory::default();
         put(&mut mem, &l, &ctx(0x1000, 0x2000, CTXT_FUNCTION, 0xe2));
         put(&mut mem, &l, &ctx(0x2000, 0x3000, CTXT_BUILTIN, 0));
@@ -257,7 +271,7 @@ mod tests {
 
     #[test]
     fn rejects_broken_chains() {
-        let l = Layout::native();
+        let l = Layout::native().unwrap();
         let mut mem = FakeMemory::default();
         put(&mut mem, &l, &ctx(0x1000, 0x2000, CTXT_FUNCTION, 1));
         assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("unreadable"));

@@ -9,6 +9,7 @@ thread_local! {
 /// One past the highest address of the calling thread's stack, from the C
 /// library (computed once per thread: for the main thread glibc reads
 /// /proc/self/maps).
+#[cfg(target_os = "linux")]
 pub fn thread_stack_top() -> Option<usize> {
     let cached = TOP.with(|t| t.get());
     if cached != 0 {
@@ -31,4 +32,10 @@ pub fn thread_stack_top() -> Option<usize> {
     };
     TOP.with(|t| t.set(top));
     Some(top)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn thread_stack_top() -> Option<usize> {
+    let _ = TOP.with(|t| t.get());
+    None
 }

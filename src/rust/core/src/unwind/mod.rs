@@ -57,6 +57,9 @@ impl Backend {
 }
 
 fn compiled_in(backend: Backend) -> bool {
+    if !cfg!(target_os = "linux") {
+        return false;
+    }
     match backend {
         Backend::Cfi => cfg!(all(target_arch = "x86_64", target_os = "linux")),
         Backend::Libunwind => cfg!(winch_libunwind),
