@@ -84,9 +84,11 @@ call_head_key <- function(x) {
   "<inline>"
 }
 
-# Which frame of `calls` each row of `trace` is, or NULL if the trace does not
-# describe the current stack. Rows are consecutive frames; the deepest
-# alignment is preferred (the usual bottom is the caller's frame).
+# Which frame of `calls` each row of `trace` is, or NULL if that is not
+# certain. Rows are consecutive frames; their function names must match the
+# stack's at exactly one position. In recursive code a trace made only of
+# identical calls can match at several: then nothing is added rather than
+# guessed.
 match_trace_rows <- function(trace, calls) {
   m <- nrow(trace)
   n <- length(calls)
@@ -97,13 +99,12 @@ match_trace_rows <- function(trace, calls) {
   # rlang::trace_back() replaces inlined functions by the symbol `<fn>`.
   trace_keys[trace_keys == "<fn>"] <- "<inline>"
   frame_keys <- vapply(calls, call_head_key, "")
-  for (end in seq(n, m)) {
-    rows <- seq(end - m + 1L, end)
-    if (identical(frame_keys[rows], trace_keys)) {
-      return(rows)
-    }
+  matches <- function(end) identical(frame_keys[seq(end - m + 1L, end)], trace_keys)
+  ends <- Filter(matches, seq(n, m))
+  if (length(ends) != 1L) {
+    return(NULL)
   }
-  NULL
+  seq(ends - m + 1L, ends)
 }
 
 # Inserts the native frames of `native` (a joint capture's view: the frames

@@ -7,6 +7,9 @@ abort_winch <- function(message, call = rlang::caller_env(), class = NULL) {
 }
 
 check_result <- function(x, call = rlang::caller_env()) {
+  if (is.null(x)) {
+    abort_winch("winch could not allocate its result (out of memory?).", call = call)
+  }
   if (is.list(x) && !is.data.frame(x) && !is.null(x[["error"]])) {
     abort_winch(x[["error"]], call = call)
   }

@@ -133,3 +133,25 @@ test_that("printed trees show native frames with their source location", {
   rt_line <- grep("::rt_call()", lines, fixed = TRUE, value = TRUE)
   expect_match(rt_line, sprintf("roundtrip\\.c:%d:", marker_line("roundtrip.c", "rt_call")))
 })
+
+test_that("an ambiguous alignment adds nothing rather than guessing", {
+  # A trace of identical recursive calls matches the stack at several
+  # positions.
+  rec <- function(n) {
+    if (n == 0L) {
+      tr <- rlang::trace_back(bottom = environment())
+      recursive <- which(trace_labels(tr) == "rec")
+      only_rec <- rlang:::trace_slice(tr, recursive[-1L])
+      stopifnot(all(trace_labels(only_rec) == "rec"))
+      return(list(ambiguous = winch_add_trace_back(only_rec), input = only_rec))
+    }
+    rec(n - 1L)
+  }
+  f <- function() winch_call(function() rec(5L))
+  res <- f()
+  expect_identical(res$ambiguous, res$input)
+  # Traces that pin their position still work in recursive code.
+  rec2 <- function(n) if (n == 0L) winch_add_trace_back() else rec2(n - 1L)
+  g <- function() winch_call(function() rec2(5L))
+  expect_true("/winch.so::winch_call" %in% trace_labels(g()))
+})

@@ -354,3 +354,29 @@ test_that("after all the faults, every backend still captures and names frames",
   info <- winch:::cache_info()
   expect_true(is.list(info$per_module))
 })
+
+test_that("an idle library truncated on disk after loading does not crash a capture", {
+  # Reading that library's headers in place would raise SIGBUS, so run it in
+  # a separate R process and look at how far it gets. (When that process
+  # exits, the dynamic loader runs the truncated library's destructors and R
+  # dies of SIGBUS anyway, with or without winch: only what happens before
+  # the end of the script is winch's business.)
+  idle <- build_fixture("wtest_truncated_idle")
+  out <- run_rscript(sprintf(r"---(
+    library(winch)
+    dyn.load(%s)
+    invisible(file.create(%s)) # truncates the loaded library to 0 bytes
+    dyn.load(%s)                 # changes the module list: winch rereads it
+    tb <- winch_trace_back()
+    f <- function() winch_call(function() winch_sys_calls())
+    x <- f()
+    cat("frames:", nrow(tb), "placement:", attr(x, "placement"), "\n")
+    cat("end of script\n")
+  )---", deparse(idle$path), deparse(idle$path), deparse(healthy_lib()$path)))
+  text <- paste(out, collapse = "\n")
+  expect_match(text, "frames: [0-9]+ placement: exact *\nend of script")
+  crash <- regexpr("bus error", text, fixed = TRUE)
+  if (crash > 0L) {
+    expect_gt(crash, regexpr("end of script", text, fixed = TRUE))
+  }
+})

@@ -39,12 +39,10 @@ pub fn capture(
         Err("reading R's context chain is turned off (option winch.use_contexts)".to_string())
     };
     let placed = chain.and_then(|ctx| {
-        let stack = NativeStack {
-            frames: &nframes,
-            stack_lo,
-            stack_hi: rstate::stack_top().ok_or("the bounds of R's C stack are unknown")?,
-            truncated: trace.truncated.is_some(),
-        };
+        let (stack_lo, stack_hi) =
+            winch_core::stack::live_range(stack_lo).ok_or("not running on the thread's own stack")?;
+        let stack =
+            NativeStack { frames: &nframes, stack_lo, stack_hi, truncated: trace.truncated.is_some() };
         let addrs: Vec<usize> = ctx.iter().map(|c| c.addr).collect();
         interleave::place(&stack, &addrs)
     });
@@ -57,8 +55,7 @@ pub fn capture(
 
 /// Reads and validates the function contexts of frames 1..=n.
 fn contexts(stack_lo: usize, frames: &[usize], call_heads: &[usize]) -> Result<Vec<RContext>, String> {
-    let stack_hi = rstate::stack_top().ok_or("the bounds of R's C stack are unknown")?;
-    let mem = LiveMemory { stack_lo, stack_hi };
+    let mem = LiveMemory::new(stack_lo, rstate::libr_data_ranges());
     let layout = Layout::native().ok_or("R's context layout is unknown on this platform")?;
     let chain = rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)?;
     let numbered = rcontext::check_frames(&chain, frames)?;
@@ -83,10 +80,12 @@ fn contexts(stack_lo: usize, frames: &[usize], call_heads: &[usize]) -> Result<V
 pub fn chain_summary(backend: Backend) -> Result<Vec<(i32, bool, Option<usize>)>, String> {
     let local = 0u8;
     let stack_lo = std::hint::black_box(&local) as *const u8 as usize;
-    let trace = trace::capture(&CaptureOptions { backend, self_addr: rstate::self_addr(), main_thread: true })?;
-    let stack_hi = rstate::stack_top().ok_or("the bounds of R's C stack are unknown")?;
+    let trace =
+        trace::capture(&CaptureOptions { backend, self_addr: rstate::self_addr(), main_thread: true })?;
+    let (_, stack_hi) =
+        winch_core::stack::live_range(stack_lo).ok_or("not running on the thread's own stack")?;
     let layout = Layout::native().ok_or("R's context layout is unknown on this platform")?;
-    let mem = LiveMemory { stack_lo, stack_hi };
+    let mem = LiveMemory::new(stack_lo, rstate::libr_data_ranges());
     let chain = rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)?;
     let nframes: Vec<NFrame> = trace.frames.iter().map(|f| NFrame { lo: f.lo, foreign: false }).collect();
     let stack = NativeStack { frames: &nframes, stack_lo, stack_hi, truncated: trace.truncated.is_some() };

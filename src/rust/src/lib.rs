@@ -92,9 +92,9 @@ fn winch_rs_trace_back(backend: Robj, libr: Robj) -> Robj {
             &t.map,
             false,
             vec![
-                (b"backend\0", Attr::Str(Some(t.backend.name().into()))),
-                (b"truncated\0", Attr::Lgl(t.truncated.is_some())),
-                (b"truncation\0", Attr::Str(t.truncated.clone())),
+                (c"backend", Attr::Str(Some(t.backend.name().into()))),
+                (c"truncated", Attr::Lgl(t.truncated.is_some())),
+                (c"truncation", Attr::Str(t.truncated.clone())),
             ],
         ))
     })
@@ -164,12 +164,12 @@ fn winch_rs_joint(
             &t.map,
             true,
             vec![
-                (b"backend\0", Attr::Str(Some(t.backend.name().into()))),
-                (b"truncated\0", Attr::Lgl(t.truncated.is_some())),
-                (b"truncation\0", Attr::Str(t.truncated.clone())),
-                (b"placement\0", Attr::Str(Some(mode.into()))),
-                (b"fallback_reason\0", Attr::Str(j.fallback_reason.clone())),
-                (b"beyond_end\0", Attr::Int(j.placement.beyond_end as i32)),
+                (c"backend", Attr::Str(Some(t.backend.name().into()))),
+                (c"truncated", Attr::Lgl(t.truncated.is_some())),
+                (c"truncation", Attr::Str(t.truncated.clone())),
+                (c"placement", Attr::Str(Some(mode.into()))),
+                (c"fallback_reason", Attr::Str(j.fallback_reason.clone())),
+                (c"beyond_end", Attr::Int(j.placement.beyond_end as i32)),
             ],
         ))
     })
@@ -248,10 +248,7 @@ fn winch_rs_context_chain(backend: Robj) -> Robj {
         Ok(List::from_pairs(vec![
             ("callflag", Robj::from(chain.iter().map(|c| c.0).collect::<Vec<_>>())),
             ("on_stack", Robj::from(chain.iter().map(|c| c.1).collect::<Vec<_>>())),
-            (
-                "native_frame",
-                Robj::from(chain.iter().map(|c| c.2.map(|i| i as i32 + 1)).collect::<Vec<_>>()),
-            ),
+            ("native_frame", Robj::from(chain.iter().map(|c| c.2.map(|i| i as i32 + 1)).collect::<Vec<_>>())),
         ])
         .into())
     })
@@ -282,10 +279,10 @@ fn winch_rs_thread_capture(backend: Robj) -> Robj {
             &t.map,
             false,
             vec![
-                (b"backend\0", Attr::Str(Some(t.backend.name().into()))),
-                (b"truncated\0", Attr::Lgl(t.truncated.is_some())),
-                (b"truncation\0", Attr::Str(t.truncated.clone())),
-                (b"main_thread\0", Attr::Lgl(on_main)),
+                (c"backend", Attr::Str(Some(t.backend.name().into()))),
+                (c"truncated", Attr::Lgl(t.truncated.is_some())),
+                (c"truncation", Attr::Str(t.truncated.clone())),
+                (c"main_thread", Attr::Lgl(on_main)),
             ],
         ))
     })
@@ -333,7 +330,8 @@ fn winch_rs_stage_times(backend: Robj, n: Robj) -> Robj {
 #[extendr]
 fn winch_rs_cache_info() -> Robj {
     guarded(|| {
-        let (s, per_module) = symbolizer::with_global(|s| (s.stats(), s.module_stats()));
+        let (s, per_module) =
+            symbolizer::with_global(|s| (s.stats(), s.module_stats())).ok_or("winch's caches are in use")?;
         let status = |st: &winch_core::debuginfo::Status| -> String {
             use winch_core::debuginfo::Status::*;
             match st {
@@ -375,7 +373,7 @@ fn winch_rs_cache_info() -> Robj {
 #[extendr]
 fn winch_rs_cache_clear() -> Robj {
     guarded(|| {
-        symbolizer::with_global(|s| s.clear());
+        symbolizer::with_global(|s| s.clear()).ok_or("winch's caches are in use")?;
         Ok(().into())
     })
 }
@@ -393,7 +391,7 @@ fn winch_rs_set_debug_dirs(dirs: Robj) -> Robj {
             s.set_debug_roots(dirs);
             old
         });
-        Ok(old.into())
+        Ok(old.ok_or("winch's caches are in use")?.into())
     })
 }
 

@@ -1,7 +1,7 @@
 //! The few R API entry points used to build result tables directly, declared
 //! with plain C types.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 pub type Sexp = *mut c_void;
 
@@ -24,6 +24,11 @@ extern "C" {
     pub fn Rf_install(name: *const c_char) -> Sexp;
     pub fn Rf_protect(x: Sexp) -> Sexp;
     pub fn Rf_unprotect(n: c_int);
+    pub fn R_PreserveObject(x: Sexp);
+    pub fn R_ReleaseObject(x: Sexp);
+    /// Runs `fun(data)` in a new top-level context: an R error inside it
+    /// (e.g. out of memory) ends there and makes it return 0.
+    pub fn R_ToplevelExec(fun: extern "C" fn(*mut c_void), data: *mut c_void) -> c_int;
 }
 
 /// A CHARSXP for `s` (UTF-8).
@@ -35,8 +40,7 @@ pub unsafe fn mkchar(s: &str) -> Sexp {
     Rf_mkCharLenCE(s.as_ptr() as *const c_char, s.len().min(i32::MAX as usize) as c_int, CE_UTF8)
 }
 
-/// The symbol `name` (NUL-terminated).
-pub unsafe fn sym(name: &[u8]) -> Sexp {
-    debug_assert_eq!(name.last(), Some(&0));
-    Rf_install(name.as_ptr() as *const c_char)
+/// The symbol `name`.
+pub unsafe fn sym(name: &CStr) -> Sexp {
+    Rf_install(name.as_ptr())
 }

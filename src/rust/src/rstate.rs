@@ -6,7 +6,8 @@ use winch_core::modules::{Module, ModuleMap};
 
 extern "C" {
     // Exported by libR and declared in Rinterface.h.
-    static R_GlobalContext: *mut std::ffi::c_void;
+    // `mut`: R changes it all the time; it is only ever read, volatile.
+    static mut R_GlobalContext: *mut std::ffi::c_void;
     // Declared here with plain C types: extendr-ffi's TYPEOF returns a Rust
     // enum, which must never hold a value outside its variants.
     fn Rf_eval(expr: *mut std::ffi::c_void, env: *mut std::ffi::c_void) -> *mut std::ffi::c_void;
@@ -75,9 +76,15 @@ pub fn global_context() -> usize {
     unsafe { std::ptr::read_volatile(std::ptr::addr_of!(R_GlobalContext)) as usize }
 }
 
-/// One past the highest address of the calling thread's stack.
-pub fn stack_top() -> Option<usize> {
-    winch_core::stack::thread_stack_top()
+/// Writable data of R's library (where R keeps its top-level context).
+pub fn libr_data_ranges() -> Vec<(usize, usize)> {
+    let map = winch_core::modules::current();
+    match libr_module(&map) {
+        Some(m) => {
+            map.module(m).segments.iter().filter(|s| s.read && s.write).map(|s| (s.start, s.end)).collect()
+        }
+        None => Vec::new(),
+    }
 }
 
 /// R's own code: the module holding libR's functions, and R's executable.

@@ -64,6 +64,10 @@ impl ModuleInfo {
         }
     }
 
+    pub fn unreadable(why: String) -> ModuleInfo {
+        ModuleInfo::empty(Status::Unreadable(why))
+    }
+
     pub fn has_dwarf(&self) -> bool {
         self.dwarf.is_some()
     }
@@ -123,26 +127,34 @@ pub fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {
         Ok(f) => f,
         Err(e) => return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),
     };
-    if let (Some(mapped), Some(id)) = (module.mapped, file_id(&file)) {
-        if id != (mapped.dev, mapped.ino) {
-            return ModuleInfo::empty(Status::Mismatch(format!(
-                "{} was replaced on disk after it was loaded",
-                module.path
-            )));
-        }
-    }
+    let inode = file_id(&file).map(|(_, ino)| ino);
     let cache = object::ReadCache::new(file);
     let obj = match object::File::parse(&cache) {
         Ok(o) => o,
         Err(e) => return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),
     };
-    let file_id = obj.build_id().ok().flatten();
-    if let Some(loaded) = &module.build_id {
-        if file_id != Some(loaded.as_slice()) {
+    // Is the file on disk the loaded image? With a build-id in the image, the
+    // file's must be the same (and is then enough: the device numbers that
+    // /proc/self/maps and stat() report differ on overlayfs and btrfs).
+    // Without one, the inode must be the one that is mapped.
+    let file_build_id = obj.build_id().ok().flatten();
+    match &module.build_id {
+        Some(loaded) if file_build_id != Some(loaded.as_slice()) => {
             return ModuleInfo::empty(Status::Mismatch(format!(
                 "the build-id of {} differs from the loaded image",
                 module.path
             )));
+        }
+        Some(_) => {}
+        None => {
+            if let (Some(mapped), Some(ino)) = (module.mapped, inode) {
+                if ino != mapped.ino {
+                    return ModuleInfo::empty(Status::Mismatch(format!(
+                        "{} was replaced on disk after it was loaded",
+                        module.path
+                    )));
+                }
+            }
         }
     }
 
@@ -363,20 +375,25 @@ fn finish_debug_file<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
     if !has_dwarf(&obj) {
         return Err("no DWARF in debug file".into());
     }
-    // dwz: a supplementary file shared between debug files.
-    let sup_path = match obj.gnu_debugaltlink() {
-        Ok(Some((name, _id))) => {
+    // dwz: a supplementary file shared between debug files, used only if its
+    // build-id is the one the debug file names.
+    let (sup_path, sup_id) = match obj.gnu_debugaltlink() {
+        Ok(Some((name, id))) => {
             let name = PathBuf::from(String::from_utf8_lossy(name).into_owned());
-            Some(if name.is_absolute() {
+            let path = if name.is_absolute() {
                 name
             } else {
                 candidate.path.parent().unwrap_or(Path::new("/")).join(name)
-            })
+            };
+            (Some(path), id.to_vec())
         }
-        _ => None,
+        _ => (None, Vec::new()),
     };
     let sup_file = sup_path.and_then(|p| File::open(p).ok()).map(object::ReadCache::new);
-    let sup_obj = sup_file.as_ref().and_then(|c| object::File::parse(c).ok());
+    let sup_obj = sup_file
+        .as_ref()
+        .and_then(|c| object::File::parse(c).ok())
+        .filter(|o| o.build_id().ok().flatten() == Some(sup_id.as_slice()));
     let mut extra = Vec::new();
     collect_symbols(&obj, &mut extra);
     let result = match &sup_obj {
@@ -409,4 +426,44 @@ fn load_dwarf_mixed<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
         .map_err(|e| e.to_string())?;
     let ctx = addr2line::Context::from_dwarf(dwarf).map_err(|e| e.to_string())?;
     Ok((ctx, bytes))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::modules::{self, MappedFile};
+
+    fn libc_module() -> Module {
+        let map = modules::current();
+        let addr = libc::getpid as unsafe extern "C" fn() -> libc::pid_t as usize;
+        map.module(map.module_of(addr).unwrap()).clone()
+    }
+
+    #[test]
+    fn a_matching_build_id_is_trusted_over_device_numbers() {
+        // On overlayfs and btrfs, /proc/self/maps and stat() disagree on the
+        // device of the same file.
+        let mut m = libc_module();
+        assert!(m.build_id.is_some());
+        let real = m.mapped.unwrap();
+        m.mapped = Some(MappedFile { dev: real.dev ^ 0xffff, ino: real.ino });
+        let info = load(&m, &[]);
+        assert_eq!(info.status, Status::Ok);
+        assert!(!info.symbols.is_empty());
+    }
+
+    #[test]
+    fn without_a_build_id_the_inode_decides() {
+        let mut m = libc_module();
+        m.build_id = None;
+        let real = m.mapped.unwrap();
+        m.mapped = Some(MappedFile { dev: real.dev ^ 0xffff, ino: real.ino });
+        assert_eq!(load(&m, &[]).status, Status::Ok);
+        m.mapped = Some(MappedFile { dev: real.dev, ino: real.ino ^ 1 });
+        assert!(matches!(load(&m, &[]).status, Status::Mismatch(_)));
+        // A different build-id than the loaded image: never used.
+        let mut m = libc_module();
+        m.build_id = Some(vec![1, 2, 3]);
+        assert!(matches!(load(&m, &[]).status, Status::Mismatch(_)));
+    }
 }

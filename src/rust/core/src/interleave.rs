@@ -9,9 +9,12 @@
 //!
 //! Contexts that are not on the C stack (byte-code contexts that newer R keeps
 //! on its own node stack) carry no anchor; they borrow the anchor of their
-//! nearest older on-stack neighbour, and when more than one native chunk could
-//! belong to them the placement is marked approximate. Frames beyond a
-//! truncated native stack stay in order; nothing is guessed about them.
+//! nearest older on-stack neighbour. A native chunk between two on-stack
+//! anchors with such contexts between them may belong to any of those R
+//! frames (native code can re-enter byte code without a new on-stack context,
+//! e.g. by forcing a promise), so its placement is marked approximate. Frames
+//! beyond a truncated native stack stay in order; nothing is guessed about
+//! them.
 
 use std::ops::Range;
 
@@ -153,8 +156,8 @@ pub fn place(stack: &NativeStack, contexts: &[usize]) -> Result<Placement, Strin
         parent[i] = Some(k);
     }
 
-    // A parent borrowed by an off-stack frame is certain only when a single
-    // native chunk lies between the surrounding on-stack anchors.
+    // A parent borrowed by an off-stack frame is never certain: every native
+    // chunk between the surrounding on-stack anchors is approximate.
     let mut approximate = vec![false; nf];
     let chunk_list = chunks(stack.frames);
     let mut k = 1;
@@ -171,7 +174,7 @@ pub fn place(stack: &NativeStack, contexts: &[usize]) -> Result<Placement, Strin
         // anchor down to frame k's anchor.
         let in_region = |i: usize| matches!(parent[i], Some(p) if p + 1 >= first && p < k);
         let region: Vec<&Range<usize>> = chunk_list.iter().filter(|c| in_region(c.start)).collect();
-        if region.len() > 1 {
+        if !region.is_empty() {
             for c in region {
                 for i in c.clone() {
                     approximate[i] = true;
@@ -319,16 +322,23 @@ mod tests {
     }
 
     #[test]
-    fn off_stack_context_with_one_chunk_is_exact() {
+    fn off_stack_context_makes_its_chunk_approximate() {
         // f (on stack) → inlined g (off stack) → .Call → C → h (on stack).
-        // The byte-code frame that runs both f and the inlined g goes to the
-        // deeper of the two, like the chunk.
+        // The chunk most likely belongs to g (the deeper frame), but C code
+        // could also have started g itself (forcing a byte-compiled promise),
+        // so it is placed under g and marked approximate. The byte-code frame
+        // running both f and the inlined g goes with g too.
         let b = build(&[R, C, R, X, F, F, R, C, R]);
         let p = place(&stack(&b.frames, false), &b.contexts).unwrap();
         assert_eq!(parents(&p), vec![3, 2, 2, 2, 2, 0]);
         assert_eq!(b.expected, vec![3, 2, 2, 2, 1, 0]);
         assert_eq!(p.off_stack, 1);
-        assert!(!p.is_approximate());
+        for (i, f) in b.frames.iter().enumerate() {
+            assert_eq!(p.approximate[i], f.foreign, "frame {i}");
+        }
+        // Without the off-stack frame, the same chunk is exact.
+        let b = build(&[R, C, R, F, F, R, C, R]);
+        assert!(!place(&stack(&b.frames, false), &b.contexts).unwrap().is_approximate());
     }
 
     #[test]

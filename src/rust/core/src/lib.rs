@@ -8,6 +8,7 @@
 
 pub mod debuginfo;
 pub mod interleave;
+pub mod memory;
 pub mod modules;
 pub mod rcontext;
 pub mod splice;

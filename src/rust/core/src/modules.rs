@@ -13,6 +13,8 @@ pub struct Segment {
     pub start: usize,
     pub end: usize,
     pub exec: bool,
+    pub read: bool,
+    pub write: bool,
 }
 
 /// The file a module was mapped from, as `/proc/self/maps` shows it.
@@ -153,6 +155,10 @@ pub fn loader_generation() -> (u64, u64) {
 }
 
 /// Reads the current module list from the dynamic loader.
+///
+/// Program headers and notes are copied out of the loaded images with
+/// `memory::copy`, never read in place: an image whose file was truncated on
+/// disk would raise SIGBUS (see `memory`).
 #[cfg(target_os = "linux")]
 pub fn read_loaded_modules() -> Vec<Module> {
     unsafe extern "C" fn each(
@@ -168,10 +174,20 @@ pub fn read_loaded_modules() -> Vec<Module> {
             std::ffi::CStr::from_ptr(info.dlpi_name).to_string_lossy().into_owned()
         };
         let bias = info.dlpi_addr as usize;
-        let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
-            &[]
+        let size = std::mem::size_of::<libc::Elf64_Phdr>();
+        let phdrs: Vec<libc::Elf64_Phdr> = if info.dlpi_phdr.is_null() {
+            Vec::new()
         } else {
-            std::slice::from_raw_parts(info.dlpi_phdr as *const libc::Elf64_Phdr, info.dlpi_phnum as usize)
+            let n = info.dlpi_phnum as usize;
+            match crate::memory::copy(info.dlpi_phdr as usize, n * size) {
+                Some(bytes) => bytes
+                    .chunks_exact(size)
+                    // SAFETY: Elf64_Phdr is plain old data; read_unaligned
+                    // copes with the Vec's alignment.
+                    .map(|c| std::ptr::read_unaligned(c.as_ptr() as *const libc::Elf64_Phdr))
+                    .collect(),
+                None => Vec::new(),
+            }
         };
         let segments: Vec<Segment> = phdrs
             .iter()
@@ -180,16 +196,20 @@ pub fn read_loaded_modules() -> Vec<Module> {
                 start: bias.wrapping_add(p.p_vaddr as usize),
                 end: bias.wrapping_add(p.p_vaddr as usize).wrapping_add(p.p_memsz as usize),
                 exec: p.p_flags & libc::PF_X != 0,
+                read: p.p_flags & libc::PF_R != 0,
+                write: p.p_flags & libc::PF_W != 0,
             })
             .collect();
         let mut build_id = None;
         for p in phdrs.iter().filter(|p| p.p_type == libc::PT_NOTE) {
             let start = bias.wrapping_add(p.p_vaddr as usize);
             let len = p.p_memsz as usize;
-            // Only read notes that lie inside a loaded segment (mapped memory).
-            if segments.iter().any(|s| s.start <= start && start.saturating_add(len) <= s.end) {
-                let bytes = std::slice::from_raw_parts(start as *const u8, len);
-                if let Some(id) = gnu_build_id(bytes, p.p_align as usize) {
+            let inside =
+                segments.iter().any(|s| s.read && s.start <= start && start.saturating_add(len) <= s.end);
+            if inside && len <= 1 << 16 {
+                if let Some(id) =
+                    crate::memory::copy(start, len).and_then(|b| gnu_build_id(&b, p.p_align as usize))
+                {
                     build_id = Some(id);
                     break;
                 }
@@ -314,9 +334,14 @@ struct Live {
 static LIVE: Mutex<Option<Live>> = Mutex::new(None);
 
 /// The current module map, rebuilt only when modules were loaded or unloaded.
+/// Never waits: if the cache is in use (re-entered), a fresh map is built.
 pub fn current() -> Arc<ModuleMap> {
     let generation = loader_generation();
-    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut live = match LIVE.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return Arc::new(ModuleMap::new(read_loaded_modules())),
+    };
     if let Some(l) = live.as_ref() {
         if l.generation == generation && generation != (u64::MAX, u64::MAX) {
             return l.map.clone();
@@ -335,7 +360,10 @@ mod tests {
         Module {
             path: path.into(),
             bias: segs[0].0,
-            segments: segs.iter().map(|&(start, end, exec)| Segment { start, end, exec }).collect(),
+            segments: segs
+                .iter()
+                .map(|&(start, end, exec)| Segment { start, end, exec, read: true, write: false })
+                .collect(),
             build_id: None,
             is_main: false,
             has_file: true,

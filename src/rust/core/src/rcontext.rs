@@ -87,38 +87,46 @@ pub trait Memory {
 }
 
 /// This process's memory: direct reads on the live part of the current
-/// thread's stack, `process_vm_readv` elsewhere.
+/// thread's stack, kernel copies (`crate::memory`) elsewhere. Where the kernel
+/// refuses those copies (a seccomp profile), `fallback` ranges, writable
+/// data of R's own library (where R keeps its top-level context), are read
+/// directly; anything else is then unreadable and placement falls back.
 pub struct LiveMemory {
-    /// [stack_lo, stack_hi): mapped stack memory of the current thread, from
-    /// the reader's own frame up to the top of the stack.
+    /// [stack_lo, stack_hi): the live part of the current thread's stack, or
+    /// an empty range when the reader is not on its thread's stack.
     pub stack_lo: usize,
     pub stack_hi: usize,
+    pub fallback: Vec<(usize, usize)>,
+}
+
+impl LiveMemory {
+    /// The memory of the calling thread, seen from address `here` in the
+    /// caller's frame.
+    pub fn new(here: usize, fallback: Vec<(usize, usize)>) -> LiveMemory {
+        let (stack_lo, stack_hi) = crate::stack::live_range(here).unwrap_or((0, 0));
+        LiveMemory { stack_lo, stack_hi, fallback }
+    }
 }
 
 impl Memory for LiveMemory {
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
         let Some(end) = addr.checked_add(buf.len()) else { return false };
-        if addr >= self.stack_lo && end <= self.stack_hi {
+        let direct = |lo: usize, hi: usize| addr >= lo && end <= hi;
+        if direct(self.stack_lo, self.stack_hi) {
             // SAFETY: the range lies in the mapped, live part of our stack.
             unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
             return true;
         }
-        read_via_kernel(addr, buf)
+        if crate::memory::available() {
+            return crate::memory::read(addr, buf);
+        }
+        if self.fallback.iter().any(|&(lo, hi)| direct(lo, hi)) {
+            // SAFETY: writable data of a loaded module (see the type's docs).
+            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
+            return true;
+        }
+        false
     }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn read_via_kernel(_addr: usize, _buf: &mut [u8]) -> bool {
-    false
-}
-
-#[cfg(target_os = "linux")]
-fn read_via_kernel(addr: usize, buf: &mut [u8]) -> bool {
-    let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
-    // SAFETY: the kernel checks the remote range; the local one is `buf`.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    n == buf.len() as isize
 }
 
 fn word(bytes: &[u8], at: usize) -> usize {
@@ -288,7 +296,7 @@ mod tests {
     #[test]
     fn live_memory_reads_heap_and_refuses_bad_addresses() {
         let heap = Box::new([0x5au8; 64]);
-        let mem = LiveMemory { stack_lo: 1, stack_hi: 2 };
+        let mem = LiveMemory { stack_lo: 1, stack_hi: 2, fallback: Vec::new() };
         let mut buf = [0u8; 64];
         assert!(mem.read(heap.as_ptr() as usize, &mut buf));
         assert_eq!(buf, [0x5a; 64]);

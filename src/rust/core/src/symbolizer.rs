@@ -107,7 +107,17 @@ impl Symbolizer {
         if let Some((id, _)) = self.modules.get(&key) {
             return (*id, key);
         }
-        let info = Box::new(debuginfo::load(m, &self.roots));
+        // A panic inside the file parsers (a bug they may have on a damaged
+        // file) is remembered as an unreadable module, not retried.
+        let roots = &self.roots;
+        let info = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| debuginfo::load(m, roots)))
+            .unwrap_or_else(|_| {
+                debuginfo::ModuleInfo::unreadable(format!(
+                    "{}: internal error while reading the file",
+                    m.path
+                ))
+            });
+        let info = Box::new(info);
         self.files_loaded += 1;
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
@@ -129,7 +139,7 @@ impl Symbolizer {
         if let Some(r) = self.frames.get(&(id, probe)) {
             return r.clone();
         }
-        let r: Arc<[Resolved]> = self.modules[&key].1.resolve(probe).into();
+        let r: Arc<[Resolved]> = resolve_guarded(&self.modules[&key].1, probe).into();
         if self.frames.len() >= MAX_CACHED_ADDRESSES {
             self.frames.clear();
         }
@@ -168,7 +178,7 @@ impl Symbolizer {
             return r.clone();
         }
         let r: Arc<[Resolved]> = match self.modules.get(&key) {
-            Some((_, info)) => info.resolve(probe).into(),
+            Some((_, info)) => resolve_guarded(info, probe).into(),
             None => return self.resolve(map.module(index), probe),
         };
         if self.frames.len() >= MAX_CACHED_ADDRESSES {
@@ -216,10 +226,23 @@ impl Symbolizer {
     }
 }
 
+/// `info.resolve(probe)`, with a panic in the DWARF reader turned into "no
+/// name".
+fn resolve_guarded(info: &ModuleInfo, probe: u64) -> Vec<Resolved> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| info.resolve(probe))).unwrap_or_else(|_| {
+        vec![Resolved { func: None, file: None, line: None, column: None, inlined: false }]
+    })
+}
+
 static GLOBAL: Mutex<Option<Symbolizer>> = Mutex::new(None);
 
-/// Runs `f` with the process-wide symbolizer.
-pub fn with_global<T>(f: impl FnOnce(&mut Symbolizer) -> T) -> T {
-    let mut guard = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
-    f(guard.get_or_insert_with(Symbolizer::default))
+/// Runs `f` with the process-wide symbolizer, or returns None if it is in use
+/// (a capture re-entered from a signal handler, say): never waits.
+pub fn with_global<T>(f: impl FnOnce(&mut Symbolizer) -> T) -> Option<T> {
+    let mut guard = match GLOBAL.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
+    Some(f(guard.get_or_insert_with(Symbolizer::default)))
 }

@@ -34,7 +34,16 @@ pub struct SymbolTable {
 impl SymbolTable {
     pub fn new(mut syms: Vec<Symbol>) -> SymbolTable {
         syms.retain(|s| s.size > 0 && s.start.checked_add(s.size).is_some());
-        syms.sort_by(|a, b| (a.start, a.size, a.rank, &a.name).cmp(&(b.start, b.size, b.rank, &b.name)));
+        // By start, and among equal starts the largest first, so that the
+        // last candidate a lookup meets is the innermost (smallest) one.
+        syms.sort_by(|a, b| {
+            (a.start, std::cmp::Reverse(a.size), a.rank, &a.name).cmp(&(
+                b.start,
+                std::cmp::Reverse(b.size),
+                b.rank,
+                &b.name,
+            ))
+        });
         // Aliases (same start and size): keep the preferred one.
         syms.dedup_by(|later, kept| later.start == kept.start && later.size == kept.size);
         let mut max_end = Vec::with_capacity(syms.len());
@@ -151,12 +160,17 @@ mod tests {
             sym(0x140, 0x10, "inner", 0),
             sym(0x300, 0x10, "weak_alias", 1),
             sym(0x300, 0x10, "strong", 0),
+            sym(0x400, 0x100, "big_same_start", 0),
+            sym(0x400, 0x10, "small_same_start", 0),
         ]);
         assert_eq!(t.lookup(0x145).unwrap().name.as_ref(), "inner");
         // After the inner symbol ends, the outer one still contains the address.
         assert_eq!(t.lookup(0x150).unwrap().name.as_ref(), "outer");
         assert_eq!(t.lookup(0x305).unwrap().name.as_ref(), "strong");
-        assert_eq!(t.len(), 3);
+        // Same start: the smaller symbol is the innermost.
+        assert_eq!(t.lookup(0x405).unwrap().name.as_ref(), "small_same_start");
+        assert_eq!(t.lookup(0x415).unwrap().name.as_ref(), "big_same_start");
+        assert_eq!(t.len(), 5);
     }
 
     #[test]

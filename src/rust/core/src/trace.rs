@@ -120,11 +120,12 @@ pub fn assemble(
     NativeTrace { backend: opts.backend, map, frames: out, truncated }
 }
 
-/// The outermost frame of a complete stack: `_start` in the executable on the
-/// main thread, the C library's thread entry on other threads.
-fn plausible_outermost(map: &ModuleMap, m: usize, main_thread: bool) -> bool {
+/// The outermost frame of a complete stack: `_start` in the executable, or
+/// the C library's thread entry (threads, and R embedded on a thread other
+/// than the process's first).
+fn plausible_outermost(map: &ModuleMap, m: usize, _main_thread: bool) -> bool {
     let module = map.module(m);
-    module.is_main || (!main_thread && module.basename().starts_with("libc.so"))
+    module.is_main || module.basename().starts_with("libc.so")
 }
 
 impl NativeTrace {
@@ -134,24 +135,23 @@ impl NativeTrace {
         self.symbolize_some(&all)
     }
 
-    /// `symbolize` for the frames at `indices` only.
+    /// `symbolize` for the frames at `indices` only. If the symbolizer is in
+    /// use (re-entered), frames are left unnamed rather than waiting.
     pub fn symbolize_some(&self, indices: &[usize]) -> Vec<Arc<[Resolved]>> {
+        let unnamed = || -> Arc<[Resolved]> {
+            Arc::from(vec![Resolved { func: None, file: None, line: None, column: None, inlined: false }])
+        };
         symbolizer::with_global(|s| {
             indices
                 .iter()
                 .map(|&i| &self.frames[i])
                 .map(|f| match f.module {
                     Some(m) => s.resolve_in(&self.map, m, f.file_probe(&self.map).unwrap_or(0)),
-                    None => Arc::from(vec![Resolved {
-                        func: None,
-                        file: None,
-                        line: None,
-                        column: None,
-                        inlined: false,
-                    }]),
+                    None => unnamed(),
                 })
                 .collect()
         })
+        .unwrap_or_else(|| indices.iter().map(|_| unnamed()).collect())
     }
 }
 
@@ -165,7 +165,7 @@ mod tests {
         Module {
             path: path.into(),
             bias: start,
-            segments: vec![Segment { start, end, exec: true }],
+            segments: vec![Segment { start, end, exec: true, read: true, write: false }],
             build_id: None,
             is_main: main,
             has_file: true,

@@ -8,23 +8,25 @@
 //! RSP or RBP plus an offset, the return address and RBP are saved at offsets
 //! from the CFA. Anything else (signal trampolines, CFA expressions, stack
 //! realignment) makes the walk report `UNSUPPORTED`, and the caller redoes the
-//! whole capture with libgcc's unwinder. Every stack read is bounds-checked
-//! against the thread's stack.
+//! whole capture with libgcc's unwinder; so does a walk that starts off the
+//! thread's own stack (a signal handler's alternate stack) or finds the
+//! tables busy. Every stack read is bounds-checked against the thread's
+//! stack, and the unwind tables are copies (see `crate::memory`), not the
+//! mapped images.
 
 use super::{RawFrame, StackEnd};
 use crate::modules::{self, ModuleMap};
 use gimli::{
-    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, EndianSlice, LittleEndian, RegisterRule, UnwindContext,
-    UnwindSection,
+    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, RegisterRule, UnwindContext, UnwindSection,
 };
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, TryLockError};
 
 /// The `Failed` message that asks the caller to fall back to libgcc.
 pub const UNSUPPORTED: &str = "unwind rule not supported by the cfi backend";
 
-type Slice = EndianSlice<'static, LittleEndian>;
+type Slice = gimli::EndianArcSlice<LittleEndian>;
 
 const RBP: gimli::Register = gimli::X86_64::RBP;
 const RSP: gimli::Register = gimli::X86_64::RSP;
@@ -103,10 +105,6 @@ struct State {
     ctx: Box<UnwindContext<usize>>,
 }
 
-// The tables point into loaded images; they are only used while the module
-// map they were built for is current (see `sync`).
-unsafe impl Send for State {}
-
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
 /// Bound on cached rules.
@@ -181,34 +179,59 @@ impl State {
     }
 }
 
-/// Parses a module's `.eh_frame_hdr` and locates its `.eh_frame`, both in
-/// the loaded image.
+/// Copies a module's `.eh_frame_hdr` and `.eh_frame` out of the loaded image
+/// and parses the header's search table.
 fn tables_for(map: &ModuleMap, index: usize) -> Option<Tables> {
     let m = map.module(index);
     let (hdr_addr, hdr_len) = m.eh_frame_hdr?;
-    let within = |addr: usize, len: usize| {
-        m.segments.iter().find(|s| s.start <= addr && addr.checked_add(len).is_some_and(|e| e <= s.end))
+    let readable = |addr: usize, len: usize| {
+        m.segments
+            .iter()
+            .find(|s| s.read && s.start <= addr && addr.checked_add(len).is_some_and(|e| e <= s.end))
     };
-    within(hdr_addr, hdr_len)?;
-    // SAFETY: the range lies inside a loaded segment of a module that stays
-    // loaded while this map is current.
-    let hdr_bytes: &'static [u8] = unsafe { std::slice::from_raw_parts(hdr_addr as *const u8, hdr_len) };
+    readable(hdr_addr, hdr_len)?;
+    let hdr_bytes: Arc<[u8]> = crate::memory::copy(hdr_addr, hdr_len)?.into();
     let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_addr as u64);
-    let hdr = EhFrameHdr::new(hdr_bytes, LittleEndian).parse(&bases, 8).ok()?;
+    let hdr = EhFrameHdr::from(Slice::new(hdr_bytes, LittleEndian)).parse(&bases, 8).ok()?;
     let eh_frame_addr = match hdr.eh_frame_ptr() {
         gimli::Pointer::Direct(a) => a as usize,
         gimli::Pointer::Indirect(_) => return None,
     };
-    let seg = within(eh_frame_addr, 1)?;
-    // SAFETY: as above; `.eh_frame` runs at most to the end of its segment.
-    let eh_bytes: &'static [u8] =
-        unsafe { std::slice::from_raw_parts(eh_frame_addr as *const u8, seg.end - eh_frame_addr) };
+    // `.eh_frame` has no recorded size: copy to the end of its segment, then
+    // keep what precedes its zero terminator.
+    let seg = readable(eh_frame_addr, 4)?;
+    let mut eh = crate::memory::copy(eh_frame_addr, seg.end - eh_frame_addr)?;
+    eh.truncate(eh_frame_len(&eh));
     let text = m.segments.iter().find(|s| s.exec).map_or(0, |s| s.start);
     let bases = BaseAddresses::default()
         .set_eh_frame_hdr(hdr_addr as u64)
         .set_eh_frame(eh_frame_addr as u64)
         .set_text(text as u64);
-    Some(Tables { hdr, eh_frame: EhFrame::new(eh_bytes, LittleEndian), bases })
+    let eh: Arc<[u8]> = eh.into();
+    Some(Tables { hdr, eh_frame: EhFrame::from(Slice::new(eh, LittleEndian)), bases })
+}
+
+/// Length of an `.eh_frame` section: its entries up to the zero terminator.
+fn eh_frame_len(bytes: &[u8]) -> usize {
+    let mut at = 0usize;
+    loop {
+        let Some(word) = bytes.get(at..at + 4) else { return bytes.len() };
+        let len = u32::from_le_bytes([word[0], word[1], word[2], word[3]]) as usize;
+        let next = if len == 0 {
+            return at + 4;
+        } else if len == 0xffff_ffff {
+            let Some(long) = bytes.get(at + 4..at + 12) else { return bytes.len() };
+            let mut b = [0u8; 8];
+            b.copy_from_slice(long);
+            (at + 12).checked_add(u64::from_le_bytes(b) as usize)
+        } else {
+            (at + 4).checked_add(len)
+        };
+        match next {
+            Some(n) if n <= bytes.len() => at = n,
+            _ => return bytes.len(),
+        }
+    }
 }
 
 /// Registers of the calling code: (rip, rsp, rbp).
@@ -234,10 +257,11 @@ fn registers() -> (usize, usize, usize) {
 pub(super) fn walk(out: &mut Vec<RawFrame>, max: usize, want_start: bool) -> StackEnd {
     let (mut ip, mut sp, bp0) = registers();
     let mut bp = Some(bp0);
-    let Some(stack_hi) = crate::stack::thread_stack_top() else {
-        return StackEnd::Failed("the bounds of this thread's stack are unknown".into());
+    // Off the thread's own stack (an alternate signal stack, a coroutine),
+    // the bounds are unknown: let libgcc walk.
+    let Some((stack_lo, stack_hi)) = crate::stack::live_range(sp) else {
+        return StackEnd::Failed(UNSUPPORTED.into());
     };
-    let stack_lo = sp;
     let read = |addr: usize| -> Option<usize> {
         if addr < stack_lo || addr % 8 != 0 || addr.checked_add(8).is_none_or(|e| e > stack_hi) {
             return None;
@@ -246,7 +270,13 @@ pub(super) fn walk(out: &mut Vec<RawFrame>, max: usize, want_start: bool) -> Sta
         Some(unsafe { std::ptr::read_volatile(addr as *const usize) })
     };
     let map = modules::current();
-    let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    // Never wait: a walk re-entered (from a signal handler, say) while
+    // another holds the tables falls back to libgcc.
+    let mut guard = match STATE.try_lock() {
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(TryLockError::WouldBlock) => return StackEnd::Failed(UNSUPPORTED.into()),
+    };
     let state = guard.get_or_insert_with(State::new);
     state.sync(&map);
 
@@ -293,5 +323,25 @@ pub(super) fn walk(out: &mut Vec<RawFrame>, max: usize, want_start: bool) -> Sta
         if ip == 0 {
             return StackEnd::Outermost;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eh_frame_length_stops_at_the_terminator() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&8u32.to_le_bytes());
+        b.extend_from_slice(&[1; 8]);
+        b.extend_from_slice(&4u32.to_le_bytes());
+        b.extend_from_slice(&[2; 4]);
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&[9; 100]); // whatever follows in the segment
+        assert_eq!(eh_frame_len(&b), 24);
+        // A length running past the data: keep everything.
+        assert_eq!(eh_frame_len(&[0xff, 0, 0, 0, 1]), 5);
+        assert_eq!(eh_frame_len(&[]), 0);
     }
 }

@@ -57,7 +57,8 @@ impl Backend {
 }
 
 fn compiled_in(backend: Backend) -> bool {
-    if !cfg!(target_os = "linux") {
+    // Linux on 64-bit targets only: the module reader assumes ELF64.
+    if !cfg!(all(target_os = "linux", target_pointer_width = "64")) {
         return false;
     }
     match backend {
@@ -131,8 +132,13 @@ fn raw_walk(backend: Backend, frames: &mut Vec<RawFrame>, want_start: bool) -> S
     loop {
         frames.clear();
         let end = match backend {
+            // A panic in the cached unwinder (it parses tables from memory)
+            // becomes a hand-over to libgcc, not a failed capture.
             #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-            Backend::Cfi => cfi::walk(frames, capacity, want_start),
+            Backend::Cfi => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                cfi::walk(frames, capacity, want_start)
+            }))
+            .unwrap_or_else(|_| StackEnd::Failed(cfi::UNSUPPORTED.into())),
             #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
             Backend::Cfi => StackEnd::Failed("the cfi backend is not compiled in".into()),
             #[cfg(winch_libunwind)]
@@ -185,7 +191,9 @@ pub fn normalize(raw: &[RawFrame], kind: StackValue) -> Vec<Frame> {
                 StackValue::Cfa if i > 0 => raw[i - 1].stack,
                 StackValue::Cfa => 0,
             },
-            exact_ip: i == 0 || f.signal,
+            // The innermost frame, a signal trampoline, and the frame the
+            // signal interrupted hold exact instruction addresses.
+            exact_ip: i == 0 || f.signal || (i > 0 && raw[i - 1].signal),
         })
         .collect()
 }
@@ -253,6 +261,17 @@ mod tests {
         // The same frames reported as CFAs (high ends): 200, 300, 400, 500.
         assert_eq!(classify(&raw(&[200, 300, 400, 500]), 1, 250), Some(StackValue::Cfa));
         assert_eq!(classify(&raw(&[200, 300]), 1, 999), None);
+    }
+
+    #[test]
+    fn frames_around_a_signal_keep_exact_addresses() {
+        // Frame 1 is a signal trampoline; frame 2 was interrupted by the
+        // signal, so its address is the faulting instruction, not a return
+        // address: it must not be looked up at ip - 1.
+        let mut r = raw(&[100, 200, 300, 400]);
+        r[1].signal = true;
+        let f = normalize(&r, StackValue::Sp);
+        assert_eq!(f.iter().map(|f| f.exact_ip).collect::<Vec<_>>(), vec![true, true, true, false]);
     }
 
     #[test]
