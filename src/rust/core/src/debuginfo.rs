@@ -16,7 +16,25 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+pub type Reader = gimli::EndianReader<gimli::RunTimeEndian, SectionData>;
+
+/// The bytes of one DWARF section, shared by the readers that point into it.
+/// Decompressed sections are kept in the buffer they were inflated into
+/// (no second copy).
+#[derive(Clone, Debug)]
+pub struct SectionData(Arc<Vec<u8>>);
+
+impl std::ops::Deref for SectionData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+// SAFETY: the bytes live in the Vec's heap buffer, owned by the Arc: moving
+// or cloning a SectionData never moves them, and they are never mutated.
+unsafe impl stable_deref_trait::StableDeref for SectionData {}
+unsafe impl stable_deref_trait::CloneStableDeref for SectionData {}
 
 /// What happened when the module's file was read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,11 +146,37 @@ pub fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {
         Err(e) => return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),
     };
     let inode = file_id(&file).map(|(_, ino)| ino);
-    let cache = object::ReadCache::new(file);
-    let obj = match object::File::parse(&cache) {
-        Ok(o) => o,
-        Err(e) => return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),
-    };
+    // Files of ordinary size are read whole (far faster than many small reads
+    // when walking symbol tables); huge ones through a cache of the parts
+    // used. Either way the data is a private copy, never a mapping.
+    if file.metadata().map_or(false, |m| m.len() <= WHOLE_FILE_LIMIT) {
+        let mut data = Vec::new();
+        let mut file = file;
+        if let Err(e) = file.read_to_end(&mut data) {
+            return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path)));
+        }
+        match object::File::parse(&data[..]) {
+            Ok(obj) => load_parsed(module, debug_roots, obj, inode),
+            Err(e) => ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),
+        }
+    } else {
+        let cache = object::ReadCache::new(file);
+        match object::File::parse(&cache) {
+            Ok(obj) => load_parsed(module, debug_roots, obj, inode),
+            Err(e) => ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),
+        }
+    }
+}
+
+/// Files up to this size are read into memory whole.
+const WHOLE_FILE_LIMIT: u64 = 64 << 20;
+
+fn load_parsed<'a, R: object::ReadRef<'a>>(
+    module: &Module,
+    debug_roots: &[PathBuf],
+    obj: object::File<'a, R>,
+    inode: Option<u64>,
+) -> ModuleInfo {
     // Is the file on disk the loaded image? With a build-id in the image, the
     // file's must be the same (and is then enough: the device numbers that
     // /proc/self/maps and stat() report differ on overlayfs and btrfs).
@@ -243,20 +287,22 @@ fn has_dwarf<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>) -> bool {
 /// missing or unreadable section is empty. Sections that function, file and
 /// line lookups never read (location lists, macros, type units) are not
 /// loaded at all: they are a large part of big debug files.
-fn section_data<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>, id: gimli::SectionId) -> Arc<[u8]> {
+fn section_data<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>, id: gimli::SectionId) -> SectionData {
     use gimli::SectionId::*;
+    let empty = || SectionData(Arc::new(Vec::new()));
     if matches!(
         id,
         DebugLoc | DebugLocLists | DebugMacinfo | DebugMacro | DebugTypes | DebugCuIndex | DebugTuIndex
     ) {
-        return Arc::from(&[][..]);
+        return empty();
     }
     match obj.section_by_name(id.name()) {
         Some(s) if s.file_range().is_some() => match s.uncompressed_data() {
-            Ok(d) => Arc::from(d.as_ref()),
-            Err(_) => Arc::from(&[][..]),
+            Ok(std::borrow::Cow::Owned(v)) => SectionData(Arc::new(v)),
+            Ok(std::borrow::Cow::Borrowed(b)) => SectionData(Arc::new(b.to_vec())),
+            Err(_) => empty(),
         },
-        _ => Arc::from(&[][..]),
+        _ => empty(),
     }
 }
 
@@ -277,7 +323,7 @@ fn load_dwarf<'a, R: object::ReadRef<'a>>(
     let dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
         let d = section_data(obj, id);
         bytes += d.len();
-        Ok(gimli::EndianArcSlice::new(d, endian))
+        Ok(gimli::EndianReader::new(d, endian))
     })
     .map_err(|e| e.to_string())?;
     let ctx = addr2line::Context::from_dwarf(dwarf).map_err(|e| e.to_string())?;
@@ -353,6 +399,11 @@ fn open_debug_file<'a, R: object::ReadRef<'a>>(
         }
         let obj = object::File::parse(&data[..]).map_err(|e| e.to_string())?;
         finish_debug_file(obj, candidate, module, module_obj, syms)
+    } else if file.metadata().map_or(false, |m| m.len() <= WHOLE_FILE_LIMIT) {
+        let mut data = Vec::new();
+        file.read_to_end(&mut data).map_err(|e| e.to_string())?;
+        let obj = object::File::parse(&data[..]).map_err(|e| e.to_string())?;
+        finish_debug_file(obj, candidate, module, module_obj, syms)
     } else {
         let cache = object::ReadCache::new(file);
         let obj = object::File::parse(&cache).map_err(|e| e.to_string())?;
@@ -414,14 +465,14 @@ fn load_dwarf_mixed<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
     let mut dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
         let d = section_data(obj, id);
         bytes += d.len();
-        Ok(gimli::EndianArcSlice::new(d, endian))
+        Ok(gimli::EndianReader::new(d, endian))
     })
     .map_err(|e| e.to_string())?;
     dwarf
         .load_sup(|id| -> Result<Reader, gimli::Error> {
             let d = section_data(sup, id);
             bytes += d.len();
-            Ok(gimli::EndianArcSlice::new(d, endian))
+            Ok(gimli::EndianReader::new(d, endian))
         })
         .map_err(|e| e.to_string())?;
     let ctx = addr2line::Context::from_dwarf(dwarf).map_err(|e| e.to_string())?;

@@ -11,6 +11,7 @@ pub mod interleave;
 pub mod memory;
 pub mod modules;
 pub mod rcontext;
+pub mod reentry;
 pub mod splice;
 pub mod stack;
 pub mod symbolizer;

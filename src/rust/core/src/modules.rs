@@ -5,7 +5,8 @@
 //! rebuilt only when the loader's add/remove counters change, which makes the
 //! check on every capture a single callback.
 
-use std::sync::{Arc, Mutex};
+use crate::reentry::ReentryLock;
+use std::sync::Arc;
 
 /// One `PT_LOAD` segment, in absolute addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -331,16 +332,15 @@ struct Live {
     map: Arc<ModuleMap>,
 }
 
-static LIVE: Mutex<Option<Live>> = Mutex::new(None);
+static LIVE: ReentryLock<Option<Live>> = ReentryLock::new(None);
 
 /// The current module map, rebuilt only when modules were loaded or unloaded.
 /// Never waits: if the cache is in use (re-entered), a fresh map is built.
 pub fn current() -> Arc<ModuleMap> {
     let generation = loader_generation();
-    let mut live = match LIVE.try_lock() {
-        Ok(g) => g,
-        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => return Arc::new(ModuleMap::new(read_loaded_modules())),
+    let Some(mut live) = LIVE.lock() else {
+        // Re-entered on this thread: a fresh map, not cached.
+        return Arc::new(ModuleMap::new(read_loaded_modules()));
     };
     if let Some(l) = live.as_ref() {
         if l.generation == generation && generation != (u64::MAX, u64::MAX) {

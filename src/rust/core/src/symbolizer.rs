@@ -8,9 +8,10 @@
 
 use crate::debuginfo::{self, ModuleInfo, Resolved, Status};
 use crate::modules::{MappedFile, Module, ModuleMap};
+use crate::reentry::ReentryLock;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct ModuleKey {
@@ -234,15 +235,11 @@ fn resolve_guarded(info: &ModuleInfo, probe: u64) -> Vec<Resolved> {
     })
 }
 
-static GLOBAL: Mutex<Option<Symbolizer>> = Mutex::new(None);
+static GLOBAL: ReentryLock<Option<Symbolizer>> = ReentryLock::new(None);
 
-/// Runs `f` with the process-wide symbolizer, or returns None if it is in use
-/// (a capture re-entered from a signal handler, say): never waits.
+/// Runs `f` with the process-wide symbolizer, or returns None if this thread
+/// is already using it (a capture re-entered from a signal handler, say).
 pub fn with_global<T>(f: impl FnOnce(&mut Symbolizer) -> T) -> Option<T> {
-    let mut guard = match GLOBAL.try_lock() {
-        Ok(g) => g,
-        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => return None,
-    };
+    let mut guard = GLOBAL.lock()?;
     Some(f(guard.get_or_insert_with(Symbolizer::default)))
 }

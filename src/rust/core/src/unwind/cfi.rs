@@ -16,12 +16,13 @@
 
 use super::{RawFrame, StackEnd};
 use crate::modules::{self, ModuleMap};
+use crate::reentry::ReentryLock;
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, RegisterRule, UnwindContext, UnwindSection,
 };
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::Arc;
 
 /// The `Failed` message that asks the caller to fall back to libgcc.
 pub const UNSUPPORTED: &str = "unwind rule not supported by the cfi backend";
@@ -105,7 +106,7 @@ struct State {
     ctx: Box<UnwindContext<usize>>,
 }
 
-static STATE: Mutex<Option<State>> = Mutex::new(None);
+static STATE: ReentryLock<Option<State>> = ReentryLock::new(None);
 
 /// Bound on cached rules.
 const MAX_RULES: usize = 1 << 16;
@@ -270,12 +271,10 @@ pub(super) fn walk(out: &mut Vec<RawFrame>, max: usize, want_start: bool) -> Sta
         Some(unsafe { std::ptr::read_volatile(addr as *const usize) })
     };
     let map = modules::current();
-    // Never wait: a walk re-entered (from a signal handler, say) while
-    // another holds the tables falls back to libgcc.
-    let mut guard = match STATE.try_lock() {
-        Ok(g) => g,
-        Err(TryLockError::Poisoned(e)) => e.into_inner(),
-        Err(TryLockError::WouldBlock) => return StackEnd::Failed(UNSUPPORTED.into()),
+    // A walk re-entered on this thread (from a signal handler, say) while
+    // it holds the tables falls back to libgcc instead of waiting forever.
+    let Some(mut guard) = STATE.lock() else {
+        return StackEnd::Failed(UNSUPPORTED.into());
     };
     let state = guard.get_or_insert_with(State::new);
     state.sync(&map);
