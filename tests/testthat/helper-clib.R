@@ -30,22 +30,26 @@ r_cmd <- function(args, env = character(), wd = NULL) {
 
 `%||%` <- function(x, y) if (is.null(x)) y else x
 
-# Compiles `sources` into `<name>.so` with compiler flags `flags` (replacing
-# R's CFLAGS, so -O levels and unwind-table options really apply) and loads it.
-compile_clib <- function(name, sources, flags = "-g -O0", load = TRUE) {
-  key <- paste(name, flags)
-  if (!is.null(clib_cache[[key]])) {
-    return(clib_cache[[key]])
-  }
+# Compiles `sources` into <dir>/<name>.so without loading it. `flags`
+# replace R's CFLAGS, CXXFLAGS and FFLAGS (so -O levels and unwind-table
+# options really apply), `ldflags` R's LDFLAGS (e.g. "-Wl,--build-id=none");
+# `prelude` lines are put before the first source (shifting its lines).
+build_clib <- function(name, sources, flags = "-g -O0", ldflags = NULL, prelude = NULL) {
   dir <- tempfile(paste0("winch-", name, "-"))
   dir.create(dir)
+  dir <- normalizePath(dir)
   file.copy(vapply(sources, clib_source, ""), dir)
+  if (length(prelude) > 0L) {
+    first <- file.path(dir, sources[[1L]])
+    writeLines(c(prelude, readLines(first)), first)
+  }
   makevars <- file.path(dir, "Makevars.user")
   writeLines(c(
     paste("CFLAGS =", flags, "-fPIC"),
     paste("CXXFLAGS =", flags, "-fPIC"),
     paste("FFLAGS =", flags, "-fPIC"),
-    paste("FCFLAGS =", flags, "-fPIC")
+    paste("FCFLAGS =", flags, "-fPIC"),
+    if (!is.null(ldflags)) paste("LDFLAGS =", ldflags)
   ), makevars)
   so <- file.path(dir, paste0(name, .Platform$dynlib.ext))
   res <- r_cmd(
@@ -56,8 +60,17 @@ compile_clib <- function(name, sources, flags = "-g -O0", load = TRUE) {
   if (res$status != 0L || !file.exists(so)) {
     stop("compiling ", name, " failed:\n", res$output)
   }
-  so <- normalizePath(so)
-  lib <- list(name = name, path = so, dir = dir, dll = if (load) dyn.load(so))
+  list(name = name, path = normalizePath(so), dir = dir, source = file.path(dir, sources[[1L]]))
+}
+
+# A fixture library, built once per session and loaded.
+compile_clib <- function(name, sources, flags = "-g -O0", load = TRUE) {
+  key <- paste(name, flags)
+  if (!is.null(clib_cache[[key]])) {
+    return(clib_cache[[key]])
+  }
+  lib <- build_clib(name, sources, flags)
+  lib$dll <- if (load) dyn.load(lib$path)
   clib_cache[[key]] <- lib
   lib
 }

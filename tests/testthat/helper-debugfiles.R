@@ -38,32 +38,7 @@ run_tool <- function(tool, args, wd = NULL) {
 # before the first source (shifting its lines by `length(prelude)`).
 build_fixture <- function(name, sources = "roundtrip.c", flags = "-g -O0", ldflags = NULL,
                           prelude = NULL) {
-  dir <- tempfile(paste0("winch-", name, "-"))
-  dir.create(dir)
-  dir <- normalizePath(dir)
-  file.copy(vapply(sources, clib_source, ""), dir)
-  if (length(prelude) > 0L) {
-    first <- file.path(dir, sources[[1L]])
-    writeLines(c(prelude, readLines(first)), first)
-  }
-  makevars <- file.path(dir, "Makevars.user")
-  writeLines(c(
-    paste("CFLAGS =", flags, "-fPIC"),
-    paste("CXXFLAGS =", flags, "-fPIC"),
-    paste("FFLAGS =", flags, "-fPIC"),
-    paste("FCFLAGS =", flags, "-fPIC"),
-    if (!is.null(ldflags)) paste("LDFLAGS =", ldflags)
-  ), makevars)
-  so <- file.path(dir, paste0(name, .Platform$dynlib.ext))
-  res <- r_cmd(
-    c("SHLIB", "-o", basename(so), sources),
-    env = paste0("R_MAKEVARS_USER=", makevars),
-    wd = dir
-  )
-  if (res$status != 0L || !file.exists(so)) {
-    stop("compiling ", name, " failed:\n", res$output)
-  }
-  list(name = name, path = normalizePath(so), dir = dir, source = file.path(dir, sources[[1L]]))
+  build_clib(name, sources, flags, ldflags, prelude)
 }
 
 # dyn.loads a fixture built by build_fixture().

@@ -48,6 +48,28 @@ expect_other_frames_named <- function(tb) {
   expect_identical(tb$func[[nrow(tb)]], "_start")
 }
 
+# After a fault in `lib`'s debug information: no error, `lib`'s frames named
+# from its own .symtab but without lines, the other frames unaffected.
+expect_degrades_to_symtab <- function(lib) {
+  tb <- expect_no_error(capture_through_both(lib))
+  expect_roundtrip_named_without_lines(tb, lib)
+  expect_other_frames_named(tb)
+  invisible(tb)
+}
+
+# A library split for the build-id layout, with its debug directory root
+# (searched by winch for the rest of the calling test) but no debug file in
+# it yet: the test puts a damaged one at `s$dest`.
+fault_setup <- function(name, root_name, env = parent.frame()) {
+  root <- new_debug_root(root_name)
+  withr::local_options(winch.debug_dirs = root, .local_envir = env)
+  s <- split_for_build_id(name)
+  skip_if(is.na(s$id), "the linker made no build-id")
+  s$root <- root
+  s$dest <- build_id_path(root, s$id)
+  s
+}
+
 test_that("a library deleted after dyn.load: its frames keep module and offset, lose names", {
   skip_without_tools(c("nm"))
   lib <- load_fixture(build_fixture("wtest_fault_deleted"))
@@ -142,10 +164,8 @@ test_that("a library unloaded, rebuilt and loaded again at the same path gets fr
 
 test_that("a truncated debug file (build-id layout): names from .symtab, lines NA", {
   skip_without_tools()
-  root <- new_debug_root("trunc")
-  withr::local_options(winch.debug_dirs = root)
-  s <- split_for_build_id("wtest_fault_trunc")
-  skip_if(is.na(s$id), "the linker made no build-id")
+  s <- fault_setup("wtest_fault_trunc", "trunc")
+  root <- s$root
   size <- file.size(s$debug)
   bytes <- readBin(s$debug, "raw", size)
   dest <- build_id_path(root, s$id)
@@ -153,9 +173,7 @@ test_that("a truncated debug file (build-id layout): names from .symtab, lines N
   writeBin(bytes[seq_len(size %/% 2)], dest)
   lib <- load_fixture(s$lib)
 
-  tb <- expect_no_error(capture_through_both(lib))
-  expect_roundtrip_named_without_lines(tb, lib)
-  expect_other_frames_named(tb)
+  expect_degrades_to_symtab(lib)
 
   expect_session_works()
 })
@@ -163,10 +181,8 @@ test_that("a truncated debug file (build-id layout): names from .symtab, lines N
 test_that("an empty debug file and one of random bytes: names from .symtab, lines NA", {
   skip_without_tools()
   for (kind in c("empty", "random")) {
-    root <- new_debug_root(kind)
-    withr::local_options(winch.debug_dirs = root)
-    s <- split_for_build_id(paste0("wtest_fault_", kind))
-    skip_if(is.na(s$id), "the linker made no build-id")
+    s <- fault_setup(paste0("wtest_fault_", kind), kind)
+    root <- s$root
     dest <- build_id_path(root, s$id)
     dir.create(dirname(dest), recursive = TRUE)
     bytes <- if (kind == "empty") raw() else {
@@ -175,9 +191,7 @@ test_that("an empty debug file and one of random bytes: names from .symtab, line
     writeBin(bytes, dest)
     lib <- load_fixture(s$lib)
 
-    tb <- expect_no_error(capture_through_both(lib))
-    expect_roundtrip_named_without_lines(tb, lib)
-    expect_other_frames_named(tb)
+    expect_degrades_to_symtab(lib)
   }
 
   expect_session_works()
@@ -185,10 +199,8 @@ test_that("an empty debug file and one of random bytes: names from .symtab, line
 
 test_that("a debug file whose DWARF sections are garbage: names from .symtab, lines NA", {
   skip_without_tools()
-  root <- new_debug_root("junkdwarf")
-  withr::local_options(winch.debug_dirs = root)
-  s <- split_for_build_id("wtest_fault_junkdwarf")
-  skip_if(is.na(s$id), "the linker made no build-id")
+  s <- fault_setup("wtest_fault_junkdwarf", "junkdwarf")
+  root <- s$root
   # A valid ELF file with the right build-id, but every DWARF section
   # overwritten with 0xff bytes.
   sections <- elf_section_ranges(s$debug, "^\\.debug_")
@@ -201,25 +213,19 @@ test_that("a debug file whose DWARF sections are garbage: names from .symtab, li
   move_file(s$debug, build_id_path(root, s$id))
   lib <- load_fixture(s$lib)
 
-  tb <- expect_no_error(capture_through_both(lib))
-  expect_roundtrip_named_without_lines(tb, lib)
-  expect_other_frames_named(tb)
+  expect_degrades_to_symtab(lib)
 
   expect_session_works()
 })
 
 test_that("a .build-id entry that is a directory: names from .symtab, lines NA", {
   skip_without_tools()
-  root <- new_debug_root("direntry")
-  withr::local_options(winch.debug_dirs = root)
-  s <- split_for_build_id("wtest_fault_direntry")
-  skip_if(is.na(s$id), "the linker made no build-id")
+  s <- fault_setup("wtest_fault_direntry", "direntry")
+  root <- s$root
   dir.create(build_id_path(root, s$id), recursive = TRUE)
   lib <- load_fixture(s$lib)
 
-  tb <- expect_no_error(capture_through_both(lib))
-  expect_roundtrip_named_without_lines(tb, lib)
-  expect_other_frames_named(tb)
+  expect_degrades_to_symtab(lib)
 
   expect_session_works()
 })
@@ -227,10 +233,8 @@ test_that("a .build-id entry that is a directory: names from .symtab, lines NA",
 test_that("dangling and looping symlinks as .build-id entries: names from .symtab, lines NA", {
   skip_without_tools()
   for (kind in c("dangling", "loop")) {
-    root <- new_debug_root(kind)
-    withr::local_options(winch.debug_dirs = root)
-    s <- split_for_build_id(paste0("wtest_fault_link_", kind))
-    skip_if(is.na(s$id), "the linker made no build-id")
+    s <- fault_setup(paste0("wtest_fault_link_", kind), kind)
+    root <- s$root
     dest <- build_id_path(root, s$id)
     dir.create(dirname(dest), recursive = TRUE)
     if (kind == "dangling") {
@@ -257,10 +261,8 @@ test_that("a debug file or .build-id directory without read permission: names fr
   skip_if(readable, "running with root privileges: chmod 000 does not stop reads (see the directory variant and the unprivileged-subprocess test)")
 
   for (kind in c("file", "dir")) {
-    root <- new_debug_root(paste0("perm", kind))
-    withr::local_options(winch.debug_dirs = root)
-    s <- split_for_build_id(paste0("wtest_fault_perm_", kind))
-    skip_if(is.na(s$id), "the linker made no build-id")
+    s <- fault_setup(paste0("wtest_fault_perm_", kind), paste0("perm", kind))
+    root <- s$root
     dest <- move_file(s$debug, build_id_path(root, s$id))
     locked <- if (kind == "file") dest else dirname(dest)
     Sys.chmod(locked, "000")

@@ -48,6 +48,16 @@ fn flag(x: &Robj) -> bool {
     x.as_bool().unwrap_or(false)
 }
 
+/// The attributes every frame table carries: the unwinder that walked the
+/// stack and whether (and why) the walk stopped early.
+fn trace_attrs(t: &trace::NativeTrace) -> Vec<(&'static std::ffi::CStr, Attr)> {
+    vec![
+        (c"backend", Attr::Str(Some(t.backend.name().into()))),
+        (c"truncated", Attr::Lgl(t.truncated.is_some())),
+        (c"truncation", Attr::Str(t.truncated.clone())),
+    ]
+}
+
 fn require_main_thread() -> std::result::Result<(), String> {
     if rstate::on_main_thread() {
         Ok(())
@@ -88,15 +98,7 @@ fn winch_rs_trace_back(backend: Robj, libr: Robj) -> Robj {
         for (&i, r) in keep.iter().zip(&resolved) {
             rows.push(&t, i, r, libr_flags[i], None);
         }
-        Ok(rows.into_data_frame(
-            &t.map,
-            false,
-            vec![
-                (c"backend", Attr::Str(Some(t.backend.name().into()))),
-                (c"truncated", Attr::Lgl(t.truncated.is_some())),
-                (c"truncation", Attr::Str(t.truncated.clone())),
-            ],
-        ))
+        Ok(rows.into_data_frame(&t.map, false, trace_attrs(&t)))
     })
 }
 
@@ -160,18 +162,11 @@ fn winch_rs_joint(
             (None, true) => "approximate",
             (None, false) => "exact",
         };
-        Ok(rows.into_data_frame(
-            &t.map,
-            true,
-            vec![
-                (c"backend", Attr::Str(Some(t.backend.name().into()))),
-                (c"truncated", Attr::Lgl(t.truncated.is_some())),
-                (c"truncation", Attr::Str(t.truncated.clone())),
-                (c"placement", Attr::Str(Some(mode.into()))),
-                (c"fallback_reason", Attr::Str(j.fallback_reason.clone())),
-                (c"beyond_end", Attr::Int(j.placement.beyond_end as i32)),
-            ],
-        ))
+        let mut attrs = trace_attrs(t);
+        attrs.push((c"placement", Attr::Str(Some(mode.into()))));
+        attrs.push((c"fallback_reason", Attr::Str(j.fallback_reason.clone())));
+        attrs.push((c"beyond_end", Attr::Int(j.placement.beyond_end as i32)));
+        Ok(rows.into_data_frame(&t.map, true, attrs))
     })
 }
 
@@ -275,16 +270,9 @@ fn winch_rs_thread_capture(backend: Robj) -> Robj {
         for (i, r) in resolved.iter().enumerate() {
             rows.push(&t, i, r, false, None);
         }
-        Ok(rows.into_data_frame(
-            &t.map,
-            false,
-            vec![
-                (c"backend", Attr::Str(Some(t.backend.name().into()))),
-                (c"truncated", Attr::Lgl(t.truncated.is_some())),
-                (c"truncation", Attr::Str(t.truncated.clone())),
-                (c"main_thread", Attr::Lgl(on_main)),
-            ],
-        ))
+        let mut attrs = trace_attrs(&t);
+        attrs.push((c"main_thread", Attr::Lgl(on_main)));
+        Ok(rows.into_data_frame(&t.map, false, attrs))
     })
 }
 
