@@ -67,6 +67,7 @@ fault_setup <- function(name, root_name, env = parent.frame()) {
   skip_if(is.na(s$id), "the linker made no build-id")
   s$root <- root
   s$dest <- build_id_path(root, s$id)
+  dir.create(dirname(s$dest), recursive = TRUE)
   s
 }
 
@@ -165,12 +166,9 @@ test_that("a library unloaded, rebuilt and loaded again at the same path gets fr
 test_that("a truncated debug file (build-id layout): names from .symtab, lines NA", {
   skip_without_tools()
   s <- fault_setup("wtest_fault_trunc", "trunc")
-  root <- s$root
   size <- file.size(s$debug)
   bytes <- readBin(s$debug, "raw", size)
-  dest <- build_id_path(root, s$id)
-  dir.create(dirname(dest), recursive = TRUE)
-  writeBin(bytes[seq_len(size %/% 2)], dest)
+  writeBin(bytes[seq_len(size %/% 2)], s$dest)
   lib <- load_fixture(s$lib)
 
   expect_degrades_to_symtab(lib)
@@ -182,9 +180,7 @@ test_that("an empty debug file and one of random bytes: names from .symtab, line
   skip_without_tools()
   for (kind in c("empty", "random")) {
     s <- fault_setup(paste0("wtest_fault_", kind), kind)
-    root <- s$root
-    dest <- build_id_path(root, s$id)
-    dir.create(dirname(dest), recursive = TRUE)
+    dest <- s$dest
     bytes <- if (kind == "empty") raw() else {
       withr::with_seed(4L, as.raw(sample.int(256L, file.size(s$debug), replace = TRUE) - 1L))
     }
@@ -200,7 +196,6 @@ test_that("an empty debug file and one of random bytes: names from .symtab, line
 test_that("a debug file whose DWARF sections are garbage: names from .symtab, lines NA", {
   skip_without_tools()
   s <- fault_setup("wtest_fault_junkdwarf", "junkdwarf")
-  root <- s$root
   # A valid ELF file with the right build-id, but every DWARF section
   # overwritten with 0xff bytes.
   sections <- elf_section_ranges(s$debug, "^\\.debug_")
@@ -210,7 +205,7 @@ test_that("a debug file whose DWARF sections are garbage: names from .symtab, li
     overwrite_bytes(s$debug, sections$offset[[i]], sections$size[[i]])
   }
   expect_identical(elf_build_id(s$debug), s$id)
-  move_file(s$debug, build_id_path(root, s$id))
+  move_file(s$debug, s$dest)
   lib <- load_fixture(s$lib)
 
   expect_degrades_to_symtab(lib)
@@ -221,8 +216,7 @@ test_that("a debug file whose DWARF sections are garbage: names from .symtab, li
 test_that("a .build-id entry that is a directory: names from .symtab, lines NA", {
   skip_without_tools()
   s <- fault_setup("wtest_fault_direntry", "direntry")
-  root <- s$root
-  dir.create(build_id_path(root, s$id), recursive = TRUE)
+  dir.create(s$dest)
   lib <- load_fixture(s$lib)
 
   expect_degrades_to_symtab(lib)
@@ -234,11 +228,9 @@ test_that("dangling and looping symlinks as .build-id entries: names from .symta
   skip_without_tools()
   for (kind in c("dangling", "loop")) {
     s <- fault_setup(paste0("wtest_fault_link_", kind), kind)
-    root <- s$root
-    dest <- build_id_path(root, s$id)
-    dir.create(dirname(dest), recursive = TRUE)
+    dest <- s$dest
     if (kind == "dangling") {
-      stopifnot(file.symlink(file.path(root, "nowhere.debug"), dest))
+      stopifnot(file.symlink(file.path(s$root, "nowhere.debug"), dest))
     } else {
       stopifnot(file.symlink(dest, dest))
     }
@@ -262,8 +254,7 @@ test_that("a debug file or .build-id directory without read permission: names fr
 
   for (kind in c("file", "dir")) {
     s <- fault_setup(paste0("wtest_fault_perm_", kind), paste0("perm", kind))
-    root <- s$root
-    dest <- move_file(s$debug, build_id_path(root, s$id))
+    dest <- move_file(s$debug, s$dest)
     locked <- if (kind == "file") dest else dirname(dest)
     Sys.chmod(locked, "000")
     withr::defer(Sys.chmod(locked, if (kind == "file") "600" else "700"))
