@@ -35,6 +35,13 @@ winch_add_trace_back <- function(trace = rlang::trace_back(bottom = parent.frame
     return(trace)
   }
   check_rlang_trace(trace)
+  # Called by rlang's own hook (an rlang whose add_winch_trace() works):
+  # rlang::trace_back() two frames up will trim the trace next, which the
+  # insertion must respect.
+  me <- sys.nframe()
+  if (me >= 3L && identical(sys.function(me - 2L), rlang_trace_back_fn())) {
+    return(add_native_in_trace_back(trace, sys.frame(me - 2L)))
+  }
   n <- length(frames) - 1L
   if (!nrow(trace) || has_native_rows(trace) || !winch_available()) {
     return(trace)

@@ -131,3 +131,8 @@ trace_keep_start <- function(m, frames, top) {
   }
   as.integer(idx[[1L]])
 }
+
+rlang_trace_back_fn <- function() {
+  ns <- rlang_ns()
+  if (is.null(ns)) NULL else get0("trace_back", envir = ns, inherits = FALSE)
+}

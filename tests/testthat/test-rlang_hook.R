@@ -130,3 +130,47 @@ test_that("the hook does not recurse and never fails", {
   # Called from somewhere that is not rlang::trace_back(): no error, no change.
   expect_identical(winch:::winch_rlang_hook(tr, identity), tr)
 })
+
+# A native round trip outside the trace's top environment, then two R calls
+# inside it: rlang trims everything up to h(), so the trace is just k().
+# Inserting the native row before the trim point would shift what rlang cuts.
+trimmed_after_round_trip <- function() {
+  f <- function() winch_call(function() h())
+  h <- function() {
+    withr::local_options(rlang_trace_top_env = environment())
+    k()
+  }
+  k <- function() rlang::trace_back()
+  f()
+}
+
+test_that("native frames before the top environment do not disturb rlang's trimming", {
+  withr::local_options(rlang_trace_use_winch = TRUE)
+  tr <- trimmed_after_round_trip()
+  expect_identical(trace_labels(tr), "k")
+  expect_identical(tr$parent, 0L)
+})
+
+test_that("an rlang whose own hook calls winch_add_trace_back() gets native frames once, trimmed right", {
+  # Simulate a future rlang: its add_winch_trace() works and calls winch.
+  ns <- asNamespace("rlang")
+  current <- get("add_winch_trace", envir = ns)
+  working <- function(trace) {
+    if (!isTRUE(getOption("rlang_trace_use_winch"))) {
+      return(trace)
+    }
+    winch::winch_add_trace_back(trace)
+  }
+  winch:::replace_binding(ns, "add_winch_trace", working)
+  on.exit(winch:::replace_binding(ns, "add_winch_trace", current))
+  withr::local_options(rlang_trace_use_winch = TRUE)
+
+  f <- function() winch_call(function() rlang::trace_back())
+  tr <- f()
+  # Trimmed at the test environment by rlang after winch added its row.
+  expect_identical(trace_labels(tr), c("f", "winch_call", "/winch.so::winch_call", "<fn>"))
+  expect_identical(tr$parent, c(0L, 1L, 2L, 3L))
+  # And with a native chunk before the trim point.
+  tr <- trimmed_after_round_trip()
+  expect_identical(trace_labels(tr), "k")
+})
