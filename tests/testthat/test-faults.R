@@ -300,10 +300,23 @@ test_that("as root: an unreadable debug file and .build-id directory, seen by an
     cases[[kind]] <- list(name = name, path = path, root = root)
   }
 
+  # The package under test, where nobody can read it (the check library may
+  # be in a private directory); the child must load this copy.
+  installed <- getNamespaceInfo("winch", "path")
+  skip_if(
+    !file.exists(file.path(installed, "Meta", "package.rds")),
+    "winch is loaded from its sources (pkgload), not installed: nothing to hand to another user"
+  )
+  lib_dir <- file.path(base, "lib")
+  dir.create(lib_dir)
+  stopifnot(file.copy(installed, lib_dir, recursive = TRUE))
+  system2("chmod", c("-R", "a+rX", shQuote(lib_dir)))
+
   script <- file.path(base, "check.R")
   out <- file.path(base, "out.rds")
   writeLines(c(
     "library(winch)",
+    sprintf("stopifnot(startsWith(find.package('winch'), %s))", deparse(lib_dir)),
     sprintf("cases <- readRDS(%s)", deparse(file.path(base, "cases.rds"))),
     "res <- lapply(cases, function(case) {",
     "  options(winch.debug_dirs = case$root)",
@@ -319,7 +332,7 @@ test_that("as root: an unreadable debug file and .build-id directory, seen by an
 
   log <- suppressWarnings(system2(runuser, c(
     "-u", "nobody", "--", "env",
-    paste0("R_LIBS=", paste(.libPaths(), collapse = .Platform$path.sep)),
+    paste0("R_LIBS=", paste(c(lib_dir, .libPaths()), collapse = .Platform$path.sep)),
     file.path(R.home("bin"), "Rscript"), "--vanilla", script
   ), stdout = TRUE, stderr = TRUE))
   expect_identical(attr(log, "status") %||% 0L, 0L, label = paste(log, collapse = "\n"))
