@@ -90,3 +90,17 @@ print.winch_calls <- function(x, ...) {
   writeLines(format(x, ...))
   invisible(x)
 }
+
+#' @export
+`[.winch_calls` <- function(x, i) {
+  keep <- seq_along(x)[i]
+  structure(
+    unclass(x)[keep],
+    native = attr(x, "native")[keep],
+    status = attr(x, "status")[keep],
+    placement = attr(x, "placement"),
+    truncated = attr(x, "truncated"),
+    truncation = attr(x, "truncation"),
+    class = "winch_calls"
+  )
+}

@@ -242,3 +242,15 @@ test_that("contexts off the C stack (a byte-code loop context) are read and plac
     c("outer", paste0(RT, "::rt_call"), paste0(RT, "::eval_fun"), "<inline>")
   )
 })
+
+test_that("subsets keep the class and the per-entry attributes", {
+  f <- function() winch_call(function() winch_sys_calls())
+  x <- f()
+  last <- tail(x, 2)
+  expect_s3_class(last, "winch_calls")
+  expect_identical(attr(last, "native"), tail(attr(x, "native"), 2))
+  expect_identical(attr(last, "status"), tail(attr(x, "status"), 2))
+  expect_identical(unclass(last)[1:2], tail(unclass(x), 2))
+  expect_identical(attr(x[attr(x, "native")], "status"), rep("exact", sum(attr(x, "native"))))
+  expect_match(format(last), "`/winch.so`::winch_call()", fixed = TRUE, all = FALSE)
+})
