@@ -386,3 +386,21 @@ test_that("an idle library truncated on disk after loading does not crash a capt
     expect_gt(crash, regexpr("end of script", text, fixed = TRUE))
   }
 })
+
+test_that("where the kernel refuses process_vm_readv, captures and joint traces still work", {
+  # WINCH_NO_PROCESS_VM_READV=1 makes winch behave as under a seccomp profile
+  # that refuses the call: loaded images are read in place, R's context chain
+  # only on the stack and in R's own data.
+  out <- run_rscript(c(
+    "Sys.setenv(WINCH_NO_PROCESS_VM_READV = '1')",
+    "library(winch)",
+    "tb <- winch_call(function() winch_trace_back())",
+    "f <- function() winch_call(function() winch_sys_calls())",
+    "x <- f()",
+    "cat('named:', 'winch_call' %in% tb$func, 'truncated:', attr(tb, 'truncated'), '\\n')",
+    "cat('placement:', attr(x, 'placement'), 'native:', sum(attr(x, 'native')), '\\n')"
+  ))
+  expect_identical(attr(out, "status"), 0L, info = paste(out, collapse = "\n"))
+  expect_true("named: TRUE truncated: FALSE " %in% out)
+  expect_true("placement: exact native: 1 " %in% out)
+})

@@ -180,7 +180,8 @@ pub fn read_loaded_modules() -> Vec<Module> {
             Vec::new()
         } else {
             let n = info.dlpi_phnum as usize;
-            match crate::memory::copy(info.dlpi_phdr as usize, n * size) {
+            // The headers are inside the loaded image (its first page).
+            match crate::memory::copy_loaded(info.dlpi_phdr as usize, n * size) {
                 Some(bytes) => bytes
                     .chunks_exact(size)
                     // SAFETY: Elf64_Phdr is plain old data; read_unaligned
@@ -209,7 +210,7 @@ pub fn read_loaded_modules() -> Vec<Module> {
                 segments.iter().any(|s| s.read && s.start <= start && start.saturating_add(len) <= s.end);
             if inside && len <= 1 << 16 {
                 if let Some(id) =
-                    crate::memory::copy(start, len).and_then(|b| gnu_build_id(&b, p.p_align as usize))
+                    crate::memory::copy_loaded(start, len).and_then(|b| gnu_build_id(&b, p.p_align as usize))
                 {
                     build_id = Some(id);
                     break;

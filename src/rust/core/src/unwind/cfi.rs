@@ -191,7 +191,8 @@ fn tables_for(map: &ModuleMap, index: usize) -> Option<Tables> {
             .find(|s| s.read && s.start <= addr && addr.checked_add(len).is_some_and(|e| e <= s.end))
     };
     readable(hdr_addr, hdr_len)?;
-    let hdr_bytes: Arc<[u8]> = crate::memory::copy(hdr_addr, hdr_len)?.into();
+    // SAFETY: checked to lie in a readable segment of a loaded module.
+    let hdr_bytes: Arc<[u8]> = unsafe { crate::memory::copy_loaded(hdr_addr, hdr_len)? }.into();
     let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_addr as u64);
     let hdr = EhFrameHdr::from(Slice::new(hdr_bytes, LittleEndian)).parse(&bases, 8).ok()?;
     let eh_frame_addr = match hdr.eh_frame_ptr() {
@@ -201,7 +202,8 @@ fn tables_for(map: &ModuleMap, index: usize) -> Option<Tables> {
     // `.eh_frame` has no recorded size: copy to the end of its segment, then
     // keep what precedes its zero terminator.
     let seg = readable(eh_frame_addr, 4)?;
-    let mut eh = crate::memory::copy(eh_frame_addr, seg.end - eh_frame_addr)?;
+    // SAFETY: as above (up to the end of the same readable segment).
+    let mut eh = unsafe { crate::memory::copy_loaded(eh_frame_addr, seg.end - eh_frame_addr)? };
     eh.truncate(eh_frame_len(&eh));
     let text = m.segments.iter().find(|s| s.exec).map_or(0, |s| s.start);
     let bases = BaseAddresses::default()
