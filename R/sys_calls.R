@@ -35,7 +35,11 @@ winch_sys_calls <- function(libr = FALSE, backend = getOption("winch.backend", "
   if (libr) {
     # Outermost first, without the frames of the program running R.
     keep <- rev(which(!native$host))
-    native <- structure(lapply(unclass(native), `[`, keep), attributes(native)[c("placement", "truncated", "truncation")])
+    shown <- lapply(unclass(native), `[`, keep)
+    for (a in c("placement", "truncated", "truncation")) {
+      attr(shown, a) <- attr(native, a)
+    }
+    native <- shown
   }
   new_winch_calls(as.list(calls)[seq_len(n)], native, n)
 }

@@ -254,3 +254,22 @@ test_that("subsets keep the class and the per-entry attributes", {
   expect_identical(attr(x[attr(x, "native")], "status"), rep("exact", sum(attr(x, "native"))))
   expect_match(format(last), "`/winch.so`::winch_call()", fixed = TRUE, all = FALSE)
 })
+
+test_that("libr = TRUE adds R's own frames in place, but not the program's start code", {
+  f <- function() winch_call(function() list(all = winch_sys_calls(libr = TRUE), calls = sys.calls()))
+  res <- f()
+  x <- res$all
+  expect_s3_class(x, "winch_calls")
+  expect_exact(x)
+  labels <- labels_from(joint_labels(x), "f")
+  # R's interpreter frames now appear between the R calls...
+  expect_true(any(startsWith(labels, "/libR.so::")))
+  # ...the foreign frame is still right under winch_call()...
+  wc <- match("winch_call", labels)
+  after <- labels[seq(wc + 1L, length(labels))]
+  expect_identical(after[!startsWith(after, "/libR.so::")][1:2], c("/winch.so::winch_call", "<inline>"))
+  # ...the R calls are those of sys.calls(), and the C library's start code
+  # (outside R) is left out.
+  expect_identical(unclass(x)[!attr(x, "native")], as.list(res$calls))
+  expect_false(any(startsWith(joint_labels(x), "/libc.so")))
+})
