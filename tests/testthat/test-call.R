@@ -84,6 +84,7 @@ test_that("bad input is a clear error and the session continues", {
     winch_call(NULL)
     winch_call(function(x) x)
     winch_call(function(x, y, ...) x, env = 1)
+    winch_call(function() 1, env = 1)
     winch_stop(1)
     winch_stop(c("a", "b"))
     winch_stop(NA_character_)

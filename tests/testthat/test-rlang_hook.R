@@ -129,6 +129,13 @@ test_that("the hook does not recurse and never fails", {
   the$in_hook <- FALSE
   # Called from somewhere that is not rlang::trace_back(): no error, no change.
   expect_identical(winch:::winch_rlang_hook(tr, identity), tr)
+  # A frame that does not look like rlang::trace_back()'s: no change.
+  f <- function() winch_call(function() rlang::trace_back())
+  native <- f()
+  expect_identical(winch:::add_native_in_trace_back(native, new.env()), native)
+  fake <- new.env()
+  fake$frames <- list(globalenv())
+  expect_identical(winch:::add_native_in_trace_back(tr, fake), tr)
 })
 
 # A native round trip outside the trace's top environment, then two R calls

@@ -178,8 +178,24 @@ test_that("without the context chain nothing is guessed: native frames are unpla
 
 test_that("the printed joint stack marks native frames", {
   f <- function() winch_call(function() winch_sys_calls())
-  out <- format(f())
+  x <- f()
+  out <- format(x)
   expect_match(out, "^ *[0-9]+:   `/winch.so`::winch_call\\(\\)$", all = FALSE)
+  expect_output(expect_identical(print(x), x), "winch_call", fixed = TRUE)
+  # Approximate entries (R >= 4.4 byte code) are marked and explained.
+  attr(x, "status")[attr(x, "native")] <- "approximate"
+  out <- format(x)
+  expect_match(out, "^ *[0-9]+:   ~ `/winch.so`::winch_call\\(\\)$", all = FALSE)
+  expect_match(out, "placement approximate", all = FALSE)
+})
+
+test_that("errors from the native side become winch errors with the user's call", {
+  err <- tryCatch(winch:::check_result(list(error = "boom")), error = function(e) e)
+  expect_s3_class(err, "winch_error")
+  expect_identical(conditionMessage(err), "boom")
+  expect_s3_class(tryCatch(winch:::check_result(NULL), error = function(e) e), "winch_error")
+  f <- function() .Call(winch:::C_rs_splice_calls, 1L, "not integers")
+  expect_match(f()$error, "integer")
 })
 
 test_that("bad arguments are clear errors", {
