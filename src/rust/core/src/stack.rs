@@ -50,11 +50,6 @@ pub fn live_range(sp: usize) -> Option<(usize, usize)> {
     (lo <= sp && sp < hi).then_some((sp, hi))
 }
 
-/// One past the highest address of the calling thread's stack.
-pub fn thread_stack_top() -> Option<usize> {
-    thread_stack_bounds().map(|b| b.1)
-}
-
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;

@@ -32,13 +32,15 @@ const MAX_CACHED_ADDRESSES: usize = 200_000;
 
 pub struct Symbolizer {
     roots: Vec<PathBuf>,
-    modules: HashMap<ModuleKey, (u32, Box<ModuleInfo>)>,
+    /// Cache id of each module image read so far, and what was read.
+    ids: HashMap<ModuleKey, u32>,
+    infos: HashMap<u32, Box<ModuleInfo>>,
     frames: HashMap<(u32, u64), Arc<[Resolved]>>,
     next_id: u32,
     /// The module map last seen (by serial) and, per module index in it,
-    /// its cache key and id: the warm path hashes no strings.
+    /// the module's cache id: the warm path hashes and copies no strings.
     map_seen: u64,
-    by_index: Vec<Option<(u32, ModuleKey)>>,
+    by_index: Vec<Option<u32>>,
     /// Files read so far (a test hook for "the second capture reads nothing").
     pub files_loaded: u64,
 }
@@ -74,7 +76,8 @@ impl Symbolizer {
     pub fn new(roots: Vec<PathBuf>) -> Symbolizer {
         Symbolizer {
             roots,
-            modules: HashMap::new(),
+            ids: HashMap::new(),
+            infos: HashMap::new(),
             frames: HashMap::new(),
             next_id: 0,
             map_seen: 0,
@@ -96,17 +99,18 @@ impl Symbolizer {
     }
 
     pub fn clear(&mut self) {
-        self.modules.clear();
+        self.ids.clear();
+        self.infos.clear();
         self.frames.clear();
         self.map_seen = 0;
         self.by_index.clear();
     }
 
-    /// Loads `m`'s files on first use; returns its cache id and key.
-    fn ensure(&mut self, m: &Module) -> (u32, ModuleKey) {
+    /// Loads `m`'s files on first use; returns its cache id.
+    fn ensure(&mut self, m: &Module) -> u32 {
         let key = ModuleKey::of(m);
-        if let Some((id, _)) = self.modules.get(&key) {
-            return (*id, key);
+        if let Some(&id) = self.ids.get(&key) {
+            return id;
         }
         // A panic inside the file parsers (a bug they may have on a damaged
         // file) is remembered as an unreadable module, not retried.
@@ -118,70 +122,47 @@ impl Symbolizer {
                     m.path
                 ))
             });
-        let info = Box::new(info);
         self.files_loaded += 1;
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
-        self.modules.insert(key.clone(), (id, info));
-        (id, key)
-    }
-
-    /// What was learned from `m`'s files: status, whether DWARF was found,
-    /// the separate debug file used, and notes on rejected candidates.
-    pub fn module_status(&mut self, m: &Module) -> (Status, bool, Option<PathBuf>, Vec<String>) {
-        let (_, key) = self.ensure(m);
-        let info = &self.modules[&key].1;
-        (info.status.clone(), info.has_dwarf(), info.debug_file.clone(), info.notes.clone())
-    }
-
-    /// Resolves a file-relative probe address in module `m`.
-    pub fn resolve(&mut self, m: &Module, probe: u64) -> Arc<[Resolved]> {
-        let (id, key) = self.ensure(m);
-        if let Some(r) = self.frames.get(&(id, probe)) {
-            return r.clone();
-        }
-        let r: Arc<[Resolved]> = resolve_guarded(&self.modules[&key].1, probe).into();
-        if self.frames.len() >= MAX_CACHED_ADDRESSES {
-            self.frames.clear();
-        }
-        self.frames.insert((id, probe), r.clone());
-        r
+        self.ids.insert(key, id);
+        self.infos.insert(id, Box::new(info));
+        id
     }
 
     /// Forgets modules that are no longer loaded.
     pub fn retain_loaded(&mut self, map: &ModuleMap) {
         let live: HashSet<ModuleKey> = map.modules().iter().map(ModuleKey::of).collect();
-        let before = self.modules.len();
-        self.modules.retain(|k, _| live.contains(k));
-        if self.modules.len() != before {
-            let ids: HashSet<u32> = self.modules.values().map(|(id, _)| *id).collect();
-            self.frames.retain(|(id, _), _| ids.contains(id));
+        let before = self.ids.len();
+        self.ids.retain(|k, _| live.contains(k));
+        if self.ids.len() != before {
+            let kept: HashSet<u32> = self.ids.values().copied().collect();
+            self.infos.retain(|id, _| kept.contains(id));
+            self.frames.retain(|(id, _), _| kept.contains(id));
         }
     }
 
-    /// Resolves `probe` in module `index` of `map`. When `map` is not the one
-    /// seen last, modules no longer loaded are forgotten first.
+    /// Resolves the file-relative address `probe` in module `index` of `map`.
+    /// When `map` is not the one seen last, modules no longer loaded are
+    /// forgotten first.
     pub fn resolve_in(&mut self, map: &ModuleMap, index: usize, probe: u64) -> Arc<[Resolved]> {
         if map.serial() != self.map_seen {
             self.retain_loaded(map);
             self.map_seen = map.serial();
             self.by_index = vec![None; map.modules().len()];
         }
-        let (id, key) = match &self.by_index[index] {
-            Some(x) => x.clone(),
+        let id = match self.by_index[index] {
+            Some(id) => id,
             None => {
-                let x = self.ensure(map.module(index));
-                self.by_index[index] = Some(x.clone());
-                x
+                let id = self.ensure(map.module(index));
+                self.by_index[index] = Some(id);
+                id
             }
         };
         if let Some(r) = self.frames.get(&(id, probe)) {
             return r.clone();
         }
-        let r: Arc<[Resolved]> = match self.modules.get(&key) {
-            Some((_, info)) => resolve_guarded(info, probe).into(),
-            None => return self.resolve(map.module(index), probe),
-        };
+        let r: Arc<[Resolved]> = resolve_guarded(&self.infos[&id], probe).into();
         if self.frames.len() >= MAX_CACHED_ADDRESSES {
             self.frames.clear();
         }
@@ -191,9 +172,10 @@ impl Symbolizer {
 
     pub fn module_stats(&self) -> Vec<ModuleStats> {
         let mut out: Vec<ModuleStats> = self
-            .modules
+            .ids
             .iter()
-            .map(|(k, (_, info))| ModuleStats {
+            .map(|(k, id)| (k, &self.infos[id]))
+            .map(|(k, info)| ModuleStats {
                 path: k.path.clone(),
                 symbols: info.symbols.len(),
                 has_dwarf: info.has_dwarf(),
@@ -218,10 +200,10 @@ impl Symbolizer {
             })
             .sum();
         CacheStats {
-            modules: self.modules.len(),
-            modules_with_dwarf: self.modules.values().filter(|(_, i)| i.has_dwarf()).count(),
+            modules: self.infos.len(),
+            modules_with_dwarf: self.infos.values().filter(|i| i.has_dwarf()).count(),
             addresses: self.frames.len(),
-            heap_bytes: self.modules.values().map(|(_, i)| i.heap_bytes()).sum::<usize>() + frame_bytes,
+            heap_bytes: self.infos.values().map(|i| i.heap_bytes()).sum::<usize>() + frame_bytes,
             files_loaded: self.files_loaded,
         }
     }
