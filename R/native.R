@@ -55,7 +55,7 @@ capture_on_thread <- function(backend = "auto") {
 }
 
 # Nanoseconds per capture spent unwinding, checking frames and symbolizing,
-# at the caller's depth (used by bench/profile.R).
+# at the caller's depth (bench/stages.R).
 stage_times <- function(backend = "auto", n = 200L) {
   check_backend(backend)
   unlist(check_result(.Call(C_rs_stage_times, backend, as.integer(n))))

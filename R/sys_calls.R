@@ -27,7 +27,6 @@
 #' if (winch_available()) f()
 winch_sys_calls <- function(libr = FALSE, backend = getOption("winch.backend", "auto")) {
   check_flag(libr)
-  check_backend(backend)
   frames <- sys.frames()
   calls <- sys.calls()
   native <- joint_capture(frames, calls, libr = libr, view = !libr, backend = backend)

@@ -16,7 +16,6 @@ SEXP wrap__winch_rs_splice_calls(SEXP n, SEXP r_frame);
 SEXP wrap__winch_rs_context_chain(SEXP backend);
 SEXP wrap__winch_rs_thread_capture(SEXP backend);
 SEXP wrap__winch_rs_cache_info(void);
-SEXP wrap__winch_rs_cache_clear(void);
 SEXP wrap__winch_rs_set_debug_dirs(SEXP dirs);
 SEXP wrap__winch_rs_stage_times(SEXP backend, SEXP n);
 
@@ -34,7 +33,6 @@ static const R_CallMethodDef call_methods[] = {
   {"rs_context_chain", (DL_FUNC) &wrap__winch_rs_context_chain, 1},
   {"rs_thread_capture",(DL_FUNC) &wrap__winch_rs_thread_capture, 1},
   {"rs_cache_info",    (DL_FUNC) &wrap__winch_rs_cache_info, 0},
-  {"rs_cache_clear",   (DL_FUNC) &wrap__winch_rs_cache_clear, 0},
   {"rs_set_debug_dirs",(DL_FUNC) &wrap__winch_rs_set_debug_dirs, 1},
   {"rs_stage_times",   (DL_FUNC) &wrap__winch_rs_stage_times, 2},
   {NULL, NULL, 0}

@@ -53,11 +53,17 @@ pub fn capture(
     Ok(Joint { trace, placement, fallback_reason })
 }
 
-/// Reads and validates the function contexts of frames 1..=n.
-fn contexts(stack_lo: usize, frames: &[usize], call_heads: &[usize]) -> Result<Vec<RContext>, String> {
+/// R's whole context chain, innermost first, read as seen from `stack_lo`
+/// (an address in the reader's frame).
+fn read_chain(stack_lo: usize) -> Result<Vec<RContext>, String> {
     let mem = LiveMemory::new(stack_lo, rstate::libr_data_ranges());
     let layout = Layout::native().ok_or("R's context layout is unknown on this platform")?;
-    let chain = rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)?;
+    rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)
+}
+
+/// Reads and validates the function contexts of frames 1..=n.
+fn contexts(stack_lo: usize, frames: &[usize], call_heads: &[usize]) -> Result<Vec<RContext>, String> {
+    let chain = read_chain(stack_lo)?;
     let numbered = rcontext::check_frames(&chain, frames)?;
     if call_heads.len() != frames.len() {
         return Err("sys.calls() and sys.frames() disagree in length".into());
@@ -84,9 +90,7 @@ pub fn chain_summary(backend: Backend) -> Result<Vec<(i32, bool, Option<usize>)>
         trace::capture(&CaptureOptions { backend, self_addr: rstate::self_addr(), main_thread: true })?;
     let (_, stack_hi) =
         winch_core::stack::live_range(stack_lo).ok_or("not running on the thread's own stack")?;
-    let layout = Layout::native().ok_or("R's context layout is unknown on this platform")?;
-    let mem = LiveMemory::new(stack_lo, rstate::libr_data_ranges());
-    let chain = rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)?;
+    let chain = read_chain(stack_lo)?;
     let nframes: Vec<NFrame> = trace.frames.iter().map(|f| NFrame { lo: f.lo, foreign: false }).collect();
     let stack = NativeStack { frames: &nframes, stack_lo, stack_hi, truncated: trace.truncated.is_some() };
     Ok(chain

@@ -58,6 +58,29 @@ fn trace_attrs(t: &trace::NativeTrace) -> Vec<(&'static std::ffi::CStr, Attr)> {
     ]
 }
 
+/// For each frame of `t`, whether it is R's own code.
+fn libr_flags(t: &trace::NativeTrace) -> Vec<bool> {
+    let is_libr = rstate::libr_predicate(&t.map);
+    t.frames.iter().map(|f| f.module.is_some_and(&is_libr)).collect()
+}
+
+/// The rows of frames `keep` of `t`, with their symbolization `resolved`;
+/// `host` says which frames belong to the program running R (joint tables
+/// only).
+fn frame_rows(
+    t: &trace::NativeTrace,
+    keep: &[usize],
+    resolved: &[std::sync::Arc<[winch_core::debuginfo::Resolved]>],
+    libr: &[bool],
+    joint: Option<(&winch_core::interleave::Placement, &dyn Fn(usize) -> bool)>,
+) -> Rows {
+    let mut rows = Rows::default();
+    for (&i, r) in keep.iter().zip(resolved) {
+        rows.push(t, i, r, libr[i], joint.map(|(p, host)| (p, host(i))));
+    }
+    rows
+}
+
 fn require_main_thread() -> std::result::Result<(), String> {
     if rstate::on_main_thread() {
         Ok(())
@@ -90,14 +113,9 @@ fn winch_rs_trace_back(backend: Robj, libr: Robj) -> Robj {
         let t =
             trace::capture(&CaptureOptions { backend, self_addr: rstate::self_addr(), main_thread: true })?;
         let keep_libr = flag(&libr);
-        let is_libr = rstate::libr_predicate(&t.map);
-        let libr_flags: Vec<bool> = t.frames.iter().map(|f| f.module.is_some_and(&is_libr)).collect();
+        let libr_flags = libr_flags(&t);
         let keep: Vec<usize> = (0..t.frames.len()).filter(|&i| keep_libr || !libr_flags[i]).collect();
-        let resolved = t.symbolize_some(&keep);
-        let mut rows = Rows::default();
-        for (&i, r) in keep.iter().zip(&resolved) {
-            rows.push(&t, i, r, libr_flags[i], None);
-        }
+        let rows = frame_rows(&t, &keep, &t.symbolize_some(&keep), &libr_flags, None);
         Ok(rows.into_data_frame(&t.map, false, trace_attrs(&t)))
     })
 }
@@ -130,8 +148,7 @@ fn winch_rs_joint(
         let j = joint::capture(backend, &frame_ptrs, &heads, flag(&use_contexts))?;
         let t = &j.trace;
         let keep_libr = flag(&libr);
-        let is_libr = rstate::libr_predicate(&t.map);
-        let libr_flags: Vec<bool> = t.frames.iter().map(|f| f.module.is_some_and(&is_libr)).collect();
+        let libr_flags = libr_flags(t);
         let keep: Vec<usize> = (0..t.frames.len()).filter(|&i| keep_libr || !libr_flags[i]).collect();
         // Frames further out than R's interpreter belong to the program that
         // runs R (its main(), the C library's start code). Only a complete
@@ -151,12 +168,8 @@ fn winch_rs_joint(
         } else {
             keep
         };
-        let resolved = t.symbolize_some(&keep);
-        let mut rows = Rows::default();
-        for (&i, r) in keep.iter().zip(&resolved) {
-            let host = outermost_libr.is_some_and(|o| i > o);
-            rows.push(t, i, r, libr_flags[i], Some((&j.placement, host)));
-        }
+        let host = |i: usize| outermost_libr.is_some_and(|o| i > o);
+        let rows = frame_rows(t, &keep, &t.symbolize_some(&keep), &libr_flags, Some((&j.placement, &host)));
         let mode = match (&j.fallback_reason, j.placement.is_approximate()) {
             (Some(_), _) => "fallback",
             (None, true) => "approximate",
@@ -266,10 +279,8 @@ fn winch_rs_thread_capture(backend: Robj) -> Robj {
             })
         });
         let (on_main, t, resolved) = handle.join().map_err(|_| "capture thread panicked".to_string())??;
-        let mut rows = Rows::default();
-        for (i, r) in resolved.iter().enumerate() {
-            rows.push(&t, i, r, false, None);
-        }
+        let all: Vec<usize> = (0..t.frames.len()).collect();
+        let rows = frame_rows(&t, &all, &resolved, &libr_flags(&t), None);
         let mut attrs = trace_attrs(&t);
         attrs.push((c"main_thread", Attr::Lgl(on_main)));
         Ok(rows.into_data_frame(&t.map, false, attrs))
@@ -357,15 +368,6 @@ fn winch_rs_cache_info() -> Robj {
     })
 }
 
-/// Empties the symbol caches.
-#[extendr]
-fn winch_rs_cache_clear() -> Robj {
-    guarded(|| {
-        symbolizer::with_global(|s| s.clear()).ok_or("winch's caches are in use")?;
-        Ok(().into())
-    })
-}
-
 /// Sets the directories searched for separate debug files.
 #[extendr]
 fn winch_rs_set_debug_dirs(dirs: Robj) -> Robj {
@@ -395,6 +397,5 @@ extendr_module! {
     fn winch_rs_thread_capture;
     fn winch_rs_cache_info;
     fn winch_rs_stage_times;
-    fn winch_rs_cache_clear;
     fn winch_rs_set_debug_dirs;
 }
