@@ -174,6 +174,15 @@ expect_roundtrip_located <- function(tb, lib) {
   invisible(rows)
 }
 
+# Captures in `lib` and checks that its frames got names and lines, read from
+# the separate debug file `debug`.
+expect_located_via <- function(lib, debug) {
+  tb <- capture_in_roundtrip(lib)
+  expect_roundtrip_located(tb, lib)
+  expect_identical(module_cache_entry(lib$path)$debug_file, debug)
+  invisible(tb)
+}
+
 # Checks that the roundtrip.c frames of `lib` in `tb` still have their names
 # (from the library's own .symtab) but no source location.
 expect_roundtrip_named_without_lines <- function(tb, lib) {

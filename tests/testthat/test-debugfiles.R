@@ -38,9 +38,7 @@ test_that(".gnu_debuglink: the debug file in the .debug/ subdirectory", {
   debug <- move_file(debug, file.path(lib$dir, ".debug", basename(debug)))
   lib <- load_fixture(lib)
 
-  tb <- capture_in_roundtrip(lib)
-  expect_roundtrip_located(tb, lib)
-  expect_identical(module_cache_entry(lib$path)$debug_file, debug)
+  expect_located_via(lib, debug)
 })
 
 test_that(".gnu_debuglink: the debug file under a debug root, at the library's directory", {
@@ -52,9 +50,7 @@ test_that(".gnu_debuglink: the debug file under a debug root, at the library's d
   debug <- move_file(debug, file.path(root, sub("^/", "", lib$dir), basename(debug)))
   lib <- load_fixture(lib)
 
-  tb <- capture_in_roundtrip(lib)
-  expect_roundtrip_located(tb, lib)
-  expect_identical(module_cache_entry(lib$path)$debug_file, debug)
+  expect_located_via(lib, debug)
 })
 
 test_that("the build-id layout under a root from `winch.debug_dirs`", {
@@ -76,9 +72,7 @@ test_that("the build-id layout under a root from `winch.debug_dirs`", {
   })
   # With it, the lines come back (changing the option empties the cache).
   withr::local_options(winch.debug_dirs = c(new_debug_root("other"), root))
-  tb <- capture_in_roundtrip(lib)
-  expect_roundtrip_located(tb, lib)
-  expect_identical(module_cache_entry(lib$path)$debug_file, debug)
+  expect_located_via(lib, debug)
 })
 
 test_that("a fully stripped library gets names and lines from its build-id debug file", {
@@ -96,11 +90,9 @@ test_that("a fully stripped library gets names and lines from its build-id debug
   debug <- move_file(debug, build_id_path(root, id))
   lib <- load_fixture(lib)
 
-  tb <- capture_in_roundtrip(lib)
   # eval_fun is static: not in .dynsym, its name can only come from the
   # debug file.
-  expect_roundtrip_located(tb, lib)
-  expect_identical(module_cache_entry(lib$path)$debug_file, debug)
+  expect_located_via(lib, debug)
 })
 
 test_that("a fully stripped library without a debug file: exported names only, no lines", {
