@@ -3,6 +3,8 @@
 # while winch is loaded.
 
 .onLoad <- function(libname, pkgname) {
+  # Which R this is decides the layout of R's context records.
+  .Call(C_rs_init, as.integer(unclass(getRversion())[[1L]]))
   rlang_hook_install()
 }
 

@@ -7,6 +7,7 @@
 SEXP winch_call(SEXP fun, SEXP env);
 SEXP winch_stop(SEXP message, SEXP call);
 
+SEXP wrap__winch_rs_init(SEXP version);
 SEXP wrap__winch_rs_available(void);
 SEXP wrap__winch_rs_backends(void);
 SEXP wrap__winch_rs_trace_back(SEXP backend, SEXP libr);
@@ -24,6 +25,7 @@ void winch_rust_init(void);
 static const R_CallMethodDef call_methods[] = {
   {"winch_call",       (DL_FUNC) &winch_call, 2},
   {"winch_stop",       (DL_FUNC) &winch_stop, 2},
+  {"rs_init",          (DL_FUNC) &wrap__winch_rs_init, 1},
   {"rs_available",     (DL_FUNC) &wrap__winch_rs_available, 0},
   {"rs_backends",      (DL_FUNC) &wrap__winch_rs_backends, 0},
   {"rs_trace_back",    (DL_FUNC) &wrap__winch_rs_trace_back, 2},

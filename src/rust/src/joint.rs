@@ -1,7 +1,7 @@
 //! The joint capture: native stack, R's context chain, and their placement.
 
 use crate::rstate;
-use winch_core::interleave::{self, NFrame, NativeStack, Placement};
+use winch_core::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
 use winch_core::rcontext::{self, Layout, LiveMemory, RContext};
 use winch_core::trace::{self, CaptureOptions, NativeTrace};
 use winch_core::unwind::Backend;
@@ -43,8 +43,9 @@ pub fn capture(
             winch_core::stack::live_range(stack_lo).ok_or("not running on the thread's own stack")?;
         let stack =
             NativeStack { frames: &nframes, stack_lo, stack_hi, truncated: trace.truncated.is_some() };
-        let addrs: Vec<usize> = ctx.iter().map(|c| c.addr).collect();
-        interleave::place(&stack, &addrs)
+        let at: Vec<RFrameAt> =
+            ctx.iter().map(|c| RFrameAt { ctx: c.addr, runner: c.runner((stack_lo, stack_hi)) }).collect();
+        interleave::place(&stack, &at)
     });
     let (placement, fallback_reason) = match placed {
         Ok(p) => (p, None),
@@ -56,8 +57,11 @@ pub fn capture(
 /// R's whole context chain, innermost first, read as seen from `stack_lo`
 /// (an address in the reader's frame).
 fn read_chain(stack_lo: usize) -> Result<Vec<RContext>, String> {
-    let mem = LiveMemory::new(stack_lo, rstate::libr_data_ranges());
-    let layout = Layout::native().ok_or("R's context layout is unknown on this platform")?;
+    let always: Vec<(usize, usize)> = rstate::node_stack_range().into_iter().collect();
+    let mem = LiveMemory::new(stack_lo, always, rstate::libr_data_ranges());
+    let version = rstate::r_version().ok_or("R's version is not known (winch was not loaded by R)")?;
+    let layout = Layout::for_r(version)
+        .ok_or_else(|| format!("R's context layout is unknown for R {}.{}", version.0, version.1))?;
     rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)
 }
 
@@ -80,10 +84,21 @@ fn contexts(stack_lo: usize, frames: &[usize], call_heads: &[usize]) -> Result<V
     Ok(numbered.into_iter().map(|(_, c)| c).collect())
 }
 
-/// The whole context chain as read from memory, innermost first:
-/// (callflag, on the C stack, owner frame index or None), or why it could
-/// not be read. A diagnostic; nothing is validated here.
-pub fn chain_summary(backend: Backend) -> Result<Vec<(i32, bool, Option<usize>)>, String> {
+/// One record of the context chain, for diagnostics.
+pub struct ChainEntry {
+    pub callflag: i32,
+    /// The record is on the C stack, or on R's node stack.
+    pub on_stack: bool,
+    pub on_node_stack: bool,
+    /// The native frame owning the record, and the one owning its runner
+    /// (the interpreter loop's program-counter slot), if any.
+    pub frame: Option<usize>,
+    pub runner_frame: Option<usize>,
+}
+
+/// The whole context chain as read from memory, innermost first, or why it
+/// could not be read. A diagnostic; nothing is validated here.
+pub fn chain_summary(backend: Backend) -> Result<Vec<ChainEntry>, String> {
     let local = 0u8;
     let stack_lo = std::hint::black_box(&local) as *const u8 as usize;
     let trace =
@@ -93,16 +108,19 @@ pub fn chain_summary(backend: Backend) -> Result<Vec<(i32, bool, Option<usize>)>
     let chain = read_chain(stack_lo)?;
     let nframes: Vec<NFrame> = trace.frames.iter().map(|f| NFrame { lo: f.lo, foreign: false }).collect();
     let stack = NativeStack { frames: &nframes, stack_lo, stack_hi, truncated: trace.truncated.is_some() };
+    let frame_of = |addr: usize| match interleave::owner(&stack, addr) {
+        interleave::Owner::Frame(i) => Some(i),
+        _ => None,
+    };
+    let node = rstate::node_stack_range();
     Ok(chain
         .iter()
-        .map(|c| {
-            let owner = interleave::owner(&stack, c.addr);
-            let on_stack = c.addr >= stack_lo && c.addr < stack_hi;
-            let frame = match owner {
-                interleave::Owner::Frame(i) => Some(i),
-                _ => None,
-            };
-            (c.callflag, on_stack, frame)
+        .map(|c| ChainEntry {
+            callflag: c.callflag,
+            on_stack: c.addr >= stack_lo && c.addr < stack_hi,
+            on_node_stack: node.is_some_and(|(lo, hi)| c.addr >= lo && c.addr < hi),
+            frame: frame_of(c.addr),
+            runner_frame: c.runner((stack_lo, stack_hi)).and_then(frame_of),
         })
         .collect())
 }

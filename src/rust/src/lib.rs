@@ -89,6 +89,22 @@ fn require_main_thread() -> std::result::Result<(), String> {
     }
 }
 
+/// Tells the Rust side which R is running (`getRversion()` as integers),
+/// from `.onLoad`.
+#[extendr]
+fn winch_rs_init(version: Robj) -> Robj {
+    guarded(|| {
+        let v = version.as_integer_slice().ok_or("expected an integer vector")?;
+        match v {
+            [major, minor, ..] if *major >= 0 && *minor >= 0 => {
+                rstate::set_r_version((*major as u32, *minor as u32));
+                Ok(().into())
+            }
+            _ => Err("expected R's version as c(major, minor, patch)".into()),
+        }
+    })
+}
+
 /// Whether some unwinding backend works here.
 #[extendr]
 fn winch_rs_available() -> bool {
@@ -253,10 +269,13 @@ fn winch_rs_context_chain(backend: Robj) -> Robj {
         require_main_thread()?;
         let backend = backend_arg(&backend)?;
         let chain = joint::chain_summary(backend)?;
+        let frame = |f: Option<usize>| f.map(|i| i as i32 + 1);
         Ok(List::from_pairs(vec![
-            ("callflag", Robj::from(chain.iter().map(|c| c.0).collect::<Vec<_>>())),
-            ("on_stack", Robj::from(chain.iter().map(|c| c.1).collect::<Vec<_>>())),
-            ("native_frame", Robj::from(chain.iter().map(|c| c.2.map(|i| i as i32 + 1)).collect::<Vec<_>>())),
+            ("callflag", Robj::from(chain.iter().map(|c| c.callflag).collect::<Vec<_>>())),
+            ("on_stack", Robj::from(chain.iter().map(|c| c.on_stack).collect::<Vec<_>>())),
+            ("on_node_stack", Robj::from(chain.iter().map(|c| c.on_node_stack).collect::<Vec<_>>())),
+            ("native_frame", Robj::from(chain.iter().map(|c| frame(c.frame)).collect::<Vec<_>>())),
+            ("runner_frame", Robj::from(chain.iter().map(|c| frame(c.runner_frame)).collect::<Vec<_>>())),
         ])
         .into())
     })
@@ -387,6 +406,7 @@ fn winch_rs_set_debug_dirs(dirs: Robj) -> Robj {
 
 extendr_module! {
     mod winch;
+    fn winch_rs_init;
     fn winch_rs_available;
     fn winch_rs_backends;
     fn winch_rs_trace_back;

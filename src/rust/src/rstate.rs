@@ -8,6 +8,9 @@ extern "C" {
     // Exported by libR and declared in Rinterface.h.
     // `mut`: R changes it all the time; it is only ever read, volatile.
     static mut R_GlobalContext: *mut std::ffi::c_void;
+    // Exported by libR (LibExtern in Defn.h): one past the end of R's node
+    // stack, where R >= 4.4 keeps the records of byte-code calls.
+    static mut R_BCNodeStackEnd: *mut std::ffi::c_void;
     // Declared here with plain C types: extendr-ffi's TYPEOF returns a Rust
     // enum, which must never hold a value outside its variants.
     fn Rf_eval(expr: *mut std::ffi::c_void, env: *mut std::ffi::c_void) -> *mut std::ffi::c_void;
@@ -27,6 +30,33 @@ pub unsafe fn call_head(call: usize) -> Option<usize> {
 }
 
 static MAIN_THREAD: OnceLock<std::thread::ThreadId> = OnceLock::new();
+static R_VERSION: OnceLock<winch_core::rcontext::RVersion> = OnceLock::new();
+static NODE_STACK: OnceLock<Option<(usize, usize)>> = OnceLock::new();
+
+/// Records the running R's version (from `.onLoad`).
+pub fn set_r_version(v: winch_core::rcontext::RVersion) {
+    let _ = R_VERSION.set(v);
+}
+
+/// The running R's version, once `.onLoad` has said it.
+pub fn r_version() -> Option<winch_core::rcontext::RVersion> {
+    R_VERSION.get().copied()
+}
+
+/// The memory that holds R's node stack, `[start, end)`: the mapping that
+/// holds its last element, up to its end. R allocates the node stack once at
+/// start-up and never frees it, so this stays readable.
+pub fn node_stack_range() -> Option<(usize, usize)> {
+    *NODE_STACK.get_or_init(|| {
+        // SAFETY: reading an exported pointer variable of libR, set at start-up.
+        let end = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(R_BCNodeStackEnd)) } as usize;
+        if end == 0 {
+            return None;
+        }
+        let (start, map_end) = winch_core::memory::mapping_containing(end - 1)?;
+        (end <= map_end).then_some((start, end))
+    })
+}
 
 thread_local! {
     static LAST_PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };

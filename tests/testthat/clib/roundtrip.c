@@ -99,3 +99,20 @@ SEXP rt_nest(SEXP fun, SEXP k, SEXP env) {
   UNPROTECT(1);
   return out;
 }
+
+/* Forces the promise bound to `x` in env (an argument of the R caller):
+ * R evaluates its code, byte code if the caller was compiled, in a new
+ * interpreter loop with no function context of its own. */
+SEXP rt_force(SEXP env) {
+  SEXP out = Rf_eval(Rf_install("x"), env); /* @line:force */
+  return out;
+}
+
+/* Calls fun(x) with R_forceAndCall(), which forces the promise for `x`
+ * before calling fun, as lapply() and friends do. */
+SEXP rt_force_and_call(SEXP fun, SEXP env) {
+  SEXP call = PROTECT(Rf_lang2(fun, Rf_install("x")));
+  SEXP out = R_forceAndCall(call, 1, env); /* @line:force_and_call */
+  UNPROTECT(1);
+  return out;
+}

@@ -1,20 +1,30 @@
 //! Where native frames sit among R frames: the pure placement algorithm.
 //!
 //! Inputs are the native frames (innermost first, each with the low end of its
-//! stack memory) and the R frames' context addresses. A context lives in the
-//! stack frame of the libR function that created it, so the native frame that
-//! owns it is the `i` with `lo[i] <= addr < lo[i + 1]`: the "anchor" of that R
-//! frame. Every native frame between the anchors of R frames `k` and `k + 1`
-//! ran while frame `k` was the innermost R frame, so its parent is `k`.
+//! stack memory) and, for every R frame, where its context record is. A
+//! context made by a libR C function (`applyClosure`, `R_execClosure`, ...)
+//! is a local variable of that function, so the native frame that owns it is
+//! the `i` with `lo[i] <= addr < lo[i + 1]`: the "anchor" of that R frame.
+//! Every native frame between the anchors of R frames `k` and `k + 1` ran
+//! while frame `k` was the innermost R frame, so its parent is `k`.
 //!
-//! Contexts that are not on the C stack (byte-code contexts that newer R keeps
-//! on its own node stack) carry no anchor; they borrow the anchor of their
-//! nearest older on-stack neighbour. A native chunk between two on-stack
-//! anchors with such contexts between them may belong to any of those R
-//! frames (native code can re-enter byte code without a new on-stack context,
-//! e.g. by forcing a promise), so its placement is marked approximate. Frames
-//! beyond a truncated native stack stay in order; nothing is guessed about
-//! them.
+//! Since R 4.4, a byte-compiled closure called from byte code runs inside the
+//! caller's interpreter loop: its context lives on R's node stack (heap), and
+//! no C frame of its own exists. Such a record still says which loop runs it:
+//! `bcpc`, saved when the record was made, is the address of that loop's
+//! program-counter slot, a local variable of the loop's C frame. That frame
+//! is the record's anchor (its "runner"). Several records can share one
+//! runner (inlined calls nest inside one loop); native code called from that
+//! loop was called by the innermost of them, which is what the rule above
+//! gives. A loop started by native code (forcing a promise, `Rf_eval` of byte
+//! code) is a newer C frame with its own slot, so records it runs are never
+//! confused with those of an older loop.
+//!
+//! Only a record whose runner is unknown (the part of the record holding it
+//! could not be read or validated) borrows the anchor of its nearest older
+//! neighbour; the native chunks that could belong to it are then marked
+//! approximate. Frames beyond a truncated native stack stay in order;
+//! nothing is guessed about them.
 
 use std::ops::Range;
 
@@ -78,8 +88,11 @@ pub struct Placement {
     pub approximate: Vec<bool>,
     /// Whether the context chain was used (false: fallback).
     pub from_contexts: bool,
-    /// R frames without a C-stack context, and R frames beyond a truncated stack.
+    /// R frames whose context is not on the C stack; of those, the ones
+    /// anchored by their interpreter loop's frame; R frames beyond a
+    /// truncated stack.
     pub off_stack: usize,
+    pub by_runner: usize,
     pub beyond_end: usize,
 }
 
@@ -107,39 +120,72 @@ pub fn chunks(frames: &[NFrame]) -> Vec<Range<usize>> {
     out
 }
 
-/// Places native frames given the context addresses of R frames 1..=n
-/// (`contexts[k - 1]` belongs to frame `k`). Errors mean the inputs are
+/// Where an R frame's context record is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RFrameAt {
+    /// Address of the context record.
+    pub ctx: usize,
+    /// For a record made by the byte-code interpreter itself: the address of
+    /// the program-counter slot of the interpreter loop that runs the call
+    /// (the record's `bcpc`), if it was read and checked.
+    pub runner: Option<usize>,
+}
+
+impl RFrameAt {
+    /// A record made by a C function, on the C stack (or one whose runner is
+    /// unknown).
+    pub fn on_stack(ctx: usize) -> RFrameAt {
+        RFrameAt { ctx, runner: None }
+    }
+}
+
+/// Places native frames given where the contexts of R frames 1..=n are
+/// (`frames[k - 1]` belongs to frame `k`). Errors mean the inputs are
 /// inconsistent and the caller must fall back.
-pub fn place(stack: &NativeStack, contexts: &[usize]) -> Result<Placement, String> {
+pub fn place(stack: &NativeStack, frames: &[RFrameAt]) -> Result<Placement, String> {
     const TOP: usize = usize::MAX;
-    let n = contexts.len();
+    let n = frames.len();
     let nf = stack.frames.len();
-    // anchor[k]: native index owning frame k's context; TOP = above every
-    // native frame we have (top level, or beyond a truncated stack).
+    // anchor[k]: native index owning frame k's context (or its runner's
+    // slot); TOP = above every native frame we have (top level, or beyond a
+    // truncated stack).
     let mut anchor = vec![TOP; n + 1];
-    let mut off = vec![false; n + 1];
-    let mut newest_on_stack = TOP;
-    let (mut off_stack, mut beyond_end) = (0, 0);
-    for (j, &addr) in contexts.iter().enumerate() {
+    // borrowed[k]: frame k's anchor is its older neighbour's, not its own.
+    let mut borrowed = vec![false; n + 1];
+    let mut newest = TOP;
+    let (mut off_stack, mut beyond_end, mut by_runner) = (0, 0, 0);
+    for (j, at) in frames.iter().enumerate() {
         let k = j + 1;
-        match owner(stack, addr) {
+        let mut own = owner(stack, at.ctx);
+        if own == Owner::OffStack {
+            off_stack += 1;
+            if let Some(r) = at.runner {
+                match owner(stack, r) {
+                    o @ (Owner::Frame(_) | Owner::BeyondEnd) => {
+                        own = o;
+                        by_runner += 1;
+                    }
+                    Owner::OffStack | Owner::Inside => {}
+                }
+            }
+        }
+        match own {
             Owner::Frame(i) => {
-                if i > newest_on_stack {
+                if i > newest {
                     return Err(format!("frame {k}'s context is older than its caller's"));
                 }
                 anchor[k] = i;
-                newest_on_stack = i;
+                newest = i;
             }
             Owner::BeyondEnd => {
-                if newest_on_stack != TOP {
+                if newest != TOP {
                     return Err(format!("frame {k}'s context lies beyond the end of the native stack"));
                 }
                 beyond_end += 1;
             }
             Owner::OffStack => {
-                anchor[k] = newest_on_stack;
-                off[k] = true;
-                off_stack += 1;
+                anchor[k] = newest;
+                borrowed[k] = true;
             }
             Owner::Inside => return Err(format!("frame {k}'s context lies inside the capture")),
         }
@@ -156,33 +202,31 @@ pub fn place(stack: &NativeStack, contexts: &[usize]) -> Result<Placement, Strin
         parent[i] = Some(k);
     }
 
-    // A parent borrowed by an off-stack frame is never certain: every native
-    // chunk between the surrounding on-stack anchors is approximate.
+    // A borrowed anchor is never certain: every native chunk between the
+    // surrounding anchors could belong to the borrowing frame or to the
+    // frames around it, so all of them are approximate.
     let mut approximate = vec![false; nf];
     let chunk_list = chunks(stack.frames);
     let mut k = 1;
     while k <= n {
-        if !off[k] {
+        if !borrowed[k] {
             k += 1;
             continue;
         }
         let first = k;
-        while k <= n && off[k] {
+        while k <= n && borrowed[k] {
             k += 1;
         }
-        // Off-stack run first..k share the region under frame first-1's
+        // Borrowing run first..k shares the region under frame first-1's
         // anchor down to frame k's anchor.
         let in_region = |i: usize| matches!(parent[i], Some(p) if p + 1 >= first && p < k);
-        let region: Vec<&Range<usize>> = chunk_list.iter().filter(|c| in_region(c.start)).collect();
-        if !region.is_empty() {
-            for c in region {
-                for i in c.clone() {
-                    approximate[i] = true;
-                }
+        for c in chunk_list.iter().filter(|c| in_region(c.start)) {
+            for i in c.clone() {
+                approximate[i] = true;
             }
         }
     }
-    Ok(Placement { parent, approximate, from_contexts: true, off_stack, beyond_end })
+    Ok(Placement { parent, approximate, from_contexts: true, off_stack, by_runner, beyond_end })
 }
 
 /// Placement without usable contexts: only what needs no context is placed.
@@ -195,6 +239,7 @@ pub fn fallback(frames: &[NFrame], n_rframes: usize) -> Placement {
         approximate: vec![false; frames.len()],
         from_contexts: false,
         off_stack: 0,
+        by_runner: 0,
         beyond_end: 0,
     }
 }
@@ -205,11 +250,14 @@ mod tests {
 
     /// A stack described outermost first: `N(foreign)` is a native frame,
     /// `C` is an R frame whose context lives in the native frame before it,
-    /// `X` is an R frame whose context is off the C stack.
+    /// `I` an R frame called inline by the byte-code loop running in the
+    /// native frame before it (context off the C stack, runner known), `X` an
+    /// R frame whose context is off the C stack with its runner unknown.
     #[derive(Clone, Copy)]
     enum E {
         N(bool),
         C,
+        I,
         X,
     }
     use E::*;
@@ -219,7 +267,7 @@ mod tests {
 
     struct Built {
         frames: Vec<NFrame>,
-        contexts: Vec<usize>,
+        contexts: Vec<RFrameAt>,
         /// Expected parent of each native frame (innermost first).
         expected: Vec<usize>,
     }
@@ -238,11 +286,17 @@ mod tests {
                 }
                 C => {
                     let owner = frames_outer_first.last().expect("a context needs an owner frame");
-                    contexts.push(owner.lo + FRAME / 2);
+                    contexts.push(RFrameAt::on_stack(owner.lo + FRAME / 2));
+                    seen_r += 1;
+                }
+                I => {
+                    let runner = frames_outer_first.last().expect("an inline call needs a loop frame");
+                    // Node-stack records grow upwards, far below the C stack.
+                    contexts.push(RFrameAt { ctx: 5 + seen_r * 8, runner: Some(runner.lo + 8) });
                     seen_r += 1;
                 }
                 X => {
-                    contexts.push(5); // far below the stack
+                    contexts.push(RFrameAt { ctx: 5 + seen_r * 8, runner: None });
                     seen_r += 1;
                 }
             }
@@ -365,6 +419,86 @@ mod tests {
         assert_eq!(parents(&p), vec![2, 1, 1, 1]);
     }
 
+    /// Places `spec` and checks every frame against the truth, exactly.
+    fn assert_exact(spec: &[E]) -> Placement {
+        let b = build(spec);
+        let p = place(&stack(&b.frames, false), &b.contexts).unwrap();
+        assert_eq!(parents(&p), b.expected);
+        assert!(!p.is_approximate());
+        p
+    }
+
+    #[test]
+    fn inline_calls_are_placed_by_their_loop() {
+        // R >= 4.4: f (applyClosure, on stack) runs its body in a loop frame;
+        // f calls g inline, g calls h inline, h calls .Call: the chunk is h's.
+        let p = assert_exact(&[R, C, R, I, I, F, F, R, C, R]);
+        assert_eq!(p.off_stack, 2);
+        assert_eq!(p.by_runner, 2);
+        // The same with the runner unknown: placed under the deepest
+        // candidate, but only approximately.
+        let b = build(&[R, C, R, X, X, F, F, R, C, R]);
+        let p = place(&stack(&b.frames, false), &b.contexts).unwrap();
+        for (i, f) in b.frames.iter().enumerate().filter(|(_, f)| f.foreign) {
+            assert_eq!(parents(&p)[i], b.expected[i]);
+            assert!(p.approximate[i], "frame {i} {f:?}");
+        }
+    }
+
+    #[test]
+    fn runs_of_inline_records_between_on_stack_ones() {
+        // 30 steps R <-> C, every R function called inline by the loop that
+        // the previous callback started.
+        let mut spec = vec![R, C, R];
+        for _ in 0..30 {
+            spec.extend([I, F, F, R, C, R]);
+        }
+        spec.extend([I, I, F, R, C, R]);
+        assert_exact(&spec);
+    }
+
+    #[test]
+    fn promise_forced_from_native_code_starts_a_new_loop() {
+        // f's loop calls C, which forces a byte-compiled promise: a new loop
+        // frame, which calls g inline; g calls C again. The first chunk is
+        // f's, the second g's, although no on-stack record separates them.
+        let b = build(&[R, C, R, F, F, R, R, I, F, R, C, R]);
+        let p = place(&stack(&b.frames, false), &b.contexts).unwrap();
+        assert_eq!(parents(&p), b.expected);
+        assert!(!p.is_approximate());
+        let foreign: Vec<usize> =
+            (0..b.frames.len()).filter(|&i| b.frames[i].foreign).map(|i| parents(&p)[i]).collect();
+        assert_eq!(foreign, vec![2, 1, 1]);
+        // Borrowing the older anchor instead would have claimed the first
+        // chunk for g as well (and marked it approximate).
+        let b = build(&[R, C, R, F, F, R, R, X, F, R, C, R]);
+        let p = place(&stack(&b.frames, false), &b.contexts).unwrap();
+        let foreign: Vec<usize> =
+            (0..b.frames.len()).filter(|&i| b.frames[i].foreign).map(|i| parents(&p)[i]).collect();
+        assert_eq!(foreign, vec![2, 2, 2]);
+        assert!(p.is_approximate());
+    }
+
+    #[test]
+    fn nested_loops_without_on_stack_records() {
+        // Top-level compiled loop (no function context at all) calls f
+        // inline; f's C code forces a promise (new loop) that calls g and h
+        // inline; h's C code evaluates byte code directly (another loop)
+        // that calls k inline, which captures.
+        assert_exact(&[R, R, I, F, R, R, I, I, F, F, R, R, I, R]);
+    }
+
+    #[test]
+    fn inline_record_beyond_a_truncated_stack() {
+        let b = build(&[R, C, R, I, F, R, C, R, F, R, C, R]);
+        let full = place(&stack(&b.frames, false), &b.contexts).unwrap();
+        let kept = &b.frames[..4];
+        let p = place(&stack(kept, true), &b.contexts).unwrap();
+        assert_eq!(p.parent, full.parent[..4].to_vec());
+        // Frames 1 and 3 by their own records, frame 2 by its loop's slot.
+        assert_eq!(p.beyond_end, 3);
+    }
+
     #[test]
     fn truncated_stack_keeps_r_frames_in_order() {
         let b = build(&[R, C, R, F, R, C, R, F, R, C, R, R]);
@@ -387,12 +521,16 @@ mod tests {
         swapped.swap(0, 1);
         assert!(place(&stack(&b.frames, false), &swapped).unwrap_err().contains("older"));
         // Beyond the end of a stack that is complete cannot happen.
-        let inside = vec![b.frames[0].lo - 1];
+        let inside = vec![RFrameAt::on_stack(b.frames[0].lo - 1)];
         assert!(place(&stack(&b.frames, false), &inside).unwrap_err().contains("inside"));
         // An older frame on the kept stack but a younger one beyond its end.
         let kept = &b.frames[..2];
-        let ctx = vec![b.frames[0].lo + 1, b.frames[1].lo + 1];
+        let ctx = vec![RFrameAt::on_stack(b.frames[0].lo + 1), RFrameAt::on_stack(b.frames[1].lo + 1)];
         assert!(place(&stack(kept, true), &ctx).unwrap_err().contains("beyond"));
+        // An inline record whose loop is older than its caller's context.
+        let b = build(&[R, C, R, C, R, R]);
+        let wrong = vec![b.contexts[0], b.contexts[1], RFrameAt { ctx: 5, runner: Some(b.frames[3].lo) }];
+        assert!(place(&stack(&b.frames, false), &wrong).unwrap_err().contains("older"));
     }
 
     #[test]

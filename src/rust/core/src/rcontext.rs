@@ -17,7 +17,10 @@ pub const CTXT_BUILTIN: i32 = 64;
 /// Largest valid `callflag` (all defined bits set).
 const CTXT_MAX: i32 = 255;
 
-/// Byte offsets of the fields read, and the size of the prefix.
+/// The R version running, as `(major, minor)`.
+pub type RVersion = (u32, u32);
+
+/// Byte offsets of the fields read, and the size of the part read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub next: usize,
@@ -27,27 +30,46 @@ pub struct Layout {
     pub sysparent: usize,
     pub call: usize,
     pub cloenv: usize,
+    pub bcintactive: usize,
+    pub bcbody: usize,
+    pub bcpc: usize,
+    /// R >= 4.4 only.
+    pub relpc: Option<usize>,
+    pub srcref: usize,
     pub size: usize,
 }
 
 #[cfg(target_os = "linux")]
 extern "C" {
-    fn winch_rcontext_layout(out: *mut usize);
+    fn winch_rcontext_layout(variant: std::ffi::c_int, out: *mut usize) -> std::ffi::c_int;
 }
 
+/// The newest R version whose `RCNTXT` winch knows.
+pub const NEWEST_KNOWN: RVersion = (4, 6);
+
 impl Layout {
-    /// The layout for this platform's C ABI (None where winch has no shim).
+    /// The layout of `RCNTXT` in R `version` for this platform's C ABI, or
+    /// None where it is not known (R before 4.0, or no shim here). Versions
+    /// after the newest known one are assumed unchanged: everything read is
+    /// validated before use, so a changed layout means a fallback, not
+    /// wrong output.
     #[cfg(not(target_os = "linux"))]
-    pub fn native() -> Option<Layout> {
+    pub fn for_r(_version: RVersion) -> Option<Layout> {
         None
     }
 
-    /// The layout for this platform's C ABI (None where winch has no shim).
     #[cfg(target_os = "linux")]
-    pub fn native() -> Option<Layout> {
-        let mut v = [0usize; 8];
-        // SAFETY: the shim writes exactly 8 values.
-        unsafe { winch_rcontext_layout(v.as_mut_ptr()) };
+    pub fn for_r(version: RVersion) -> Option<Layout> {
+        let variant = match version {
+            (4, 0..=3) => 40,
+            (4, _) | (5.., _) => 44,
+            _ => return None,
+        };
+        let mut v = [0usize; 13];
+        // SAFETY: the shim writes at most 13 values into `v`.
+        if unsafe { winch_rcontext_layout(variant, v.as_mut_ptr()) } == 0 {
+            return None;
+        }
         Some(Layout {
             next: v[0],
             callflag: v[1],
@@ -56,7 +78,12 @@ impl Layout {
             sysparent: v[4],
             call: v[5],
             cloenv: v[6],
-            size: v[7],
+            bcintactive: v[7],
+            bcbody: v[8],
+            bcpc: v[9],
+            relpc: (v[10] != usize::MAX).then_some(v[10]),
+            srcref: v[11],
+            size: v[12],
         })
     }
 }
@@ -72,11 +99,29 @@ pub struct RContext {
     pub sysparent: usize,
     pub call: usize,
     pub cloenv: usize,
+    /// R_BCIntActive when the record was made: byte code was running.
+    pub bcintactive: i32,
+    /// R_BCbody then: the byte code being run.
+    pub bcbody: usize,
+    /// R_BCpc then: the address of the running interpreter loop's
+    /// program-counter slot, a local variable of that loop's C frame.
+    pub bcpc: usize,
+    /// The program counter's offset in `bcbody` then (R >= 4.4).
+    pub relpc: Option<isize>,
+    pub srcref: usize,
 }
 
 impl RContext {
     pub fn is_function(&self) -> bool {
         self.callflag & CTXT_FUNCTION != 0
+    }
+
+    /// The address of the program-counter slot of the interpreter loop that
+    /// runs this record's call, if the record says byte code was running and
+    /// the slot lies in `stack` (the live C stack); None otherwise.
+    pub fn runner(&self, stack: (usize, usize)) -> Option<usize> {
+        let aligned = self.bcpc % std::mem::align_of::<usize>() == 0;
+        (self.bcintactive == 1 && aligned && self.bcpc >= stack.0 && self.bcpc < stack.1).then_some(self.bcpc)
     }
 }
 
@@ -87,24 +132,29 @@ pub trait Memory {
 }
 
 /// This process's memory: direct reads on the live part of the current
-/// thread's stack, kernel copies (`crate::memory`) elsewhere. Where the kernel
-/// refuses those copies (a seccomp profile), `fallback` ranges, writable
-/// data of R's own library (where R keeps its top-level context), are read
-/// directly; anything else is then unreadable and placement falls back.
+/// thread's stack and on R's node stack (where R >= 4.4 keeps the records of
+/// byte-code calls), kernel copies (`crate::memory`) elsewhere. Where the
+/// kernel refuses those copies (a seccomp profile), `fallback` ranges,
+/// writable data of R's own library (where R keeps its top-level context),
+/// are read directly; anything else is then unreadable and placement falls
+/// back.
 pub struct LiveMemory {
     /// [stack_lo, stack_hi): the live part of the current thread's stack, or
     /// an empty range when the reader is not on its thread's stack.
     pub stack_lo: usize,
     pub stack_hi: usize,
+    /// Heap memory that stays mapped while R runs (R's node stack, allocated
+    /// once at start-up and never freed).
+    pub always: Vec<(usize, usize)>,
     pub fallback: Vec<(usize, usize)>,
 }
 
 impl LiveMemory {
     /// The memory of the calling thread, seen from address `here` in the
     /// caller's frame.
-    pub fn new(here: usize, fallback: Vec<(usize, usize)>) -> LiveMemory {
+    pub fn new(here: usize, always: Vec<(usize, usize)>, fallback: Vec<(usize, usize)>) -> LiveMemory {
         let (stack_lo, stack_hi) = crate::stack::live_range(here).unwrap_or((0, 0));
-        LiveMemory { stack_lo, stack_hi, fallback }
+        LiveMemory { stack_lo, stack_hi, always, fallback }
     }
 }
 
@@ -114,6 +164,11 @@ impl Memory for LiveMemory {
         let direct = |lo: usize, hi: usize| addr >= lo && end <= hi;
         if direct(self.stack_lo, self.stack_hi) {
             // SAFETY: the range lies in the mapped, live part of our stack.
+            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
+            return true;
+        }
+        if self.always.iter().any(|&(lo, hi)| direct(lo, hi)) {
+            // SAFETY: a range that stays mapped (see the field's docs).
             unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
             return true;
         }
@@ -173,9 +228,18 @@ pub fn read_chain(
             sysparent: word(&buf, layout.sysparent),
             call: word(&buf, layout.call),
             cloenv: word(&buf, layout.cloenv),
+            bcintactive: int(&buf, layout.bcintactive),
+            bcbody: word(&buf, layout.bcbody),
+            bcpc: word(&buf, layout.bcpc),
+            relpc: layout.relpc.map(|o| word(&buf, o) as isize),
+            srcref: word(&buf, layout.srcref),
         };
         if !(0..=CTXT_MAX).contains(&ctx.callflag) {
             return Err(format!("implausible callflag {} at {addr:#x}", ctx.callflag));
+        }
+        // R_BCIntActive is 0 or 1; anything else means the layout is wrong.
+        if !(0..=1).contains(&ctx.bcintactive) {
+            return Err(format!("implausible bcintactive {} at {addr:#x}", ctx.bcintactive));
         }
         out.push(ctx);
         if ctx.next == 0 {
@@ -238,6 +302,8 @@ mod tests {
         b[l.callflag..l.callflag + 4].copy_from_slice(&c.callflag.to_ne_bytes());
         b[l.call..l.call + 8].copy_from_slice(&c.call.to_ne_bytes());
         b[l.cloenv..l.cloenv + 8].copy_from_slice(&c.cloenv.to_ne_bytes());
+        b[l.bcintactive..l.bcintactive + 4].copy_from_slice(&c.bcintactive.to_ne_bytes());
+        b[l.bcpc..l.bcpc + 8].copy_from_slice(&c.bcpc.to_ne_bytes());
         mem.0.insert(c.addr, b);
     }
 
@@ -246,21 +312,31 @@ mod tests {
     }
 
     #[test]
-    fn native_layout_is_plausible() {
-        let l = Layout::native().unwrap();
-        assert_eq!(l.next, 0);
-        assert_eq!(l.callflag, std::mem::size_of::<usize>());
-        assert!(l.evaldepth > l.callflag + 64, "sigjmp_buf lies between them");
-        assert_eq!(l.callfun + 8, l.sysparent);
-        assert_eq!(l.call + 8, l.cloenv);
-        assert!(l.size >= l.cloenv + 8);
-        #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
-        assert_eq!((l.evaldepth, l.cloenv), (220, 256));
+    fn layouts_are_plausible() {
+        for v in [(4, 0), (4, 2), (4, 3), (4, 4), (4, 5), (4, 6), (4, 9)] {
+            let l = Layout::for_r(v).unwrap();
+            assert_eq!(l.next, 0);
+            assert_eq!(l.callflag, std::mem::size_of::<usize>());
+            assert!(l.evaldepth > l.callflag + 64, "sigjmp_buf lies between them");
+            assert_eq!(l.callfun + 8, l.sysparent);
+            assert_eq!(l.call + 8, l.cloenv);
+            assert_eq!(l.bcbody + 8, l.bcpc);
+            assert!(l.size >= l.srcref + 8);
+            assert_eq!(l.relpc.is_some(), v >= (4, 4), "{v:?}");
+            #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+            {
+                // Worked out by hand from Defn.h (sigjmp_buf is 200 bytes).
+                assert_eq!((l.evaldepth, l.cloenv, l.bcintactive, l.bcpc), (220, 256, 304, 320));
+                let want = if v >= (4, 4) { (Some(328), 384) } else { (None, 368) };
+                assert_eq!((l.relpc, l.srcref), want, "{v:?}");
+            }
+        }
+        assert!(Layout::for_r((3, 6)).is_none());
     }
 
     #[test]
     fn reads_and_checks_a_chain() {
-        let l = Layout::native().unwrap();
+        let l = Layout::for_r((4, 2)).unwrap();
         let mut mem = FakeMemory::default();
         put(&mut mem, &l, &ctx(0x1000, 0x2000, CTXT_FUNCTION, 0xe2));
         put(&mut mem, &l, &ctx(0x2000, 0x3000, CTXT_BUILTIN, 0));
@@ -279,7 +355,7 @@ mod tests {
 
     #[test]
     fn rejects_broken_chains() {
-        let l = Layout::native().unwrap();
+        let l = Layout::for_r((4, 2)).unwrap();
         let mut mem = FakeMemory::default();
         put(&mut mem, &l, &ctx(0x1000, 0x2000, CTXT_FUNCTION, 1));
         assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("unreadable"));
@@ -289,14 +365,41 @@ mod tests {
         assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("callflag"));
         put(&mut mem, &l, &ctx(0x2000, 0, CTXT_FUNCTION, 1));
         assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("top level"));
+        put(&mut mem, &l, &RContext { bcintactive: 7, ..ctx(0x2000, 0, CTXT_TOPLEVEL, 1) });
+        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("bcintactive"));
         assert!(read_chain(&mem, 0, &l, 100).is_err());
         assert!(read_chain(&mem, 0x1001, &l, 100).unwrap_err().contains("misaligned"));
     }
 
     #[test]
+    fn runner_needs_byte_code_and_a_stack_slot() {
+        let stack = (0x7000, 0x8000);
+        let c = RContext { bcintactive: 1, bcpc: 0x7f00, ..Default::default() };
+        assert_eq!(c.runner(stack), Some(0x7f00));
+        assert_eq!(RContext { bcintactive: 0, ..c }.runner(stack), None);
+        assert_eq!(RContext { bcpc: 0x9000, ..c }.runner(stack), None);
+        assert_eq!(RContext { bcpc: 0x7f01, ..c }.runner(stack), None);
+        assert_eq!(RContext { bcpc: 0, ..c }.runner(stack), None);
+    }
+
+    #[test]
+    fn reads_byte_code_fields_per_version() {
+        for v in [(4, 2), (4, 5)] {
+            let l = Layout::for_r(v).unwrap();
+            let mut mem = FakeMemory::default();
+            let inner = RContext { bcintactive: 1, bcpc: 0x7f08, ..ctx(0x1000, 0x2000, CTXT_FUNCTION, 0xe1) };
+            put(&mut mem, &l, &inner);
+            put(&mut mem, &l, &ctx(0x2000, 0, CTXT_TOPLEVEL, 0));
+            let chain = read_chain(&mem, 0x1000, &l, 10).unwrap();
+            assert_eq!((chain[0].bcintactive, chain[0].bcpc), (1, 0x7f08));
+            assert_eq!(chain[0].relpc.is_some(), v >= (4, 4));
+        }
+    }
+
+    #[test]
     fn live_memory_reads_heap_and_refuses_bad_addresses() {
         let heap = Box::new([0x5au8; 64]);
-        let mem = LiveMemory { stack_lo: 1, stack_hi: 2, fallback: Vec::new() };
+        let mem = LiveMemory { stack_lo: 1, stack_hi: 2, always: Vec::new(), fallback: Vec::new() };
         let mut buf = [0u8; 64];
         assert!(mem.read(heap.as_ptr() as usize, &mut buf));
         assert_eq!(buf, [0x5a; 64]);
