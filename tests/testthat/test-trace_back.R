@@ -136,12 +136,16 @@ test_that("is_libr is TRUE exactly for R's library and executable", {
 })
 
 test_that("a capture 1000 R calls deep returns every frame", {
+  # In the AST interpreter every R call runs in C frames of R's own library
+  # (which of them are exported differs between R versions, so they are
+  # counted, not named).
+  old <- compiler::enableJIT(0L)
+  on.exit(compiler::enableJIT(old), add = TRUE)
   deep <- function(n) if (n == 0L) winch_trace_back() else deep(n - 1L)
   tb <- deep(1000L)
   expect_false(attr(tb, "truncated"))
   expect_identical(tb$func[[nrow(tb)]], "_start")
-  # Each R closure call goes through Rf_applyClosure at least once.
-  expect_gte(sum(tb$func %in% "Rf_applyClosure"), 1000L)
+  expect_gte(sum(tb$is_libr), 1000L)
 })
 
 test_that("a capture 200 round trips R -> C -> R deep returns every frame", {
