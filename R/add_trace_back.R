@@ -50,7 +50,7 @@ winch_add_trace_back <- function(trace = rlang::trace_back(bottom = parent.frame
   if (is.null(row_frames)) {
     return(trace)
   }
-  native <- joint_capture(frames, calls, view = TRUE)
+  native <- joint_capture(frames, calls)
   insert_native_rows(trace, row_frames, native, first = 1L)
 }
 
@@ -62,7 +62,7 @@ check_rlang_trace <- function(trace, call = rlang::caller_env()) {
   ok <- is.data.frame(trace) && all(c("call", "parent") %in% names(trace)) &&
     is.list(trace$call) && is.numeric(trace$parent)
   if (!ok) {
-    abort_winch(
+    abort_bad_argument(
       "`trace` must be a backtrace from `rlang::trace_back()` (a data frame with `call` and `parent` columns).",
       call = call
     )

@@ -13,17 +13,17 @@
 #' winch_call(function() "called from C")
 winch_call <- function(fun, env = parent.frame()) {
   if (!is.function(fun)) {
-    abort_winch("`fun` must be a function.")
+    abort_bad_argument("`fun` must be a function.")
   }
   required <- required_args(fun)
   if (length(required)) {
-    abort_winch(sprintf(
+    abort_bad_argument(sprintf(
       "`fun` must be callable without arguments; it needs %s.",
       paste0("`", required, "`", collapse = ", ")
     ))
   }
   if (!is.environment(env)) {
-    abort_winch("`env` must be an environment.")
+    abort_bad_argument("`env` must be an environment.")
   }
   .Call(C_winch_call, fun, env)
 }
@@ -37,7 +37,7 @@ winch_call <- function(fun, env = parent.frame()) {
 #' try(winch_stop("boom from C"))
 winch_stop <- function(message) {
   if (!is.character(message) || length(message) != 1L || is.na(message)) {
-    abort_winch("`message` must be a single string.")
+    abort_bad_argument("`message` must be a single string.")
   }
   .Call(C_winch_stop, message, sys.call())
 }
@@ -68,10 +68,10 @@ winch_init_library <- function(path = NULL, force = FALSE) {
   check_flag(force)
   if (!is.null(path)) {
     if (!is.character(path) || length(path) != 1L || is.na(path)) {
-      abort_winch("`path` must be `NULL` or a single string.")
+      abort_bad_argument("`path` must be `NULL` or a single string.")
     }
     if (!file.exists(path)) {
-      abort_winch(sprintf("`path` does not exist: %s", path))
+      abort_bad_argument(sprintf("`path` does not exist: %s", path))
     }
   }
   invisible(path)

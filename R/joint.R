@@ -5,16 +5,17 @@
 # `frames` and `calls` must be `sys.frames()` and `sys.calls()` evaluated in
 # the frame that calls this function (so that they include that frame).
 #
-# With `view = TRUE`, only the frames that joint traces show are returned:
-# foreign frames of R's evaluation (not R's own, not the program running R),
-# outermost first.
-joint_capture <- function(frames, calls, libr = FALSE, view = FALSE,
+# Returns the frames joint views show (frames of R's evaluation, outermost
+# first; R's own only with `libr`), each with the R frame it sits under
+# (`r_frame`, NA when unplaced) and whether that is approximate. Which
+# frames are shown is decided in the core (winch_core::view).
+joint_capture <- function(frames, calls, libr = FALSE,
                           backend = getOption("winch.backend", "auto"),
                           call = rlang::caller_env()) {
   check_backend(backend, call = call)
   sync_debug_dirs(call = call)
   check_result(
-    .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr, use_contexts(), view),
+    .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr, use_contexts()),
     call = call
   )
 }

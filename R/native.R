@@ -1,17 +1,25 @@
-# Internal helpers around the Rust glue (src/rust/src/lib.rs). Every glue
-# function returns its result or `list(error = "...")`; errors are raised here,
-# in R, with the user's call.
+# Internal helpers around the Rust glue (src/rust/src). Every entry point
+# returns its result, or `list(error = <message>, class = <class>)`, or NULL
+# when R could not allocate the result; errors are raised here, in R, with
+# the user's call and a class (see ?winch for the classes).
 
-abort_winch <- function(message, call = rlang::caller_env(), class = NULL) {
-  rlang::abort(message, class = c(class, "winch_error"), call = call)
+abort_winch <- function(message, class = NULL, call = rlang::caller_env()) {
+  rlang::abort(message, class = unique(c(class, "winch_error")), call = call)
+}
+
+# A bad argument from the user (checked in R before reaching native code).
+abort_bad_argument <- function(message, call = rlang::caller_env()) {
+  abort_winch(message, class = "winch_error_bad_argument", call = call)
 }
 
 check_result <- function(x, call = rlang::caller_env()) {
   if (is.null(x)) {
-    abort_winch("winch could not allocate its result (out of memory?).", call = call)
+    abort_winch("winch could not allocate its result (out of memory?).",
+      class = "winch_error_out_of_memory", call = call
+    )
   }
   if (is.list(x) && !is.data.frame(x) && !is.null(x[["error"]])) {
-    abort_winch(x[["error"]], call = call)
+    abort_winch(x[["error"]], class = x[["class"]], call = call)
   }
   x
 }
@@ -19,7 +27,7 @@ check_result <- function(x, call = rlang::caller_env()) {
 check_backend <- function(backend, call = rlang::caller_env()) {
   ok <- c("auto", "cfi", "libunwind", "backtrace")
   if (!is.character(backend) || length(backend) != 1L || is.na(backend) || !backend %in% ok) {
-    abort_winch(
+    abort_bad_argument(
       sprintf("`backend` must be one of %s.", paste0('"', ok, '"', collapse = ", ")),
       call = call
     )
@@ -29,7 +37,7 @@ check_backend <- function(backend, call = rlang::caller_env()) {
 
 check_flag <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env()) {
   if (!is.logical(x) || length(x) != 1L || is.na(x)) {
-    abort_winch(sprintf("`%s` must be `TRUE` or `FALSE`.", arg), call = call)
+    abort_bad_argument(sprintf("`%s` must be `TRUE` or `FALSE`.", arg), call = call)
   }
   invisible(x)
 }
@@ -44,7 +52,13 @@ native_call <- function(func, pathname, offset) {
 
 # Names of the unwinding backends that work in this build, preferred first.
 winch_backends <- function() {
-  .Call(C_rs_backends)
+  check_result(.Call(C_rs_backends))
+}
+
+# The Rust entry points and their numbers of arguments (test-registration.R
+# compares them with R's registration table).
+rust_entry_points <- function() {
+  check_result(.Call(C_rs_entry_points))
 }
 
 # Captures on a fresh thread (the Rust side does not touch R there): shows
@@ -71,7 +85,7 @@ sync_debug_dirs <- function(call = rlang::caller_env()) {
   dirs <- getOption("winch.debug_dirs", "/usr/lib/debug")
   if (!identical(dirs, the$debug_dirs)) {
     if (!is.character(dirs) || anyNA(dirs)) {
-      abort_winch("The `winch.debug_dirs` option must be a character vector of directories.", call = call)
+      abort_bad_argument("The `winch.debug_dirs` option must be a character vector of directories.", call = call)
     }
     check_result(.Call(C_rs_set_debug_dirs, dirs), call = call)
     the$debug_dirs <- dirs
@@ -81,8 +95,9 @@ sync_debug_dirs <- function(call = rlang::caller_env()) {
 
 # R's context chain at the caller, innermost first: `callflag` (R's CTXT_*
 # bits: 4 is a function call, 3 a loop, 64 a builtin, 0 the top level),
-# whether the record is on the C stack, and the native frame that owns it.
-# For diagnosing placement problems.
+# whether the record is on the C stack or on R's node stack, the native
+# frame that owns it and the one that owns its runner (the byte-code loop
+# running it), numbered innermost first. For diagnosing placement problems.
 context_chain <- function(backend = "auto") {
   check_backend(backend)
   res <- check_result(.Call(C_rs_context_chain, backend))

@@ -112,7 +112,7 @@ add_native_in_trace_back <- function(trace, tb) {
   if (is.na(start)) {
     return(trace)
   }
-  native <- joint_capture(my_frames, my_calls, view = TRUE)
+  native <- joint_capture(my_frames, my_calls)
   insert_native_rows(trace, seq_len(m), native, first = start)
 }
 

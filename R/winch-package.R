@@ -10,6 +10,23 @@
 #'   `vignette("winch")`), e.g. to compare.
 #' * `rlang_trace_use_winch`: set to `TRUE` to have rlang's backtraces include
 #'   native frames; see [winch_add_trace_back()].
+#'
+#' @section Errors:
+#' Errors raised by winch are rlang conditions of class `winch_error` and one
+#' more specific class, so they can be caught by kind:
+#' * `winch_error_bad_argument`: an argument is not acceptable (wrong type,
+#'   length, `NA`, a path that does not exist, an unknown backend name).
+#' * `winch_error_unavailable`: this platform or build cannot do it (no
+#'   unwinder works here, the backend asked for is not built in).
+#' * `winch_error_wrong_thread`: the call came from a thread other than R's
+#'   main thread.
+#' * `winch_error_busy`: winch's caches are in use by this same thread (a
+#'   capture re-entered, e.g. from a signal handler).
+#' * `winch_error_unreadable`, `winch_error_inconsistent`: R's memory could
+#'   not be read, or what was read does not hold together. Captures never
+#'   raise these (they fall back, see `vignette("winch")`); diagnostics may.
+#' * `winch_error_out_of_memory`: R could not allocate the result.
+#' * `winch_error_internal`: a bug in winch (please report it).
 "_PACKAGE"
 
 ## usethis namespace: start

@@ -1,42 +1,52 @@
-/* The package's single registration table: C entry points (callbacks.c) and
- * the extendr wrappers of the Rust glue (rust/src/lib.rs). */
+/* The package's single registration table: the C entry points of
+ * callbacks.c and the Rust ones (src/rust/src/lib.rs, `entry_points!`).
+ *
+ * Adding a Rust entry point: one line X(name, number of arguments) below.
+ * The tests check that this list and the Rust table agree
+ * (tests/testthat/test-registration.R). */
 #include <R.h>
 #include <Rinternals.h>
 #include <R_ext/Rdynload.h>
 
+#define WINCH_RUST_ENTRY_POINTS \
+  X(rs_init, 1)                 \
+  X(rs_entry_points, 0)         \
+  X(rs_error_of_kind, 1)        \
+  X(rs_available, 0)            \
+  X(rs_backends, 0)             \
+  X(rs_trace_back, 2)           \
+  X(rs_joint, 5)                \
+  X(rs_splice_trace, 4)         \
+  X(rs_splice_calls, 2)         \
+  X(rs_context_chain, 1)        \
+  X(rs_thread_capture, 1)       \
+  X(rs_stage_times, 2)          \
+  X(rs_cache_info, 0)           \
+  X(rs_set_debug_dirs, 1)
+
+/* Prototypes by number of arguments. */
+#define WINCH_ARGS_0 void
+#define WINCH_ARGS_1 SEXP
+#define WINCH_ARGS_2 SEXP, SEXP
+#define WINCH_ARGS_3 SEXP, SEXP, SEXP
+#define WINCH_ARGS_4 SEXP, SEXP, SEXP, SEXP
+#define WINCH_ARGS_5 SEXP, SEXP, SEXP, SEXP, SEXP
+#define WINCH_ARGS_6 SEXP, SEXP, SEXP, SEXP, SEXP, SEXP
+
+#define X(name, n) SEXP winch_##name(WINCH_ARGS_##n);
+WINCH_RUST_ENTRY_POINTS
+#undef X
+
 SEXP winch_call(SEXP fun, SEXP env);
 SEXP winch_stop(SEXP message, SEXP call);
-
-SEXP wrap__winch_rs_init(SEXP version);
-SEXP wrap__winch_rs_available(void);
-SEXP wrap__winch_rs_backends(void);
-SEXP wrap__winch_rs_trace_back(SEXP backend, SEXP libr);
-SEXP wrap__winch_rs_joint(SEXP backend, SEXP frames, SEXP calls, SEXP libr, SEXP use_contexts, SEXP view);
-SEXP wrap__winch_rs_splice_trace(SEXP row_frames, SEXP parents, SEXP r_frame, SEXP first);
-SEXP wrap__winch_rs_splice_calls(SEXP n, SEXP r_frame);
-SEXP wrap__winch_rs_context_chain(SEXP backend);
-SEXP wrap__winch_rs_thread_capture(SEXP backend);
-SEXP wrap__winch_rs_cache_info(void);
-SEXP wrap__winch_rs_set_debug_dirs(SEXP dirs);
-SEXP wrap__winch_rs_stage_times(SEXP backend, SEXP n);
-
 void winch_rust_init(void);
 
 static const R_CallMethodDef call_methods[] = {
-  {"winch_call",       (DL_FUNC) &winch_call, 2},
-  {"winch_stop",       (DL_FUNC) &winch_stop, 2},
-  {"rs_init",          (DL_FUNC) &wrap__winch_rs_init, 1},
-  {"rs_available",     (DL_FUNC) &wrap__winch_rs_available, 0},
-  {"rs_backends",      (DL_FUNC) &wrap__winch_rs_backends, 0},
-  {"rs_trace_back",    (DL_FUNC) &wrap__winch_rs_trace_back, 2},
-  {"rs_joint",         (DL_FUNC) &wrap__winch_rs_joint, 6},
-  {"rs_splice_trace",  (DL_FUNC) &wrap__winch_rs_splice_trace, 4},
-  {"rs_splice_calls",  (DL_FUNC) &wrap__winch_rs_splice_calls, 2},
-  {"rs_context_chain", (DL_FUNC) &wrap__winch_rs_context_chain, 1},
-  {"rs_thread_capture",(DL_FUNC) &wrap__winch_rs_thread_capture, 1},
-  {"rs_cache_info",    (DL_FUNC) &wrap__winch_rs_cache_info, 0},
-  {"rs_set_debug_dirs",(DL_FUNC) &wrap__winch_rs_set_debug_dirs, 1},
-  {"rs_stage_times",   (DL_FUNC) &wrap__winch_rs_stage_times, 2},
+  {"winch_call", (DL_FUNC) &winch_call, 2},
+  {"winch_stop", (DL_FUNC) &winch_stop, 2},
+#define X(name, n) {#name, (DL_FUNC) &winch_##name, n},
+  WINCH_RUST_ENTRY_POINTS
+#undef X
   {NULL, NULL, 0}
 };
 

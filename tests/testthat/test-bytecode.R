@@ -68,43 +68,34 @@ for (mode in modes) {
     )
   })
 
-  test_that(paste0("a promise forced by C code runs in a new loop: exact (", mode, ")"), {
-    # caller() passes g() as a promise; C code forces it; g calls h, which
-    # calls C again. The first C chunk belongs to `takes`, not to g or h.
-    make <- function(compile) {
-      cb <- function() winch_sys_calls()
-      h <- maybe_cmp(function() .Call("rt_call", cb, environment(), PACKAGE = "wtest_roundtrip"), compile)
-      g <- maybe_cmp(function() h(), compile)
-      takes <- maybe_cmp(function(x) .Call("rt_force", environment(), PACKAGE = "wtest_roundtrip"), compile)
-      maybe_cmp(function() takes(g()), compile)
-    }
-    x <- in_mode(mode, make)
-    expect_exact(x, mode)
-    expect_identical(
-      labels_from(joint_labels(x), "takes"),
-      c("takes", paste0(RT, "::rt_force"), "g", "h", paste0(RT, c("::rt_call", "::eval_fun")), "<inline>")
-    )
-  })
-
-  test_that(paste0("a promise forced by R_forceAndCall() is exact (", mode, ")"), {
-    make <- function(compile) {
-      cb <- function() winch_sys_calls()
-      h <- maybe_cmp(function() .Call("rt_call", cb, environment(), PACKAGE = "wtest_roundtrip"), compile)
-      g <- maybe_cmp(function() h(), compile)
-      use <- function(v) v
-      takes <- maybe_cmp(
-        function(x) .Call("rt_force_and_call", use, environment(), PACKAGE = "wtest_roundtrip"),
-        compile
+  # A promise forced by C code: directly (rt_force evaluates `x`) or with
+  # R_forceAndCall(), as lapply() and friends do. caller() passes g() as a
+  # promise; C code forces it in a new interpreter loop; g calls h, which
+  # calls C again. The first C chunk belongs to `takes`, not to g or h.
+  for (via in c("rt_force", "rt_force_and_call")) {
+    test_that(paste0("a promise forced by C code (", via, ") is exact (", mode, ")"), {
+      make <- function(compile) {
+        cb <- function() winch_sys_calls()
+        h <- maybe_cmp(function() .Call("rt_call", cb, environment(), PACKAGE = "wtest_roundtrip"), compile)
+        g <- maybe_cmp(function() h(), compile)
+        use <- function(v) v
+        takes <- maybe_cmp(function(x) {
+          if (via == "rt_force") {
+            .Call("rt_force", environment(), PACKAGE = "wtest_roundtrip")
+          } else {
+            .Call("rt_force_and_call", use, environment(), PACKAGE = "wtest_roundtrip")
+          }
+        }, compile)
+        maybe_cmp(function() takes(g()), compile)
+      }
+      x <- in_mode(mode, make)
+      expect_exact(x, mode)
+      expect_identical(
+        labels_from(joint_labels(x), "takes"),
+        c("takes", paste0(RT, "::", via), "g", "h", paste0(RT, c("::rt_call", "::eval_fun")), "<inline>")
       )
-      maybe_cmp(function() takes(g()), compile)
-    }
-    x <- in_mode(mode, make)
-    expect_exact(x, mode)
-    expect_identical(
-      labels_from(joint_labels(x), "takes"),
-      c("takes", paste0(RT, "::rt_force_and_call"), "g", "h", paste0(RT, c("::rt_call", "::eval_fun")), "<inline>")
-    )
-  })
+    })
+  }
 
   test_that(paste0("lapply() from byte code calling back through C is exact (", mode, ")"), {
     make <- function(compile) {

@@ -1,84 +1,124 @@
 //! The joint capture: native stack, R's context chain, and their placement.
 
+use crate::rapi;
 use crate::rstate;
+use winch_core::error::{Error, Result};
 use winch_core::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
 use winch_core::rcontext::{self, Layout, LiveMemory, RContext};
-use winch_core::trace::{self, CaptureOptions, NativeTrace};
+use winch_core::trace::{self, NativeTrace};
 use winch_core::unwind::Backend;
+use winch_core::view::{self, Class};
+
+/// A native stack with its frames classified, and the live part of the C
+/// stack as seen from the capturing frame.
+pub struct Native {
+    pub trace: NativeTrace,
+    pub classes: Vec<Class>,
+    pub stack_lo: usize,
+    pub stack_hi: usize,
+}
+
+/// Captures and classifies the native stack. `here` is the address of a
+/// local variable of the caller: the live stack starts there.
+pub fn native(backend: Backend, here: usize) -> Result<Native> {
+    let trace = trace::capture(backend)?;
+    let modules: Vec<Option<usize>> = trace.frames.iter().map(|f| f.module).collect();
+    let classes =
+        view::classify(&trace.map, &modules, rstate::known_modules(&trace.map), trace.truncated.is_none());
+    let (stack_lo, stack_hi) = winch_core::stack::live_range(here)
+        .ok_or_else(|| Error::Unavailable("not running on the thread's own stack".into()))?;
+    Ok(Native { trace, classes, stack_lo, stack_hi })
+}
+
+impl Native {
+    fn placement_frames(&self) -> Vec<NFrame> {
+        self.trace
+            .frames
+            .iter()
+            .zip(&self.classes)
+            .map(|(f, c)| NFrame { lo: f.lo, foreign: c.is_code() })
+            .collect()
+    }
+}
 
 pub struct Joint {
-    pub trace: NativeTrace,
+    pub native: Native,
     pub placement: Placement,
     /// Why the context chain was not used, if it was not.
-    pub fallback_reason: Option<String>,
+    pub fallback_reason: Option<Error>,
 }
 
 /// Captures the native stack and places it among R's frames. `frames` and
-/// `call_heads` are the environments of `sys.frames()` and the function parts
-/// of `sys.calls()` as seen by an R caller further out; R frames deeper than
-/// those (winch's own R code) are placed too, with higher numbers.
+/// `calls` are `sys.frames()` and `sys.calls()` as seen by an R caller
+/// further out; R frames deeper than those (winch's own R code) are placed
+/// too, with higher numbers.
 #[inline(never)]
-pub fn capture(
-    backend: Backend,
-    frames: &[usize],
-    call_heads: &[usize],
-    use_contexts: bool,
-) -> Result<Joint, String> {
+pub fn capture(backend: Backend, frames: &[usize], calls: &[usize], use_contexts: bool) -> Result<Joint> {
     let local = 0u8;
-    let stack_lo = std::hint::black_box(&local) as *const u8 as usize;
-    let trace =
-        trace::capture(&CaptureOptions { backend, self_addr: rstate::self_addr(), main_thread: true })?;
-    let is_libr = rstate::libr_predicate(&trace.map);
-    let nframes: Vec<NFrame> =
-        trace.frames.iter().map(|f| NFrame { lo: f.lo, foreign: !f.module.is_some_and(&is_libr) }).collect();
-    drop(is_libr);
-
-    let chain = if use_contexts {
-        contexts(stack_lo, frames, call_heads)
+    let native = native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
+    let nframes = native.placement_frames();
+    let placed = if use_contexts {
+        contexts(native.stack_lo, frames, calls).and_then(|ctx| {
+            let stack = NativeStack {
+                frames: &nframes,
+                stack_lo: native.stack_lo,
+                stack_hi: native.stack_hi,
+                truncated: native.trace.truncated.is_some(),
+            };
+            let range = (native.stack_lo, native.stack_hi);
+            let at: Vec<RFrameAt> =
+                ctx.iter().map(|c| RFrameAt { ctx: c.addr, runner: c.runner(range) }).collect();
+            interleave::place(&stack, &at)
+        })
     } else {
-        Err("reading R's context chain is turned off (option winch.use_contexts)".to_string())
+        Err(Error::Unavailable("reading R's context chain is turned off (option winch.use_contexts)".into()))
     };
-    let placed = chain.and_then(|ctx| {
-        let (stack_lo, stack_hi) =
-            winch_core::stack::live_range(stack_lo).ok_or("not running on the thread's own stack")?;
-        let stack =
-            NativeStack { frames: &nframes, stack_lo, stack_hi, truncated: trace.truncated.is_some() };
-        let at: Vec<RFrameAt> =
-            ctx.iter().map(|c| RFrameAt { ctx: c.addr, runner: c.runner((stack_lo, stack_hi)) }).collect();
-        interleave::place(&stack, &at)
-    });
     let (placement, fallback_reason) = match placed {
         Ok(p) => (p, None),
         Err(why) => (interleave::fallback(&nframes, frames.len()), Some(why)),
     };
-    Ok(Joint { trace, placement, fallback_reason })
+    Ok(Joint { native, placement, fallback_reason })
 }
 
 /// R's whole context chain, innermost first, read as seen from `stack_lo`
 /// (an address in the reader's frame).
-fn read_chain(stack_lo: usize) -> Result<Vec<RContext>, String> {
+fn read_chain(stack_lo: usize) -> Result<Vec<RContext>> {
     let always: Vec<(usize, usize)> = rstate::node_stack_range().into_iter().collect();
     let mem = LiveMemory::new(stack_lo, always, rstate::libr_data_ranges());
-    let version = rstate::r_version().ok_or("R's version is not known (winch was not loaded by R)")?;
-    let layout = Layout::for_r(version)
-        .ok_or_else(|| format!("R's context layout is unknown for R {}.{}", version.0, version.1))?;
+    let version = rstate::r_version()
+        .ok_or_else(|| Error::Unavailable("R's version is not known (winch was not loaded by R)".into()))?;
+    let layout = Layout::for_r(version).ok_or_else(|| {
+        Error::Unavailable(format!("R's context layout is unknown for R {}.{}", version.0, version.1))
+    })?;
     rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)
 }
 
-/// Reads and validates the function contexts of frames 1..=n.
-fn contexts(stack_lo: usize, frames: &[usize], call_heads: &[usize]) -> Result<Vec<RContext>, String> {
+/// The function part of a call object, if `call` is a call.
+///
+/// # Safety
+/// `call` must be a live R object.
+unsafe fn call_head(call: usize) -> Option<usize> {
+    let call = call as rapi::Sexp;
+    // SAFETY: the caller's contract; reading does not allocate.
+    unsafe { (rapi::TYPEOF(call) == rapi::LANGSXP).then(|| rapi::CAR(call) as usize) }
+}
+
+/// Reads and validates the function contexts of frames 1..=n against
+/// `sys.frames()` (`frames`) and `sys.calls()` (`calls`).
+fn contexts(stack_lo: usize, frames: &[usize], calls: &[usize]) -> Result<Vec<RContext>> {
     let chain = read_chain(stack_lo)?;
     let numbered = rcontext::check_frames(&chain, frames)?;
-    if call_heads.len() != frames.len() {
-        return Err("sys.calls() and sys.frames() disagree in length".into());
+    if calls.len() != frames.len() {
+        return Err(Error::Inconsistent("sys.calls() and sys.frames() disagree in length".into()));
     }
     // The environments matched, so the layout is right and `call` fields are
     // real R objects; their function parts must be those of sys.calls()
     // (which returns copies of the call cells, sharing their contents).
-    for ((k, ctx), &head) in numbered.iter().zip(call_heads) {
-        // SAFETY: `call` is the live call object of a validated context.
-        if unsafe { rstate::call_head(ctx.call) } != Some(head) {
-            return Err(format!("context of frame {k} does not hold sys.call({k})"));
+    for ((k, ctx), &call) in numbered.iter().zip(calls) {
+        // SAFETY: both are live call objects: `ctx.call` of a validated
+        // context, `call` an element of sys.calls() held by the caller.
+        if unsafe { call_head(ctx.call) != call_head(call) } {
+            return Err(Error::Inconsistent(format!("context of frame {k} does not hold sys.call({k})")));
         }
     }
     Ok(numbered.into_iter().map(|(_, c)| c).collect())
@@ -97,30 +137,36 @@ pub struct ChainEntry {
 }
 
 /// The whole context chain as read from memory, innermost first, or why it
-/// could not be read. A diagnostic; nothing is validated here.
-pub fn chain_summary(backend: Backend) -> Result<Vec<ChainEntry>, String> {
+/// could not be read. A diagnostic; nothing is validated here. Frames are
+/// numbered from the innermost frame R's code can see (the first one that is
+/// not winch's capture).
+#[inline(never)]
+pub fn chain_summary(backend: Backend) -> Result<Vec<ChainEntry>> {
     let local = 0u8;
-    let stack_lo = std::hint::black_box(&local) as *const u8 as usize;
-    let trace =
-        trace::capture(&CaptureOptions { backend, self_addr: rstate::self_addr(), main_thread: true })?;
-    let (_, stack_hi) =
-        winch_core::stack::live_range(stack_lo).ok_or("not running on the thread's own stack")?;
-    let chain = read_chain(stack_lo)?;
-    let nframes: Vec<NFrame> = trace.frames.iter().map(|f| NFrame { lo: f.lo, foreign: false }).collect();
-    let stack = NativeStack { frames: &nframes, stack_lo, stack_hi, truncated: trace.truncated.is_some() };
+    let native = native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
+    let chain = read_chain(native.stack_lo)?;
+    let nframes = native.placement_frames();
+    let first = native.classes.iter().position(|c| !c.capture).unwrap_or(0);
+    let stack = NativeStack {
+        frames: &nframes,
+        stack_lo: native.stack_lo,
+        stack_hi: native.stack_hi,
+        truncated: native.trace.truncated.is_some(),
+    };
     let frame_of = |addr: usize| match interleave::owner(&stack, addr) {
-        interleave::Owner::Frame(i) => Some(i),
+        interleave::Owner::Frame(i) => i.checked_sub(first),
         _ => None,
     };
     let node = rstate::node_stack_range();
+    let range = (native.stack_lo, native.stack_hi);
     Ok(chain
         .iter()
         .map(|c| ChainEntry {
             callflag: c.callflag,
-            on_stack: c.addr >= stack_lo && c.addr < stack_hi,
+            on_stack: c.addr >= range.0 && c.addr < range.1,
             on_node_stack: node.is_some_and(|(lo, hi)| c.addr >= lo && c.addr < hi),
             frame: frame_of(c.addr),
-            runner_frame: c.runner((stack_lo, stack_hi)).and_then(frame_of),
+            runner_frame: c.runner(range).and_then(frame_of),
         })
         .collect())
 }

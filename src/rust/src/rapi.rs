@@ -1,5 +1,10 @@
-//! The few R API entry points used to build result tables directly, declared
-//! with plain C types.
+//! Every part of R's C API that winch's Rust code uses, declared once, with
+//! plain C types (an enum-typed `TYPEOF`, as some bindings declare it, must
+//! never see a value outside its variants).
+//!
+//! Calling any of these is only sound on R's main thread, and an allocating
+//! one may leave by `longjmp` (out of memory): winch allocates only inside
+//! `R_ToplevelExec` (see `value.rs`).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -7,40 +12,70 @@ pub type Sexp = *mut c_void;
 
 pub const LGLSXP: c_int = 10;
 pub const INTSXP: c_int = 13;
+pub const REALSXP: c_int = 14;
 pub const STRSXP: c_int = 16;
 pub const VECSXP: c_int = 19;
+pub const LANGSXP: c_int = 6;
 pub const CE_UTF8: c_int = 1;
 
 extern "C" {
+    // Data. `mut`: R changes these while winch only reads them.
+    pub static R_NilValue: Sexp;
     pub static R_NaString: Sexp;
     pub static R_NaInt: c_int;
+    /// Exported by libR and declared in Rinterface.h: the innermost context.
+    pub static mut R_GlobalContext: *mut c_void;
+    /// Exported by libR (`LibExtern` in Defn.h): one past the end of R's
+    /// node stack, where R >= 4.4 keeps the records of byte-code calls.
+    pub static mut R_BCNodeStackEnd: *mut c_void;
+
+    // Reading objects.
+    pub fn TYPEOF(x: Sexp) -> c_int;
+    pub fn Rf_xlength(x: Sexp) -> isize;
+    pub fn CAR(x: Sexp) -> Sexp;
+    pub fn STRING_ELT(x: Sexp, i: isize) -> Sexp;
+    pub fn VECTOR_ELT(x: Sexp, i: isize) -> Sexp;
+    pub fn R_CHAR(x: Sexp) -> *const c_char;
+    pub fn INTEGER(x: Sexp) -> *mut c_int;
+    pub fn LOGICAL(x: Sexp) -> *mut c_int;
+    pub fn REAL(x: Sexp) -> *mut f64;
+
+    // Making objects (may allocate).
     pub fn Rf_allocVector(kind: c_int, n: isize) -> Sexp;
     pub fn Rf_mkCharLenCE(s: *const c_char, len: c_int, enc: c_int) -> Sexp;
     pub fn SET_STRING_ELT(x: Sexp, i: isize, v: Sexp);
     pub fn SET_VECTOR_ELT(x: Sexp, i: isize, v: Sexp) -> Sexp;
-    pub fn INTEGER(x: Sexp) -> *mut c_int;
-    pub fn LOGICAL(x: Sexp) -> *mut c_int;
     pub fn Rf_setAttrib(x: Sexp, name: Sexp, value: Sexp) -> Sexp;
     pub fn Rf_install(name: *const c_char) -> Sexp;
     pub fn Rf_protect(x: Sexp) -> Sexp;
     pub fn Rf_unprotect(n: c_int);
     pub fn R_PreserveObject(x: Sexp);
     pub fn R_ReleaseObject(x: Sexp);
+
+    /// Only its address is used: it lies in R's interpreter.
+    pub fn Rf_eval(expr: Sexp, env: Sexp) -> Sexp;
+
     /// Runs `fun(data)` in a new top-level context: an R error inside it
     /// (e.g. out of memory) ends there and makes it return 0.
     pub fn R_ToplevelExec(fun: extern "C" fn(*mut c_void), data: *mut c_void) -> c_int;
 }
 
-/// A CHARSXP for `s` (UTF-8).
+/// A CHARSXP for `s` (UTF-8); strings longer than R allows are cut.
 ///
 /// # Safety
-/// Must be called on R's main thread; the result must be stored into a
-/// protected object before R allocates again.
+/// R's main thread, inside `R_ToplevelExec`; the result must be stored into
+/// a protected object before R allocates again.
 pub unsafe fn mkchar(s: &str) -> Sexp {
-    Rf_mkCharLenCE(s.as_ptr() as *const c_char, s.len().min(i32::MAX as usize) as c_int, CE_UTF8)
+    let len = s.len().min(i32::MAX as usize) as c_int;
+    // SAFETY: `s` is valid for `len` bytes; the caller holds the rest.
+    unsafe { Rf_mkCharLenCE(s.as_ptr() as *const c_char, len, CE_UTF8) }
 }
 
 /// The symbol `name`.
+///
+/// # Safety
+/// As for [`mkchar`].
 pub unsafe fn sym(name: &CStr) -> Sexp {
-    Rf_install(name.as_ptr())
+    // SAFETY: `name` is NUL-terminated; the caller holds the rest.
+    unsafe { Rf_install(name.as_ptr()) }
 }

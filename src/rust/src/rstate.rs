@@ -1,62 +1,15 @@
-//! Facts about the running R process: its main thread, its context chain
-//! head, the bounds of its C stack, and which module is R itself.
+//! Facts about the running R process: its main thread and version, its
+//! context chain head, R's node stack, and which modules are R and winch.
 
+use crate::rapi;
 use std::sync::OnceLock;
-use winch_core::modules::{Module, ModuleMap};
-
-extern "C" {
-    // Exported by libR and declared in Rinterface.h.
-    // `mut`: R changes it all the time; it is only ever read, volatile.
-    static mut R_GlobalContext: *mut std::ffi::c_void;
-    // Exported by libR (LibExtern in Defn.h): one past the end of R's node
-    // stack, where R >= 4.4 keeps the records of byte-code calls.
-    static mut R_BCNodeStackEnd: *mut std::ffi::c_void;
-    // Declared here with plain C types: extendr-ffi's TYPEOF returns a Rust
-    // enum, which must never hold a value outside its variants.
-    fn Rf_eval(expr: *mut std::ffi::c_void, env: *mut std::ffi::c_void) -> *mut std::ffi::c_void;
-    fn TYPEOF(x: *mut std::ffi::c_void) -> std::ffi::c_int;
-    fn CAR(x: *mut std::ffi::c_void) -> *mut std::ffi::c_void;
-}
-
-const LANGSXP: std::ffi::c_int = 6;
-
-/// The function part of a call object, if `call` is a call.
-///
-/// # Safety
-/// `call` must be a valid R object.
-pub unsafe fn call_head(call: usize) -> Option<usize> {
-    let call = call as *mut std::ffi::c_void;
-    (TYPEOF(call) == LANGSXP).then(|| CAR(call) as usize)
-}
+use winch_core::modules::ModuleMap;
+use winch_core::rcontext::RVersion;
+use winch_core::view::Known;
 
 static MAIN_THREAD: OnceLock<std::thread::ThreadId> = OnceLock::new();
-static R_VERSION: OnceLock<winch_core::rcontext::RVersion> = OnceLock::new();
+static R_VERSION: OnceLock<RVersion> = OnceLock::new();
 static NODE_STACK: OnceLock<Option<(usize, usize)>> = OnceLock::new();
-
-/// Records the running R's version (from `.onLoad`).
-pub fn set_r_version(v: winch_core::rcontext::RVersion) {
-    let _ = R_VERSION.set(v);
-}
-
-/// The running R's version, once `.onLoad` has said it.
-pub fn r_version() -> Option<winch_core::rcontext::RVersion> {
-    R_VERSION.get().copied()
-}
-
-/// The memory that holds R's node stack, `[start, end)`: the mapping that
-/// holds its last element, up to its end. R allocates the node stack once at
-/// start-up and never frees it, so this stays readable.
-pub fn node_stack_range() -> Option<(usize, usize)> {
-    *NODE_STACK.get_or_init(|| {
-        // SAFETY: reading an exported pointer variable of libR, set at start-up.
-        let end = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(R_BCNodeStackEnd)) } as usize;
-        if end == 0 {
-            return None;
-        }
-        let (start, map_end) = winch_core::memory::mapping_containing(end - 1)?;
-        (end <= map_end).then_some((start, end))
-    })
-}
 
 thread_local! {
     static LAST_PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
@@ -89,6 +42,16 @@ pub fn on_main_thread() -> bool {
     MAIN_THREAD.get() == Some(&std::thread::current().id())
 }
 
+/// Records the running R's version (from `.onLoad`).
+pub fn set_r_version(v: RVersion) {
+    let _ = R_VERSION.set(v);
+}
+
+/// The running R's version, once `.onLoad` has said it.
+pub fn r_version() -> Option<RVersion> {
+    R_VERSION.get().copied()
+}
+
 /// An address inside winch's own shared library.
 pub fn self_addr() -> usize {
     winch_rust_init as extern "C" fn() as usize
@@ -96,38 +59,42 @@ pub fn self_addr() -> usize {
 
 /// An address inside R's shared library (or executable, if R is static).
 pub fn libr_addr() -> usize {
-    Rf_eval as unsafe extern "C" fn(*mut std::ffi::c_void, *mut std::ffi::c_void) -> *mut std::ffi::c_void
-        as usize
+    rapi::Rf_eval as unsafe extern "C" fn(rapi::Sexp, rapi::Sexp) -> rapi::Sexp as usize
+}
+
+/// The modules that decide what views show.
+pub fn known_modules(map: &ModuleMap) -> Known {
+    Known { own: map.module_of(self_addr()), interpreter: map.module_of(libr_addr()) }
 }
 
 /// The current innermost R context.
 pub fn global_context() -> usize {
     // SAFETY: reading an exported pointer variable of libR on its own thread.
-    unsafe { std::ptr::read_volatile(std::ptr::addr_of!(R_GlobalContext)) as usize }
+    unsafe { std::ptr::read_volatile(std::ptr::addr_of!(rapi::R_GlobalContext)) as usize }
+}
+
+/// The memory that holds R's node stack, `[start, end)`: the mapping that
+/// holds its last element, up to its end. R allocates the node stack once at
+/// start-up and never frees it, so this stays readable.
+pub fn node_stack_range() -> Option<(usize, usize)> {
+    *NODE_STACK.get_or_init(|| {
+        // SAFETY: reading an exported pointer variable of libR, set at start-up.
+        let end = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(rapi::R_BCNodeStackEnd)) } as usize;
+        if end == 0 {
+            return None;
+        }
+        let (start, map_end) = winch_core::memory::mapping_containing(end - 1)?;
+        (end <= map_end).then_some((start, end))
+    })
 }
 
 /// Writable data of R's library (where R keeps its top-level context).
 pub fn libr_data_ranges() -> Vec<(usize, usize)> {
     let map = winch_core::modules::current();
-    match libr_module(&map) {
+    match map.module_of(libr_addr()) {
         Some(m) => {
             map.module(m).segments.iter().filter(|s| s.read && s.write).map(|s| (s.start, s.end)).collect()
         }
         None => Vec::new(),
     }
-}
-
-/// R's own code: the module holding libR's functions, and R's executable.
-pub fn libr_predicate(map: &ModuleMap) -> impl Fn(usize) -> bool + '_ {
-    let libr = map.module_of(libr_addr());
-    move |m: usize| Some(m) == libr || is_r_executable(map.module(m))
-}
-
-/// The module of R's interpreter (libR.so; the executable if R is static).
-pub fn libr_module(map: &ModuleMap) -> Option<usize> {
-    map.module_of(libr_addr())
-}
-
-fn is_r_executable(m: &Module) -> bool {
-    m.is_main && (m.path.ends_with("/bin/exec/R") || m.path.ends_with("/bin/exec/Rterm"))
 }

@@ -8,6 +8,7 @@
 //! (replaced on disk, different build-id) is not used at all; its frames keep
 //! their module and offset but get no name.
 
+use crate::debugfile::{self, Candidate, Hints};
 use crate::modules::Module;
 use crate::symbols::{demangle, Symbol, SymbolTable};
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
@@ -32,8 +33,9 @@ impl std::ops::Deref for SectionData {
 }
 
 // SAFETY: the bytes live in the Vec's heap buffer, owned by the Arc: moving
-// or cloning a SectionData never moves them, and they are never mutated.
+// a SectionData never moves them, and they are never mutated.
 unsafe impl stable_deref_trait::StableDeref for SectionData {}
+// SAFETY: a clone shares the same Arc, so it derefs to the same bytes.
 unsafe impl stable_deref_trait::CloneStableDeref for SectionData {}
 
 /// What happened when the module's file was read.
@@ -64,22 +66,18 @@ pub struct ModuleInfo {
     pub symbols: SymbolTable,
     /// The separate debug file that was used, if any.
     pub debug_file: Option<PathBuf>,
-    /// Problems met with candidate debug files (kept for diagnostics).
-    pub notes: Vec<String>,
     dwarf: Option<addr2line::Context<Reader>>,
     dwarf_bytes: usize,
 }
 
 impl ModuleInfo {
     fn empty(status: Status) -> ModuleInfo {
-        ModuleInfo {
-            status,
-            symbols: SymbolTable::default(),
-            debug_file: None,
-            notes: Vec::new(),
-            dwarf: None,
-            dwarf_bytes: 0,
-        }
+        ModuleInfo { status, symbols: SymbolTable::default(), debug_file: None, dwarf: None, dwarf_bytes: 0 }
+    }
+
+    /// A module known by its symbols only (tests of the caches).
+    pub fn from_symbols(symbols: Vec<Symbol>) -> ModuleInfo {
+        ModuleInfo { symbols: SymbolTable::new(symbols), ..ModuleInfo::empty(Status::Ok) }
     }
 
     pub fn unreadable(why: String) -> ModuleInfo {
@@ -149,7 +147,7 @@ pub fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {
     // Files of ordinary size are read whole (far faster than many small reads
     // when walking symbol tables); huge ones through a cache of the parts
     // used. Either way the data is a private copy, never a mapping.
-    if file.metadata().map_or(false, |m| m.len() <= WHOLE_FILE_LIMIT) {
+    if file.metadata().is_ok_and(|m| m.len() <= WHOLE_FILE_LIMIT) {
         let mut data = Vec::new();
         let mut file = file;
         if let Err(e) = file.read_to_end(&mut data) {
@@ -207,23 +205,20 @@ fn load_parsed<'a, R: object::ReadRef<'a>>(
     collect_symbols(&obj, &mut syms);
 
     if has_dwarf(&obj) {
-        match load_dwarf(&obj) {
-            Ok((ctx, bytes)) => {
-                info.dwarf = Some(ctx);
-                info.dwarf_bytes = bytes;
-            }
-            Err(e) => info.notes.push(format!("{}: unusable DWARF: {e}", module.path)),
+        // Unusable DWARF (damaged): names come from the symbol tables.
+        if let Some((ctx, bytes)) = load_dwarf(&obj, None::<&object::File<&[u8]>>) {
+            info.dwarf = Some(ctx);
+            info.dwarf_bytes = bytes;
         }
     } else {
         for candidate in debug_candidates(module, &obj, debug_roots) {
-            match open_debug_file(&candidate, module, &obj, &mut syms) {
-                Ok((ctx, bytes)) => {
-                    info.dwarf = Some(ctx);
-                    info.dwarf_bytes = bytes;
-                    info.debug_file = Some(candidate.path);
-                    break;
-                }
-                Err(e) => info.notes.push(format!("{}: {e}", candidate.path.display())),
+            // A candidate that is not the module's debug file, or is damaged,
+            // is skipped.
+            if let Some((ctx, bytes)) = open_debug_file(&candidate, module, &mut syms) {
+                info.dwarf = Some(ctx);
+                info.dwarf_bytes = bytes;
+                info.debug_file = Some(candidate.path);
+                break;
             }
         }
     }
@@ -314,117 +309,89 @@ fn endian_of<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>) -> gimli::Ru
     }
 }
 
-/// Builds an addr2line context from `obj`'s DWARF sections.
-fn load_dwarf<'a, R: object::ReadRef<'a>>(
+/// Builds an addr2line context from `obj`'s DWARF sections and, for a debug
+/// file that has one, its supplementary (dwz) file; also returns the bytes
+/// held. None if the DWARF cannot be used.
+fn load_dwarf<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
     obj: &object::File<'a, R>,
-) -> Result<(addr2line::Context<Reader>, usize), String> {
+    sup: Option<&object::File<'b, S>>,
+) -> Option<(addr2line::Context<Reader>, usize)> {
     let endian = endian_of(obj);
     let mut bytes = 0usize;
-    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
-        let d = section_data(obj, id);
+    let mut reader = |d: SectionData| {
         bytes += d.len();
-        Ok(gimli::EndianReader::new(d, endian))
-    })
-    .map_err(|e| e.to_string())?;
-    let ctx = addr2line::Context::from_dwarf(dwarf).map_err(|e| e.to_string())?;
-    Ok((ctx, bytes))
+        Ok::<Reader, gimli::Error>(gimli::EndianReader::new(d, endian))
+    };
+    let mut dwarf = gimli::Dwarf::load(|id| reader(section_data(obj, id))).ok()?;
+    if let Some(sup) = sup {
+        dwarf.load_sup(|id| reader(section_data(sup, id))).ok()?;
+    }
+    let ctx = addr2line::Context::from_dwarf(dwarf).ok()?;
+    Some((ctx, bytes))
 }
 
-/// A place a separate debug file may be, and how to check it.
-#[derive(Debug)]
-struct Candidate {
-    path: PathBuf,
-    /// The CRC32 `.gnu_debuglink` promises, when found through it.
-    crc: Option<u32>,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
+/// The existing files among the places the module's debug file may be.
 fn debug_candidates<'a, R: object::ReadRef<'a>>(
     module: &Module,
     obj: &object::File<'a, R>,
     roots: &[PathBuf],
 ) -> Vec<Candidate> {
-    let mut out = Vec::new();
-    if let Some(id) = module.build_id.as_deref().filter(|id| id.len() >= 2) {
-        let (head, tail) = id.split_at(1);
-        for root in roots {
-            out.push(Candidate {
-                path: root.join(".build-id").join(hex(head)).join(format!("{}.debug", hex(tail))),
-                crc: None,
-            });
-        }
-    }
-    if let Ok(Some((name, crc))) = obj.gnu_debuglink() {
-        let name = String::from_utf8_lossy(name).into_owned();
-        // Next to the path the library was loaded by and, when that is a
-        // symlink, next to the file it resolves to (as gdb does).
-        let loaded = PathBuf::from(&module.path);
-        let resolved = std::fs::canonicalize(&loaded).ok().filter(|p| *p != loaded);
-        let mut paths = Vec::new();
-        for lib in std::iter::once(&loaded).chain(resolved.as_ref()) {
-            let dir = lib.parent().unwrap_or(Path::new("/"));
-            paths.push(dir.join(&name));
-            paths.push(dir.join(".debug").join(&name));
-            for root in roots {
-                paths.push(root.join(dir.strip_prefix("/").unwrap_or(dir)).join(&name));
-            }
-        }
-        for path in paths {
-            if path != loaded && Some(&path) != resolved.as_ref() && !out.iter().any(|c| c.path == path) {
-                out.push(Candidate { path, crc: Some(crc) });
-            }
-        }
-    }
+    let debuglink = match obj.gnu_debuglink() {
+        Ok(Some((name, crc))) => Some((String::from_utf8_lossy(name).into_owned(), crc)),
+        _ => None,
+    };
+    let loaded = PathBuf::from(&module.path);
+    let resolved = std::fs::canonicalize(&loaded).ok().filter(|p| *p != loaded);
+    let hints = Hints {
+        build_id: module.build_id.as_deref(),
+        debuglink: debuglink.as_ref().map(|(n, c)| (n.as_str(), *c)),
+        loaded: &loaded,
+        resolved: resolved.as_deref(),
+    };
+    let mut out = debugfile::candidates(&hints, roots);
     out.retain(|c| c.path.is_file());
     out
 }
 
-fn open_debug_file<'a, R: object::ReadRef<'a>>(
+/// Reads `candidate` if it is the module's debug file: its DWARF, and its
+/// symbols added to `syms`. None if it is not (or is damaged).
+fn open_debug_file(
     candidate: &Candidate,
     module: &Module,
-    module_obj: &object::File<'a, R>,
     syms: &mut Vec<Symbol>,
-) -> Result<(addr2line::Context<Reader>, usize), String> {
-    let mut file = File::open(&candidate.path).map_err(|e| e.to_string())?;
+) -> Option<(addr2line::Context<Reader>, usize)> {
+    let mut file = File::open(&candidate.path).ok()?;
     // Identity: the build-ids must agree when the module has one (checked in
     // `finish_debug_file`); otherwise the debuglink CRC must match the file.
-    if let Some(crc) = candidate.crc.filter(|_| module.build_id.is_none()) {
+    let crc = candidate.crc.filter(|_| module.build_id.is_none());
+    if crc.is_some() || file.metadata().is_ok_and(|m| m.len() <= WHOLE_FILE_LIMIT) {
         let mut data = Vec::new();
-        file.read_to_end(&mut data).map_err(|e| e.to_string())?;
-        if crc32fast::hash(&data) != crc {
-            return Err("CRC does not match .gnu_debuglink".into());
+        file.read_to_end(&mut data).ok()?;
+        if crc.is_some_and(|crc| crc32fast::hash(&data) != crc) {
+            return None;
         }
-        let obj = object::File::parse(&data[..]).map_err(|e| e.to_string())?;
-        finish_debug_file(obj, candidate, module, module_obj, syms)
-    } else if file.metadata().map_or(false, |m| m.len() <= WHOLE_FILE_LIMIT) {
-        let mut data = Vec::new();
-        file.read_to_end(&mut data).map_err(|e| e.to_string())?;
-        let obj = object::File::parse(&data[..]).map_err(|e| e.to_string())?;
-        finish_debug_file(obj, candidate, module, module_obj, syms)
+        let obj = object::File::parse(&data[..]).ok()?;
+        finish_debug_file(obj, candidate, module, syms)
     } else {
         let cache = object::ReadCache::new(file);
-        let obj = object::File::parse(&cache).map_err(|e| e.to_string())?;
-        finish_debug_file(obj, candidate, module, module_obj, syms)
+        let obj = object::File::parse(&cache).ok()?;
+        finish_debug_file(obj, candidate, module, syms)
     }
 }
 
-fn finish_debug_file<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
+fn finish_debug_file<'b, S: object::ReadRef<'b>>(
     obj: object::File<'b, S>,
     candidate: &Candidate,
     module: &Module,
-    _module_obj: &object::File<'a, R>,
     syms: &mut Vec<Symbol>,
-) -> Result<(addr2line::Context<Reader>, usize), String> {
+) -> Option<(addr2line::Context<Reader>, usize)> {
     if let Some(loaded) = &module.build_id {
         if obj.build_id().ok().flatten() != Some(loaded.as_slice()) {
-            return Err("build-id does not match the loaded module".into());
+            return None;
         }
     }
     if !has_dwarf(&obj) {
-        return Err("no DWARF in debug file".into());
+        return None;
     }
     // dwz: a supplementary file shared between debug files, used only if its
     // build-id is the one the debug file names.
@@ -445,38 +412,9 @@ fn finish_debug_file<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
         .as_ref()
         .and_then(|c| object::File::parse(c).ok())
         .filter(|o| o.build_id().ok().flatten() == Some(sup_id.as_slice()));
-    let mut extra = Vec::new();
-    collect_symbols(&obj, &mut extra);
-    let result = match &sup_obj {
-        Some(sup) => load_dwarf_mixed(&obj, sup),
-        None => load_dwarf(&obj),
-    }?;
-    syms.extend(extra);
-    Ok(result)
-}
-
-/// `load_dwarf` for a debug file with a supplementary (dwz) file.
-fn load_dwarf_mixed<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
-    obj: &object::File<'a, R>,
-    sup: &object::File<'b, S>,
-) -> Result<(addr2line::Context<Reader>, usize), String> {
-    let endian = endian_of(obj);
-    let mut bytes = 0usize;
-    let mut dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
-        let d = section_data(obj, id);
-        bytes += d.len();
-        Ok(gimli::EndianReader::new(d, endian))
-    })
-    .map_err(|e| e.to_string())?;
-    dwarf
-        .load_sup(|id| -> Result<Reader, gimli::Error> {
-            let d = section_data(sup, id);
-            bytes += d.len();
-            Ok(gimli::EndianReader::new(d, endian))
-        })
-        .map_err(|e| e.to_string())?;
-    let ctx = addr2line::Context::from_dwarf(dwarf).map_err(|e| e.to_string())?;
-    Ok((ctx, bytes))
+    let result = load_dwarf(&obj, sup_obj.as_ref())?;
+    collect_symbols(&obj, syms);
+    Some(result)
 }
 
 #[cfg(all(test, target_os = "linux"))]

@@ -26,6 +26,7 @@
 //! approximate. Frames beyond a truncated native stack stay in order;
 //! nothing is guessed about them.
 
+use crate::error::{Error, Result};
 use std::ops::Range;
 
 /// A native frame as the placement sees it.
@@ -86,8 +87,6 @@ pub struct Placement {
     pub parent: Vec<Option<usize>>,
     /// The frame's parent is one of several possible ones.
     pub approximate: Vec<bool>,
-    /// Whether the context chain was used (false: fallback).
-    pub from_contexts: bool,
     /// R frames whose context is not on the C stack; of those, the ones
     /// anchored by their interpreter loop's frame; R frames beyond a
     /// truncated stack.
@@ -142,7 +141,7 @@ impl RFrameAt {
 /// Places native frames given where the contexts of R frames 1..=n are
 /// (`frames[k - 1]` belongs to frame `k`). Errors mean the inputs are
 /// inconsistent and the caller must fall back.
-pub fn place(stack: &NativeStack, frames: &[RFrameAt]) -> Result<Placement, String> {
+pub fn place(stack: &NativeStack, frames: &[RFrameAt]) -> Result<Placement> {
     const TOP: usize = usize::MAX;
     let n = frames.len();
     let nf = stack.frames.len();
@@ -172,14 +171,18 @@ pub fn place(stack: &NativeStack, frames: &[RFrameAt]) -> Result<Placement, Stri
         match own {
             Owner::Frame(i) => {
                 if i > newest {
-                    return Err(format!("frame {k}'s context is older than its caller's"));
+                    return Err(Error::Inconsistent(format!(
+                        "frame {k}'s context is older than its caller's"
+                    )));
                 }
                 anchor[k] = i;
                 newest = i;
             }
             Owner::BeyondEnd => {
                 if newest != TOP {
-                    return Err(format!("frame {k}'s context lies beyond the end of the native stack"));
+                    return Err(Error::Inconsistent(format!(
+                        "frame {k}'s context lies beyond the end of the native stack"
+                    )));
                 }
                 beyond_end += 1;
             }
@@ -187,7 +190,9 @@ pub fn place(stack: &NativeStack, frames: &[RFrameAt]) -> Result<Placement, Stri
                 anchor[k] = newest;
                 borrowed[k] = true;
             }
-            Owner::Inside => return Err(format!("frame {k}'s context lies inside the capture")),
+            Owner::Inside => {
+                return Err(Error::Inconsistent(format!("frame {k}'s context lies inside the capture")))
+            }
         }
     }
 
@@ -226,7 +231,7 @@ pub fn place(stack: &NativeStack, frames: &[RFrameAt]) -> Result<Placement, Stri
             }
         }
     }
-    Ok(Placement { parent, approximate, from_contexts: true, off_stack, by_runner, beyond_end })
+    Ok(Placement { parent, approximate, off_stack, by_runner, beyond_end })
 }
 
 /// Placement without usable contexts: only what needs no context is placed.
@@ -234,14 +239,7 @@ pub fn place(stack: &NativeStack, frames: &[RFrameAt]) -> Result<Placement, Stri
 /// nothing is certain and every frame is unplaced (never paired by guesswork).
 pub fn fallback(frames: &[NFrame], n_rframes: usize) -> Placement {
     let parent = if n_rframes == 0 { vec![Some(0); frames.len()] } else { vec![None; frames.len()] };
-    Placement {
-        parent,
-        approximate: vec![false; frames.len()],
-        from_contexts: false,
-        off_stack: 0,
-        by_runner: 0,
-        beyond_end: 0,
-    }
+    Placement { parent, approximate: vec![false; frames.len()], off_stack: 0, by_runner: 0, beyond_end: 0 }
 }
 
 #[cfg(test)]
@@ -489,25 +487,20 @@ mod tests {
     }
 
     #[test]
-    fn inline_record_beyond_a_truncated_stack() {
-        let b = build(&[R, C, R, I, F, R, C, R, F, R, C, R]);
-        let full = place(&stack(&b.frames, false), &b.contexts).unwrap();
-        let kept = &b.frames[..4];
-        let p = place(&stack(kept, true), &b.contexts).unwrap();
-        assert_eq!(p.parent, full.parent[..4].to_vec());
-        // Frames 1 and 3 by their own records, frame 2 by its loop's slot.
-        assert_eq!(p.beyond_end, 3);
-    }
-
-    #[test]
     fn truncated_stack_keeps_r_frames_in_order() {
-        let b = build(&[R, C, R, F, R, C, R, F, R, C, R, R]);
-        let full = place(&stack(&b.frames, false), &b.contexts).unwrap();
-        // Unwinding stopped after the innermost 5 frames.
-        let kept = &b.frames[..5];
-        let p = place(&stack(kept, true), &b.contexts).unwrap();
-        assert_eq!(p.parent, full.parent[..5].to_vec());
-        assert_eq!(p.beyond_end, 2);
+        // (stack, innermost frames kept, R frames beyond them): in the
+        // second, frames 1 and 3 are beyond by their own records, frame 2 by
+        // its loop's slot.
+        let cases: [(&[E], usize, usize); 2] =
+            [(&[R, C, R, F, R, C, R, F, R, C, R, R], 5, 2), (&[R, C, R, I, F, R, C, R, F, R, C, R], 4, 3)];
+        for (spec, kept, beyond) in cases {
+            let b = build(spec);
+            let full = place(&stack(&b.frames, false), &b.contexts).unwrap();
+            let p = place(&stack(&b.frames[..kept], true), &b.contexts).unwrap();
+            assert_eq!(p.parent, full.parent[..kept].to_vec());
+            assert_eq!(p.beyond_end, beyond);
+        }
+        let b = build(cases[0].0);
         // Nothing unwound beyond the capture.
         let p = place(&stack(&[], true), &b.contexts).unwrap();
         assert!(p.parent.is_empty());
@@ -519,18 +512,18 @@ mod tests {
         let b = build(&[R, C, R, C, R]);
         let mut swapped = b.contexts.clone();
         swapped.swap(0, 1);
-        assert!(place(&stack(&b.frames, false), &swapped).unwrap_err().contains("older"));
+        assert!(place(&stack(&b.frames, false), &swapped).unwrap_err().to_string().contains("older"));
         // Beyond the end of a stack that is complete cannot happen.
         let inside = vec![RFrameAt::on_stack(b.frames[0].lo - 1)];
-        assert!(place(&stack(&b.frames, false), &inside).unwrap_err().contains("inside"));
+        assert!(place(&stack(&b.frames, false), &inside).unwrap_err().to_string().contains("inside"));
         // An older frame on the kept stack but a younger one beyond its end.
         let kept = &b.frames[..2];
         let ctx = vec![RFrameAt::on_stack(b.frames[0].lo + 1), RFrameAt::on_stack(b.frames[1].lo + 1)];
-        assert!(place(&stack(kept, true), &ctx).unwrap_err().contains("beyond"));
+        assert!(place(&stack(kept, true), &ctx).unwrap_err().to_string().contains("beyond"));
         // An inline record whose loop is older than its caller's context.
         let b = build(&[R, C, R, C, R, R]);
         let wrong = vec![b.contexts[0], b.contexts[1], RFrameAt { ctx: 5, runner: Some(b.frames[3].lo) }];
-        assert!(place(&stack(&b.frames, false), &wrong).unwrap_err().contains("older"));
+        assert!(place(&stack(&b.frames, false), &wrong).unwrap_err().to_string().contains("older"));
     }
 
     #[test]
@@ -538,7 +531,6 @@ mod tests {
         let frames = [NFrame { lo: 1, foreign: true }, NFrame { lo: 2, foreign: false }];
         let p = fallback(&frames, 3);
         assert_eq!(p.parent, vec![None, None]);
-        assert!(!p.from_contexts);
         assert_eq!(fallback(&frames, 0).parent, vec![Some(0), Some(0)]);
     }
 

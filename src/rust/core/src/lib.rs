@@ -6,7 +6,11 @@
 //! Only Linux is supported. Elsewhere the crate compiles, but the module map
 //! is empty, no backend is available and nothing is captured.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod debugfile;
 pub mod debuginfo;
+pub mod error;
 pub mod interleave;
 pub mod memory;
 pub mod modules;
@@ -18,3 +22,4 @@ pub mod symbolizer;
 pub mod symbols;
 pub mod trace;
 pub mod unwind;
+pub mod view;

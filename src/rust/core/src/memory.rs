@@ -68,7 +68,8 @@ pub unsafe fn copy_loaded(addr: usize, len: usize) -> Option<Vec<u8>> {
     if available() {
         copy(addr, len)
     } else {
-        Some(std::slice::from_raw_parts(addr as *const u8, len).to_vec())
+        // SAFETY: the caller's contract: the range is mapped and readable.
+        Some(unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec())
     }
 }
 

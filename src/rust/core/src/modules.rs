@@ -46,6 +46,21 @@ pub struct Module {
 }
 
 impl Module {
+    /// A module with one executable segment `[start, end)` and no build-id
+    /// (tests build synthetic module maps from these).
+    pub fn synthetic(path: &str, start: usize, end: usize, is_main: bool) -> Module {
+        Module {
+            path: path.into(),
+            bias: start,
+            segments: vec![Segment { start, end, exec: true, read: true, write: false }],
+            build_id: None,
+            is_main,
+            has_file: true,
+            mapped: None,
+            eh_frame_hdr: None,
+        }
+    }
+
     /// The last path component.
     pub fn basename(&self) -> &str {
         self.path.rsplit('/').next().unwrap_or(&self.path)
@@ -136,21 +151,24 @@ pub fn read_loaded_modules() -> Vec<Module> {
 /// loaded or unloaded.
 #[cfg(target_os = "linux")]
 pub fn loader_generation() -> (u64, u64) {
+    /// dl_iterate_phdr's callback: reads the counters from the first module
+    /// into the `(u64, u64)` at `data`, then stops the iteration.
     unsafe extern "C" fn first(
         info: *mut libc::dl_phdr_info,
         size: libc::size_t,
         data: *mut libc::c_void,
     ) -> libc::c_int {
-        let out = &mut *(data as *mut (u64, u64));
+        // SAFETY: the loader passes a valid `info` of `size` bytes for the
+        // duration of the call; `data` is the tuple `loader_generation` passed.
+        let (info, out) = unsafe { (&*info, &mut *(data as *mut (u64, u64))) };
+        // Old loaders pass a shorter struct without the counters.
         let need = std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>();
-        if size >= need {
-            *out = ((*info).dlpi_adds as u64, (*info).dlpi_subs as u64);
-        } else {
-            *out = (u64::MAX, u64::MAX);
-        }
+        *out = if size >= need { (info.dlpi_adds, info.dlpi_subs) } else { (u64::MAX, u64::MAX) };
         1
     }
     let mut out = (0u64, 0u64);
+    // SAFETY: `first` has the callback's type and only uses `out`, which
+    // outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(first), &mut out as *mut _ as *mut libc::c_void) };
     out
 }
@@ -158,118 +176,149 @@ pub fn loader_generation() -> (u64, u64) {
 /// Reads the current module list from the dynamic loader.
 ///
 /// Program headers and notes are copied out of the loaded images with
-/// `memory::copy`, never read in place: an image whose file was truncated on
-/// disk would raise SIGBUS (see `memory`).
+/// `memory::copy_loaded`, never read in place where the kernel allows
+/// copies: an image whose file was truncated on disk would raise SIGBUS
+/// (see `memory`).
 #[cfg(target_os = "linux")]
 pub fn read_loaded_modules() -> Vec<Module> {
+    /// dl_iterate_phdr's callback: appends the module `info` describes to
+    /// the `Vec<Module>` at `data`.
     unsafe extern "C" fn each(
         info: *mut libc::dl_phdr_info,
         _size: libc::size_t,
         data: *mut libc::c_void,
     ) -> libc::c_int {
-        let out = &mut *(data as *mut Vec<Module>);
-        let info = &*info;
-        let name = if info.dlpi_name.is_null() {
-            String::new()
-        } else {
-            std::ffi::CStr::from_ptr(info.dlpi_name).to_string_lossy().into_owned()
-        };
-        let bias = info.dlpi_addr as usize;
-        let size = std::mem::size_of::<libc::Elf64_Phdr>();
-        let phdrs: Vec<libc::Elf64_Phdr> = if info.dlpi_phdr.is_null() {
-            Vec::new()
-        } else {
-            let n = info.dlpi_phnum as usize;
-            // The headers are inside the loaded image (its first page).
-            match crate::memory::copy_loaded(info.dlpi_phdr as usize, n * size) {
-                Some(bytes) => bytes
-                    .chunks_exact(size)
-                    // SAFETY: Elf64_Phdr is plain old data; read_unaligned
-                    // copes with the Vec's alignment.
-                    .map(|c| std::ptr::read_unaligned(c.as_ptr() as *const libc::Elf64_Phdr))
-                    .collect(),
-                None => Vec::new(),
-            }
-        };
-        let segments: Vec<Segment> = phdrs
-            .iter()
-            .filter(|p| p.p_type == libc::PT_LOAD)
-            .map(|p| Segment {
-                start: bias.wrapping_add(p.p_vaddr as usize),
-                end: bias.wrapping_add(p.p_vaddr as usize).wrapping_add(p.p_memsz as usize),
-                exec: p.p_flags & libc::PF_X != 0,
-                read: p.p_flags & libc::PF_R != 0,
-                write: p.p_flags & libc::PF_W != 0,
-            })
-            .collect();
-        let mut build_id = None;
-        for p in phdrs.iter().filter(|p| p.p_type == libc::PT_NOTE) {
-            let start = bias.wrapping_add(p.p_vaddr as usize);
-            let len = p.p_memsz as usize;
-            let inside =
-                segments.iter().any(|s| s.read && s.start <= start && start.saturating_add(len) <= s.end);
-            if inside && len <= 1 << 16 {
-                if let Some(id) =
-                    crate::memory::copy_loaded(start, len).and_then(|b| gnu_build_id(&b, p.p_align as usize))
-                {
-                    build_id = Some(id);
-                    break;
-                }
-            }
-        }
-        let eh_frame_hdr = phdrs
-            .iter()
-            .find(|p| p.p_type == libc::PT_GNU_EH_FRAME)
-            .map(|p| (bias.wrapping_add(p.p_vaddr as usize), p.p_memsz as usize));
-        let is_main = out.is_empty() && name.is_empty();
-        out.push(Module {
-            path: name,
-            bias,
-            segments,
-            build_id,
-            is_main,
-            has_file: true,
-            mapped: None,
-            eh_frame_hdr,
-        });
+        // SAFETY: the loader passes a valid `info` for the duration of the
+        // call; `data` is the Vec `read_loaded_modules` passed.
+        let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<Module>)) };
+        let first = out.is_empty();
+        out.push(loaded_module(info, first));
         0
     }
     let mut modules: Vec<Module> = Vec::new();
+    // SAFETY: `each` has the callback's type and only uses `modules`, which
+    // outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(each), &mut modules as *mut _ as *mut libc::c_void) };
     let maps = read_proc_maps();
     for m in &mut modules {
-        if m.is_main {
-            m.path = std::fs::read_link("/proc/self/exe")
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default();
-        }
-        if m.path.is_empty() || !m.path.starts_with('/') && !m.path.contains('/') {
-            // The vDSO ("linux-vdso.so.1") and other file-less images.
-            m.has_file = m.path.starts_with('/');
-        }
-        if m.has_file && !m.path.starts_with('/') {
-            if let Ok(abs) = std::fs::canonicalize(&m.path) {
-                m.path = abs.to_string_lossy().into_owned();
-            }
-        }
-        if m.path.is_empty() {
-            m.path = "[unknown]".into();
-            m.has_file = false;
-        }
-        if let Some(seg) = m.segments.first() {
-            m.mapped = maps
-                .iter()
-                .find(|e| e.start <= seg.start && seg.start < e.end && e.ino != 0)
-                .map(|e| MappedFile { dev: e.dev, ino: e.ino });
-        }
+        finish_module(m, &maps);
     }
     modules
+}
+
+/// A module as the loader describes it (`first`: the loader lists the
+/// executable first, with an empty name).
+#[cfg(target_os = "linux")]
+fn loaded_module(info: &libc::dl_phdr_info, first: bool) -> Module {
+    let name = if info.dlpi_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a non-null name is a NUL-terminated string that the
+        // loader keeps while the module is loaded.
+        unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+    };
+    let bias = info.dlpi_addr as usize;
+    let phdrs = program_headers(info);
+    let segments: Vec<Segment> = phdrs
+        .iter()
+        .filter(|p| p.p_type == libc::PT_LOAD)
+        .map(|p| Segment {
+            start: bias.wrapping_add(p.p_vaddr as usize),
+            end: bias.wrapping_add(p.p_vaddr as usize).wrapping_add(p.p_memsz as usize),
+            exec: p.p_flags & libc::PF_X != 0,
+            read: p.p_flags & libc::PF_R != 0,
+            write: p.p_flags & libc::PF_W != 0,
+        })
+        .collect();
+    let build_id = loaded_build_id(&phdrs, bias, &segments);
+    let eh_frame_hdr = phdrs
+        .iter()
+        .find(|p| p.p_type == libc::PT_GNU_EH_FRAME)
+        .map(|p| (bias.wrapping_add(p.p_vaddr as usize), p.p_memsz as usize));
+    Module {
+        is_main: first && name.is_empty(),
+        path: name,
+        bias,
+        segments,
+        build_id,
+        has_file: true,
+        mapped: None,
+        eh_frame_hdr,
+    }
+}
+
+/// Copies of the module's program headers.
+#[cfg(target_os = "linux")]
+fn program_headers(info: &libc::dl_phdr_info) -> Vec<libc::Elf64_Phdr> {
+    if info.dlpi_phdr.is_null() {
+        return Vec::new();
+    }
+    let size = std::mem::size_of::<libc::Elf64_Phdr>();
+    let n = info.dlpi_phnum as usize;
+    // SAFETY: the loader's headers lie in the loaded image (its first page),
+    // mapped readable while the module is loaded.
+    let Some(bytes) = (unsafe { crate::memory::copy_loaded(info.dlpi_phdr as usize, n * size) }) else {
+        return Vec::new();
+    };
+    bytes
+        .chunks_exact(size)
+        // SAFETY: each chunk holds `size` bytes; Elf64_Phdr is plain old data
+        // and read_unaligned copes with the Vec's alignment.
+        .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const libc::Elf64_Phdr) })
+        .collect()
+}
+
+/// The GNU build-id in the module's loaded notes.
+#[cfg(target_os = "linux")]
+fn loaded_build_id(phdrs: &[libc::Elf64_Phdr], bias: usize, segments: &[Segment]) -> Option<Vec<u8>> {
+    phdrs.iter().filter(|p| p.p_type == libc::PT_NOTE).find_map(|p| {
+        let start = bias.wrapping_add(p.p_vaddr as usize);
+        let len = p.p_memsz as usize;
+        let inside =
+            segments.iter().any(|s| s.read && s.start <= start && start.saturating_add(len) <= s.end);
+        if !inside || len > 1 << 16 {
+            return None;
+        }
+        // SAFETY: the notes lie inside a readable loaded segment (checked).
+        let bytes = unsafe { crate::memory::copy_loaded(start, len) }?;
+        gnu_build_id(&bytes, p.p_align as usize)
+    })
+}
+
+/// Fills in what the loader does not say: the executable's path, absolute
+/// paths, modules without a file, and the file each is mapped from.
+#[cfg(target_os = "linux")]
+fn finish_module(m: &mut Module, maps: &[MapsEntry]) {
+    if m.is_main {
+        m.path = std::fs::read_link("/proc/self/exe")
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+    }
+    if m.path.is_empty() || !m.path.starts_with('/') && !m.path.contains('/') {
+        // The vDSO ("linux-vdso.so.1") and other file-less images.
+        m.has_file = m.path.starts_with('/');
+    }
+    if m.has_file && !m.path.starts_with('/') {
+        if let Ok(abs) = std::fs::canonicalize(&m.path) {
+            m.path = abs.to_string_lossy().into_owned();
+        }
+    }
+    if m.path.is_empty() {
+        m.path = "[unknown]".into();
+        m.has_file = false;
+    }
+    if let Some(seg) = m.segments.first() {
+        m.mapped = maps
+            .iter()
+            .find(|e| e.start <= seg.start && seg.start < e.end && e.ino != 0)
+            .map(|e| MappedFile { dev: e.dev, ino: e.ino });
+    }
 }
 
 /// Extracts the GNU build-id from the bytes of an ELF note segment.
 pub fn gnu_build_id(notes: &[u8], align: usize) -> Option<Vec<u8>> {
     let align = if align == 8 { 8 } else { 4 };
-    let round = |n: usize| (n + align - 1) / align * align;
+    let round = |n: usize| n.div_ceil(align) * align;
     let word = |b: &[u8], at: usize| -> Option<usize> {
         b.get(at..at + 4).map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as usize)
     };
@@ -358,19 +407,12 @@ mod tests {
     use super::*;
 
     fn module(path: &str, segs: &[(usize, usize, bool)]) -> Module {
-        Module {
-            path: path.into(),
-            bias: segs[0].0,
-            segments: segs
-                .iter()
-                .map(|&(start, end, exec)| Segment { start, end, exec, read: true, write: false })
-                .collect(),
-            build_id: None,
-            is_main: false,
-            has_file: true,
-            mapped: None,
-            eh_frame_hdr: None,
-        }
+        let mut m = Module::synthetic(path, segs[0].0, segs[0].1, false);
+        m.segments = segs
+            .iter()
+            .map(|&(start, end, exec)| Segment { start, end, exec, read: true, write: false })
+            .collect();
+        m
     }
 
     #[test]

@@ -120,10 +120,12 @@ impl RContext {
     /// runs this record's call, if the record says byte code was running and
     /// the slot lies in `stack` (the live C stack); None otherwise.
     pub fn runner(&self, stack: (usize, usize)) -> Option<usize> {
-        let aligned = self.bcpc % std::mem::align_of::<usize>() == 0;
+        let aligned = self.bcpc.is_multiple_of(std::mem::align_of::<usize>());
         (self.bcintactive == 1 && aligned && self.bcpc >= stack.0 && self.bcpc < stack.1).then_some(self.bcpc)
     }
 }
+
+use crate::error::{Error, Result};
 
 /// Reads process memory.
 pub trait Memory {
@@ -197,27 +199,22 @@ fn int(bytes: &[u8], at: usize) -> i32 {
 
 /// Reads the chain starting at `first`, innermost first, ending with the
 /// top-level context (whose `nextcontext` is NULL).
-pub fn read_chain(
-    mem: &dyn Memory,
-    first: usize,
-    layout: &Layout,
-    limit: usize,
-) -> Result<Vec<RContext>, String> {
+pub fn read_chain(mem: &dyn Memory, first: usize, layout: &Layout, limit: usize) -> Result<Vec<RContext>> {
     let mut out = Vec::new();
     let mut buf = vec![0u8; layout.size];
     let mut addr = first;
     loop {
         if addr == 0 {
-            return Err("context chain is empty".into());
+            return Err(Error::Inconsistent("context chain is empty".into()));
         }
-        if addr % std::mem::align_of::<usize>() != 0 {
-            return Err(format!("misaligned context address {addr:#x}"));
+        if !addr.is_multiple_of(std::mem::align_of::<usize>()) {
+            return Err(Error::Inconsistent(format!("misaligned context address {addr:#x}")));
         }
         if out.len() >= limit {
-            return Err(format!("context chain longer than {limit} (cycle?)"));
+            return Err(Error::Inconsistent(format!("context chain longer than {limit} (cycle?)")));
         }
         if !mem.read(addr, &mut buf) {
-            return Err(format!("unreadable context at {addr:#x}"));
+            return Err(Error::Unreadable(format!("unreadable context at {addr:#x}")));
         }
         let ctx = RContext {
             addr,
@@ -235,16 +232,19 @@ pub fn read_chain(
             srcref: word(&buf, layout.srcref),
         };
         if !(0..=CTXT_MAX).contains(&ctx.callflag) {
-            return Err(format!("implausible callflag {} at {addr:#x}", ctx.callflag));
+            return Err(Error::Inconsistent(format!("implausible callflag {} at {addr:#x}", ctx.callflag)));
         }
         // R_BCIntActive is 0 or 1; anything else means the layout is wrong.
         if !(0..=1).contains(&ctx.bcintactive) {
-            return Err(format!("implausible bcintactive {} at {addr:#x}", ctx.bcintactive));
+            return Err(Error::Inconsistent(format!(
+                "implausible bcintactive {} at {addr:#x}",
+                ctx.bcintactive
+            )));
         }
         out.push(ctx);
         if ctx.next == 0 {
             if ctx.callflag != CTXT_TOPLEVEL {
-                return Err("context chain does not end at the top level".into());
+                return Err(Error::Inconsistent("context chain does not end at the top level".into()));
             }
             return Ok(out);
         }
@@ -258,18 +258,22 @@ pub fn read_chain(
 /// function contexts, outermost first, must begin with exactly those frames
 /// (pointer-identical environments). Returns all function contexts numbered
 /// as R numbers frames (1 = outermost).
-pub fn check_frames(chain: &[RContext], frames: &[usize]) -> Result<Vec<(usize, RContext)>, String> {
+pub fn check_frames(chain: &[RContext], frames: &[usize]) -> Result<Vec<(usize, RContext)>> {
     let functions: Vec<RContext> = chain.iter().rev().filter(|c| c.is_function()).copied().collect();
     if functions.len() < frames.len() {
-        return Err(format!(
+        return Err(Error::Inconsistent(format!(
             "context chain has {} function contexts but sys.nframe() is {}",
             functions.len(),
             frames.len()
-        ));
+        )));
     }
     for (k, (ctx, &env)) in functions.iter().zip(frames).enumerate() {
         if ctx.cloenv != env {
-            return Err(format!("context of frame {} does not hold sys.frame({})", k + 1, k + 1));
+            return Err(Error::Inconsistent(format!(
+                "context of frame {} does not hold sys.frame({})",
+                k + 1,
+                k + 1
+            )));
         }
     }
     Ok(functions.into_iter().enumerate().map(|(k, c)| (k + 1, c)).collect())
@@ -349,8 +353,8 @@ mod tests {
         // A prefix (frames taken further out) is fine; more frames than
         // contexts, or a different frame, is not.
         assert_eq!(check_frames(&chain, &[0xe1]).unwrap().len(), 2);
-        assert!(check_frames(&chain, &[0xe1, 0xe2, 0xe3]).unwrap_err().contains("sys.nframe"));
-        assert!(check_frames(&chain, &[0xe2, 0xe1]).unwrap_err().contains("sys.frame(1)"));
+        assert!(check_frames(&chain, &[0xe1, 0xe2, 0xe3]).unwrap_err().to_string().contains("sys.nframe"));
+        assert!(check_frames(&chain, &[0xe2, 0xe1]).unwrap_err().to_string().contains("sys.frame(1)"));
     }
 
     #[test]
@@ -358,17 +362,17 @@ mod tests {
         let l = Layout::for_r((4, 2)).unwrap();
         let mut mem = FakeMemory::default();
         put(&mut mem, &l, &ctx(0x1000, 0x2000, CTXT_FUNCTION, 1));
-        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("unreadable"));
+        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().to_string().contains("unreadable"));
         put(&mut mem, &l, &ctx(0x2000, 0x1000, CTXT_FUNCTION, 1));
-        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("cycle"));
+        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().to_string().contains("cycle"));
         put(&mut mem, &l, &ctx(0x2000, 0, 9999, 1));
-        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("callflag"));
+        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().to_string().contains("callflag"));
         put(&mut mem, &l, &ctx(0x2000, 0, CTXT_FUNCTION, 1));
-        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("top level"));
+        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().to_string().contains("top level"));
         put(&mut mem, &l, &RContext { bcintactive: 7, ..ctx(0x2000, 0, CTXT_TOPLEVEL, 1) });
-        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().contains("bcintactive"));
+        assert!(read_chain(&mem, 0x1000, &l, 100).unwrap_err().to_string().contains("bcintactive"));
         assert!(read_chain(&mem, 0, &l, 100).is_err());
-        assert!(read_chain(&mem, 0x1001, &l, 100).unwrap_err().contains("misaligned"));
+        assert!(read_chain(&mem, 0x1001, &l, 100).unwrap_err().to_string().contains("misaligned"));
     }
 
     #[test]

@@ -107,9 +107,9 @@ pub fn splice_calls(n: usize, natives: &[Option<usize>]) -> Vec<Result<usize, us
     }
     let mut out = Vec::with_capacity(n + natives.len());
     out.extend(under[0].iter().map(|&i| Err(i)));
-    for k in 1..=n {
+    for (k, chunk) in under.iter().enumerate().skip(1) {
         out.push(Ok(k));
-        out.extend(under[k].iter().map(|&i| Err(i)));
+        out.extend(chunk.iter().map(|&i| Err(i)));
     }
     out.extend(unplaced.into_iter().map(Err));
     out

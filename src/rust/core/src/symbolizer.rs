@@ -5,6 +5,9 @@
 //! A module image is identified by path, load bias, build-id and the inode
 //! of its mapping: a library unloaded and loaded again after a rebuild gets a
 //! fresh entry instead of its predecessor's names.
+//!
+//! What reads a module's files is a parameter ([`Loader`]), so the caching
+//! is tested without files.
 
 use crate::debuginfo::{self, ModuleInfo, Resolved, Status};
 use crate::modules::{MappedFile, Module, ModuleMap};
@@ -30,7 +33,12 @@ impl ModuleKey {
 /// Bound on cached address resolutions; past it the address cache restarts.
 const MAX_CACHED_ADDRESSES: usize = 200_000;
 
+/// Reads what the symbolizer needs from a module's files, looking for
+/// separate debug files under the given roots.
+pub type Loader = Box<dyn Fn(&Module, &[PathBuf]) -> ModuleInfo + Send>;
+
 pub struct Symbolizer {
+    loader: Loader,
     roots: Vec<PathBuf>,
     /// Cache id of each module image read so far, and what was read.
     ids: HashMap<ModuleKey, u32>,
@@ -68,13 +76,14 @@ pub struct CacheStats {
 
 impl Default for Symbolizer {
     fn default() -> Self {
-        Symbolizer::new(vec![PathBuf::from("/usr/lib/debug")])
+        Symbolizer::new(Box::new(debuginfo::load), vec![PathBuf::from("/usr/lib/debug")])
     }
 }
 
 impl Symbolizer {
-    pub fn new(roots: Vec<PathBuf>) -> Symbolizer {
+    pub fn new(loader: Loader, roots: Vec<PathBuf>) -> Symbolizer {
         Symbolizer {
+            loader,
             roots,
             ids: HashMap::new(),
             infos: HashMap::new(),
@@ -114,8 +123,8 @@ impl Symbolizer {
         }
         // A panic inside the file parsers (a bug they may have on a damaged
         // file) is remembered as an unreadable module, not retried.
-        let roots = &self.roots;
-        let info = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| debuginfo::load(m, roots)))
+        let (loader, roots) = (&self.loader, &self.roots);
+        let info = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loader(m, roots)))
             .unwrap_or_else(|_| {
                 debuginfo::ModuleInfo::unreadable(format!(
                     "{}: internal error while reading the file",
@@ -224,4 +233,99 @@ static GLOBAL: ReentryLock<Option<Symbolizer>> = ReentryLock::new(None);
 pub fn with_global<T>(f: impl FnOnce(&mut Symbolizer) -> T) -> Option<T> {
     let mut guard = GLOBAL.lock()?;
     Some(f(guard.get_or_insert_with(Symbolizer::default)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbols::Symbol;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn module(path: &str, start: usize, ino: u64) -> Module {
+        Module {
+            mapped: Some(MappedFile { dev: 1, ino }),
+            ..Module::synthetic(path, start, start + 0x1000, false)
+        }
+    }
+
+    /// A symbolizer whose loader names one function per module, `<file>_f`
+    /// covering offsets 0x100..0x200 (or panics for "/bad.so"), and counts
+    /// its loads.
+    fn counting() -> (Symbolizer, Arc<AtomicUsize>) {
+        let loads = Arc::new(AtomicUsize::new(0));
+        let counter = loads.clone();
+        let loader: Loader = Box::new(move |m: &Module, _roots: &[PathBuf]| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            assert!(m.path != "/bad.so", "a parser bug");
+            let name = format!("{}_f{}", m.path.trim_start_matches('/'), m.mapped.map_or(0, |f| f.ino));
+            ModuleInfo::from_symbols(vec![Symbol { start: 0x100, size: 0x100, name: name.into(), rank: 0 }])
+        });
+        (Symbolizer::new(loader, Vec::new()), loads)
+    }
+
+    fn name(r: &Arc<[Resolved]>) -> Option<&str> {
+        r.last().and_then(|f| f.func.as_deref())
+    }
+
+    #[test]
+    fn a_module_is_read_once_and_addresses_are_cached() {
+        let (mut s, loads) = counting();
+        let map = ModuleMap::new(vec![module("/a.so", 0x10000, 1), module("/b.so", 0x20000, 2)]);
+        assert_eq!(name(&s.resolve_in(&map, 0, 0x150)), Some("a.so_f1"));
+        assert_eq!(name(&s.resolve_in(&map, 0, 0x180)), Some("a.so_f1"));
+        assert_eq!(name(&s.resolve_in(&map, 1, 0x150)), Some("b.so_f2"));
+        assert_eq!(name(&s.resolve_in(&map, 1, 0x50)), None, "outside every symbol");
+        assert_eq!(loads.load(Ordering::SeqCst), 2);
+        assert_eq!(s.stats().files_loaded, 2);
+        assert_eq!(s.stats().addresses, 4);
+        // The same modules in a new map (another library was loaded): no
+        // file is read again.
+        let map2 = ModuleMap::new(vec![
+            module("/a.so", 0x10000, 1),
+            module("/c.so", 0x30000, 3),
+            module("/b.so", 0x20000, 2),
+        ]);
+        assert_eq!(name(&s.resolve_in(&map2, 2, 0x150)), Some("b.so_f2"));
+        assert_eq!(loads.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn an_unloaded_module_is_forgotten_and_a_rebuilt_one_is_read_afresh() {
+        let (mut s, loads) = counting();
+        let map = ModuleMap::new(vec![module("/a.so", 0x10000, 1), module("/b.so", 0x20000, 2)]);
+        s.resolve_in(&map, 0, 0x150);
+        s.resolve_in(&map, 1, 0x150);
+        // b.so unloaded, then rebuilt and loaded again at the same path and
+        // address (another inode): its names come from the new file.
+        let map2 = ModuleMap::new(vec![module("/a.so", 0x10000, 1)]);
+        s.resolve_in(&map2, 0, 0x150);
+        assert_eq!(s.stats().modules, 1);
+        let map3 = ModuleMap::new(vec![module("/a.so", 0x10000, 1), module("/b.so", 0x20000, 9)]);
+        assert_eq!(name(&s.resolve_in(&map3, 1, 0x150)), Some("b.so_f9"));
+        assert_eq!(loads.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_loader_panic_is_remembered_as_unreadable() {
+        let (mut s, loads) = counting();
+        let map = ModuleMap::new(vec![module("/bad.so", 0x10000, 1)]);
+        assert_eq!(name(&s.resolve_in(&map, 0, 0x150)), None);
+        assert_eq!(name(&s.resolve_in(&map, 0, 0x160)), None);
+        assert_eq!(loads.load(Ordering::SeqCst), 1, "not retried");
+        assert!(matches!(s.module_stats()[0].status, Status::Unreadable(_)));
+    }
+
+    #[test]
+    fn new_debug_roots_empty_the_cache() {
+        let (mut s, loads) = counting();
+        let map = ModuleMap::new(vec![module("/a.so", 0x10000, 1)]);
+        s.resolve_in(&map, 0, 0x150);
+        s.set_debug_roots(Vec::new());
+        s.resolve_in(&map, 0, 0x150);
+        assert_eq!(loads.load(Ordering::SeqCst), 1, "the same roots keep the cache");
+        s.set_debug_roots(vec![PathBuf::from("/dbg")]);
+        assert_eq!(s.debug_roots(), [PathBuf::from("/dbg")]);
+        s.resolve_in(&map, 0, 0x150);
+        assert_eq!(loads.load(Ordering::SeqCst), 2);
+    }
 }

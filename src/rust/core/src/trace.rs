@@ -1,5 +1,6 @@
-//! A captured native stack: unwound, checked, stripped of the capture's own
-//! frames, and (on request) symbolized.
+//! A captured native stack: unwound, checked, and (on request) symbolized.
+//! Every frame is kept, the capture's own included; which of them a view
+//! shows is decided in `view`.
 
 use crate::debuginfo::Resolved;
 use crate::modules::{self, ModuleMap};
@@ -31,58 +32,33 @@ impl NativeFrame {
 pub struct NativeTrace {
     pub backend: Backend,
     pub map: Arc<ModuleMap>,
-    /// Innermost first, without the frames of the capture itself.
+    /// Innermost first, from the unwinder's own frames on.
     pub frames: Vec<NativeFrame>,
     /// Why the stack does not reach its outermost frame, if it does not.
     pub truncated: Option<String>,
 }
 
-/// What the caller knows about the process.
-#[derive(Clone, Copy, Debug)]
-pub struct CaptureOptions {
-    pub backend: Backend,
-    /// An address inside the module doing the capture; its innermost run of
-    /// frames is the capture machinery and is removed.
-    pub self_addr: usize,
-    /// Capturing on the process's main thread (whose outermost frame is in
-    /// the executable).
-    pub main_thread: bool,
-}
-
 /// Captures the calling thread's native stack.
 #[inline(never)]
-pub fn capture(opts: &CaptureOptions) -> Result<NativeTrace, String> {
-    let stack = unwind::capture(opts.backend)?;
+pub fn capture(backend: Backend) -> crate::error::Result<NativeTrace> {
+    let stack = unwind::capture(backend)?;
     let map = modules::current();
-    Ok(assemble(opts, map, stack.frames, stack.end))
+    Ok(assemble(backend, map, stack.frames, stack.end))
 }
 
 /// Turns raw frames into a trace (pure apart from its inputs: used by tests
 /// with synthetic maps).
 pub fn assemble(
-    opts: &CaptureOptions,
+    backend: Backend,
     map: Arc<ModuleMap>,
     frames: Vec<unwind::Frame>,
     end: StackEnd,
 ) -> NativeTrace {
-    let self_module = map.module_of(opts.self_addr);
     let module_of = |ip: usize| map.lookup(ip);
-
-    // Skip to the first frame of our own module, then past all of them.
-    let mut start = 0;
-    if let Some(own) = self_module {
-        if let Some(first) = frames.iter().position(|f| module_of(f.ip).map(|h| h.module) == Some(own)) {
-            start = first;
-            while start < frames.len() && module_of(frames[start].ip).map(|h| h.module) == Some(own) {
-                start += 1;
-            }
-        }
-    }
-
-    let mut out = Vec::with_capacity(frames.len().saturating_sub(start));
+    let mut out = Vec::with_capacity(frames.len());
     let mut truncated = None;
     let mut prev_lo = 0usize;
-    for f in &frames[start..] {
+    for f in &frames {
         let hit = module_of(f.ip);
         match hit {
             Some(h) if h.exec => {}
@@ -112,18 +88,18 @@ pub fn assemble(
             StackEnd::Failed(why) => Some(format!("unwinding failed ({why})")),
             StackEnd::Limit => Some(format!("more than {} frames", unwind::MAX_FRAMES)),
             StackEnd::Outermost => match out.last().and_then(|f| f.module) {
-                Some(m) if plausible_outermost(&map, m, opts.main_thread) => None,
+                Some(m) if plausible_outermost(&map, m) => None,
                 _ => Some("unwinding stopped early, at a frame without unwind information".to_string()),
             },
         };
     }
-    NativeTrace { backend: opts.backend, map, frames: out, truncated }
+    NativeTrace { backend, map, frames: out, truncated }
 }
 
 /// The outermost frame of a complete stack: `_start` in the executable, or
 /// the C library's thread entry (threads, and R embedded on a thread other
 /// than the process's first).
-fn plausible_outermost(map: &ModuleMap, m: usize, _main_thread: bool) -> bool {
+fn plausible_outermost(map: &ModuleMap, m: usize) -> bool {
     let module = map.module(m);
     module.is_main || module.basename().starts_with("libc.so")
 }
@@ -158,20 +134,11 @@ impl NativeTrace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::modules::{Module, Segment};
+    use crate::modules::Module;
     use crate::unwind::Frame;
 
     fn module(path: &str, start: usize, end: usize, main: bool) -> Module {
-        Module {
-            path: path.into(),
-            bias: start,
-            segments: vec![Segment { start, end, exec: true, read: true, write: false }],
-            build_id: None,
-            is_main: main,
-            has_file: true,
-            mapped: None,
-            eh_frame_hdr: None,
-        }
+        Module::synthetic(path, start, end, main)
     }
 
     fn map() -> Arc<ModuleMap> {
@@ -186,62 +153,59 @@ mod tests {
         spec.iter().enumerate().map(|(i, &(ip, lo))| Frame { ip, lo, exact_ip: i == 0 }).collect()
     }
 
-    fn opts() -> CaptureOptions {
-        CaptureOptions { backend: Backend::Backtrace, self_addr: 0x10010, main_thread: true }
-    }
+    const B: Backend = Backend::Backtrace;
 
     #[test]
-    fn own_frames_are_removed_and_probe_backs_up() {
+    fn frames_are_kept_and_probe_backs_up() {
         let t = assemble(
-            &opts(),
+            B,
             map(),
             frames(&[(0x10100, 10), (0x10200, 20), (0x30100, 30), (0x30200, 40), (0x1100, 50)]),
             StackEnd::Outermost,
         );
-        assert_eq!(t.frames.iter().map(|f| f.ip).collect::<Vec<_>>(), vec![0x30100, 0x30200, 0x1100]);
-        assert_eq!(t.frames[0].probe, 0x300ff);
-        assert_eq!(t.frames[0].file_probe(&t.map), Some(0xff));
+        assert_eq!(
+            t.frames.iter().map(|f| f.ip).collect::<Vec<_>>(),
+            vec![0x10100, 0x10200, 0x30100, 0x30200, 0x1100]
+        );
+        assert_eq!(t.frames[0].probe, 0x10100, "the innermost ip is exact");
+        assert_eq!(t.frames[2].probe, 0x300ff);
+        assert_eq!(t.frames[2].file_probe(&t.map), Some(0xff));
+        assert_eq!(t.frames[2].module, Some(2));
         assert!(t.truncated.is_none());
     }
 
     #[test]
     fn garbage_addresses_truncate() {
         let t = assemble(
-            &opts(),
+            B,
             map(),
             frames(&[(0x10100, 10), (0x30100, 30), (0xdead0000, 40), (0x1100, 50)]),
             StackEnd::Outermost,
         );
-        assert_eq!(t.frames.len(), 1);
+        assert_eq!(t.frames.len(), 2);
         assert!(t.truncated.as_deref().unwrap().contains("not code"));
     }
 
     #[test]
     fn early_stop_is_reported() {
-        let t = assemble(&opts(), map(), frames(&[(0x10100, 10), (0x30100, 30)]), StackEnd::Outermost);
+        let t = assemble(B, map(), frames(&[(0x10100, 10), (0x30100, 30)]), StackEnd::Outermost);
         assert!(t.truncated.as_deref().unwrap().contains("stopped early"));
-        let t =
-            assemble(&opts(), map(), frames(&[(0x10100, 10), (0x30100, 30)]), StackEnd::Failed("x".into()));
+        let t = assemble(B, map(), frames(&[(0x10100, 10), (0x30100, 30)]), StackEnd::Failed("x".into()));
         assert!(t.truncated.as_deref().unwrap().contains("failed"));
-        let t = assemble(
-            &opts(),
-            map(),
-            frames(&[(0x10100, 10), (0x30100, 30), (0x30100, 20)]),
-            StackEnd::Outermost,
-        );
+        let t =
+            assemble(B, map(), frames(&[(0x10100, 10), (0x30100, 30), (0x30100, 20)]), StackEnd::Outermost);
         assert!(t.truncated.as_deref().unwrap().contains("out of order"));
     }
 
     #[inline(never)]
-    fn capture_here(backend: Backend, main: bool) -> NativeTrace {
-        // The test binary is one module, so nothing is stripped (self_addr 0).
-        capture(&CaptureOptions { backend, self_addr: 0, main_thread: main }).unwrap()
+    fn capture_here(backend: Backend) -> NativeTrace {
+        capture(backend).unwrap()
     }
 
     #[test]
     fn live_capture_on_a_thread_is_complete_and_symbolized() {
         for b in Backend::ALL.into_iter().filter(|b| b.is_available()) {
-            let t = std::thread::spawn(move || capture_here(b, false)).join().unwrap();
+            let t = std::thread::spawn(move || capture_here(b)).join().unwrap();
             assert!(t.truncated.is_none(), "{}: {:?}", b.name(), t.truncated);
             let names = t.symbolize();
             let funcs: Vec<String> = names

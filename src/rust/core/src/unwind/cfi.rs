@@ -266,7 +266,7 @@ pub(super) fn walk(out: &mut Vec<RawFrame>, max: usize, want_start: bool) -> Sta
         return StackEnd::Failed(UNSUPPORTED.into());
     };
     let read = |addr: usize| -> Option<usize> {
-        if addr < stack_lo || addr % 8 != 0 || addr.checked_add(8).is_none_or(|e| e > stack_hi) {
+        if addr < stack_lo || !addr.is_multiple_of(8) || addr.checked_add(8).is_none_or(|e| e > stack_hi) {
             return None;
         }
         // SAFETY: an aligned word inside the live part of this thread's stack.

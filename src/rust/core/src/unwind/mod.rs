@@ -156,12 +156,14 @@ fn raw_walk(backend: Backend, frames: &mut Vec<RawFrame>, want_start: bool) -> S
 
 /// Captures the current thread's stack with `backend`, normalized.
 #[inline(never)]
-pub fn capture(backend: Backend) -> Result<Stack, String> {
+pub fn capture(backend: Backend) -> crate::error::Result<Stack> {
+    use crate::error::Error;
     if !compiled_in(backend) {
-        return Err(format!("the {} backend is not part of this build", backend.name()));
+        return Err(Error::Unavailable(format!("the {} backend is not part of this build", backend.name())));
     }
-    let kind = calibration(backend)
-        .ok_or_else(|| format!("the {} backend failed its calibration on this platform", backend.name()))?;
+    let kind = calibration(backend).ok_or_else(|| {
+        Error::Unavailable(format!("the {} backend failed its calibration on this platform", backend.name()))
+    })?;
     let mut raw = Vec::new();
     let end = raw_walk(backend, &mut raw, false);
     if backend == Backend::Cfi && is_unsupported(&end) {

@@ -1,0 +1,81 @@
+//! Errors of the core, by kind: the R layer turns each kind into a condition
+//! class (`winch_error_<kind>`), so callers can tell them apart without
+//! reading messages.
+
+use std::fmt;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// An argument is not acceptable.
+    BadArgument(String),
+    /// This platform or build cannot do what was asked.
+    Unavailable(String),
+    /// Only R's main thread can do this.
+    WrongThread,
+    /// A process-wide cache is in use by this same thread (re-entry).
+    Busy,
+    /// Memory that had to be read was not readable (R's context chain).
+    Unreadable(String),
+    /// What was read does not hold together (R's context chain against
+    /// `sys.frames()`, contexts against the native stack).
+    Inconsistent(String),
+    /// A bug in winch (a caught panic).
+    Internal(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// The condition class that stands for this kind, after `winch_error`.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Error::BadArgument(_) => "winch_error_bad_argument",
+            Error::Unavailable(_) => "winch_error_unavailable",
+            Error::WrongThread => "winch_error_wrong_thread",
+            Error::Busy => "winch_error_busy",
+            Error::Unreadable(_) => "winch_error_unreadable",
+            Error::Inconsistent(_) => "winch_error_inconsistent",
+            Error::Internal(_) => "winch_error_internal",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::BadArgument(m) | Error::Unavailable(m) | Error::Unreadable(m) | Error::Inconsistent(m) => {
+                f.write_str(m)
+            }
+            Error::WrongThread => f.write_str("winch can only capture R's stack from R's main thread"),
+            Error::Busy => f.write_str("winch's caches are in use by this thread (re-entered)"),
+            Error::Internal(m) => write!(f, "internal error in winch: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_own_class_and_a_message() {
+        let all = [
+            Error::BadArgument("b".into()),
+            Error::Unavailable("u".into()),
+            Error::WrongThread,
+            Error::Busy,
+            Error::Unreadable("r".into()),
+            Error::Inconsistent("i".into()),
+            Error::Internal("x".into()),
+        ];
+        let mut classes: Vec<&str> = all.iter().map(Error::class).collect();
+        classes.sort();
+        classes.dedup();
+        assert_eq!(classes.len(), all.len());
+        assert!(classes.iter().all(|c| c.starts_with("winch_error_")));
+        assert!(all.iter().all(|e| !e.to_string().is_empty()));
+        assert_eq!(Error::Internal("boom".into()).to_string(), "internal error in winch: boom");
+    }
+}

@@ -1,0 +1,119 @@
+//! Reading the arguments of `.Call` entry points: type-checked, never
+//! allocating, each failure a `BadArgument` error naming the argument. The R
+//! wrappers check what users pass; these checks guard the `.Call` boundary
+//! itself.
+
+use crate::rapi::{self, Sexp};
+use winch_core::error::{Error, Result};
+
+/// One argument of an entry point.
+#[derive(Clone, Copy)]
+pub struct Arg {
+    sexp: Sexp,
+    name: &'static str,
+}
+
+impl Arg {
+    pub fn new(sexp: Sexp, name: &'static str) -> Arg {
+        Arg { sexp, name }
+    }
+
+    fn bad(&self, what: &str) -> Error {
+        Error::BadArgument(format!("`{}` must be {what}", self.name))
+    }
+
+    /// The R type and length.
+    fn shape(&self) -> (i32, usize) {
+        // SAFETY: `sexp` is an R object passed by `.Call`; reading its type
+        // and length does not allocate.
+        unsafe { (rapi::TYPEOF(self.sexp), rapi::Rf_xlength(self.sexp).max(0) as usize) }
+    }
+
+    /// A single string (not NA).
+    pub fn string(&self) -> Result<String> {
+        match self.strings()?.as_slice() {
+            [Some(s)] => Ok(s.clone()),
+            _ => Err(self.bad("a single string")),
+        }
+    }
+
+    /// A character vector (NA elements as None).
+    pub fn strings(&self) -> Result<Vec<Option<String>>> {
+        let (kind, n) = self.shape();
+        if kind != rapi::STRSXP {
+            return Err(self.bad("a character vector"));
+        }
+        Ok((0..n)
+            .map(|i| {
+                // SAFETY: `i` < length of a STRSXP; its elements are
+                // CHARSXPs whose R_CHAR is NUL-terminated; no allocation.
+                unsafe {
+                    let c = rapi::STRING_ELT(self.sexp, i as isize);
+                    (c != rapi::R_NaString)
+                        .then(|| std::ffi::CStr::from_ptr(rapi::R_CHAR(c)).to_string_lossy().into_owned())
+                }
+            })
+            .collect())
+    }
+
+    /// `TRUE` or `FALSE`.
+    pub fn flag(&self) -> Result<bool> {
+        let (kind, n) = self.shape();
+        if kind != rapi::LGLSXP || n != 1 {
+            return Err(self.bad("TRUE or FALSE"));
+        }
+        // SAFETY: a logical vector of length 1.
+        match unsafe { *rapi::LOGICAL(self.sexp) } {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(self.bad("TRUE or FALSE")),
+        }
+    }
+
+    /// An integer vector (NA elements as None).
+    pub fn ints(&self) -> Result<Vec<Option<i32>>> {
+        let (kind, n) = self.shape();
+        if kind != rapi::INTSXP {
+            return Err(self.bad("an integer vector"));
+        }
+        // SAFETY: an integer vector of length n; reading R's NA constant.
+        let (p, na) = unsafe { (rapi::INTEGER(self.sexp), rapi::R_NaInt) };
+        // SAFETY: `p` points to n ints.
+        let v = unsafe { std::slice::from_raw_parts(p, n) };
+        Ok(v.iter().map(|&x| (x != na).then_some(x)).collect())
+    }
+
+    /// A single integer (not NA).
+    pub fn int(&self) -> Result<i32> {
+        match self.ints()?.as_slice() {
+            [Some(x)] => Ok(*x),
+            _ => Err(self.bad("a single integer")),
+        }
+    }
+
+    /// Non-negative integers (NA as None).
+    pub fn indices(&self) -> Result<Vec<Option<usize>>> {
+        self.ints()?
+            .into_iter()
+            .map(|x| match x {
+                None => Ok(None),
+                Some(k) => usize::try_from(k).map(Some).map_err(|_| self.bad("non-negative integers")),
+            })
+            .collect()
+    }
+
+    /// Non-negative integers, no NA.
+    pub fn counts(&self) -> Result<Vec<usize>> {
+        self.indices()?.into_iter().map(|x| x.ok_or_else(|| self.bad("integers without NA"))).collect()
+    }
+
+    /// The addresses of the elements of a list (for identity comparisons).
+    pub fn element_addrs(&self) -> Result<Vec<usize>> {
+        let (kind, n) = self.shape();
+        if kind != rapi::VECSXP {
+            return Err(self.bad("a list"));
+        }
+        // SAFETY: `i` < length of a list; reading elements does not allocate.
+        Ok((0..n).map(|i| unsafe { rapi::VECTOR_ELT(self.sexp, i as isize) } as usize).collect())
+    }
+}

@@ -1,0 +1,286 @@
+//! What each `.Call` entry point does (registered in `lib.rs` and
+//! `src/init.c`). Each takes its arguments unread and returns a plain
+//! value or an error; `entry::run` does the rest.
+
+use crate::args::Arg;
+use crate::frames::FrameTable;
+use crate::joint;
+use crate::rstate;
+use crate::value::RValue;
+use std::path::PathBuf;
+use winch_core::error::{Error, Result};
+use winch_core::symbolizer;
+use winch_core::trace;
+use winch_core::unwind::Backend;
+use winch_core::view::{self, View};
+
+fn backend(x: Arg) -> Result<Backend> {
+    let name = x.string()?;
+    if name == "auto" {
+        return Backend::best()
+            .ok_or_else(|| Error::Unavailable("no unwinding backend works on this platform".into()));
+    }
+    match Backend::from_name(&name) {
+        Some(b) if b.is_available() => Ok(b),
+        Some(b) => {
+            Err(Error::Unavailable(format!("the {} backend is not available in this build", b.name())))
+        }
+        None => Err(Error::BadArgument(format!("unknown backend \"{name}\""))),
+    }
+}
+
+fn require_main_thread() -> Result<()> {
+    if rstate::on_main_thread() {
+        Ok(())
+    } else {
+        Err(Error::WrongThread)
+    }
+}
+
+/// Tells the Rust side which R is running (`getRversion()` as integers).
+pub fn rs_init(version: Arg) -> Result<RValue> {
+    match version.ints()?.as_slice() {
+        [Some(major), Some(minor), ..] if *major >= 0 && *minor >= 0 => {
+            rstate::set_r_version((*major as u32, *minor as u32));
+            Ok(RValue::Null)
+        }
+        _ => Err(Error::BadArgument("`version` must be R's version as c(major, minor, patch)".into())),
+    }
+}
+
+/// The entry points of this table, with their numbers of arguments (checked
+/// against the registration in src/init.c by the tests).
+pub fn rs_entry_points() -> Result<RValue> {
+    let (names, arities): (Vec<String>, Vec<Option<i32>>) =
+        crate::ENTRY_POINTS.iter().map(|&(n, a)| (n.to_string(), Some(a as i32))).unzip();
+    Ok(RValue::List(vec![("name", names.into()), ("arity", RValue::Int(arities))]))
+}
+
+/// An error of the kind named (or a panic, for "panic"): lets the tests see
+/// every kind reach R as its condition class.
+pub fn rs_error_of_kind(kind: Arg) -> Result<RValue> {
+    let kind = kind.string()?;
+    Err(match kind.as_str() {
+        "bad_argument" => Error::BadArgument("a bad argument".into()),
+        "unavailable" => Error::Unavailable("not here".into()),
+        "wrong_thread" => Error::WrongThread,
+        "busy" => Error::Busy,
+        "unreadable" => Error::Unreadable("unreadable memory".into()),
+        "inconsistent" => Error::Inconsistent("does not hold together".into()),
+        "internal" => Error::Internal("a bug".into()),
+        "panic" => panic!("a panic in an entry point"),
+        _ => Error::BadArgument(format!("unknown kind \"{kind}\"")),
+    })
+}
+
+/// Whether some unwinding backend works here.
+pub fn rs_available() -> Result<RValue> {
+    Ok(Backend::best().is_some().into())
+}
+
+/// Names of the working backends, preferred first.
+pub fn rs_backends() -> Result<RValue> {
+    Ok(Backend::ALL
+        .into_iter()
+        .filter(|b| b.is_available())
+        .map(|b| b.name().to_string())
+        .collect::<Vec<_>>()
+        .into())
+}
+
+/// The native stack of the caller, innermost first.
+pub fn rs_trace_back(backend_arg: Arg, libr: Arg) -> Result<RValue> {
+    require_main_thread()?;
+    let (backend, libr) = (backend(backend_arg)?, libr.flag()?);
+    let local = 0u8;
+    let native = joint::native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
+    let shown = view::select(&native.classes, View::TraceBack { libr });
+    let resolved = native.trace.symbolize_some(&shown);
+    Ok(RValue::Frames(Box::new(FrameTable::new(&native.trace, &shown, &resolved, &native.classes, None))))
+}
+
+/// The native stack placed among the caller's R frames `frames` (its
+/// `sys.frames()`) with calls `calls` (its `sys.calls()`): the frames of
+/// the joint view, outermost first.
+pub fn rs_joint(backend_arg: Arg, frames: Arg, calls: Arg, libr: Arg, use_contexts: Arg) -> Result<RValue> {
+    require_main_thread()?;
+    let backend = backend(backend_arg)?;
+    let (frames, calls) = (frames.element_addrs()?, calls.element_addrs()?);
+    let (libr, use_contexts) = (libr.flag()?, use_contexts.flag()?);
+    let j = joint::capture(backend, &frames, &calls, use_contexts)?;
+    let n = &j.native;
+    let shown = view::select(&n.classes, View::Joint { libr });
+    let resolved = n.trace.symbolize_some(&shown);
+    let mut table = FrameTable::new(&n.trace, &shown, &resolved, &n.classes, Some(&j.placement));
+    let mode = match (&j.fallback_reason, j.placement.is_approximate()) {
+        (Some(_), _) => "fallback",
+        (None, true) => "approximate",
+        (None, false) => "exact",
+    };
+    table.attrs.push((c"placement", RValue::from(mode.to_string())));
+    table.attrs.push((c"fallback_reason", RValue::from(j.fallback_reason.as_ref().map(|e| e.to_string()))));
+    table.attrs.push((c"beyond_end", RValue::from(j.placement.beyond_end as i32)));
+    Ok(RValue::Frames(Box::new(table)))
+}
+
+fn int_col(v: impl Iterator<Item = Option<usize>>) -> RValue {
+    RValue::Int(v.map(|x| x.and_then(|k| i32::try_from(k).ok())).collect())
+}
+
+/// Where rows go when native frames (their R frames `r_frame`, outermost
+/// first) are spliced into an rlang trace whose rows are R frames
+/// `row_frames` with parents `parents`; see winch_core::splice.
+pub fn rs_splice_trace(row_frames: Arg, parents: Arg, r_frame: Arg, first: Arg) -> Result<RValue> {
+    use winch_core::splice::{splice_trace, Row};
+    let first = first.int()?.max(1) as usize;
+    let s = splice_trace(&row_frames.counts()?, &parents.counts()?, &r_frame.indices()?, first);
+    let kind = s.rows.iter().map(|r| {
+        Some(match r {
+            Row::R(_) => 1,
+            Row::Native(_) => 2,
+            Row::UnplacedMarker => 3,
+        })
+    });
+    let src = s.rows.iter().map(|r| if let Row::R(j) = r { Some(j + 1) } else { None });
+    let native = s.rows.iter().map(|r| if let Row::Native(i) = r { Some(i + 1) } else { None });
+    Ok(RValue::List(vec![
+        ("kind", int_col(kind)),
+        ("src", int_col(src)),
+        ("native", int_col(native)),
+        ("parent", int_col(s.parents.iter().map(|&p| Some(p)))),
+    ]))
+}
+
+/// The entry order of a joint sys.calls() for R frames 1..=n: positive k is
+/// R call k, negative -i native frame i (1-based).
+pub fn rs_splice_calls(n: Arg, r_frame: Arg) -> Result<RValue> {
+    let n = n.int()?.max(0) as usize;
+    let order = winch_core::splice::splice_calls(n, &r_frame.indices()?)
+        .into_iter()
+        .map(|e| {
+            Some(match e {
+                Ok(k) => k as i32,
+                Err(i) => -(i as i32 + 1),
+            })
+        })
+        .collect();
+    Ok(RValue::Int(order))
+}
+
+/// R's context chain, innermost first: callflag, where the record is, and
+/// the native frames that own it and its runner (a diagnostic).
+pub fn rs_context_chain(backend_arg: Arg) -> Result<RValue> {
+    require_main_thread()?;
+    let chain = joint::chain_summary(backend(backend_arg)?)?;
+    let frame = |f: Option<usize>| f.map(|i| i as i32 + 1);
+    Ok(RValue::List(vec![
+        ("callflag", RValue::Int(chain.iter().map(|c| Some(c.callflag)).collect())),
+        ("on_stack", RValue::Lgl(chain.iter().map(|c| c.on_stack).collect())),
+        ("on_node_stack", RValue::Lgl(chain.iter().map(|c| c.on_node_stack).collect())),
+        ("native_frame", RValue::Int(chain.iter().map(|c| frame(c.frame)).collect())),
+        ("runner_frame", RValue::Int(chain.iter().map(|c| frame(c.runner_frame)).collect())),
+    ]))
+}
+
+/// Captures and symbolizes on a new thread (no R API there); a test of
+/// capture away from R's main thread.
+pub fn rs_thread_capture(backend_arg: Arg) -> Result<RValue> {
+    let backend = backend(backend_arg)?;
+    let handle = std::thread::spawn(move || {
+        let on_main = rstate::on_main_thread();
+        let t = trace::capture(backend)?;
+        let modules: Vec<Option<usize>> = t.frames.iter().map(|f| f.module).collect();
+        let classes = view::classify(&t.map, &modules, rstate::known_modules(&t.map), t.truncated.is_none());
+        let shown = view::select(&classes, View::TraceBack { libr: true });
+        let resolved = t.symbolize_some(&shown);
+        Ok::<_, Error>((on_main, FrameTable::new(&t, &shown, &resolved, &classes, None)))
+    });
+    let (on_main, mut table) =
+        handle.join().map_err(|_| Error::Internal("the capture thread panicked".into()))??;
+    table.attrs.push((c"main_thread", RValue::from(on_main)));
+    Ok(RValue::Frames(Box::new(table)))
+}
+
+/// Nanoseconds per iteration of each stage of a capture at the caller's
+/// depth, over `n` iterations: unwinding alone, unwinding plus module lookup
+/// and checks, plus symbolization (warm caches). For profiling notes.
+pub fn rs_stage_times(backend_arg: Arg, n: Arg) -> Result<RValue> {
+    let backend = backend(backend_arg)?;
+    let n = n.int()?.max(1) as u32;
+    let time = |f: &mut dyn FnMut()| {
+        let start = std::time::Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        start.elapsed().as_nanos() as f64 / n as f64
+    };
+    let mut frames = 0usize;
+    let unwind = time(&mut || {
+        frames = winch_core::unwind::capture(backend).map(|s| s.frames.len()).unwrap_or(0);
+    });
+    let assemble = time(&mut || {
+        let _ = trace::capture(backend);
+    });
+    let symbolize = time(&mut || {
+        if let Ok(t) = trace::capture(backend) {
+            let _ = t.symbolize();
+        }
+    });
+    Ok(RValue::List(vec![
+        ("frames", RValue::from(frames as i32)),
+        ("unwind", unwind.into()),
+        ("assemble", assemble.into()),
+        ("symbolize", symbolize.into()),
+    ]))
+}
+
+/// Figures about the symbol caches.
+pub fn rs_cache_info() -> Result<RValue> {
+    let (s, per_module) = symbolizer::with_global(|s| (s.stats(), s.module_stats())).ok_or(Error::Busy)?;
+    let status = |st: &winch_core::debuginfo::Status| -> String {
+        use winch_core::debuginfo::Status::*;
+        match st {
+            Ok => "ok".into(),
+            NoFile => "no file".into(),
+            Unreadable(why) => format!("unreadable: {why}"),
+            Mismatch(why) => format!("mismatch: {why}"),
+        }
+    };
+    let modules = RValue::List(vec![
+        ("path", per_module.iter().map(|m| m.path.clone()).collect::<Vec<_>>().into()),
+        ("symbols", RValue::Int(per_module.iter().map(|m| Some(m.symbols as i32)).collect())),
+        ("dwarf", RValue::Lgl(per_module.iter().map(|m| m.has_dwarf).collect())),
+        ("bytes", RValue::Dbl(per_module.iter().map(|m| m.heap_bytes as f64).collect())),
+        (
+            "debug_file",
+            RValue::Str(
+                per_module.iter().map(|m| m.debug_file.as_ref().map(|p| p.display().to_string())).collect(),
+            ),
+        ),
+        ("status", per_module.iter().map(|m| status(&m.status)).collect::<Vec<_>>().into()),
+    ]);
+    Ok(RValue::List(vec![
+        ("modules", RValue::from(s.modules as i32)),
+        ("modules_with_dwarf", RValue::from(s.modules_with_dwarf as i32)),
+        ("addresses", RValue::from(s.addresses as i32)),
+        ("bytes", RValue::from(s.heap_bytes as f64)),
+        ("files_read", RValue::from(s.files_loaded as f64)),
+        ("per_module", modules),
+    ]))
+}
+
+/// Sets the directories searched for separate debug files; returns the old
+/// ones.
+pub fn rs_set_debug_dirs(dirs: Arg) -> Result<RValue> {
+    let dirs: Vec<PathBuf> = dirs
+        .strings()?
+        .into_iter()
+        .map(|d| d.map(PathBuf::from).ok_or_else(|| Error::BadArgument("`dirs` must not contain NA".into())))
+        .collect::<Result<_>>()?;
+    let old = symbolizer::with_global(|s| {
+        let old: Vec<String> = s.debug_roots().iter().map(|p| p.display().to_string()).collect();
+        s.set_debug_roots(dirs);
+        old
+    });
+    Ok(old.ok_or(Error::Busy)?.into())
+}
