@@ -29,24 +29,28 @@ winch_sys_calls <- function(libr = FALSE, backend = getOption("winch.backend", "
   check_flag(libr)
   frames <- sys.frames()
   calls <- sys.calls()
-  native <- joint_capture(frames, calls, libr = libr, view = !libr, backend = backend)
-  n <- length(calls) - 1L # the caller's depth: this function's frame is dropped
-  if (libr) {
-    # Outermost first, without the frames of the program running R.
-    keep <- rev(which(!native$host))
-    shown <- lapply(unclass(native), `[`, keep)
-    for (a in c("placement", "truncated", "truncation")) {
-      attr(shown, a) <- attr(native, a)
-    }
-    native <- shown
-  }
+  n <- caller_frame_number(frames, parent.frame())
+  native <- joint_capture(frames, calls, libr = libr, backend = backend)
   new_winch_calls(as.list(calls)[seq_len(n)], native, n)
 }
 
-# `native`: the frames to show, outermost first (a joint capture's view).
+# What sys.calls() sees where winch_sys_calls() was called: the frames up to
+# the innermost one whose environment is the caller's. Inside a promise that
+# is the frame that created the promise, not the frames forcing it; at top
+# level, none. `frames` includes winch_sys_calls()'s own frame (last).
+caller_frame_number <- function(frames, caller) {
+  k <- length(frames) - 1L
+  while (k > 0L && !identical(frames[[k]], caller)) {
+    k <- k - 1L
+  }
+  k
+}
+
+# A winch_calls object: R calls `calls` (frames 1..n) with the native frames
+# of `native` (a joint capture, outermost first) in their places.
 new_winch_calls <- function(calls, native, n) {
   nat <- unclass(native)
-  order <- .Call(C_rs_splice_calls, n, nat$r_frame)
+  order <- check_result(.Call(C_rs_splice_calls, n, nat$r_frame))
   is_r <- order > 0L
   which_native <- -order[!is_r]
   out <- vector("list", length(order))
@@ -56,14 +60,19 @@ new_winch_calls <- function(calls, native, n) {
   status[!is_r] <- "exact"
   status[!is_r][nat$approximate[which_native]] <- "approximate"
   status[!is_r][is.na(nat$r_frame[which_native])] <- "unplaced"
+  winch_calls(out, !is_r, status, attributes(native))
+}
 
+# The constructor: `x` a list of calls, `native` and `status` per entry,
+# `from` a list holding the stack-wide attributes.
+winch_calls <- function(x, native, status, from) {
   structure(
-    out,
-    native = !is_r,
+    x,
+    native = native,
     status = status,
-    placement = attr(native, "placement"),
-    truncated = attr(native, "truncated"),
-    truncation = attr(native, "truncation"),
+    placement = from$placement,
+    truncated = from$truncated,
+    truncation = from$truncation,
     class = "winch_calls"
   )
 }
@@ -97,13 +106,5 @@ print.winch_calls <- function(x, ...) {
 #' @export
 `[.winch_calls` <- function(x, i) {
   keep <- seq_along(x)[i]
-  structure(
-    unclass(x)[keep],
-    native = attr(x, "native")[keep],
-    status = attr(x, "status")[keep],
-    placement = attr(x, "placement"),
-    truncated = attr(x, "truncated"),
-    truncation = attr(x, "truncation"),
-    class = "winch_calls"
-  )
+  winch_calls(unclass(x)[keep], attr(x, "native")[keep], attr(x, "status")[keep], attributes(x))
 }

@@ -34,6 +34,26 @@ test_that("the R part is exactly sys.calls() of the caller", {
   expect_identical(res$r, res$base)
 })
 
+test_that("inside a promise, the R entries are sys.calls() evaluated in the same place", {
+  # tryCatch() evaluates its argument as a promise: sys.calls() there stops at
+  # f, the frame that made the promise, not at the frames forcing it.
+  f <- function() tryCatch(list(a = sys.calls(), b = winch_sys_calls()))
+  x <- f()
+  expect_identical(unclass(x$b)[!attr(x$b, "native")], as.list(x$a))
+  expect_identical(labels_from(joint_labels(x$b), "f"), "f")
+  # A promise forced by C code: the C frames belong to g, which sys.calls()
+  # does not show there, so neither does winch_sys_calls().
+  g <- function(x) .Call("rt_force", environment(), PACKAGE = "wtest_roundtrip")
+  h <- function() g(list(a = sys.calls(), b = winch_sys_calls()))
+  y <- h()
+  expect_identical(unclass(y$b)[!attr(y$b, "native")], as.list(y$a))
+  expect_identical(labels_from(joint_labels(y$b), "h"), "h")
+  # A promise made by eval() in the global environment: up to eval()'s frame.
+  z <- evalq(identity(list(a = sys.calls(), b = winch_sys_calls())), globalenv())
+  expect_identical(unclass(z$b)[!attr(z$b, "native")], as.list(z$a))
+  expect_identical(tail(joint_labels(z$b), 1L), "evalq") # eval()'s record holds the call of evalq()
+})
+
 test_that("a .Call that already returned is not on the stack", {
   f <- function() {
     .Call("rt_identity", 1, PACKAGE = "wtest_roundtrip")
