@@ -28,6 +28,23 @@ if [ "$status" -ne 0 ] && [ "$cargo_failed" -eq 0 ]; then
   cargo_failed=1
 fi
 
+echo "== cargo clippy"
+# Lints, and every unsafe block must say why it is sound.
+clippy_failed=0
+if CARGO_HOME="$WINCH_CARGO_HOME" cargo clippy --version >/dev/null 2>&1; then
+  ( cd src/rust && CARGO_HOME="$WINCH_CARGO_HOME" cargo clippy --locked --workspace --all-targets \
+      --target-dir "$WINCH_CARGO_TARGET_DIR" -- -D warnings -W clippy::undocumented_unsafe_blocks ) \
+      > "$OUT/clippy.log" 2>&1 || clippy_failed=1
+  if [ "$clippy_failed" -ne 0 ]; then
+    grep -E "^(error|warning)" -A 8 "$OUT/clippy.log" | head -n 80
+    echo "cargo clippy found problems (see $OUT/clippy.log)" >&2
+  else
+    echo "clean"
+  fi
+else
+  echo "skipped: clippy is not installed with this Rust toolchain (rustup component add clippy)"
+fi
+
 # Code paths for other systems must at least compile (when the toolchain
 # has their standard libraries; nothing can run them here).
 for target in x86_64-apple-darwin x86_64-pc-windows-gnu; do
@@ -114,6 +131,6 @@ if [ "$bad" -ne 0 ] && [ "$failed" -eq 0 ]; then
   echo "R CMD check found errors or warnings (see $LOG)" >&2
 fi
 echo "$passed passed, $failed failed"
-if [ "$failed" -ne 0 ] || [ "$bad" -ne 0 ]; then
+if [ "$failed" -ne 0 ] || [ "$bad" -ne 0 ] || [ "$clippy_failed" -ne 0 ]; then
   exit 1
 fi
