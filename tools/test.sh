@@ -61,8 +61,16 @@ sh tools/vendor.sh
 # ones), plus the vendored crates: what a clean clone would build.
 SRC="$OUT/src/winch"
 mkdir -p "$SRC"
-{ git ls-files -co --exclude-standard; echo src/rust/vendor.tar.xz; } |
-  while read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done |
+package_files() {
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git ls-files -co --exclude-standard
+  else
+    # Not a git checkout (an unpacked archive): everything but build output.
+    find . -path ./.cache -prune -o -path ./.git -prune -o -type f -print | sed 's|^\./||'
+  fi
+  echo src/rust/vendor.tar.xz
+}
+package_files | while read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done |
   tar -cf - -T - | tar -xf - -C "$SRC"
 cd "$OUT"
 R CMD build "$SRC" > build.log 2>&1 || { cat build.log; exit 1; }
