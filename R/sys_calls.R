@@ -1,10 +1,15 @@
 #' The call stack with native frames
 #'
-#' Like [sys.calls()] for the caller of `winch_sys_calls()`, with the native
-#' frames inserted where they really are: each native frame comes right after
-#' the R call whose evaluation entered it, as a call of the form
+#' Like [sys.calls()] evaluated where `winch_sys_calls()` is called, with the
+#' native frames inserted where they really are: each native frame comes
+#' right after the R call whose evaluation entered it, as a call of the form
 #' `` `/libfoo.so`::fn() `` (or `` `/libfoo.so`::`+0x1a2b`() `` when the
 #' frame has no name). Needs no rlang.
+#'
+#' The R calls are exactly those `sys.calls()` would list in the same place:
+#' inside a promise (an argument being evaluated), they stop at the frame
+#' that created the promise, not at the frames forcing it; native frames
+#' under frames not listed are left out too.
 #'
 #' Frames of the program that runs R (its `main()`, the C library's start
 #' code) are left out.
