@@ -1,13 +1,13 @@
 //! Capturing the native stack of the current thread.
 //!
-//! Two independent backends walk the stack from DWARF call-frame information:
-//! the system libunwind (primary) and libgcc's `_Unwind_Backtrace` through the
-//! `backtrace` crate (portable second opinion). They report different stack
-//! values per frame (libunwind the frame's stack pointer, libgcc its canonical
-//! frame address), so each backend is calibrated once against the address of
-//! a local variable and its values are normalized to "the low end of the
-//! frame": the owner of a stack address `a` is the frame `i` with
-//! `lo[i] <= a < lo[i + 1]`.
+//! Three backends walk the stack from DWARF call-frame information: winch's
+//! own cached unwinder (`cfi`, x86_64 Linux, preferred: fastest), the system
+//! libunwind, and libgcc's `_Unwind_Backtrace` through the `backtrace` crate
+//! (portable). Their stack values per frame may mean the frame's stack
+//! pointer or its canonical frame address, so each backend is calibrated once
+//! against the address of a local variable and its values are normalized to
+//! "the low end of the frame": the owner of a stack address `a` is the frame
+//! `i` with `lo[i] <= a < lo[i + 1]`.
 
 mod backtrace;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
