@@ -14,6 +14,8 @@ mod backtrace;
 mod cfi;
 #[cfg(winch_libunwind)]
 mod libunwind;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) mod rules;
 
 use std::sync::OnceLock;
 
