@@ -1,0 +1,149 @@
+//! A finished profile as plain data: what the writers (Rprof's format,
+//! pprof) and the R object are made from.
+//!
+//! The model is pprof's: a sample's stack is a list of *locations*,
+//! innermost first; a location is one physical native frame (an instruction
+//! address in a module), one R frame, or one loop of an R function; each
+//! location has one or more *lines* (several for a native frame with
+//! inlined calls), innermost first, each naming a *function* and where that
+//! function is at the moment of the sample (`file:line`, when known).
+//!
+//! Rprof's format is the same stack flattened: every line of every
+//! location, innermost first, as a label (`Function::label`), followed
+//! under line profiling by the position of the next (outer) entry, which is
+//! where this one was called from.
+
+/// What kind of frame a function stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// An R function (a function context).
+    R,
+    /// A native function (or an unnamed one, identified by its start).
+    Native,
+    /// A loop of an R function: `[for]`, `[while]`, `[repeat]`.
+    Loop,
+}
+
+impl FrameKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FrameKind::R => "r",
+            FrameKind::Native => "native",
+            FrameKind::Loop => "loop",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<FrameKind> {
+        [FrameKind::R, FrameKind::Native, FrameKind::Loop].into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// One function (R, native or loop).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Function {
+    /// Its name as pprof shows it: the R label, the native function's full
+    /// demangled name (`ns::f(int)`), `/module::+0x1a20` for an unnamed
+    /// native function, `[for]` for a loop.
+    pub name: String,
+    /// Its label in Rprof's format, never containing a space or a double
+    /// quote: the R label as `Rprof()` writes it, `/module::ns::f` for native
+    /// functions (parameter lists dropped), `[for]`.
+    pub label: String,
+    pub kind: FrameKind,
+    /// Index into `Profile::modules` (native functions).
+    pub module: Option<usize>,
+    /// Index into `Profile::files`: where the function is defined, when
+    /// known.
+    pub file: Option<usize>,
+}
+
+/// One entry of a location: a function and where it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Line {
+    /// Index into `Profile::functions`.
+    pub function: usize,
+    /// Index into `Profile::files` and the line in it.
+    pub file: Option<usize>,
+    pub line: Option<u32>,
+}
+
+/// One frame of a stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// Index into `Profile::modules` (native frames).
+    pub module: Option<usize>,
+    /// The instruction address of a native frame (0 for R and loop frames).
+    pub address: u64,
+    /// Innermost first; a native frame lists its inlined calls before the
+    /// function they were inlined into.
+    pub lines: Vec<Line>,
+}
+
+/// A loaded module that native frames belong to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    pub path: String,
+    /// GNU build-id in hex, when the module has one.
+    pub build_id: Option<String>,
+    /// The range of addresses the module occupies and the file offset that
+    /// `start` corresponds to.
+    pub start: u64,
+    pub limit: u64,
+    pub offset: u64,
+}
+
+/// One distinct stack and how many samples had it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stack {
+    /// Indices into `Profile::locations`, innermost first.
+    pub locations: Vec<usize>,
+    pub count: u64,
+}
+
+/// What was sampled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// CPU time of R's main thread.
+    Cpu,
+    /// Wall-clock time.
+    Elapsed,
+}
+
+impl Event {
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::Cpu => "cpu",
+            Event::Elapsed => "elapsed",
+        }
+    }
+}
+
+/// A finished profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Profile {
+    pub event: Event,
+    /// The sampling interval in nanoseconds.
+    pub interval_ns: u64,
+    /// When sampling started (nanoseconds since the Unix epoch) and for how
+    /// long it ran.
+    pub start_unix_ns: u64,
+    pub duration_ns: u64,
+    pub functions: Vec<Function>,
+    pub locations: Vec<Location>,
+    pub stacks: Vec<Stack>,
+    pub files: Vec<String>,
+    pub modules: Vec<Module>,
+}
+
+impl Profile {
+    /// The number of samples.
+    pub fn samples(&self) -> u64 {
+        self.stacks.iter().map(|s| s.count).sum()
+    }
+
+    /// The entries of a stack flattened, innermost first: every line of
+    /// every location.
+    pub fn flat_lines<'a>(&'a self, stack: &'a Stack) -> impl Iterator<Item = &'a Line> + 'a {
+        stack.locations.iter().flat_map(move |&l| self.locations[l].lines.iter())
+    }
+}
