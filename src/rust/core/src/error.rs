@@ -12,8 +12,9 @@ pub enum Error {
     Unavailable(String),
     /// Only R's main thread can do this.
     WrongThread,
-    /// A process-wide cache is in use by this same thread (re-entry).
-    Busy,
+    /// Something winch needs is in use: its caches by this same thread
+    /// (re-entry), a profile already running, R's own profiler.
+    Busy(String),
     /// Memory that had to be read was not readable (R's context chain).
     Unreadable(String),
     /// What was read does not hold together (R's context chain against
@@ -32,7 +33,7 @@ impl Error {
             Error::BadArgument(_) => "winch_error_bad_argument",
             Error::Unavailable(_) => "winch_error_unavailable",
             Error::WrongThread => "winch_error_wrong_thread",
-            Error::Busy => "winch_error_busy",
+            Error::Busy(_) => "winch_error_busy",
             Error::Unreadable(_) => "winch_error_unreadable",
             Error::Inconsistent(_) => "winch_error_inconsistent",
             Error::Internal(_) => "winch_error_internal",
@@ -43,11 +44,12 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::BadArgument(m) | Error::Unavailable(m) | Error::Unreadable(m) | Error::Inconsistent(m) => {
-                f.write_str(m)
-            }
+            Error::BadArgument(m)
+            | Error::Unavailable(m)
+            | Error::Unreadable(m)
+            | Error::Inconsistent(m)
+            | Error::Busy(m) => f.write_str(m),
             Error::WrongThread => f.write_str("winch can only capture R's stack from R's main thread"),
-            Error::Busy => f.write_str("winch's caches are in use by this thread (re-entered)"),
             Error::Internal(m) => write!(f, "internal error in winch: {m}"),
         }
     }
@@ -65,7 +67,7 @@ mod tests {
             Error::BadArgument("b".into()),
             Error::Unavailable("u".into()),
             Error::WrongThread,
-            Error::Busy,
+            Error::Busy("b".into()),
             Error::Unreadable("r".into()),
             Error::Inconsistent("i".into()),
             Error::Internal("x".into()),

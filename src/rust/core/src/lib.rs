@@ -14,6 +14,7 @@ pub mod error;
 pub mod interleave;
 pub mod memory;
 pub mod modules;
+pub mod profile;
 pub mod rcontext;
 pub mod reentry;
 pub mod splice;

@@ -1,0 +1,141 @@
+//! What the collector thread makes of the sampler's records: distinct
+//! stacks with their counts (memory grows with distinct stacks, not with
+//! samples), and how long the handler took.
+
+use super::sampler::{TRUNCATED_NATIVE, TRUNCATED_R};
+use std::collections::HashMap;
+
+/// Counts of one distinct stack.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Timer intervals the stack stands for (samples weighted by timer
+    /// overruns).
+    pub weight: u64,
+    /// Handler runs that found it.
+    pub samples: u64,
+    /// Of those, how many could not walk the whole native stack or read the
+    /// whole context chain.
+    pub truncated: u64,
+}
+
+/// Handler times in nanoseconds: exact below 100 µs (100 ns buckets), the
+/// rest counted with their maximum.
+#[derive(Clone, Debug)]
+pub struct Times {
+    buckets: Vec<u64>,
+    over: u64,
+    max: u64,
+    pub total_ns: u64,
+    pub count: u64,
+}
+
+const BUCKET_NS: u64 = 100;
+const BUCKETS: usize = 1000;
+
+impl Default for Times {
+    fn default() -> Times {
+        Times { buckets: vec![0; BUCKETS], over: 0, max: 0, total_ns: 0, count: 0 }
+    }
+}
+
+impl Times {
+    pub fn add(&mut self, ns: u64) {
+        self.total_ns += ns;
+        self.count += 1;
+        self.max = self.max.max(ns);
+        match self.buckets.get_mut((ns / BUCKET_NS) as usize) {
+            Some(b) => *b += 1,
+            None => self.over += 1,
+        }
+    }
+
+    /// The `q` quantile (0..=1), to the bucket's upper end; None if empty.
+    pub fn quantile(&self, q: f64) -> Option<u64> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = ((q * self.count as f64).ceil() as u64).clamp(1, self.count);
+        let mut seen = 0;
+        for (i, &b) in self.buckets.iter().enumerate() {
+            seen += b;
+            if seen >= rank {
+                return Some((i as u64 + 1) * BUCKET_NS);
+            }
+        }
+        Some(self.max)
+    }
+}
+
+/// Everything collected from a session's records.
+#[derive(Default)]
+pub struct Collected {
+    pub stacks: HashMap<Box<[u64]>, Counts>,
+    pub samples: u64,
+    pub weight: u64,
+    pub truncated: u64,
+    pub times: Times,
+}
+
+impl Collected {
+    /// Adds one record (`[header, entry...]`, see `sampler`).
+    pub fn absorb(&mut self, record: &[u64]) {
+        let Some((&header, entries)) = record.split_first() else { return };
+        let flags = header & 0xff;
+        let weight = ((header >> 8) & 0xff_ffff).max(1);
+        let truncated = flags & (TRUNCATED_NATIVE | TRUNCATED_R) != 0;
+        self.times.add(header >> 32);
+        self.samples += 1;
+        self.weight += weight;
+        self.truncated += truncated as u64;
+        let c = match self.stacks.get_mut(entries) {
+            Some(c) => c,
+            None => self.stacks.entry(entries.into()).or_default(),
+        };
+        c.weight += weight;
+        c.samples += 1;
+        c.truncated += truncated as u64;
+    }
+
+    /// Approximate heap bytes held (for the memory report).
+    pub fn heap_bytes(&self) -> usize {
+        self.stacks.keys().map(|k| k.len() * 8 + 64).sum::<usize>() + self.times.buckets.len() * 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(flags: u64, weight: u64, ns: u64) -> u64 {
+        flags | weight << 8 | ns << 32
+    }
+
+    #[test]
+    fn distinct_stacks_are_counted_not_stored_again() {
+        let mut c = Collected::default();
+        for i in 0..10_000u64 {
+            let stack = if i % 4 == 0 { [1u64, 2] } else { [3, 4] };
+            c.absorb(&[header(0, 1, 500), stack[0], stack[1]]);
+        }
+        c.absorb(&[header(TRUNCATED_NATIVE, 3, 500), 1, 2]);
+        assert_eq!(c.stacks.len(), 2);
+        assert_eq!(c.samples, 10_001);
+        assert_eq!(c.weight, 10_003);
+        assert_eq!(c.truncated, 1);
+        let a = c.stacks[&[1u64, 2][..]];
+        assert_eq!((a.weight, a.samples, a.truncated), (2503, 2501, 1));
+        assert!(c.heap_bytes() < 20_000);
+    }
+
+    #[test]
+    fn handler_time_quantiles() {
+        let mut t = Times::default();
+        assert_eq!(t.quantile(0.5), None);
+        for ns in [150, 250, 250, 350, 1_000_000] {
+            t.add(ns);
+        }
+        assert_eq!(t.quantile(0.5), Some(300));
+        assert_eq!(t.quantile(0.99), Some(1_000_000));
+        assert_eq!(t.total_ns, 1_001_000);
+    }
+}

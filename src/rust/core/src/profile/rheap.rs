@@ -1,0 +1,457 @@
+//! Reading R objects from a signal handler, and the labels `Rprof()` gives
+//! R frames.
+//!
+//! The handler reads only objects that are alive while it runs: the calls,
+//! symbols and strings reachable from the context records of R's current
+//! evaluation (R's own profiler reads the same objects from its handler).
+//! R never moves objects, so such a read sees a whole object. The layout of
+//! an object header (`SEXPREC`) has been the same since R 3.5; it is checked
+//! against R's API before sampling starts (`Layout::check`, from the glue).
+//!
+//! Every read goes through [`Heap`], which refuses null, misaligned or
+//! implausible addresses, so a damaged pointer ends a label, not the
+//! process, in the cases that can be detected.
+
+/// R's type codes (Rinternals.h).
+pub const SYMSXP: u8 = 1;
+pub const LANGSXP: u8 = 6;
+pub const CHARSXP: u8 = 9;
+pub const INTSXP: u8 = 13;
+pub const REALSXP: u8 = 14;
+pub const STRSXP: u8 = 16;
+
+/// Offsets in an object, for 64-bit platforms (Defn.h / Rinternals.h):
+/// the header is `sxpinfo`, `attrib` and the two GC links; then the cells
+/// of a node (`CAR`, `CDR`, `TAG`) or a vector's length, true length and
+/// data.
+const CAR: usize = 32;
+const CDR: usize = 40;
+const PRINTNAME: usize = 32;
+const VEC_LENGTH: usize = 32;
+const VEC_DATA: usize = 48;
+
+/// Reads words of R objects in place.
+pub trait Heap {
+    /// The word at `addr`, if it may be read.
+    fn word(&self, addr: usize) -> Option<usize>;
+
+    /// Up to `out.len()` bytes at `addr` (a string's bytes).
+    fn bytes(&self, addr: usize, out: &mut [u8]) -> Option<()>;
+
+    /// The int at `addr` (4-byte aligned).
+    fn int(&self, addr: usize) -> Option<i32> {
+        let mut b = [0u8; 4];
+        self.bytes(addr, &mut b)?;
+        Some(i32::from_ne_bytes(b))
+    }
+}
+
+/// Objects of this process, read directly.
+pub struct LiveHeap;
+
+/// Addresses user space can hold on x86_64 Linux (47 bits).
+const USER_TOP: usize = 1 << 47;
+
+impl Heap for LiveHeap {
+    fn word(&self, addr: usize) -> Option<usize> {
+        if addr < 4096 || !addr.is_multiple_of(8) || addr >= USER_TOP {
+            return None;
+        }
+        // SAFETY: an aligned address of a live R object (see module docs).
+        Some(unsafe { std::ptr::read_volatile(addr as *const usize) })
+    }
+
+    fn bytes(&self, addr: usize, out: &mut [u8]) -> Option<()> {
+        if addr < 4096 || addr.checked_add(out.len()).is_none_or(|e| e > USER_TOP) {
+            return None;
+        }
+        // SAFETY: the bytes of a live CHARSXP (see module docs).
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
+        Some(())
+    }
+}
+
+/// An object's type code.
+pub fn type_of(h: &impl Heap, x: usize) -> Option<u8> {
+    Some((h.word(x)? & 0x1f) as u8)
+}
+
+/// Whether the object is an ALTREP object (its data is not in place).
+fn is_altrep(h: &impl Heap, x: usize) -> Option<bool> {
+    Some(h.word(x)? & (1 << 7) != 0)
+}
+
+pub fn car(h: &impl Heap, x: usize) -> Option<usize> {
+    h.word(x + CAR)
+}
+
+pub fn cdr(h: &impl Heap, x: usize) -> Option<usize> {
+    h.word(x + CDR)
+}
+
+/// The length of a vector (not ALTREP).
+pub fn length(h: &impl Heap, x: usize) -> Option<usize> {
+    if is_altrep(h, x)? {
+        return None;
+    }
+    h.word(x + VEC_LENGTH)
+}
+
+/// The address of a vector's data (not ALTREP).
+pub fn data(h: &impl Heap, x: usize) -> Option<usize> {
+    if is_altrep(h, x)? {
+        return None;
+    }
+    Some(x + VEC_DATA)
+}
+
+/// Appends the bytes of a CHARSXP to `out` (as many as fit).
+pub fn push_chars(h: &impl Heap, c: usize, out: &mut Buf) -> Option<()> {
+    if type_of(h, c)? != CHARSXP {
+        return None;
+    }
+    let n = length(h, c)?.min(out.room());
+    let at = out.len;
+    h.bytes(data(h, c)?, &mut out.bytes[at..at + n])?;
+    out.len += n;
+    Some(())
+}
+
+/// Appends a symbol's name.
+fn push_symbol(h: &impl Heap, s: usize, out: &mut Buf) -> Option<()> {
+    if type_of(h, s)? != SYMSXP {
+        return None;
+    }
+    push_chars(h, h.word(s + PRINTNAME)?, out)
+}
+
+/// A fixed buffer for one label.
+pub struct Buf {
+    pub bytes: [u8; LABEL_MAX],
+    pub len: usize,
+}
+
+/// Labels longer than this are cut.
+pub const LABEL_MAX: usize = 256;
+
+impl Default for Buf {
+    fn default() -> Buf {
+        Buf { bytes: [0; LABEL_MAX], len: 0 }
+    }
+}
+
+impl Buf {
+    fn room(&self) -> usize {
+        LABEL_MAX - self.len
+    }
+
+    fn push(&mut self, s: &[u8]) {
+        let n = s.len().min(self.room());
+        self.bytes[self.len..self.len + n].copy_from_slice(&s[..n]);
+        self.len += n;
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    fn push_int(&mut self, v: i64) {
+        let mut digits = [0u8; 20];
+        let mut k = digits.len();
+        let mut m = v.unsigned_abs();
+        loop {
+            k -= 1;
+            digits[k] = b'0' + (m % 10) as u8;
+            m /= 10;
+            if m == 0 {
+                break;
+            }
+        }
+        if v < 0 {
+            self.push(b"-");
+        }
+        self.push(&digits[k..]);
+    }
+}
+
+/// The symbols the labels depend on (their addresses in this session).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Symbols {
+    pub double_colon: usize,
+    pub triple_colon: usize,
+    pub dollar: usize,
+    pub bracket2: usize,
+}
+
+/// What a call's function part is, for labelling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Head {
+    /// A symbol (its address): the label is its name, and can be cached
+    /// by the symbol (symbols live as long as the session).
+    Symbol(usize),
+    /// Anything else: the label must be built.
+    Other(usize),
+}
+
+/// The function part of a call, or None if `call` is not a call (R's
+/// profiler leaves such frames out).
+pub fn call_head(h: &impl Heap, call: usize) -> Option<Head> {
+    if type_of(h, call)? != LANGSXP {
+        return None;
+    }
+    let fun = car(h, call)?;
+    Some(if type_of(h, fun)? == SYMSXP { Head::Symbol(fun) } else { Head::Other(fun) })
+}
+
+/// Writes the label `Rprof()` gives a call whose function part is `fun`
+/// (R's `doprof()`): a symbol's name; `pkg::f`, `pkg:::f` and `obj$f` as
+/// written when both sides are symbols; `x[[i]]` when `x` is a symbol and
+/// `i` a symbol, string, integer or double; `<Anonymous>` otherwise.
+pub fn label(h: &impl Heap, syms: &Symbols, fun: usize, out: &mut Buf) {
+    out.len = 0;
+    if build_label(h, syms, fun, out).is_none() {
+        out.len = 0;
+        out.push(b"<Anonymous>");
+    }
+}
+
+fn build_label(h: &impl Heap, syms: &Symbols, fun: usize, out: &mut Buf) -> Option<()> {
+    match type_of(h, fun)? {
+        SYMSXP => return push_symbol(h, fun, out),
+        LANGSXP => {}
+        _ => return None,
+    }
+    let op = car(h, fun)?;
+    let args = cdr(h, fun)?;
+    let a1 = car(h, args)?;
+    let a2 = car(h, cdr(h, args)?)?;
+    if (op == syms.double_colon || op == syms.triple_colon || op == syms.dollar)
+        && type_of(h, a1)? == SYMSXP
+        && type_of(h, a2)? == SYMSXP
+    {
+        push_symbol(h, a1, out)?;
+        push_symbol(h, op, out)?;
+        return push_symbol(h, a2, out);
+    }
+    if op == syms.bracket2 && type_of(h, a1)? == SYMSXP {
+        let kind = type_of(h, a2)?;
+        if kind != SYMSXP && length(h, a2)? == 0 {
+            return None;
+        }
+        push_symbol(h, a1, out)?;
+        out.push(b"[[");
+        match kind {
+            SYMSXP => push_symbol(h, a2, out)?,
+            STRSXP => {
+                out.push(b"\"");
+                push_chars(h, h.word(data(h, a2)?)?, out)?;
+                out.push(b"\"");
+            }
+            INTSXP => out.push_int(h.word(data(h, a2)?)? as u32 as i32 as i64),
+            REALSXP => push_double(out, f64::from_bits(h.word(data(h, a2)?)? as u64)),
+            _ => return None,
+        }
+        out.push(b"]]");
+        return Some(());
+    }
+    None
+}
+
+/// A double as R's profiler writes it (`pb_dbl`: NA, NaN, Inf, -Inf, or
+/// the integer part).
+fn push_double(out: &mut Buf, x: f64) {
+    if x.is_nan() {
+        // R's NA_real_ is a NaN with payload 1954.
+        out.push(if x.to_bits() & 0xffff_ffff == 1954 { b"NA" } else { b"NaN" });
+    } else if x.is_infinite() {
+        out.push(if x > 0.0 { b"Inf" } else { b"-Inf" });
+    } else if x.abs() < 1e18 {
+        out.push_int(x.trunc() as i64);
+    } else {
+        // Beyond i64: R prints every digit; keep the magnitude honest.
+        out.push(if x < 0.0 { b"-" } else { b"" });
+        out.push(b"1e");
+        out.push_int(x.abs().log10().floor() as i64);
+    }
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A fake heap: objects laid out as R lays them out, at made-up
+    /// addresses.
+    #[derive(Default)]
+    pub struct FakeHeap {
+        pub words: HashMap<usize, usize>,
+        pub strings: HashMap<usize, Vec<u8>>,
+        next: usize,
+    }
+
+    impl Heap for FakeHeap {
+        fn word(&self, addr: usize) -> Option<usize> {
+            self.words.get(&addr).copied()
+        }
+        fn bytes(&self, addr: usize, out: &mut [u8]) -> Option<()> {
+            let (base, s) =
+                self.strings.iter().find(|(&b, s)| addr >= b && addr + out.len() <= b + s.len())?;
+            out.copy_from_slice(&s[addr - base..addr - base + out.len()]);
+            Some(())
+        }
+    }
+
+    impl FakeHeap {
+        fn alloc(&mut self, kind: u8) -> usize {
+            self.next += 0x100;
+            let a = 0x10_0000 + self.next;
+            self.words.insert(a, kind as usize);
+            a
+        }
+        pub fn chars(&mut self, s: &str) -> usize {
+            let c = self.alloc(CHARSXP);
+            self.words.insert(c + VEC_LENGTH, s.len());
+            self.strings.insert(c + VEC_DATA, s.as_bytes().to_vec());
+            c
+        }
+        pub fn symbol(&mut self, name: &str) -> usize {
+            let s = self.alloc(SYMSXP);
+            let c = self.chars(name);
+            self.words.insert(s + PRINTNAME, c);
+            s
+        }
+        pub fn cons(&mut self, kind: u8, car: usize, cdr: usize) -> usize {
+            let x = self.alloc(kind);
+            self.words.insert(x + CAR, car);
+            self.words.insert(x + CDR, cdr);
+            x
+        }
+        /// A call `f(args...)`.
+        pub fn call(&mut self, f: usize, args: &[usize]) -> usize {
+            let mut rest = 0x42; // R_NilValue stand-in
+            for &a in args.iter().rev() {
+                rest = self.cons(2, a, rest);
+            }
+            self.cons(LANGSXP, f, rest)
+        }
+        /// An integer vector (its ints readable with `int`).
+        pub fn ints(&mut self, v: &[i32]) -> usize {
+            let x = self.alloc(INTSXP);
+            self.words.insert(x + VEC_LENGTH, v.len());
+            let bytes: Vec<u8> = v.iter().flat_map(|i| i.to_ne_bytes()).collect();
+            self.strings.insert(x + VEC_DATA, bytes);
+            x
+        }
+        /// A list of objects.
+        pub fn list(&mut self, items: &[usize]) -> usize {
+            let x = self.alloc(19);
+            self.words.insert(x + VEC_LENGTH, items.len());
+            for (i, &it) in items.iter().enumerate() {
+                self.words.insert(x + VEC_DATA + 8 * i, it);
+            }
+            x
+        }
+        /// Sets `x`'s attributes to one tagged value.
+        pub fn attr(&mut self, x: usize, tag: usize, value: usize) {
+            let cell = self.cons(2, value, 0x42);
+            self.words.insert(cell + 48, tag);
+            self.words.insert(x + 8, cell);
+        }
+        /// A character vector of one string.
+        pub fn string(&mut self, s: &str) -> usize {
+            let c = self.chars(s);
+            self.vector(STRSXP, c)
+        }
+        pub fn vector(&mut self, kind: u8, word: usize) -> usize {
+            let v = self.alloc(kind);
+            self.words.insert(v + VEC_LENGTH, 1);
+            self.words.insert(v + VEC_DATA, word);
+            v
+        }
+    }
+
+    fn label_of(h: &FakeHeap, syms: &Symbols, fun: usize) -> String {
+        let mut b = Buf::default();
+        label(h, syms, fun, &mut b);
+        String::from_utf8(b.as_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn labels_as_rprof_writes_them() {
+        let mut h = FakeHeap::default();
+        let syms = Symbols {
+            double_colon: h.symbol("::"),
+            triple_colon: h.symbol(":::"),
+            dollar: h.symbol("$"),
+            bracket2: h.symbol("[["),
+        };
+        let f = h.symbol("f");
+        assert_eq!(label_of(&h, &syms, f), "f");
+        let (pkg, fun) = (h.symbol("stats"), h.symbol("median"));
+        let e = h.call(syms.double_colon, &[pkg, fun]);
+        assert_eq!(label_of(&h, &syms, e), "stats::median");
+        let e = h.call(syms.triple_colon, &[pkg, fun]);
+        assert_eq!(label_of(&h, &syms, e), "stats:::median");
+        let obj = h.symbol("obj");
+        let e = h.call(syms.dollar, &[obj, fun]);
+        assert_eq!(label_of(&h, &syms, e), "obj$median");
+        let idx = h.chars("a");
+        let s = h.vector(STRSXP, idx);
+        let e = h.call(syms.bracket2, &[obj, s]);
+        assert_eq!(label_of(&h, &syms, e), "obj[[\"a\"]]");
+        let i = h.vector(INTSXP, (-3i32) as u32 as usize);
+        let e = h.call(syms.bracket2, &[obj, i]);
+        assert_eq!(label_of(&h, &syms, e), "obj[[-3]]");
+        let d = h.vector(REALSXP, 2.9f64.to_bits() as usize);
+        let e = h.call(syms.bracket2, &[obj, d]);
+        assert_eq!(label_of(&h, &syms, e), "obj[[2]]");
+        let e = h.call(syms.bracket2, &[obj, obj]);
+        assert_eq!(label_of(&h, &syms, e), "obj[[obj]]");
+        // A string on the left, a call, a closure: anonymous.
+        let e = h.call(syms.double_colon, &[s, fun]);
+        assert_eq!(label_of(&h, &syms, e), "<Anonymous>");
+        let g = h.symbol("g");
+        let inner = h.call(g, &[]);
+        assert_eq!(label_of(&h, &syms, inner), "<Anonymous>");
+        let clo = h.alloc(3);
+        assert_eq!(label_of(&h, &syms, clo), "<Anonymous>");
+        // Unreadable memory: anonymous, not a crash.
+        assert_eq!(label_of(&h, &syms, 0xdead_0000), "<Anonymous>");
+    }
+
+    #[test]
+    fn call_heads_and_long_names() {
+        let mut h = FakeHeap::default();
+        let syms = Symbols::default();
+        let f = h.symbol(&"x".repeat(1000));
+        let call = h.call(f, &[]);
+        assert_eq!(call_head(&h, call), Some(Head::Symbol(f)));
+        assert_eq!(label_of(&h, &syms, f).len(), LABEL_MAX);
+        let not_a_call = h.symbol("y");
+        assert_eq!(call_head(&h, not_a_call), None);
+    }
+
+    #[test]
+    fn doubles_as_r_writes_them() {
+        let text = |x: f64| {
+            let mut b = Buf::default();
+            push_double(&mut b, x);
+            String::from_utf8(b.as_bytes().to_vec()).unwrap()
+        };
+        assert_eq!(text(3.7), "3");
+        assert_eq!(text(-2.5), "-2");
+        assert_eq!(text(f64::INFINITY), "Inf");
+        assert_eq!(text(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(text(f64::from_bits(0x7ff0_0000_0000_07a2)), "NA");
+        assert_eq!(text(f64::NAN), "NaN");
+    }
+
+    #[test]
+    fn live_heap_refuses_bad_addresses() {
+        assert_eq!(LiveHeap.word(0), None);
+        assert_eq!(LiveHeap.word(4097), None);
+        assert_eq!(LiveHeap.word(usize::MAX - 7), None);
+        let x = Box::new(0x1234usize);
+        assert_eq!(LiveHeap.word(&*x as *const usize as usize), Some(0x1234));
+    }
+}

@@ -1,0 +1,693 @@
+//! One sample, taken inside the timer's signal handler: the native stack
+//! walked from the interrupted registers, R's context chain read in place,
+//! both merged exactly as `interleave` places them, R frames labelled, and
+//! the result written to the ring as one record.
+//!
+//! Everything here is async-signal-safe: no allocation (all buffers are
+//! preallocated in [`Scratch`]), no lock, no system call but
+//! `clock_gettime`. Reads of R's context records are checked against the
+//! ranges where R keeps them (the C stack, R's node stack, R's own data);
+//! reads of R objects go through `rheap`.
+//!
+//! A record is `[header, entry...]`, entries innermost first:
+//! * header: `flags | weight << 8 | handler_ns << 32`;
+//! * a native frame: `NATIVE | ip` (`| EXACT_IP` for the interrupted one);
+//! * an R frame: `R | label id`;
+//! * a loop: `R | label id` of `[for]`, `[while]`, `[repeat]` or `[loop]`;
+//! * under line profiling, after an R entry whose position is known:
+//!   `POS | file label id << 32 | line`.
+
+use super::bcode::{self, BcSymbols, LoopPath};
+use super::labels::{self, Labels};
+use super::rheap::{self, Heap, LiveHeap, Symbols};
+use super::ring::Ring;
+use super::walk::{End, Frame, Snapshot};
+use crate::rcontext::{Layout, CTXT_FUNCTION};
+
+pub const NATIVE: u64 = 1 << 62;
+pub const R: u64 = 2 << 62;
+pub const TAG: u64 = 3 << 62;
+/// After an R entry, under line profiling: `POS | file << 32 | line`, the
+/// file a label id.
+pub const POS: u64 = 3 << 62;
+/// On a native entry: the ip is the interrupted instruction, not a return
+/// address.
+pub const EXACT_IP: u64 = 1 << 60;
+/// The bits of a native entry that hold the ip.
+pub const IP_MASK: u64 = (1 << 56) - 1;
+
+/// Header flags.
+pub const TRUNCATED_NATIVE: u64 = 1;
+pub const TRUNCATED_R: u64 = 2;
+
+const CTXT_LOOP: i32 = 3;
+
+/// Frames and contexts a sample holds at most.
+pub const MAX_FRAMES: usize = 4096;
+pub const MAX_CONTEXTS: usize = 8192;
+
+/// Where R's context records may be read in place.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ranges {
+    /// The main thread's stack.
+    pub stack: (usize, usize),
+    /// R's node stack (R >= 4.4 keeps byte-code calls' records there).
+    pub node_stack: (usize, usize),
+    /// R's writable data (the top-level context), up to four segments.
+    pub data: [(usize, usize); 4],
+}
+
+impl Ranges {
+    fn holds(&self, addr: usize, len: usize) -> bool {
+        let Some(end) = addr.checked_add(len) else { return false };
+        let inside = |&(lo, hi): &(usize, usize)| addr >= lo && end <= hi;
+        inside(&self.stack) || inside(&self.node_stack) || self.data.iter().any(inside)
+    }
+
+    fn on_stack(&self, addr: usize) -> bool {
+        addr >= self.stack.0 && addr < self.stack.1
+    }
+}
+
+/// The function starts of R's AST loops (`do_for`, `do_while`,
+/// `do_repeat`), learnt by watching them (see the glue's calibration).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoopStarts {
+    pub for_: usize,
+    pub while_: usize,
+    pub repeat: usize,
+}
+
+/// What finding the loops of byte code needs: the symbols, and the native
+/// functions that run R's byte-code interpreter loop with where each keeps
+/// its program counter (bytes below the frame's CFA), learnt by watching
+/// them (see the glue's calibration).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BcFacts {
+    pub syms: BcSymbols,
+    pub loop_frames: [(usize, usize); 2],
+}
+
+/// What reading R frames' source positions needs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LineFacts {
+    /// The address of the variable `R_Srcref` (the AST's current srcref).
+    pub srcref_var: usize,
+    /// R's marker `R_InBCInterpreter` (the srcref is the byte code's), and
+    /// R's NULL.
+    pub in_bc: usize,
+    pub nil: usize,
+    /// The symbols `srcfile` and `filename`.
+    pub srcfile_sym: usize,
+    pub filename_sym: usize,
+}
+
+/// What the handler knows about R, prepared (and checked) before sampling.
+#[derive(Clone, Copy, Debug)]
+pub struct RFacts {
+    pub layout: Layout,
+    /// The address of the variable `R_GlobalContext`.
+    pub global_context: usize,
+    pub ranges: Ranges,
+    pub symbols: Symbols,
+    pub loops: Option<LoopStarts>,
+    /// How to find byte-code positions (None: byte code's loops and lines
+    /// are not known).
+    pub bc: Option<BcFacts>,
+    /// Record R frames' source positions (None: no).
+    pub lines: Option<LineFacts>,
+    /// Show loops as frames.
+    pub with_loops: bool,
+    /// R frames (function records) left out from the outermost one on, with
+    /// everything further out: the frames of the profiler's own caller.
+    pub skip_outer: usize,
+}
+
+/// Buffers of the handler.
+pub struct Scratch {
+    frames: Box<[Frame]>,
+    /// The frames' stack pointers, for finding owners by binary search.
+    sps: Box<[usize]>,
+    ctx: Box<[Ctx]>,
+    record: Box<[u64]>,
+    pub labels: Labels,
+    label: rheap::Buf,
+    memo: Memo,
+    bodies: bcode::BodyTables,
+    files: Box<[(usize, usize, u32)]>,
+}
+
+/// The labels of the last sample's R frames, outermost first: the outer
+/// part of R's stack rarely changes between samples, and a record at the
+/// same address with the same call and the same function symbol has the
+/// same label; checking that reads one cell of the call instead of the
+/// call, the symbol and the label cache (which a busy workload pushes out
+/// of the CPU's caches between samples).
+struct Memo {
+    last: [Box<[Seen]>; 2],
+    len: [usize; 2],
+    which: usize,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Seen {
+    addr: usize,
+    call: usize,
+    /// The call's function symbol (0: not a symbol: never reused).
+    symbol: usize,
+    label: u32,
+}
+
+impl Default for Memo {
+    fn default() -> Memo {
+        let buf = || {
+            let mut b = vec![Seen::default(); MAX_CONTEXTS].into_boxed_slice();
+            super::prefault(&mut b);
+            b
+        };
+        Memo { last: [buf(), buf()], len: [0, 0], which: 0 }
+    }
+}
+
+impl Default for Scratch {
+    fn default() -> Scratch {
+        let mut s = Scratch {
+            frames: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
+            sps: vec![0; MAX_FRAMES].into_boxed_slice(),
+            ctx: vec![Ctx::default(); MAX_CONTEXTS].into_boxed_slice(),
+            record: vec![0; 1 + MAX_FRAMES + 2 * MAX_CONTEXTS].into_boxed_slice(),
+            labels: Labels::new(),
+            label: rheap::Buf::default(),
+            memo: Memo::default(),
+            bodies: bcode::BodyTables::default(),
+            files: vec![(0, 0, 0); 1024].into_boxed_slice(),
+        };
+        super::prefault(&mut s.frames);
+        super::prefault(&mut s.sps);
+        super::prefault(&mut s.ctx);
+        super::prefault(&mut s.record);
+        s
+    }
+}
+
+/// A context record that becomes a frame of the sample.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ctx {
+    /// The label id (for loops: the loop's label).
+    label: u32,
+    /// The record's address and call (function records).
+    addr: usize,
+    call: usize,
+    /// The native frame index it sits right before (innermost first), or
+    /// `usize::MAX` for "after every native frame".
+    anchor: usize,
+    /// A loop record (needs its owner's function start).
+    is_loop: bool,
+    owner: usize,
+    /// Byte-code facts of function records (see `RContext`).
+    on_stack: bool,
+    callfun: usize,
+    bcintactive: bool,
+    bcbody: usize,
+    bcpc: usize,
+    relpc: isize,
+    srcref: usize,
+    /// Where its byte code is now: (body, code unit).
+    at: Option<(usize, usize)>,
+    /// The loops of its function around where it is now.
+    loops: LoopPath,
+    /// Its source position now: (file label id, line).
+    pos: Option<(u32, u32)>,
+}
+
+/// What a sample found, for the caller's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub flags: u64,
+    pub frames: usize,
+    pub pushed: bool,
+}
+
+/// Takes one sample from the interrupted registers `(ip, sp, bp)` and
+/// pushes it to `ring` with `weight` (timer expirations it stands for).
+#[allow(clippy::too_many_arguments)]
+pub fn sample(
+    regs: (usize, usize, usize),
+    weight: u64,
+    started_ns: u64,
+    now_ns: impl Fn() -> u64,
+    snap: &Snapshot,
+    r: &RFacts,
+    s: &mut Scratch,
+    ring: &Ring,
+) -> Outcome {
+    let mut flags = 0;
+    let (lo, hi) = r.ranges.stack;
+    let read_stack = |a: usize| {
+        (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
+            // SAFETY: an aligned word inside the main thread's stack, which
+            // is mapped for the life of the thread.
+            .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
+    };
+    // A signal that arrived while R ran on another stack (a signal
+    // handler's alternate stack): no native frames, R's chain only.
+    let (n, end) = if r.ranges.on_stack(regs.1) {
+        snap.walk(regs, read_stack, &mut s.frames)
+    } else {
+        (0, End::Stopped("not on the main thread's stack"))
+    };
+    if end != End::Outermost {
+        flags |= TRUNCATED_NATIVE;
+    }
+    let complete = end == End::Outermost;
+    for i in 0..n {
+        s.sps[i] = s.frames[i].sp;
+    }
+    let (nctx, cut) = match read_contexts(r, &s.sps[..n], complete, &mut s.ctx) {
+        Some((k, consistent, cut)) => {
+            if !consistent {
+                flags |= TRUNCATED_R;
+            }
+            label_contexts(r, &mut s.ctx[..k], &mut s.labels, &mut s.label, &mut s.memo);
+            if let Some(bc) = &r.bc {
+                bc_positions(r, bc, &s.frames[..n], &mut s.ctx[..k]);
+                if r.with_loops {
+                    for c in s.ctx[..k].iter_mut().filter(|c| !c.is_loop) {
+                        if let Some((body, relpc)) = c.at {
+                            c.loops = s.bodies.loops_at(&LiveHeap, &bc.syms, body, relpc).unwrap_or_default();
+                        }
+                    }
+                }
+            }
+            if let Some(lf) = &r.lines {
+                source_positions(r, lf, &mut s.ctx[..k], &mut s.labels, &mut s.files);
+            }
+            (k, cut)
+        }
+        None => {
+            flags |= TRUNCATED_R;
+            (0, usize::MAX)
+        }
+    };
+
+    // Native frames of R's interpreter are left out (the R frames stand for
+    // them), and so is the program around it: frames further out than the
+    // interpreter's outermost frame, on a complete stack.
+    let module = |i: usize| s.frames[i].module;
+    let is_interp = |i: usize| module(i).is_some_and(|m| snap.interpreter.get(m).copied().unwrap_or(false));
+    let host_from = match (complete, snap.libr) {
+        (true, Some(libr)) => (0..n).rev().find(|&i| module(i) == Some(libr)).map_or(n, |i| i + 1),
+        _ => n,
+    };
+
+    let mut len = 1;
+    let mut k = 0; // next context (innermost first)
+    let push = |rec: &mut [u64], len: &mut usize, w: u64| {
+        if let Some(slot) = rec.get_mut(*len) {
+            *slot = w;
+            *len += 1;
+        }
+    };
+    'merge: for i in 0..=n {
+        while k < nctx && (s.ctx[k].anchor <= i || (i == n && s.ctx[k].anchor >= n)) {
+            if k == cut {
+                break 'merge; // the frames of the profiler's caller
+            }
+            let c = s.ctx[k];
+            let label = if c.is_loop { loop_label(r, &s.frames, c.owner) } else { c.label };
+            // A function's byte-code loops, innermost first, then itself.
+            let pos = c.pos.map(|(file, line)| POS | (file as u64) << 32 | line as u64);
+            for j in (0..c.loops.len()).rev() {
+                let kind = match c.loops.get(j) {
+                    bcode::FOR => labels::FOR,
+                    bcode::WHILE => labels::WHILE,
+                    _ => labels::REPEAT,
+                };
+                push(&mut s.record, &mut len, R | kind as u64);
+                if let Some(p) = pos {
+                    push(&mut s.record, &mut len, p);
+                }
+            }
+            if !c.is_loop || r.with_loops {
+                push(&mut s.record, &mut len, R | label as u64);
+                if let Some(p) = pos {
+                    push(&mut s.record, &mut len, p);
+                }
+            }
+            k += 1;
+        }
+        if i < host_from && i < n && !is_interp(i) {
+            let exact = if i == 0 { EXACT_IP } else { 0 };
+            push(&mut s.record, &mut len, NATIVE | exact | (s.frames[i].ip as u64 & IP_MASK));
+        }
+    }
+    let spent = now_ns().saturating_sub(started_ns);
+    s.record[0] = flags | (weight.min(0xff_ffff) << 8) | (spent.min(u32::MAX as u64) << 32);
+    let pushed = ring.push(&s.record[..len]);
+    Outcome { flags, frames: len - 1, pushed }
+}
+
+/// The label of an AST loop whose record native frame `owner` holds: the
+/// kind of loop is told by which of R's loop functions that frame runs.
+fn loop_label(r: &RFacts, frames: &[Frame], owner: usize) -> u32 {
+    let Some(l) = r.loops else { return labels::LOOP };
+    match frames.get(owner).map(|f| f.start).filter(|&s| s != 0) {
+        Some(f) if f == l.for_ => labels::FOR,
+        Some(f) if f == l.while_ => labels::WHILE,
+        Some(f) if f == l.repeat => labels::REPEAT,
+        _ => labels::LOOP,
+    }
+}
+
+/// The native frame whose stack memory holds `addr` (`sps` innermost
+/// first, ascending), as the index the record puts the R frame before:
+/// `Some(i)` for frame `i`, `None` when the address is beyond the frames
+/// walked.
+fn owner(sps: &[usize], addr: usize) -> Option<usize> {
+    let i = sps.partition_point(|&sp| sp <= addr);
+    (i > 0 && i < sps.len()).then(|| i - 1)
+}
+
+/// Reads the chain from `R_GlobalContext`, keeps the function records (and
+/// AST loop records) with their labels and anchors in `ctx`, innermost
+/// first; returns how many, whether their positions were consistent, and
+/// the index of the record where the frames to leave out begin (see
+/// `RFacts::skip_outer`; `usize::MAX` for none), or None if the chain could
+/// not be read.
+fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> Option<(usize, bool, usize)> {
+    let l = &r.layout;
+    let word = |addr: usize| -> Option<usize> {
+        r.ranges.holds(addr, 8).then(|| {
+            // SAFETY: inside a range where R keeps context records, mapped
+            // while R runs (checked just above).
+            unsafe { std::ptr::read_volatile(addr as *const usize) }
+        })
+    };
+    let int = |addr: usize| -> Option<i32> {
+        r.ranges.holds(addr, 4).then(|| {
+            // SAFETY: as for `word`.
+            unsafe { std::ptr::read_volatile(addr as *const i32) }
+        })
+    };
+    let mut addr = word(r.global_context)?;
+    let mut n = 0;
+    let mut functions = 0;
+    // The anchor of the previous (newer) record: anchors only grow outwards.
+    for _ in 0..MAX_CONTEXTS * 4 {
+        if addr == 0 {
+            return None; // a chain always ends at the top level
+        }
+        if !r.ranges.holds(addr, l.size) || !addr.is_multiple_of(8) {
+            return None;
+        }
+        let next = word(addr + l.next)?;
+        let callflag = int(addr + l.callflag)?;
+        if !(0..=255).contains(&callflag) {
+            return None;
+        }
+        if next == 0 {
+            break; // the top-level context
+        }
+        let function = callflag & CTXT_FUNCTION != 0;
+        let ast_loop = callflag == CTXT_LOOP && r.ranges.on_stack(addr);
+        if function || ast_loop {
+            if n >= ctx.len() {
+                return None;
+            }
+            // Where the record sits among native frames: its own address on
+            // the C stack, or (a byte-code call's record) the slot of the
+            // loop running it.
+            let at = if r.ranges.on_stack(addr) {
+                Some(addr)
+            } else {
+                let bcpc = word(addr + l.bcpc)?;
+                let active = int(addr + l.bcintactive)? == 1;
+                (active && r.ranges.on_stack(bcpc)).then_some(bcpc)
+            };
+            let (anchor, owner_frame) = match at {
+                Some(a) => match owner(sps, a) {
+                    Some(i) => (i, i),
+                    None if complete => return None, // inside the capture: impossible
+                    None => (usize::MAX, usize::MAX),
+                },
+                // Unknown: like its older neighbour (set below).
+                None => (usize::MAX - 1, usize::MAX),
+            };
+            let call = if function { word(addr + l.call)? } else { 0 };
+            let relpc = match l.relpc {
+                Some(o) if function => word(addr + o)? as isize,
+                _ => -1,
+            };
+            ctx[n] = Ctx {
+                label: labels::LOOP,
+                addr,
+                call,
+                anchor,
+                is_loop: !function,
+                owner: owner_frame,
+                on_stack: r.ranges.on_stack(addr),
+                callfun: if function { word(addr + l.callfun)? } else { 0 },
+                bcintactive: function && int(addr + l.bcintactive)? == 1,
+                bcbody: if function { word(addr + l.bcbody)? } else { 0 },
+                bcpc: if function { word(addr + l.bcpc)? } else { 0 },
+                relpc,
+                srcref: if function { word(addr + l.srcref)? } else { 0 },
+                at: None,
+                loops: LoopPath::default(),
+                pos: None,
+            };
+            n += 1;
+            functions += function as usize;
+        }
+        addr = next;
+    }
+    // Records with an unknown position take their older neighbour's (the
+    // deepest frame that may own what lies below it).
+    let mut older = usize::MAX;
+    for c in ctx[..n].iter_mut().rev() {
+        if c.anchor == usize::MAX - 1 {
+            c.anchor = older;
+        }
+        older = c.anchor;
+    }
+    // A record is never newer than the record of the frame it called.
+    let mut consistent = true;
+    let mut newer = 0;
+    for c in ctx[..n].iter_mut() {
+        if c.anchor < newer {
+            consistent = false;
+            c.anchor = newer;
+        }
+        newer = c.anchor;
+    }
+    // The cut: function record number `skip_outer` counted from the
+    // outermost (R's frame numbers), as an index from the innermost.
+    let cut = match r.skip_outer {
+        0 => usize::MAX,
+        skip if skip <= functions => {
+            let from_inner = functions - skip;
+            ctx[..n]
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| !c.is_loop)
+                .nth(from_inner)
+                .map_or(usize::MAX, |(i, _)| i)
+        }
+        _ => 0, // deeper than the stack: nothing is the profiled code's
+    };
+    Some((n, consistent, cut))
+}
+
+/// Finds, for each function record of `ctx` (innermost first) running byte
+/// code, where its code is now (`Ctx::at`):
+/// * called something that is still running (the next inner function
+///   record made while byte code ran in this body): that call's position,
+///   recorded in its record (`relpc`, R >= 4.4) or in the slot of the loop
+///   that made it (`bcpc`, the loop being suspended there);
+/// * otherwise (the innermost R frame, or one that called native code):
+///   the program counter of the interpreter loop running it: its record's
+///   loop slot for a call the loop made inline (R >= 4.4), else the slot of
+///   the loop frame closest to its record, found by function and offset.
+///
+/// A position that does not lie in the function's own code is not used.
+fn bc_positions(r: &RFacts, bc: &BcFacts, frames: &[Frame], ctx: &mut [Ctx]) {
+    let h = LiveHeap;
+    let stack_word = |a: usize| {
+        let (lo, hi) = r.ranges.stack;
+        (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
+            // SAFETY: an aligned word inside the main thread's stack.
+            .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
+    };
+    let mut inner: Option<usize> = None; // index of the next inner function record
+    for k in 0..ctx.len() {
+        if ctx[k].is_loop {
+            continue;
+        }
+        let c = ctx[k];
+        let body = bcode::closure_code(&h, c.callfun);
+        let position = body.and_then(|body| {
+            let from_call =
+                inner.map(|j| ctx[j]).filter(|j| j.bcintactive && j.bcbody == body).and_then(|j| {
+                    if j.relpc > 0 {
+                        Some(j.relpc as usize)
+                    } else {
+                        bcode::relative_pc(&h, body, stack_word(j.bcpc)?)
+                    }
+                });
+            let relpc = from_call.or_else(|| {
+                let slot = if !c.on_stack && c.bcintactive {
+                    c.bcpc
+                } else {
+                    loop_slot(bc, frames, c.anchor.min(frames.len()))?
+                };
+                bcode::relative_pc(&h, body, stack_word(slot)?)
+            })?;
+            Some((body, relpc))
+        });
+        ctx[k].at = position;
+        inner = Some(k);
+    }
+}
+
+/// Source positions of the function records of `ctx` (innermost first):
+/// where each is now. In the AST interpreter that is the srcref in effect
+/// when the next inner record was made (for the innermost, R's current
+/// one); in byte code, the compiler's srcref table at the frame's code
+/// position. None where R has no srcrefs (code parsed without
+/// `keep.source`).
+fn source_positions(
+    r: &RFacts,
+    lf: &LineFacts,
+    ctx: &mut [Ctx],
+    labels: &mut Labels,
+    files: &mut [(usize, usize, u32)],
+) {
+    let h = LiveHeap;
+    let syms = r.bc.map(|b| b.syms);
+    let mut inner_srcref = h.word(lf.srcref_var);
+    for c in ctx.iter_mut().filter(|c| !c.is_loop) {
+        let ast = inner_srcref.filter(|&s| s != lf.in_bc && s != lf.nil && s != 0);
+        let srcref = ast.or_else(|| {
+            let (body, relpc) = c.at?;
+            bcode::located(&h, syms.as_ref()?, body, b"srcrefsIndex", relpc)
+        });
+        c.pos = srcref.and_then(|s| {
+            let (line, srcfile) = bcode::srcref_parts(&h, s, lf.srcfile_sym)?;
+            let file = file_label(lf, srcfile, labels, files)?;
+            Some((file, u32::try_from(line).ok()?))
+        });
+        inner_srcref = Some(c.srcref);
+    }
+}
+
+/// The label id of a srcfile's file name, cached by the srcfile (with its
+/// frame, to tell it from a later environment at the same address).
+fn file_label(
+    lf: &LineFacts,
+    srcfile: usize,
+    labels: &mut Labels,
+    files: &mut [(usize, usize, u32)],
+) -> Option<u32> {
+    let h = LiveHeap;
+    let frame = h.word(srcfile + 32)?;
+    let slot = (srcfile.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) & (files.len() - 1);
+    if let Some(&(env, f, id)) = files.get(slot) {
+        if env == srcfile && f == frame {
+            return Some(id);
+        }
+    }
+    let name = bcode::env_value(&h, srcfile, lf.filename_sym, lf.nil)?;
+    if rheap::type_of(&h, name)? != rheap::STRSXP || rheap::length(&h, name)? == 0 {
+        return None;
+    }
+    let mut buf = rheap::Buf::default();
+    rheap::push_chars(&h, h.word(rheap::data(&h, name)?)?, &mut buf)?;
+    let id = labels.intern(buf.as_bytes());
+    if id == labels::FULL {
+        return None;
+    }
+    files[slot] = (srcfile, frame, id);
+    Some(id)
+}
+
+/// The program-counter slot of the interpreter loop frame closest below
+/// native frame `limit` (the frame holding a function's record).
+fn loop_slot(bc: &BcFacts, frames: &[Frame], limit: usize) -> Option<usize> {
+    (0..limit).rev().find_map(|i| {
+        let (_, offset) =
+            bc.loop_frames.iter().find(|(start, _)| *start != 0 && *start == frames[i].start)?;
+        // The frame's CFA is the next outer frame's stack pointer.
+        frames.get(i + 1)?.sp.checked_sub(*offset)
+    })
+}
+
+/// Labels the function records of `ctx` (innermost first), reusing the last
+/// sample's labels where the record, its call and the call's function
+/// symbol are the same (see [`Memo`]).
+fn label_contexts(r: &RFacts, ctx: &mut [Ctx], table: &mut Labels, buf: &mut rheap::Buf, memo: &mut Memo) {
+    let h = LiveHeap;
+    let this = 1 - memo.which;
+    let mut k = 0; // outermost-first index
+    for c in ctx.iter_mut().rev() {
+        if c.is_loop {
+            continue;
+        }
+        let symbol = match rheap::call_head(&h, c.call) {
+            Some(rheap::Head::Symbol(sym)) => sym,
+            _ => 0,
+        };
+        let last = &memo.last[memo.which][..memo.len[memo.which]];
+        c.label = match last.get(k) {
+            Some(seen)
+                if symbol != 0 && seen.addr == c.addr && seen.call == c.call && seen.symbol == symbol =>
+            {
+                seen.label
+            }
+            _ => label_of(r, c.call, table, buf),
+        };
+        if let Some(slot) = memo.last[this].get_mut(k) {
+            *slot = Seen { addr: c.addr, call: c.call, symbol, label: c.label };
+        }
+        k += 1;
+    }
+    memo.len[this] = k.min(memo.last[this].len());
+    memo.which = this;
+}
+
+/// The label id of a function record's call.
+fn label_of(r: &RFacts, call: usize, table: &mut Labels, buf: &mut rheap::Buf) -> u32 {
+    let h = LiveHeap;
+    match rheap::call_head(&h, call) {
+        Some(rheap::Head::Symbol(sym)) => {
+            if let Some(id) = table.symbol(sym) {
+                return id;
+            }
+            rheap::label(&h, &r.symbols, sym, buf);
+            let id = table.intern(buf.as_bytes());
+            if id != labels::FULL {
+                table.remember_symbol(sym, id);
+            }
+            id
+        }
+        Some(rheap::Head::Other(fun)) => {
+            rheap::label(&h, &r.symbols, fun, buf);
+            table.intern(buf.as_bytes())
+        }
+        None => labels::ANONYMOUS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_of_an_address() {
+        let sps = [100, 200, 300];
+        assert_eq!(owner(&sps, 150), Some(0));
+        assert_eq!(owner(&sps, 200), Some(1));
+        assert_eq!(owner(&sps, 299), Some(1));
+        assert_eq!(owner(&sps, 300), None, "beyond the frames walked");
+        assert_eq!(owner(&sps, 50), None, "inside the capture");
+    }
+}
