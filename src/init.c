@@ -22,7 +22,16 @@
   X(rs_thread_capture, 1)       \
   X(rs_stage_times, 2)          \
   X(rs_cache_info, 0)           \
-  X(rs_set_debug_dirs, 1)
+  X(rs_set_debug_dirs, 1)       \
+  X(rs_profile_start, 10)       \
+  X(rs_profile_learn_bc, 0)     \
+  X(rs_profile_stop, 0)         \
+  X(rs_profile_active, 0)       \
+  X(rs_profile_write, 4)        \
+  X(rs_profile_learn_loop, 1)   \
+  X(rs_profile_loops_known, 0)  \
+  X(rs_resource_usage, 0)       \
+  X(rs_profile_sample_cost, 2)
 
 /* Prototypes by number of arguments. */
 #define WINCH_ARGS_0 void
@@ -32,6 +41,10 @@
 #define WINCH_ARGS_4 SEXP, SEXP, SEXP, SEXP
 #define WINCH_ARGS_5 SEXP, SEXP, SEXP, SEXP, SEXP
 #define WINCH_ARGS_6 SEXP, SEXP, SEXP, SEXP, SEXP, SEXP
+#define WINCH_ARGS_7 SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP
+#define WINCH_ARGS_8 SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP
+#define WINCH_ARGS_9 SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP
+#define WINCH_ARGS_10 SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP
 
 #define X(name, n) SEXP winch_##name(WINCH_ARGS_##n);
 WINCH_RUST_ENTRY_POINTS

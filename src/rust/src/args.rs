@@ -107,6 +107,48 @@ impl Arg {
         self.indices()?.into_iter().map(|x| x.ok_or_else(|| self.bad("integers without NA"))).collect()
     }
 
+    /// A number (double or integer, not NA).
+    pub fn number(&self) -> Result<f64> {
+        let (kind, n) = self.shape();
+        if n != 1 {
+            return Err(self.bad("a single number"));
+        }
+        // SAFETY: a vector of length 1 of the type checked.
+        let x = unsafe {
+            match kind {
+                rapi::REALSXP => *rapi::REAL(self.sexp),
+                rapi::INTSXP if *rapi::INTEGER(self.sexp) != rapi::R_NaInt => {
+                    *rapi::INTEGER(self.sexp) as f64
+                }
+                _ => f64::NAN,
+            }
+        };
+        if x.is_nan() {
+            return Err(self.bad("a single number"));
+        }
+        Ok(x)
+    }
+
+    /// A double vector.
+    pub fn doubles(&self) -> Result<Vec<f64>> {
+        let (kind, n) = self.shape();
+        if kind != rapi::REALSXP {
+            return Err(self.bad("a double vector"));
+        }
+        // SAFETY: a double vector of length n.
+        Ok(unsafe { std::slice::from_raw_parts(rapi::REAL(self.sexp), n) }.to_vec())
+    }
+
+    /// The elements of a list, as arguments named after this one.
+    pub fn elements(&self) -> Result<Vec<Arg>> {
+        let (kind, n) = self.shape();
+        if kind != rapi::VECSXP {
+            return Err(self.bad("a list"));
+        }
+        // SAFETY: `i` < length of a list; reading elements does not allocate.
+        Ok((0..n).map(|i| Arg::new(unsafe { rapi::VECTOR_ELT(self.sexp, i as isize) }, self.name)).collect())
+    }
+
     /// The addresses of the elements of a list (for identity comparisons).
     pub fn element_addrs(&self) -> Result<Vec<usize>> {
         let (kind, n) = self.shape();

@@ -14,6 +14,11 @@ use winch_core::trace;
 use winch_core::unwind::Backend;
 use winch_core::view::{self, View};
 
+pub use crate::profile::{
+    rs_profile_active, rs_profile_learn_bc, rs_profile_learn_loop, rs_profile_loops_known,
+    rs_profile_sample_cost, rs_profile_start, rs_profile_stop, rs_profile_write,
+};
+
 fn backend(x: Arg) -> Result<Backend> {
     let name = x.string()?;
     if name == "auto" {
@@ -29,6 +34,10 @@ fn backend(x: Arg) -> Result<Backend> {
     }
 }
 
+fn caches_busy() -> Error {
+    Error::Busy("winch's caches are in use by this thread (re-entered)".into())
+}
+
 fn require_main_thread() -> Result<()> {
     if rstate::on_main_thread() {
         Ok(())
@@ -42,7 +51,7 @@ pub fn rs_init(version: Arg) -> Result<RValue> {
     match version.ints()?.as_slice() {
         [Some(major), Some(minor), ..] if *major >= 0 && *minor >= 0 => {
             rstate::set_r_version((*major as u32, *minor as u32));
-            Ok(RValue::Null)
+            Ok(true.into()) // NULL would read as "out of memory"
         }
         _ => Err(Error::BadArgument("`version` must be R's version as c(major, minor, patch)".into())),
     }
@@ -64,13 +73,36 @@ pub fn rs_error_of_kind(kind: Arg) -> Result<RValue> {
         "bad_argument" => Error::BadArgument("a bad argument".into()),
         "unavailable" => Error::Unavailable("not here".into()),
         "wrong_thread" => Error::WrongThread,
-        "busy" => Error::Busy,
+        "busy" => Error::Busy("in use".into()),
         "unreadable" => Error::Unreadable("unreadable memory".into()),
         "inconsistent" => Error::Inconsistent("does not hold together".into()),
         "internal" => Error::Internal("a bug".into()),
         "panic" => panic!("a panic in an entry point"),
         _ => Error::BadArgument(format!("unknown kind \"{kind}\"")),
     })
+}
+
+/// This process's resource use so far (getrusage): times in seconds, the
+/// largest resident set in bytes, and counts.
+pub fn rs_resource_usage() -> Result<RValue> {
+    // SAFETY: getrusage fills `u`.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return Err(Error::Unavailable("getrusage() failed".into()));
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok(RValue::List(vec![
+        ("user", secs(u.ru_utime).into()),
+        ("system", secs(u.ru_stime).into()),
+        ("max_rss", (u.ru_maxrss as f64 * 1024.0).into()),
+        ("minor_faults", (u.ru_minflt as f64).into()),
+        ("major_faults", (u.ru_majflt as f64).into()),
+        ("block_input", (u.ru_inblock as f64).into()),
+        ("block_output", (u.ru_oublock as f64).into()),
+        ("voluntary_switches", (u.ru_nvcsw as f64).into()),
+        ("involuntary_switches", (u.ru_nivcsw as f64).into()),
+    ]))
 }
 
 /// Whether some unwinding backend works here.
@@ -236,7 +268,8 @@ pub fn rs_stage_times(backend_arg: Arg, n: Arg) -> Result<RValue> {
 
 /// Figures about the symbol caches.
 pub fn rs_cache_info() -> Result<RValue> {
-    let (s, per_module) = symbolizer::with_global(|s| (s.stats(), s.module_stats())).ok_or(Error::Busy)?;
+    let (s, per_module) =
+        symbolizer::with_global(|s| (s.stats(), s.module_stats())).ok_or_else(caches_busy)?;
     let status = |st: &winch_core::debuginfo::Status| -> String {
         use winch_core::debuginfo::Status::*;
         match st {
@@ -282,5 +315,5 @@ pub fn rs_set_debug_dirs(dirs: Arg) -> Result<RValue> {
         s.set_debug_roots(dirs);
         old
     });
-    Ok(old.ok_or(Error::Busy)?.into())
+    Ok(old.ok_or_else(caches_busy)?.into())
 }

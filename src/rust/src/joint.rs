@@ -124,6 +124,71 @@ fn contexts(stack_lo: usize, frames: &[usize], calls: &[usize]) -> Result<Vec<RC
     Ok(numbered.into_iter().map(|(_, c)| c).collect())
 }
 
+/// Reads R's context chain and checks it against `sys.frames()` (`frames`)
+/// and `sys.calls()` (`calls`) of an R caller further out.
+#[inline(never)]
+pub fn validate_chain(frames: &[usize], calls: &[usize]) -> Result<()> {
+    let local = 0u8;
+    contexts(std::hint::black_box(&local) as *const u8 as usize, frames, calls).map(|_| ())
+}
+
+/// The instruction pointer of the native frame that holds the innermost
+/// loop record on the C stack (an AST loop running now), as a return
+/// address.
+#[inline(never)]
+pub fn innermost_loop_owner(backend: Backend) -> Result<usize> {
+    const CTXT_LOOP: i32 = 3;
+    let local = 0u8;
+    let native = native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
+    let chain = read_chain(native.stack_lo)?;
+    let nframes = native.placement_frames();
+    let stack = NativeStack {
+        frames: &nframes,
+        stack_lo: native.stack_lo,
+        stack_hi: native.stack_hi,
+        truncated: native.trace.truncated.is_some(),
+    };
+    let ctx = chain
+        .iter()
+        .find(|c| c.callflag == CTXT_LOOP && c.addr >= native.stack_lo && c.addr < native.stack_hi)
+        .ok_or_else(|| Error::Inconsistent("no loop record on the C stack".into()))?;
+    match interleave::owner(&stack, ctx.addr) {
+        interleave::Owner::Frame(i) if i > 0 => Ok(native.trace.frames[i].ip),
+        _ => Err(Error::Inconsistent("the loop record's frame was not found".into())),
+    }
+}
+
+/// For every function record made while byte code ran whose loop slot
+/// (`bcpc`) lies on the C stack: the start of the native function holding
+/// the slot (the interpreter loop) and how far below that frame's CFA the
+/// slot is.
+#[inline(never)]
+pub fn loop_slots(backend: Backend) -> Result<Vec<(usize, usize)>> {
+    let local = 0u8;
+    let native = native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
+    let chain = read_chain(native.stack_lo)?;
+    let nframes = native.placement_frames();
+    let stack = NativeStack {
+        frames: &nframes,
+        stack_lo: native.stack_lo,
+        stack_hi: native.stack_hi,
+        truncated: native.trace.truncated.is_some(),
+    };
+    let snap = winch_core::profile::walk::Snapshot::take(rstate::libr_addr());
+    let frames = &native.trace.frames;
+    let mut out = Vec::new();
+    for c in chain.iter().filter(|c| c.is_function()) {
+        let Some(slot) = c.runner((native.stack_lo, native.stack_hi)) else { continue };
+        let interleave::Owner::Frame(i) = interleave::owner(&stack, slot) else { continue };
+        let (Some(frame), Some(caller)) = (frames.get(i), frames.get(i + 1)) else { continue };
+        let probe = if i == 0 { frame.ip } else { frame.ip - 1 };
+        if let (Some(start), Some(offset)) = (snap.function_start(probe), caller.lo.checked_sub(slot)) {
+            out.push((start, offset));
+        }
+    }
+    Ok(out)
+}
+
 /// One record of the context chain, for diagnostics.
 pub struct ChainEntry {
     pub callflag: i32,

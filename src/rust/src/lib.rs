@@ -13,6 +13,7 @@ mod entries;
 mod entry;
 mod frames;
 mod joint;
+mod profile;
 mod rapi;
 mod rstate;
 mod value;
@@ -49,4 +50,13 @@ entry_points! {
     rs_stage_times(backend, n);
     rs_cache_info();
     rs_set_debug_dirs(dirs);
+    rs_profile_start(interval, event, loops, skip, lines, symbols, frames, calls, probes, expected);
+    rs_profile_learn_bc();
+    rs_profile_stop();
+    rs_profile_active();
+    rs_profile_write(parts, path, format, lines);
+    rs_profile_learn_loop(kind);
+    rs_profile_loops_known();
+    rs_resource_usage();
+    rs_profile_sample_cost(n, thrash);
 }

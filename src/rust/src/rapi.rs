@@ -28,6 +28,17 @@ extern "C" {
     /// Exported by libR (`LibExtern` in Defn.h): one past the end of R's
     /// node stack, where R >= 4.4 keeps the records of byte-code calls.
     pub static mut R_BCNodeStackEnd: *mut c_void;
+    /// Symbols R's profiler labels calls with (Rinternals.h).
+    pub static R_DoubleColonSymbol: Sexp;
+    pub static R_TripleColonSymbol: Sexp;
+    pub static R_DollarSymbol: Sexp;
+    pub static R_Bracket2Symbol: Sexp;
+    pub static R_ClassSymbol: Sexp;
+    pub static R_SrcfileSymbol: Sexp;
+    /// The marker R_Srcref holds while byte code runs.
+    pub static R_InBCInterpreter: Sexp;
+    /// The AST interpreter's current srcref (`mut`: R changes it).
+    pub static mut R_Srcref: Sexp;
 
     // Reading objects.
     pub fn TYPEOF(x: Sexp) -> c_int;

@@ -17,13 +17,14 @@ use std::sync::Arc;
 
 /// An R value to be made.
 pub enum RValue {
-    Null,
     Lgl(Vec<bool>),
     Int(Vec<Option<i32>>),
     Dbl(Vec<f64>),
     Str(Vec<Option<String>>),
     /// A named list.
     List(Vec<(&'static str, RValue)>),
+    /// A list without names.
+    Unnamed(Vec<RValue>),
     /// A data frame of native frames.
     Frames(Box<FrameTable>),
 }
@@ -111,7 +112,6 @@ unsafe fn build(value: &RValue, strings: &mut StringCache) -> Sexp {
     // protected first (see the helpers).
     unsafe {
         match value {
-            RValue::Null => rapi::R_NilValue,
             RValue::Lgl(v) => fill(rapi::LGLSXP, v.len(), |p| {
                 let p = p as *mut i32;
                 v.iter().enumerate().for_each(|(i, &x)| *p.add(i) = x as i32)
@@ -142,6 +142,14 @@ unsafe fn build(value: &RValue, strings: &mut StringCache) -> Sexp {
                     rapi::SET_VECTOR_ELT(x, i as isize, build(item, strings));
                 }
                 set_names(x, items.len(), |i| items[i].0);
+                rapi::Rf_unprotect(1);
+                x
+            }
+            RValue::Unnamed(items) => {
+                let x = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, items.len() as isize));
+                for (i, item) in items.iter().enumerate() {
+                    rapi::SET_VECTOR_ELT(x, i as isize, build(item, strings));
+                }
                 rapi::Rf_unprotect(1);
                 x
             }

@@ -1,0 +1,264 @@
+# print(), summary() and plot() for winch_profile objects.
+
+# For each stack, its function ids (indices into p$functions), innermost
+# first: every line of every location.
+stack_functions <- function(p) {
+  by_location <- split(p$lines$`function`, factor(p$lines$location, levels = seq_len(nrow(p$locations))))
+  lapply(p$stacks$locations, function(locs) unlist(by_location[locs], use.names = FALSE))
+}
+
+# Self and total counts per function.
+function_counts <- function(p, stacks = stack_functions(p)) {
+  n <- nrow(p$functions)
+  self <- numeric(n)
+  total <- numeric(n)
+  count <- p$stacks$count
+  for (i in seq_along(stacks)) {
+    f <- stacks[[i]]
+    if (length(f)) {
+      self[f[[1L]]] <- self[f[[1L]]] + count[[i]]
+      u <- unique(f)
+      total[u] <- total[u] + count[[i]]
+    }
+  }
+  list(self = self, total = total)
+}
+
+profile_seconds <- function(p) {
+  sum(p$stacks$count) * p$interval
+}
+
+#' @export
+print.winch_profile <- function(x, ..., n = 10L) {
+  total <- sum(x$stacks$count)
+  what <- if (x$event == "cpu") "CPU time of R's main thread" else "elapsed time"
+  cat(sprintf(
+    "<winch_profile> %s samples of %s, every %s: %s sampled over %s\n",
+    format(total, big.mark = ","), what, format_seconds(x$interval), format_seconds(total * x$interval),
+    format_seconds(x$duration)
+  ))
+  if (total > 0) {
+    tab <- by_function_table(x)
+    tab <- utils::head(tab[order(-tab$self, -tab$total), ], n)
+    cat("Functions by self time:\n")
+    print(format_time_table(tab, total * x$interval), row.names = FALSE, right = FALSE)
+  }
+  cat("summary() for modules, resource use and the profiler's own cost; plot() for a flame graph.\n")
+  invisible(x)
+}
+
+by_function_table <- function(p) {
+  counts <- function_counts(p)
+  f <- p$functions
+  module <- ifelse(is.na(f$module), NA_character_, basename(p$modules$path[f$module]))
+  data.frame(
+    label = f$label,
+    kind = f$kind,
+    module = module,
+    self = counts$self * p$interval,
+    total = counts$total * p$interval,
+    stringsAsFactors = FALSE
+  )
+}
+
+by_module_table <- function(p) {
+  stacks <- stack_functions(p)
+  fmod <- p$functions$module
+  modules <- p$modules$path
+  self <- numeric(length(modules))
+  total <- numeric(length(modules))
+  count <- p$stacks$count
+  for (i in seq_along(stacks)) {
+    m <- fmod[stacks[[i]]]
+    # Self: the innermost native frame, when the sample is in native code.
+    if (length(m) && !is.na(m[[1L]])) {
+      self[m[[1L]]] <- self[m[[1L]]] + count[[i]]
+    }
+    u <- unique(m[!is.na(m)])
+    total[u] <- total[u] + count[[i]]
+  }
+  data.frame(module = modules, self = self * p$interval, total = total * p$interval, stringsAsFactors = FALSE)
+}
+
+format_seconds <- function(x) {
+  ifelse(is.na(x), "NA", ifelse(x < 1e-3, sprintf("%.1f µs", x * 1e6),
+    ifelse(x < 1, sprintf("%.1f ms", x * 1e3), sprintf("%.2f s", x))
+  ))
+}
+
+format_time_table <- function(tab, total) {
+  pct <- function(x) if (total > 0) sprintf("%5.1f%%", 100 * x / total) else "   NA"
+  out <- data.frame(
+    function_ = tab[[1L]],
+    self = format_seconds(tab$self),
+    `self%` = vapply(tab$self, pct, ""),
+    total = format_seconds(tab$total),
+    `total%` = vapply(tab$total, pct, ""),
+    check.names = FALSE,
+    stringsAsFactors = FALSE
+  )
+  names(out)[[1L]] <- names(tab)[[1L]]
+  out
+}
+
+#' Summarise a profile
+#'
+#' @param object A `winch_profile`.
+#' @param ... Not used.
+#' @return An object of class `summary.winch_profile`, a list with
+#'   * `by_function`: self and total time per function (R, native and loops);
+#'   * `by_module`: self and total time per native module;
+#'   * `samples` (timer intervals sampled), `handler_runs`, `truncated`
+#'     (samples whose native stack or context chain was not read whole, kept
+#'     and counted) and `dropped` (intervals lost because the buffer was
+#'     full);
+#'   * `usage`: the run's resource use (`getrusage()` deltas: user and system
+#'     time, largest resident set, minor and major page faults, block input
+#'     and output, voluntary and involuntary context switches) and R's
+#'     garbage collections (`gc_count`, `gc_time`);
+#'   * `cost`: the profiler's own cost: time spent in the signal handler in
+#'     total, median and 99th percentile per sample, and as a share of the
+#'     run.
+#' @export
+summary.winch_profile <- function(object, ...) {
+  p <- check_profile(object)
+  s <- p$stats
+  fun <- by_function_table(p)
+  structure(
+    list(
+      event = p$event,
+      interval = p$interval,
+      duration = p$duration,
+      samples = sum(p$stacks$count),
+      handler_runs = s$samples,
+      truncated = s$truncated,
+      dropped = s$dropped,
+      distinct_stacks = s$distinct_stacks,
+      by_function = fun[order(-fun$self, -fun$total), ],
+      by_module = by_module_table(p),
+      usage = c(s$usage, list(gc_count = s$gc_count, gc_time = s$gc_time)),
+      cost = list(
+        handler_total = s$handler_total,
+        handler_median = s$handler_median,
+        handler_p99 = s$handler_p99,
+        share = if (p$duration > 0) s$handler_total / p$duration else NA_real_
+      )
+    ),
+    class = "summary.winch_profile"
+  )
+}
+
+#' @export
+print.summary.winch_profile <- function(x, ..., n = 15L) {
+  total <- x$samples * x$interval
+  cat(sprintf(
+    "%s samples (%s every %s) over %s; %s with a truncated stack, %s dropped, %s distinct stacks\n",
+    format(x$samples, big.mark = ","), x$event, format_seconds(x$interval), format_seconds(x$duration),
+    format(x$truncated, big.mark = ","), format(x$dropped, big.mark = ","),
+    format(x$distinct_stacks, big.mark = ",")
+  ))
+  cat("\nBy function:\n")
+  print(format_time_table(utils::head(x$by_function, n), total), row.names = FALSE, right = FALSE)
+  mods <- x$by_module[order(-x$by_module$total), ]
+  if (nrow(mods)) {
+    cat("\nBy native module:\n")
+    mods$module <- basename(mods$module)
+    print(format_time_table(mods, total), row.names = FALSE, right = FALSE)
+  }
+  u <- x$usage
+  cat("\nResource use over the run:\n")
+  cat(sprintf(
+    "  CPU %s user, %s system; max RSS %.1f MB; page faults %s minor, %s major\n",
+    format_seconds(u$user), format_seconds(u$system), u$max_rss / 2^20,
+    format(u$minor_faults, big.mark = ","), format(u$major_faults, big.mark = ",")
+  ))
+  cat(sprintf(
+    "  block I/O %s in, %s out; context switches %s voluntary, %s involuntary\n",
+    format(u$block_input, big.mark = ","), format(u$block_output, big.mark = ","),
+    format(u$voluntary_switches, big.mark = ","), format(u$involuntary_switches, big.mark = ",")
+  ))
+  cat(sprintf("  R garbage collections: %d, %s\n", as.integer(u$gc_count), format_seconds(u$gc_time)))
+  k <- x$cost
+  cat(sprintf(
+    "\nProfiler's own cost: %s in the signal handler (%.2f%% of the run), %s median and %s 99th percentile per sample\n",
+    format_seconds(k$handler_total), 100 * k$share, format_seconds(k$handler_median), format_seconds(k$handler_p99)
+  ))
+  invisible(x)
+}
+
+#' Flame graph of a profile
+#'
+#' Draws the profile as a flame graph with base graphics: the outermost
+#' frames at the bottom, each frame as wide as the time spent in it and in
+#' what it called. R frames are grey, loops light grey, native frames
+#' coloured by module (legend at the top).
+#'
+#' @param x A `winch_profile`.
+#' @param ... Passed to [graphics::plot.window()].
+#' @param min_width Frames narrower than this share of the total are not
+#'   drawn.
+#' @return `x`, invisibly.
+#' @export
+plot.winch_profile <- function(x, ..., min_width = 0.002) {
+  p <- check_profile(x)
+  stacks <- lapply(stack_functions(p), rev) # outermost first
+  count <- p$stacks$count
+  total <- sum(count)
+  if (!total) {
+    graphics::plot.new()
+    graphics::title(main = "empty profile")
+    return(invisible(x))
+  }
+  rects <- flame_rects(stacks, count, p$functions$label)
+  rects <- rects[rects$width >= min_width * total, , drop = FALSE]
+  f <- p$functions
+  modules <- unique(f$module[!is.na(f$module)])
+  palette <- grDevices::hcl.colors(max(3L, length(modules)), "Dark 3")
+  fill <- ifelse(f$kind == "loop", "grey88", "grey72")
+  native <- !is.na(f$module)
+  fill[native] <- palette[match(f$module[native], modules)]
+  depth <- max(rects$depth) + 1
+  graphics::plot.new()
+  graphics::plot.window(xlim = c(0, total), ylim = c(0, depth + 1), ...)
+  graphics::rect(rects$x, rects$depth, rects$x + rects$width, rects$depth + 0.95,
+    col = fill[rects$fn], border = "white", lwd = 0.5
+  )
+  labels <- f$label[rects$fn]
+  fits <- graphics::strwidth(labels, cex = 0.7) < rects$width * 0.95
+  graphics::text(rects$x[fits] + rects$width[fits] / 2, rects$depth[fits] + 0.47, labels[fits], cex = 0.7)
+  graphics::title(main = sprintf("winch profile: %s of %s", format_seconds(total * p$interval),
+    if (p$event == "cpu") "CPU time" else "elapsed time"))
+  if (length(modules)) {
+    graphics::legend("top", legend = basename(p$modules$path[modules]), fill = palette[seq_along(modules)],
+      horiz = TRUE, bty = "n", cex = 0.7, inset = c(0, -0.02)
+    )
+  }
+  invisible(x)
+}
+
+# Rectangles of a flame graph: stacks (outermost first) merged by common
+# prefix, children ordered by label; x and width in samples.
+flame_rects <- function(stacks, count, labels) {
+  out <- list()
+  walk <- function(idx, depth, x0) {
+    # Group the stacks that have a frame at this depth by that frame.
+    has <- idx[lengths(stacks[idx]) > depth]
+    if (!length(has)) {
+      return()
+    }
+    fn <- vapply(stacks[has], `[[`, 0L, depth + 1L)
+    groups <- split(has, fn)
+    keys <- as.integer(names(groups))
+    ord <- order(labels[keys])
+    x <- x0
+    for (g in ord) {
+      members <- groups[[g]]
+      w <- sum(count[members])
+      out[[length(out) + 1L]] <<- c(fn = keys[[g]], depth = depth, x = x, width = w)
+      walk(members, depth + 1L, x)
+      x <- x + w
+    }
+  }
+  walk(seq_along(stacks), 0L, 0)
+  as.data.frame(do.call(rbind, out))
+}
