@@ -7,6 +7,22 @@ pub mod bcode;
 pub mod build;
 pub mod collect;
 
+/// Asks the CPU to start loading the cache line at `addr` (any address:
+/// a prefetch never faults). The handler's reads depend on one another (a
+/// frame's return address gives the next frame), so each would wait for
+/// memory in turn; prefetching the addresses the last sample read lets
+/// those loads overlap.
+#[inline(always)]
+pub fn prefetch(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch hint reads nothing architecturally and cannot fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(addr as *const i8, std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
+}
+
 /// Touches every page of `v`, so that the kernel maps them now and not in
 /// the signal handler (fresh zeroed allocations are mapped on first use).
 pub fn prefault<T: Copy>(v: &mut [T]) {

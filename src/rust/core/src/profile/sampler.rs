@@ -137,25 +137,41 @@ pub struct Scratch {
     files: Box<[(usize, usize, u32)]>,
 }
 
-/// The labels of the last sample's R frames, outermost first: the outer
-/// part of R's stack rarely changes between samples, and a record at the
-/// same address with the same call and the same function symbol has the
-/// same label; checking that reads one cell of the call instead of the
-/// call, the symbol and the label cache (which a busy workload pushes out
-/// of the CPU's caches between samples).
+/// The descriptions (label, loops, position) of the last sample's R
+/// frames, outermost first: the outer part of R's stack rarely changes
+/// between samples, and a frame with the same [`FrameKey`] has the same
+/// description. Checking the key reads a few words instead of the call,
+/// the symbol, the body, its tables and the label cache (which a busy
+/// workload pushes out of the CPU's caches between samples).
 struct Memo {
     last: [Box<[Seen]>; 2],
     len: [usize; 2],
     which: usize,
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Seen {
+    key: FrameKey,
+    label: u32,
+    loops: LoopPath,
+    pos: Option<(u32, u32)>,
+}
+
+/// What an R frame's description depends on: the record (its address,
+/// call and function), the call's function symbol (0: not a symbol: never
+/// reused), the function's body, and what tells where it is now (the
+/// inner record's body and position, or the loop's program counter, and
+/// the srcref in effect).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct FrameKey {
     addr: usize,
     call: usize,
-    /// The call's function symbol (0: not a symbol: never reused).
     symbol: usize,
-    label: u32,
+    callfun: usize,
+    body: usize,
+    from_body: usize,
+    pc: usize,
+    srcref: usize,
 }
 
 impl Default for Memo {
@@ -212,8 +228,6 @@ struct Ctx {
     bcpc: usize,
     relpc: isize,
     srcref: usize,
-    /// Where its byte code is now: (body, code unit).
-    at: Option<(usize, usize)>,
     /// The loops of its function around where it is now.
     loops: LoopPath,
     /// Its source position now: (file label id, line).
@@ -242,6 +256,7 @@ pub fn sample(
     ring: &Ring,
 ) -> Outcome {
     let mut flags = 0;
+    prefetch_last_contexts(&s.memo, r.layout.call);
     let (lo, hi) = r.ranges.stack;
     let read_stack = |a: usize| {
         (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
@@ -268,20 +283,13 @@ pub fn sample(
             if !consistent {
                 flags |= TRUNCATED_R;
             }
-            label_contexts(r, &mut s.ctx[..k], &mut s.labels, &mut s.label, &mut s.memo);
-            if let Some(bc) = &r.bc {
-                bc_positions(r, bc, &s.frames[..n], &mut s.ctx[..k]);
-                if r.with_loops {
-                    for c in s.ctx[..k].iter_mut().filter(|c| !c.is_loop) {
-                        if let Some((body, relpc)) = c.at {
-                            c.loops = s.bodies.loops_at(&LiveHeap, &bc.syms, body, relpc).unwrap_or_default();
-                        }
-                    }
-                }
-            }
-            if let Some(lf) = &r.lines {
-                source_positions(r, lf, &mut s.ctx[..k], &mut s.labels, &mut s.files);
-            }
+            let mut d = Describe {
+                labels: &mut s.labels,
+                buf: &mut s.label,
+                bodies: &mut s.bodies,
+                files: &mut s.files,
+            };
+            describe_frames(r, &s.frames[..n], &mut s.ctx[..k], &mut d, &mut s.memo);
             (k, cut)
         }
         None => {
@@ -452,7 +460,6 @@ fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> 
                 bcpc: if function { word(addr + l.bcpc)? } else { 0 },
                 relpc,
                 srcref: if function { word(addr + l.srcref)? } else { 0 },
-                at: None,
                 loops: LoopPath::default(),
                 pos: None,
             };
@@ -498,19 +505,47 @@ fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> 
     Some((n, consistent, cut))
 }
 
-/// Finds, for each function record of `ctx` (innermost first) running byte
-/// code, where its code is now (`Ctx::at`):
-/// * called something that is still running (the next inner function
-///   record made while byte code ran in this body): that call's position,
-///   recorded in its record (`relpc`, R >= 4.4) or in the slot of the loop
-///   that made it (`bcpc`, the loop being suspended there);
-/// * otherwise (the innermost R frame, or one that called native code):
-///   the program counter of the interpreter loop running it: its record's
-///   loop slot for a call the loop made inline (R >= 4.4), else the slot of
-///   the loop frame closest to its record, found by function and offset.
+/// Starts loading what the last sample's R frames were described from:
+/// their records and calls (see [`super::prefetch`]).
+fn prefetch_last_contexts(memo: &Memo, call_offset: usize) {
+    for seen in &memo.last[memo.which][..memo.len[memo.which]] {
+        let k = &seen.key;
+        super::prefetch(k.addr);
+        super::prefetch(k.addr + call_offset);
+        super::prefetch(k.call);
+        super::prefetch(k.callfun);
+    }
+}
+
+/// The tables the descriptions of R frames are made with.
+struct Describe<'a> {
+    labels: &'a mut Labels,
+    buf: &'a mut rheap::Buf,
+    bodies: &'a mut bcode::BodyTables,
+    files: &'a mut [(usize, usize, u32)],
+}
+
+/// Describes every function record of `ctx` (innermost first): its label,
+/// the loops around where its code is now and its source position there,
+/// reusing the last sample's description of a frame with the same key
+/// (see [`Memo`]).
 ///
-/// A position that does not lie in the function's own code is not used.
-fn bc_positions(r: &RFacts, bc: &BcFacts, frames: &[Frame], ctx: &mut [Ctx]) {
+/// Where byte code is now:
+/// * if it called something still running (the next inner function record
+///   made while byte code ran in this body): that call's position, recorded
+///   in the record (`relpc`, R >= 4.4) or in the slot of the loop that made
+///   it (`bcpc`, the loop being suspended there);
+/// * otherwise (the innermost R frame, or one that called native code): the
+///   program counter of the interpreter loop running it: its record's loop
+///   slot for a call the loop made inline (R >= 4.4), else the slot of the
+///   loop frame closest to its record, found by function and offset.
+///
+/// The source position: in the AST interpreter the srcref in effect when
+/// the next inner record was made (for the innermost, R's current one); in
+/// byte code, the compiler's srcref table at the code's position. None
+/// where R has no srcrefs (code parsed without `keep.source`). A position
+/// outside the function's own code is not used.
+fn describe_frames(r: &RFacts, frames: &[Frame], ctx: &mut [Ctx], d: &mut Describe, memo: &mut Memo) {
     let h = LiveHeap;
     let stack_word = |a: usize| {
         let (lo, hi) = r.ranges.stack;
@@ -518,65 +553,92 @@ fn bc_positions(r: &RFacts, bc: &BcFacts, frames: &[Frame], ctx: &mut [Ctx]) {
             // SAFETY: an aligned word inside the main thread's stack.
             .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
     };
-    let mut inner: Option<usize> = None; // index of the next inner function record
-    for k in 0..ctx.len() {
+    let current_srcref = r.lines.as_ref().and_then(|lf| h.word(lf.srcref_var)).unwrap_or(0);
+    let this = 1 - memo.which;
+    let mut i = 0; // outermost-first index
+    for k in (0..ctx.len()).rev() {
         if ctx[k].is_loop {
             continue;
         }
         let c = ctx[k];
-        let body = bcode::closure_code(&h, c.callfun);
-        let position = body.and_then(|body| {
-            let from_call =
-                inner.map(|j| ctx[j]).filter(|j| j.bcintactive && j.bcbody == body).and_then(|j| {
-                    if j.relpc > 0 {
-                        Some(j.relpc as usize)
-                    } else {
-                        bcode::relative_pc(&h, body, stack_word(j.bcpc)?)
-                    }
-                });
-            let relpc = from_call.or_else(|| {
-                let slot = if !c.on_stack && c.bcintactive {
-                    c.bcpc
-                } else {
-                    loop_slot(bc, frames, c.anchor.min(frames.len()))?
+        let inner = (0..k).rev().find(|&j| !ctx[j].is_loop).map(|j| ctx[j]);
+        let symbol = match rheap::call_head(&h, c.call) {
+            Some(rheap::Head::Symbol(sym)) => sym,
+            _ => 0,
+        };
+        let body = if r.bc.is_some() { h.word(c.callfun + 40).unwrap_or(0) } else { 0 };
+        // Where the byte code is: from the inner call, else from the loop.
+        let (from_body, pc) = match inner.filter(|j| j.bcintactive && j.bcbody == body && body != 0) {
+            Some(j) if j.relpc > 0 => (j.bcbody, j.relpc as usize),
+            Some(j) => (j.bcbody, stack_word(j.bcpc).unwrap_or(0)),
+            None if body != 0 => {
+                let slot = match r.bc {
+                    Some(_) if !c.on_stack && c.bcintactive => Some(c.bcpc),
+                    Some(ref bc) => loop_slot(bc, frames, c.anchor.min(frames.len())),
+                    None => None,
                 };
-                bcode::relative_pc(&h, body, stack_word(slot)?)
-            })?;
-            Some((body, relpc))
-        });
-        ctx[k].at = position;
-        inner = Some(k);
+                (0, slot.and_then(stack_word).unwrap_or(0))
+            }
+            None => (0, 0),
+        };
+        let srcref = match inner {
+            Some(j) => j.srcref,
+            None => current_srcref,
+        };
+        let key =
+            FrameKey { addr: c.addr, call: c.call, symbol, callfun: c.callfun, body, from_body, pc, srcref };
+        let last = &memo.last[memo.which][..memo.len[memo.which]];
+        let seen = match last.get(i) {
+            Some(seen) if symbol != 0 && seen.key == key => *seen,
+            _ => Seen {
+                key,
+                label: label_of(r, c.call, d.labels, d.buf),
+                loops: LoopPath::default(),
+                pos: None,
+            }
+            .described(r, &key, d),
+        };
+        ctx[k].label = seen.label;
+        ctx[k].loops = seen.loops;
+        ctx[k].pos = seen.pos;
+        if let Some(slot) = memo.last[this].get_mut(i) {
+            *slot = seen;
+        }
+        i += 1;
     }
+    memo.len[this] = i.min(memo.last[this].len());
+    memo.which = this;
 }
 
-/// Source positions of the function records of `ctx` (innermost first):
-/// where each is now. In the AST interpreter that is the srcref in effect
-/// when the next inner record was made (for the innermost, R's current
-/// one); in byte code, the compiler's srcref table at the frame's code
-/// position. None where R has no srcrefs (code parsed without
-/// `keep.source`).
-fn source_positions(
-    r: &RFacts,
-    lf: &LineFacts,
-    ctx: &mut [Ctx],
-    labels: &mut Labels,
-    files: &mut [(usize, usize, u32)],
-) {
-    let h = LiveHeap;
-    let syms = r.bc.map(|b| b.syms);
-    let mut inner_srcref = h.word(lf.srcref_var);
-    for c in ctx.iter_mut().filter(|c| !c.is_loop) {
-        let ast = inner_srcref.filter(|&s| s != lf.in_bc && s != lf.nil && s != 0);
-        let srcref = ast.or_else(|| {
-            let (body, relpc) = c.at?;
-            bcode::located(&h, syms.as_ref()?, body, b"srcrefsIndex", relpc)
+impl Seen {
+    /// Fills in the loops and position of a frame with key `k`.
+    fn described(mut self, r: &RFacts, k: &FrameKey, d: &mut Describe) -> Seen {
+        let h = LiveHeap;
+        let at = r.bc.as_ref().and_then(|bc| {
+            let body = bcode::closure_code(&h, k.callfun)?;
+            let relpc = if k.from_body != 0 && k.pc < (1 << 32) {
+                k.pc // a recorded relative position
+            } else {
+                bcode::relative_pc(&h, body, k.pc)?
+            };
+            Some((bc, body, relpc))
         });
-        c.pos = srcref.and_then(|s| {
-            let (line, srcfile) = bcode::srcref_parts(&h, s, lf.srcfile_sym)?;
-            let file = file_label(lf, srcfile, labels, files)?;
-            Some((file, u32::try_from(line).ok()?))
-        });
-        inner_srcref = Some(c.srcref);
+        if let (true, Some((bc, body, relpc))) = (r.with_loops, at) {
+            self.loops = d.bodies.loops_at(&h, &bc.syms, body, relpc).unwrap_or_default();
+        }
+        if let Some(lf) = &r.lines {
+            let ast = Some(k.srcref).filter(|&s| s != lf.in_bc && s != lf.nil && s != 0);
+            let srcref = ast.or_else(|| {
+                let (bc, body, relpc) = at?;
+                bcode::located(&h, &bc.syms, body, b"srcrefsIndex", relpc)
+            });
+            self.pos = srcref.and_then(|s| {
+                let (line, srcfile) = bcode::srcref_parts(&h, s, lf.srcfile_sym)?;
+                let file = file_label(lf, srcfile, d.labels, d.files)?;
+                Some((file, u32::try_from(line).ok()?))
+            });
+        }
+        self
     }
 }
 
@@ -619,39 +681,6 @@ fn loop_slot(bc: &BcFacts, frames: &[Frame], limit: usize) -> Option<usize> {
         // The frame's CFA is the next outer frame's stack pointer.
         frames.get(i + 1)?.sp.checked_sub(*offset)
     })
-}
-
-/// Labels the function records of `ctx` (innermost first), reusing the last
-/// sample's labels where the record, its call and the call's function
-/// symbol are the same (see [`Memo`]).
-fn label_contexts(r: &RFacts, ctx: &mut [Ctx], table: &mut Labels, buf: &mut rheap::Buf, memo: &mut Memo) {
-    let h = LiveHeap;
-    let this = 1 - memo.which;
-    let mut k = 0; // outermost-first index
-    for c in ctx.iter_mut().rev() {
-        if c.is_loop {
-            continue;
-        }
-        let symbol = match rheap::call_head(&h, c.call) {
-            Some(rheap::Head::Symbol(sym)) => sym,
-            _ => 0,
-        };
-        let last = &memo.last[memo.which][..memo.len[memo.which]];
-        c.label = match last.get(k) {
-            Some(seen)
-                if symbol != 0 && seen.addr == c.addr && seen.call == c.call && seen.symbol == symbol =>
-            {
-                seen.label
-            }
-            _ => label_of(r, c.call, table, buf),
-        };
-        if let Some(slot) = memo.last[this].get_mut(k) {
-            *slot = Seen { addr: c.addr, call: c.call, symbol, label: c.label };
-        }
-        k += 1;
-    }
-    memo.len[this] = k.min(memo.last[this].len());
-    memo.which = this;
 }
 
 /// The label id of a function record's call.

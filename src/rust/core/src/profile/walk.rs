@@ -314,6 +314,12 @@ impl Snapshot {
         let mut regs = Regs { ip, sp, bp: Some(bp) };
         let mut n = 0;
         let this = 1 - scratch.last;
+        // The last walk's frames: their return addresses (just below the
+        // next frame's stack pointer) and saved RBPs are what this walk
+        // will read if the outer stack did not change.
+        for w in scratch.walks[scratch.last][..scratch.walked[scratch.last]].windows(2) {
+            super::prefetch(w[1].1.wrapping_sub(16));
+        }
         let mut c = 0; // cursor into the last walk (stack pointers ascend)
         let end = loop {
             if n >= out.len() {
