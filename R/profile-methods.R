@@ -110,8 +110,9 @@ format_time_table <- function(tab, total) {
 #'   * `by_module`: self and total time per native module;
 #'   * `samples` (timer intervals sampled), `handler_runs`, `truncated`
 #'     (samples whose native stack or context chain was not read whole, kept
-#'     and counted) and `dropped` (intervals lost because the buffer was
-#'     full);
+#'     and counted), `dropped` (intervals lost because the buffer was
+#'     full) and `outside` (intervals sampled while the profiler itself was
+#'     starting or stopping, left out);
 #'   * `usage`: the run's resource use (`getrusage()` deltas: user and system
 #'     time, largest resident set, minor and major page faults, block input
 #'     and output, voluntary and involuntary context switches) and R's
@@ -133,6 +134,7 @@ summary.winch_profile <- function(object, ...) {
       handler_runs = s$samples,
       truncated = s$truncated,
       dropped = s$dropped,
+      outside = s$outside,
       distinct_stacks = s$distinct_stacks,
       by_function = fun[order(-fun$self, -fun$total), ],
       by_module = by_module_table(p),
@@ -157,6 +159,9 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
     format(x$truncated, big.mark = ","), format(x$dropped, big.mark = ","),
     format(x$distinct_stacks, big.mark = ",")
   ))
+  if (x$outside > 0) {
+    cat(sprintf("%s samples of the profiler starting or stopping left out\n", format(x$outside, big.mark = ",")))
+  }
   cat("\nBy function:\n")
   print(format_time_table(utils::head(x$by_function, n), total), row.names = FALSE, right = FALSE)
   mods <- x$by_module[order(-x$by_module$total), ]

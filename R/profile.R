@@ -46,9 +46,10 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
                           loops = TRUE, lines = FALSE, ...) {
   rlang::check_dots_empty()
   opts <- check_profile_args(file, interval, event, loops, lines)
-  # Samples begin inside force(expr) below: this frame and force()'s, and
-  # those further out, are not the profiled code's.
-  opts$skip <- sys.nframe() + 1L
+  # The profiled code is what runs under force(expr) below: samples taken
+  # before or after it (the profiler starting and stopping) are left out,
+  # and so are force()'s frame and those further out.
+  opts$region <- list("under", force, environment())
   session <- profile_begin(opts)
   on.exit(profile_abandon(session), add = TRUE)
   force(expr)
@@ -93,7 +94,8 @@ winch_rprof <- function(filename = "Rprof.out", interval = 0.02, event = c("cpu"
     return(p)
   }
   opts <- check_profile_args(filename, interval, event, loops, lines)
-  opts$skip <- 0L
+  # Samples of winch_rprof() itself (starting and stopping) are left out.
+  opts$region <- list("outside", winch_rprof)
   the$rprof <- profile_begin(opts)
   invisible(NULL)
 }
@@ -132,6 +134,9 @@ check_profile_args <- function(file, interval, event, loops, lines, call = rlang
   if (profile_active() || !is.null(the$rprof)) {
     abort_winch("A winch profile is already running.", class = "winch_error_busy", call = call)
   }
+  if (rprof_running()) {
+    abort_winch("R's profiler is running: stop it with `Rprof(NULL)` first.", class = "winch_error_busy", call = call)
+  }
   list(file = file, interval = interval, event = event, loops = loops, lines = lines)
 }
 
@@ -159,7 +164,7 @@ profile_begin <- function(opts, call = rlang::caller_env()) {
   gc_time <- gc.time()
   gc_counter <- new_gc_counter()
   check_result(
-    .Call(C_rs_profile_start, as.double(opts$interval), opts$event, opts$loops, as.integer(opts$skip),
+    .Call(C_rs_profile_start, as.double(opts$interval), opts$event, opts$loops, opts$region,
       opts$lines, list(quote(`for`), quote(`while`), quote(`repeat`), quote(filename)),
       as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels),
     call = call
@@ -214,7 +219,44 @@ learn_loops <- function() {
 }
 
 learn_bc <- function() {
-  check_result(.Call(C_rs_profile_learn_bc))
+  check_result(.Call(C_rs_profile_learn_bc, opcode_probe()))
+}
+
+# A body whose code is every instruction of R's byte code in order, as this
+# R encodes it, with the number of operands of each and the opcodes of GOTO
+# and STEPFOR: the sampler decodes byte code to find its loops. Made with
+# the compiler's code buffer (never run). NULL if the compiler's internals
+# are not as expected.
+opcode_probe <- function() {
+  tryCatch(
+    {
+      ns <- asNamespace("compiler")
+      argc <- vapply(get("Opcodes.argc", ns), as.integer, 1L)
+      gen <- function(cb, cntxt) {
+        for (op in seq_along(argc) - 1L) {
+          do.call(cb$putcode, as.list(c(op, integer(argc[[op + 1L]]))))
+        }
+      }
+      cntxt <- get("make.toplevelContext", ns)(get("makeCenv", ns)(baseenv()), NULL)
+      code <- get("genCode", ns)(NULL, cntxt, gen = gen)
+      list(code, unname(argc), as.integer(get("GOTO.OP", ns)), as.integer(get("STEPFOR.OP", ns)))
+    },
+    error = function(e) NULL
+  )
+}
+
+# Whether R's Rprof() is running: R gives builtins a context record only
+# while it runs, so the record under an Ops method that `+` dispatched to
+# (evaluated by the AST interpreter) tells.
+rprof_running <- function() {
+  probe <- structure(list(), class = "winch_rprof_probe")
+  res <- tryCatch(eval(quote(probe + 0)), winch_error = function(e) FALSE)
+  isTRUE(res)
+}
+
+#' @export
+Ops.winch_rprof_probe <- function(e1, e2) {
+  check_result(.Call(C_rs_rprof_running, list(Ops.winch_rprof_probe)))
 }
 
 resource_usage <- function() {

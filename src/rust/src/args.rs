@@ -29,6 +29,11 @@ impl Arg {
         unsafe { (rapi::TYPEOF(self.sexp), rapi::Rf_xlength(self.sexp).max(0) as usize) }
     }
 
+    /// Whether it is NULL.
+    pub fn is_null(&self) -> bool {
+        self.shape().0 == rapi::NILSXP
+    }
+
     /// A single string (not NA).
     pub fn string(&self) -> Result<String> {
         match self.strings()?.as_slice() {

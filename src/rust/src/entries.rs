@@ -16,7 +16,7 @@ use winch_core::view::{self, View};
 
 pub use crate::profile::{
     rs_profile_active, rs_profile_learn_bc, rs_profile_learn_loop, rs_profile_loops_known,
-    rs_profile_sample_cost, rs_profile_start, rs_profile_stop, rs_profile_write,
+    rs_profile_sample_cost, rs_profile_start, rs_profile_stop, rs_profile_write, rs_rprof_running,
 };
 
 fn backend(x: Arg) -> Result<Backend> {

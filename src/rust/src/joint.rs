@@ -158,6 +158,26 @@ pub fn innermost_loop_owner(backend: Backend) -> Result<usize> {
     }
 }
 
+/// Whether R's own profiler (`Rprof()`) is running, from the context chain
+/// of a call of `method`, an `Ops` method that R dispatched to from `+`
+/// evaluated by the AST interpreter: R gives builtins such as `+` a record
+/// of their own only while its profiler runs. (R's flag is not exported,
+/// and with `event = "elapsed"` R >= 4.4 arms no timer.)
+#[inline(never)]
+pub fn r_profiling(method: usize) -> Result<bool> {
+    let local = 0u8;
+    let chain = read_chain(std::hint::black_box(&local) as *const u8 as usize)?;
+    let i = chain
+        .iter()
+        .position(|c| c.is_function() && c.callfun == method)
+        .ok_or_else(|| Error::Inconsistent("the record of the profiler probe was not found".into()))?;
+    match chain.get(i + 1) {
+        Some(c) if c.callflag == rcontext::CTXT_BUILTIN => Ok(true),
+        Some(c) if c.is_function() => Ok(false),
+        _ => Err(Error::Inconsistent("the profiler probe was not called from `+`".into())),
+    }
+}
+
 /// For every function record made while byte code ran whose loop slot
 /// (`bcpc`) lies on the C stack: the start of the native function holding
 /// the slot (the interpreter loop) and how far below that frame's CFA the

@@ -50,8 +50,9 @@ entry_points! {
     rs_stage_times(backend, n);
     rs_cache_info();
     rs_set_debug_dirs(dirs);
-    rs_profile_start(interval, event, loops, skip, lines, symbols, frames, calls, probes, expected);
-    rs_profile_learn_bc();
+    rs_profile_start(interval, event, loops, region, lines, symbols, frames, calls, probes, expected);
+    rs_profile_learn_bc(opcodes);
+    rs_rprof_running(method);
     rs_profile_stop();
     rs_profile_active();
     rs_profile_write(parts, path, format, lines);

@@ -6,13 +6,13 @@ use crate::joint;
 use crate::rapi;
 use crate::rstate;
 use crate::value::RValue;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use winch_core::error::{Error, Result};
-use winch_core::profile::bcode::BcSymbols;
+use winch_core::profile::bcode::{BcSymbols, OpTable};
 use winch_core::profile::build::{self, Stats};
 use winch_core::profile::model::{Event, FrameKind, Function, Line, Location, Module, Profile, Stack};
 use winch_core::profile::rheap::{self, LiveHeap, Symbols};
-use winch_core::profile::sampler::{BcFacts, LineFacts, LoopStarts, RFacts, Ranges};
+use winch_core::profile::sampler::{BcFacts, LineFacts, LoopStarts, RFacts, Ranges, Region};
 use winch_core::profile::session::{self, Clock, Running};
 use winch_core::rcontext::Layout;
 
@@ -28,6 +28,9 @@ static CURRENT: Mutex<Option<Current>> = Mutex::new(None);
 static LOOPS: Mutex<Option<LoopStarts>> = Mutex::new(None);
 /// Interpreter loop frames learnt by `rs_profile_learn_bc`.
 static BC_FRAMES: Mutex<Option<[(usize, usize); 2]>> = Mutex::new(None);
+/// R's instructions, learnt by `rs_profile_learn_bc` (once: they are fixed
+/// for the life of the process).
+static OPS: OnceLock<OpTable> = OnceLock::new();
 
 fn symbols() -> Symbols {
     // SAFETY: reading exported symbol pointers of libR (set at start-up).
@@ -44,7 +47,7 @@ fn symbols() -> Symbols {
 /// What the handler needs to know about R.
 fn facts(
     with_loops: bool,
-    skip_outer: usize,
+    region: Region,
     loop_symbols: Option<[usize; 3]>,
     filename_symbol: Option<usize>,
 ) -> Result<RFacts> {
@@ -69,6 +72,7 @@ fn facts(
                 // SAFETY: reading an exported symbol pointer of libR.
                 syms: BcSymbols { for_, while_, repeat, class: unsafe { rapi::R_ClassSymbol } as usize },
                 loop_frames,
+                ops: OPS.get(),
             }),
             _ => None,
         },
@@ -83,7 +87,7 @@ fn facts(
             }
         }),
         with_loops,
-        skip_outer,
+        region,
     })
 }
 
@@ -120,7 +124,7 @@ pub fn rs_profile_start(
     interval: Arg,
     event: Arg,
     loops: Arg,
-    skip: Arg,
+    region: Arg,
     lines: Arg,
     symbols: Arg,
     frames: Arg,
@@ -145,16 +149,30 @@ pub fn rs_profile_start(
         return Err(Error::Busy("a winch profile is already running".into()));
     }
     check(&frames, &calls, &probes, &expected)?;
-    let skip = usize::try_from(skip.int()?).map_err(|_| Error::BadArgument("`skip` must be >= 0".into()))?;
+    let region = read_region(&region)?;
     // `for`, `while`, `repeat` and `filename`.
     let (syms, filename) = match symbols.element_addrs()?.as_slice() {
         &[f, w, r, n] => (Some([f, w, r]), Some(n)),
         _ => return Err(Error::BadArgument("`symbols` must be four symbols".into())),
     };
-    let facts = facts(loops.flag()?, skip, syms, if lines.flag()? { filename } else { None })?;
+    let facts = facts(loops.flag()?, region, syms, if lines.flag()? { filename } else { None })?;
     let running = session::start(facts, rstate::libr_addr(), clock, interval_ns as u64)?;
     *current = Some(Current { running, event });
     Ok(true.into()) // NULL would read as "out of memory"
+}
+
+/// The profiled region: `list("all")`, `list("under", fun, env)` (what
+/// runs under a call of `fun` made from `env`) or `list("outside", fun)`.
+fn read_region(region: &Arg) -> Result<Region> {
+    let parts = region.elements()?;
+    let addrs = region.element_addrs()?;
+    let kind = parts.first().map(|k| k.string()).transpose()?;
+    match (kind.as_deref(), addrs.as_slice()) {
+        (Some("all"), [_]) => Ok(Region::All),
+        (Some("under"), [_, fun, env]) => Ok(Region::Under { callfun: *fun, sysparent: *env }),
+        (Some("outside"), [_, fun]) => Ok(Region::Outside { callfun: *fun }),
+        _ => Err(Error::BadArgument("`region` is not a profiled region".into())),
+    }
 }
 
 /// Whether a session is running.
@@ -209,8 +227,22 @@ pub fn rs_profile_learn_loop(kind: Arg) -> Result<RValue> {
 
 /// Learns where R's byte-code interpreter loop keeps its program counter:
 /// called from byte code (R/profile.R), it looks at the records made while
-/// byte code ran and at the native frames holding their loop slots.
-pub fn rs_profile_learn_bc() -> Result<RValue> {
+/// byte code ran and at the native frames holding their loop slots. And
+/// learns R's instructions from `opcodes`: a list of a body whose code is
+/// every opcode in order, the operand counts, and the opcodes of `GOTO`
+/// and `STEPFOR` (NULL: not known).
+pub fn rs_profile_learn_bc(opcodes: Arg) -> Result<RValue> {
+    if OPS.get().is_none() && !opcodes.is_null() {
+        let parts = opcodes.elements()?;
+        let addrs = opcodes.element_addrs()?;
+        let (Some(&body), [_, argc, goto, stepfor]) = (addrs.first(), parts.as_slice()) else {
+            return Err(Error::BadArgument("`opcodes` must be a list of four".into()));
+        };
+        let argc: Vec<i32> = argc.ints()?.into_iter().map(|a| a.unwrap_or(-1)).collect();
+        let table = OpTable::learn(&LiveHeap, body, &argc, goto.int()?, stepfor.int()?)
+            .ok_or_else(|| Error::Inconsistent("R's byte code is not laid out as winch expects".into()))?;
+        let _ = OPS.set(table);
+    }
     let backend = winch_core::unwind::Backend::best()
         .ok_or_else(|| Error::Unavailable("no unwinding backend works here".into()))?;
     let seen = joint::loop_slots(backend)?;
@@ -235,10 +267,21 @@ pub fn rs_profile_learn_bc() -> Result<RValue> {
     Ok(true.into())
 }
 
+/// Whether R's `Rprof()` is running; called from the `Ops` method `method`
+/// (see `joint::r_profiling`).
+pub fn rs_rprof_running(method: Arg) -> Result<RValue> {
+    let addrs = method.element_addrs()?;
+    let [fun] = addrs.as_slice() else {
+        return Err(Error::BadArgument("`method` must be a list of one function".into()));
+    };
+    Ok(joint::r_profiling(*fun)?.into())
+}
+
 /// Whether AST loops can be named by kind.
 pub fn rs_profile_loops_known() -> Result<RValue> {
     let known = LOOPS.lock().unwrap_or_else(|e| e.into_inner()).is_some()
-        && BC_FRAMES.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+        && BC_FRAMES.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        && OPS.get().is_some();
     Ok(known.into())
 }
 
@@ -252,7 +295,7 @@ pub fn rs_profile_sample_cost(n: Arg, thrash: Arg) -> Result<RValue> {
         return Err(Error::WrongThread);
     }
     let n = n.int()?.clamp(1, 1_000_000) as usize;
-    let facts = facts(true, 0, None, None)?;
+    let facts = facts(true, Region::All, None, None)?;
     let snap = winch_core::profile::walk::Snapshot::take(rstate::libr_addr());
     let mut scratch = winch_core::profile::sampler::Scratch::default();
     let ring = winch_core::profile::ring::Ring::new(1 << 16);
@@ -366,6 +409,7 @@ fn to_r(p: &Profile, s: &Stats) -> RValue {
         ("intervals", (s.weight as f64).into()),
         ("truncated", (s.truncated as f64).into()),
         ("dropped", (s.dropped as f64).into()),
+        ("outside", (s.outside as f64).into()),
         ("distinct_stacks", (s.distinct_stacks as f64).into()),
         ("handler_total", (s.handler_total_ns as f64 / 1e9).into()),
         ("handler_median", (s.handler_median_ns as f64 / 1e9).into()),

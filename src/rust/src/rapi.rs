@@ -10,6 +10,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 pub type Sexp = *mut c_void;
 
+pub const NILSXP: c_int = 0;
 pub const LGLSXP: c_int = 10;
 pub const INTSXP: c_int = 13;
 pub const REALSXP: c_int = 14;

@@ -200,17 +200,79 @@ pub fn srcref_parts(h: &impl Heap, srcref: usize, srcfile_sym: usize) -> Option<
     None
 }
 
-/// Loops per code unit of compiled bodies, computed once per body: one
-/// pass over the body gives every expression its loops, then every code
-/// unit gets those of its expression. After that a position's loops cost a
+/// R's byte-code instructions as this R encodes them: R replaces each
+/// opcode by the address of its code in the interpreter loop ("threaded
+/// code"), so the words are learnt by encoding every opcode once (the glue
+/// has R's compiler make such a body) and reading the result.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpTable {
+    /// Encoded word and opcode, sorted by word.
+    words: Box<[(usize, u8)]>,
+    /// Operands of each opcode.
+    argc: Box<[u8]>,
+    goto: u8,
+    stepfor: u8,
+}
+
+/// The word of a code unit (8 bytes: R's `BCODE` union).
+fn unit(h: &impl Heap, addr: usize) -> Option<usize> {
+    let mut b = [0u8; UNIT];
+    h.bytes(addr, &mut b)?;
+    Some(usize::from_ne_bytes(b))
+}
+
+impl OpTable {
+    /// Learns the table from `encoded`, a body whose code is every opcode
+    /// in order (`argc[op]` operands each, after the version word), and
+    /// the opcodes of `GOTO` and `STEPFOR`. None if the code is not laid
+    /// out that way (R built without threaded code: 4-byte units) or two
+    /// opcodes share a word.
+    pub fn learn(h: &impl Heap, encoded: usize, argc: &[i32], goto: i32, stepfor: i32) -> Option<OpTable> {
+        let (base, units) = code_range(h, encoded)?;
+        let argc: Vec<u8> = argc.iter().map(|&a| u8::try_from(a).ok()).collect::<Option<_>>()?;
+        if argc.is_empty() || argc.len() > 256 {
+            return None;
+        }
+        let mut words = Vec::with_capacity(argc.len());
+        let mut pc = 1;
+        for (op, &n) in argc.iter().enumerate() {
+            words.push((unit(h, base + pc * UNIT)?, op as u8));
+            pc += 1 + n as usize;
+        }
+        if pc != units {
+            return None;
+        }
+        words.sort_unstable();
+        if words.windows(2).any(|w| w[0].0 == w[1].0) {
+            return None;
+        }
+        let op = |x: i32| u8::try_from(x).ok().filter(|&o| (o as usize) < argc.len());
+        let (goto, stepfor) = (op(goto)?, op(stepfor)?);
+        Some(OpTable { words: words.into(), argc: argc.into(), goto, stepfor })
+    }
+
+    fn decode(&self, word: usize) -> Option<u8> {
+        let i = self.words.binary_search_by_key(&word, |&(w, _)| w).ok()?;
+        Some(self.words[i].1)
+    }
+}
+
+/// Loops per code unit of compiled bodies, computed once per body from the
+/// instructions: a loop is the code between a backward jump and its target
+/// (`STEPFOR` for `for`; the `GOTO` the compiler puts at the end of `while`
+/// and `repeat`, whose expression tells which). Identical calls in
+/// different loops share one constant, so the loops are never taken from
+/// the expressions themselves. After that a position's loops cost a
 /// lookup. Fixed storage (usable in the signal handler); when the units
 /// are used up, everything is forgotten and filled again.
 pub struct BodyTables {
     entries: Box<[BodyEntry]>,
     units: Box<[LoopPath]>,
     used: usize,
-    nodes: Box<[(usize, LoopPath)]>,
-    stack: Box<[(usize, LoopPath)]>,
+    /// Loops of the body being filled: first and last unit, kind.
+    loops: Box<[(u32, u32, u32)]>,
+    /// The loops around the unit being filled: last unit, path.
+    stack: Box<[(u32, LoopPath)]>,
 }
 
 /// One body: its address, and its code and constants vectors (a later
@@ -226,7 +288,7 @@ struct BodyEntry {
 
 const BODIES: usize = 1 << 12;
 const UNITS: usize = 1 << 20;
-const NODES: usize = 1 << 16;
+const LOOPS: usize = 1 << 14;
 
 impl Default for BodyTables {
     fn default() -> BodyTables {
@@ -234,13 +296,12 @@ impl Default for BodyTables {
             entries: vec![BodyEntry::default(); BODIES].into_boxed_slice(),
             units: vec![LoopPath::default(); UNITS].into_boxed_slice(),
             used: 0,
-            nodes: vec![(0, LoopPath::default()); NODES].into_boxed_slice(),
-            stack: vec![(0, LoopPath::default()); 4096].into_boxed_slice(),
+            loops: vec![(0, 0, 0); LOOPS].into_boxed_slice(),
+            stack: vec![(0, LoopPath::default()); LoopPath::MAX + 1].into_boxed_slice(),
         };
         super::prefault(&mut t.entries);
         super::prefault(&mut t.units);
-        super::prefault(&mut t.nodes);
-        super::prefault(&mut t.stack);
+        super::prefault(&mut t.loops);
         t
     }
 }
@@ -251,6 +312,7 @@ impl BodyTables {
         &mut self,
         h: &impl Heap,
         syms: &BcSymbols,
+        ops: &OpTable,
         body: usize,
         relpc: usize,
     ) -> Option<LoopPath> {
@@ -274,7 +336,7 @@ impl BodyTables {
                 home
             }
         };
-        let e = self.fill(h, syms, body, code, consts)?;
+        let e = self.fill(h, syms, ops, body, code, consts)?;
         self.entries[slot] = e;
         (relpc < e.count as usize).then(|| self.units[e.first as usize + relpc])
     }
@@ -284,103 +346,88 @@ impl BodyTables {
         self.used = 0;
     }
 
-    /// Computes the loops of every code unit of `body`.
+    /// Computes the loops of every code unit of `body`. None if its code
+    /// cannot be decoded or its loops do not nest.
     fn fill(
         &mut self,
         h: &impl Heap,
         syms: &BcSymbols,
+        ops: &OpTable,
         body: usize,
         code: usize,
         consts: usize,
     ) -> Option<BodyEntry> {
-        let units = code_range(h, body)?.1;
-        if units > self.units.len() {
+        let (base, units) = code_range(h, body)?;
+        if units > self.units.len() || units >= u32::MAX as usize {
             return None;
         }
+        // The loops, from their backward jumps.
+        let mut n = 0;
+        let mut pc = 1;
+        while pc < units {
+            let op = ops.decode(unit(h, base + pc * UNIT)?)?;
+            let argc = *ops.argc.get(op as usize)? as usize;
+            let last = pc + argc;
+            if last >= units {
+                return None;
+            }
+            let kind = if op == ops.stepfor {
+                FOR
+            } else if op == ops.goto {
+                let e = located(h, syms, body, b"expressionsIndex", pc)?;
+                match (rheap::type_of(h, e)?, rheap::car(h, e)?) {
+                    (LANGSXP, s) if s == syms.while_ => WHILE,
+                    (LANGSXP, s) if s == syms.repeat => REPEAT,
+                    _ => 0, // `break`, `next`, `if`, `switch`
+                }
+            } else {
+                0
+            };
+            if kind != 0 {
+                let target = usize::try_from(h.int(base + (pc + 1) * UNIT)?).ok()?;
+                if target >= 1 && target < pc {
+                    *self.loops.get_mut(n)? = (target as u32, last as u32, kind);
+                    n += 1;
+                }
+            }
+            pc = last + 1;
+        }
+        if pc != units {
+            return None;
+        }
+        // Outer loops first among those starting at one unit.
+        let loops = &mut self.loops[..n];
+        loops.sort_unstable_by_key(|&(first, last, _)| (first, std::cmp::Reverse(last)));
         if self.used + units > self.units.len() {
             self.forget();
         }
-        let root = element(h, consts, 0)?;
-        let n = paths_of_calls(h, syms, root, &mut self.stack, &mut self.nodes)?;
-        let nodes = &mut self.nodes[..n];
-        nodes.sort_unstable_by_key(|&(p, _)| p);
-        // The expressions table (the last constants), then each unit's.
-        let count = rheap::length(h, consts)?;
-        let table = (count.saturating_sub(4)..count).rev().find_map(|i| {
-            let t = element(h, consts, i)?;
-            (rheap::type_of(h, t)? == INTSXP && has_class(h, syms, t, b"expressionsIndex")?).then_some(t)
-        })?;
-        let data = rheap::data(h, table)?;
         let first = self.used;
-        for u in 0..units.min(rheap::length(h, table)?) {
-            let expr = usize::try_from(h.int(data + u * 4)?).ok().and_then(|i| element(h, consts, i));
-            let path = expr
-                .and_then(|e| nodes.binary_search_by_key(&e, |&(p, _)| p).ok().map(|i| nodes[i].1))
-                .unwrap_or_default();
-            self.units[first + u] = path;
+        let mut depth = 0;
+        let mut next = 0;
+        for u in 0..units as u32 {
+            while depth > 0 && self.stack[depth - 1].0 < u {
+                depth -= 1;
+            }
+            while next < n && self.loops[next].0 == u {
+                let (_, last, kind) = self.loops[next];
+                let outer = match depth {
+                    0 => LoopPath::default(),
+                    d if self.stack[d - 1].0 >= last => self.stack[d - 1].1,
+                    _ => return None, // overlapping loops: not the compiler's
+                };
+                // Deeper than a path holds: the outermost ones are kept.
+                if depth < self.stack.len() {
+                    self.stack[depth] = (last, outer.push(kind));
+                    depth += 1;
+                }
+                next += 1;
+            }
+            self.units[first + u as usize] =
+                if depth > 0 { self.stack[depth - 1].1 } else { LoopPath::default() };
         }
         self.used += units;
         Some(BodyEntry { body, code, consts, first: first as u32, count: units as u32 })
     }
-}
-
-/// Every call inside `root` with the loops around it (outermost first; a
-/// loop counts for itself), into `out`; returns how many. None if they do
-/// not fit.
-fn paths_of_calls(
-    h: &impl Heap,
-    syms: &BcSymbols,
-    root: usize,
-    stack: &mut [(usize, LoopPath)],
-    out: &mut [(usize, LoopPath)],
-) -> Option<usize> {
-    let mut top = 0;
-    let mut n = 0;
-    let push =
-        |stack: &mut [(usize, LoopPath)], top: &mut usize, node: usize, path: LoopPath| -> Option<()> {
-            *stack.get_mut(*top)? = (node, path);
-            *top += 1;
-            Some(())
-        };
-    push(stack, &mut top, root, LoopPath::default())?;
-    while top > 0 {
-        top -= 1;
-        let (node, path) = stack[top];
-        let kind = rheap::type_of(h, node).unwrap_or(0);
-        if kind != LANGSXP && kind != LISTSXP {
-            continue;
-        }
-        let head = rheap::car(h, node)?;
-        let args = rheap::cdr(h, node)?;
-        if kind == LISTSXP {
-            push(stack, &mut top, head, path)?;
-            push(stack, &mut top, args, path)?;
-            continue;
-        }
-        let loop_kind = match head {
-            s if s == syms.for_ => FOR,
-            s if s == syms.while_ => WHILE,
-            s if s == syms.repeat => REPEAT,
-            _ => 0,
-        };
-        let own = if loop_kind != 0 { path.push(loop_kind) } else { path };
-        *out.get_mut(n)? = (node, own);
-        n += 1;
-        match loop_kind {
-            FOR => {
-                let seq_cell = rheap::cdr(h, args)?;
-                let body_cell = rheap::cdr(h, seq_cell)?;
-                push(stack, &mut top, rheap::car(h, seq_cell)?, path)?;
-                push(stack, &mut top, rheap::car(h, body_cell)?, own)?;
-            }
-            0 => {
-                push(stack, &mut top, head, path)?;
-                push(stack, &mut top, args, path)?;
-            }
-            _ => push(stack, &mut top, args, own)?,
-        }
-    }
-    Some(n)
 }
 
 #[cfg(test)]
@@ -436,36 +483,165 @@ mod tests {
         assert_eq!(closure_code(&h, clo), Some(body));
     }
 
+    /// Opcodes of the fake instruction set: operands of each, and the
+    /// word each is encoded as.
+    const ARGC: [i32; 5] = [0, 1, 1, 1, 3];
+    const RETURN: i32 = 0;
+    const GOTO: i32 = 1;
+    const STEPFOR: i32 = 2;
+    const CALL: i32 = 3;
+    const STARTFOR: i32 = 4;
+    fn op_word(op: i32) -> [i32; 2] {
+        [0x5000 + op * 16, 0x7f]
+    }
+
+    /// A body of `units` (an opcode or an operand each) and the
+    /// expression of each unit, the expressions being `consts[1..]`.
+    fn body_of(f: &mut Fixture, units: &[(bool, i32)], exprs: &[i32], consts: &[usize]) -> usize {
+        let mut ints = vec![12, 0];
+        for &(is_op, x) in units {
+            ints.extend(if is_op { op_word(x) } else { [x, 0] });
+        }
+        let code = f.h.ints(&ints);
+        let index = f.h.ints(exprs);
+        let class = f.h.string("expressionsIndex");
+        f.h.attr(index, f.syms.class, class);
+        let mut all = consts.to_vec();
+        all.push(index);
+        let consts = f.h.list(&all);
+        f.h.cons(BCODESXP, code, consts)
+    }
+
+    fn op_table(f: &mut Fixture) -> OpTable {
+        let mut units = Vec::new();
+        for (op, &n) in ARGC.iter().enumerate() {
+            units.push((true, op as i32));
+            units.extend(std::iter::repeat_n((false, 0), n as usize));
+        }
+        let exprs = vec![0; units.len() + 1];
+        let nil = f.h.symbol("NULL");
+        let encoded = body_of(f, &units, &exprs, &[nil]);
+        OpTable::learn(&f.h, encoded, &ARGC, GOTO, STEPFOR).expect("the table is learnt")
+    }
+
     #[test]
-    fn body_tables_give_each_unit_its_loops() {
-        let Fixture { mut h, syms } = fixture();
-        let (g, i, y, brace) = (h.symbol("g"), h.symbol("i"), h.symbol("y"), h.symbol("{"));
-        let g_call = h.call(g, &[i]);
-        let for_call = h.call(syms.for_, &[i, y, g_call]);
-        let body_expr = h.call(brace, &[for_call]);
-        // Units: version, for setup (for), g(i) (g_call) x2, step (for).
-        let code = h.ints(&[12, 0, 1, 0, 2, 0, 3, 0, 4, 0]);
-        let exprs = h.ints(&[0, 1, 2, 2, 1]);
-        let class = h.string("expressionsIndex");
-        h.attr(exprs, syms.class, class);
-        let consts = h.list(&[body_expr, for_call, g_call, exprs]);
-        let body = h.cons(BCODESXP, code, consts);
+    fn opcodes_are_learnt_from_an_encoded_body() {
+        let mut f = fixture();
+        let t = op_table(&mut f);
+        for op in 0..ARGC.len() as i32 {
+            let [lo, hi] = op_word(op);
+            assert_eq!(t.decode((lo as u32 as usize) | (hi as usize) << 32), Some(op as u8));
+        }
+        assert_eq!(t.decode(0x5000), None, "only whole words");
+        // Too few units for the operands: 4-byte units, or another table.
+        let nil = f.h.symbol("NULL");
+        let short = body_of(&mut f, &[(true, 0), (true, 1)], &[0, 0, 0], &[nil]);
+        assert_eq!(OpTable::learn(&f.h, short, &ARGC, GOTO, STEPFOR), None);
+        assert_eq!(OpTable::learn(&f.h, short, &[0, 0], GOTO, STEPFOR), None, "GOTO is not an opcode");
+    }
+
+    #[test]
+    fn identical_calls_in_different_loops_get_their_own_loops() {
+        // { for (i in y) g(i); repeat { g(i); break }; while (c()) g(i) }:
+        // one constant for the three g(i).
+        let mut f = fixture();
+        let ops = op_table(&mut f);
+        let (g, i, y, c) = (f.h.symbol("g"), f.h.symbol("i"), f.h.symbol("y"), f.h.symbol("c"));
+        let (brk, brace) = (f.h.symbol("break"), f.h.symbol("{"));
+        let g_call = f.h.call(g, &[i]);
+        let c_call = f.h.call(c, &[]);
+        let break_call = f.h.call(brk, &[]);
+        let for_call = f.h.call(f.syms.for_, &[i, y, g_call]);
+        let repeat_call = f.h.call(f.syms.repeat, &[g_call]);
+        let while_call = f.h.call(f.syms.while_, &[c_call, g_call]);
+        let root = f.h.call(brace, &[for_call, repeat_call, while_call]);
+        let consts = [root, for_call, g_call, repeat_call, break_call, c_call, while_call];
+        let (o, a) = (true, false);
+        #[rustfmt::skip]
+        let units = [
+            (o, STARTFOR), (a, 0), (a, 0), (a, 7), //  1: for (i in y)
+            (o, CALL), (a, 2),                     //  5: g(i)
+            (o, STEPFOR), (a, 5),                  //  7: back to 5
+            (o, CALL), (a, 2),                     //  9: g(i), repeat's first
+            (o, GOTO), (a, 15),                    // 11: break
+            (o, GOTO), (a, 9),                     // 13: back to 9
+            (o, CALL), (a, 5),                     // 15: c(), while's first
+            (o, CALL), (a, 2),                     // 17: g(i)
+            (o, GOTO), (a, 15),                    // 19: back to 15
+            (o, RETURN),                           // 21
+        ];
+        #[rustfmt::skip]
+        let exprs = [0, 1, 1, 1, 1, 2, 2, 1, 1, 2, 2, 4, 4, 3, 3, 5, 5, 2, 2, 6, 6, 0];
+        let body = body_of(&mut f, &units, &exprs, &consts);
         let mut t = BodyTables::default();
-        let at = |t: &mut BodyTables, pc| t.loops_at(&h, &syms, body, pc).map(|p| p.len());
-        assert_eq!(at(&mut t, 0), Some(0), "the version word: no expression inside a loop");
-        assert_eq!(at(&mut t, 2), Some(1));
-        assert_eq!(at(&mut t, 4), Some(1), "the loop's own step");
-        assert_eq!(at(&mut t, 5), None, "past the code");
-        assert_eq!(t.used, 5, "computed once");
-        // Another body at the same address (other vectors): computed anew.
-        let code2 = h.ints(&[12, 0, 1, 0]);
-        let exprs2 = h.ints(&[0, 0]);
-        h.attr(exprs2, syms.class, class);
-        let consts2 = h.list(&[g_call, exprs2]);
-        h.words.insert(body + 32, code2);
-        h.words.insert(body + 40, consts2);
-        assert_eq!(t.loops_at(&h, &syms, body, 1).map(|p| p.len()), Some(0));
-        assert_eq!(t.used, 7);
+        let mut at = |pc| {
+            t.loops_at(&f.h, &f.syms, &ops, body, pc)
+                .map(|p| (0..p.len()).map(|j| p.get(j)).collect::<Vec<_>>())
+        };
+        assert_eq!(at(0), Some(vec![]), "the version word");
+        assert_eq!(at(2), Some(vec![]), "for's set-up is outside the loop");
+        assert_eq!(at(6), Some(vec![FOR]));
+        assert_eq!(at(8), Some(vec![FOR]), "the loop's own step");
+        assert_eq!(at(10), Some(vec![REPEAT]));
+        assert_eq!(at(12), Some(vec![REPEAT]), "break is inside");
+        assert_eq!(at(16), Some(vec![WHILE]), "the condition is inside");
+        assert_eq!(at(18), Some(vec![WHILE]));
+        assert_eq!(at(21), Some(vec![]));
+        assert_eq!(at(22), None, "past the code");
+        assert_eq!(t.used, 22, "computed once");
+    }
+
+    #[test]
+    fn nested_loops_outermost_first() {
+        // repeat { while (c()) { for (i in y) g(i) }; next }
+        let mut f = fixture();
+        let ops = op_table(&mut f);
+        let (g, i, y, c, nxt) =
+            (f.h.symbol("g"), f.h.symbol("i"), f.h.symbol("y"), f.h.symbol("c"), f.h.symbol("next"));
+        let g_call = f.h.call(g, &[i]);
+        let c_call = f.h.call(c, &[]);
+        let next_call = f.h.call(nxt, &[]);
+        let for_call = f.h.call(f.syms.for_, &[i, y, g_call]);
+        let while_call = f.h.call(f.syms.while_, &[c_call, for_call]);
+        let repeat_call = f.h.call(f.syms.repeat, &[while_call]);
+        let consts = [repeat_call, while_call, c_call, for_call, g_call, next_call];
+        let (o, a) = (true, false);
+        #[rustfmt::skip]
+        let units = [
+            (o, CALL), (a, 2),                     //  1: c(): repeat's and while's first
+            (o, STARTFOR), (a, 0), (a, 0), (a, 9), //  3
+            (o, CALL), (a, 4),                     //  7: g(i)
+            (o, STEPFOR), (a, 7),                  //  9
+            (o, GOTO), (a, 1),                     // 11: end of while
+            (o, GOTO), (a, 1),                     // 13: next (backward, not a loop)
+            (o, GOTO), (a, 1),                     // 15: end of repeat
+            (o, RETURN),                           // 17
+        ];
+        #[rustfmt::skip]
+        let exprs = [0, 2, 2, 3, 3, 3, 3, 4, 4, 3, 3, 1, 1, 5, 5, 0, 0, 0];
+        let body = body_of(&mut f, &units, &exprs, &consts);
+        let mut t = BodyTables::default();
+        let mut at = |pc| {
+            t.loops_at(&f.h, &f.syms, &ops, body, pc)
+                .map(|p| (0..p.len()).map(|j| p.get(j)).collect::<Vec<_>>())
+        };
+        assert_eq!(at(2), Some(vec![REPEAT, WHILE]));
+        assert_eq!(at(8), Some(vec![REPEAT, WHILE, FOR]));
+        assert_eq!(at(14), Some(vec![REPEAT]), "`next` does not make a loop");
+        assert_eq!(at(17), Some(vec![]));
+    }
+
+    #[test]
+    fn undecodable_code_has_no_loops() {
+        let mut f = fixture();
+        let ops = op_table(&mut f);
+        let nil = f.h.symbol("NULL");
+        // An unknown word, then a truncated instruction.
+        let bad = body_of(&mut f, &[(true, 9)], &[0, 0], &[nil]);
+        let cut = body_of(&mut f, &[(true, CALL)], &[0, 0], &[nil]);
+        let mut t = BodyTables::default();
+        assert_eq!(t.loops_at(&f.h, &f.syms, &ops, bad, 1), None);
+        assert_eq!(t.loops_at(&f.h, &f.syms, &ops, cut, 1), None);
     }
 
     #[test]

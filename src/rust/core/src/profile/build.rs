@@ -23,6 +23,9 @@ pub struct Stats {
     pub truncated: u64,
     /// Intervals lost because the ring was full.
     pub dropped: u64,
+    /// Intervals whose sample was the profiler's own (starting or
+    /// stopping), left out.
+    pub outside: u64,
     pub distinct_stacks: usize,
     /// Time spent in the handler.
     pub handler_total_ns: u64,
@@ -53,6 +56,7 @@ pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
         weight: c.weight,
         truncated: c.truncated,
         dropped: f.dropped,
+        outside: f.outside,
         distinct_stacks: c.stacks.len(),
         handler_total_ns: c.times.total_ns,
         handler_median_ns: quantile(&c.times, 0.5),

@@ -17,7 +17,7 @@
 //! * under line profiling, after an R entry whose position is known:
 //!   `POS | file label id << 32 | line`.
 
-use super::bcode::{self, BcSymbols, LoopPath};
+use super::bcode::{self, BcSymbols, LoopPath, OpTable};
 use super::labels::{self, Labels};
 use super::rheap::{self, Heap, LiveHeap, Symbols};
 use super::ring::Ring;
@@ -86,6 +86,22 @@ pub struct LoopStarts {
 pub struct BcFacts {
     pub syms: BcSymbols,
     pub loop_frames: [(usize, usize); 2],
+    /// R's instructions (None: byte code's loops are not known).
+    pub ops: Option<&'static OpTable>,
+}
+
+/// Which samples, and which of their frames, are the profiled code's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Region {
+    /// Every sample, whole.
+    #[default]
+    All,
+    /// What runs under the function record of `callfun` called from the
+    /// environment `sysparent` (the record and those further out are left
+    /// out); samples without that record are left out.
+    Under { callfun: usize, sysparent: usize },
+    /// Samples taken while no record of `callfun` runs.
+    Outside { callfun: usize },
 }
 
 /// What reading R frames' source positions needs.
@@ -118,9 +134,8 @@ pub struct RFacts {
     pub lines: Option<LineFacts>,
     /// Show loops as frames.
     pub with_loops: bool,
-    /// R frames (function records) left out from the outermost one on, with
-    /// everything further out: the frames of the profiler's own caller.
-    pub skip_outer: usize,
+    /// The profiled code's samples and frames: not the profiler's own.
+    pub region: Region,
 }
 
 /// Buffers of the handler.
@@ -154,6 +169,7 @@ struct Seen {
     key: FrameKey,
     label: u32,
     loops: LoopPath,
+    outer_loops: LoopPath,
     pos: Option<(u32, u32)>,
 }
 
@@ -161,7 +177,8 @@ struct Seen {
 /// call and function), the call's function symbol (0: not a symbol: never
 /// reused), the function's body, and what tells where it is now (the
 /// inner record's body and position, or the loop's program counter, and
-/// the srcref in effect).
+/// the srcref in effect), and where it was called from when that was not
+/// its caller's body (the code and the position there).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct FrameKey {
     addr: usize,
@@ -172,6 +189,8 @@ struct FrameKey {
     from_body: usize,
     pc: usize,
     srcref: usize,
+    caller_code: usize,
+    caller_pc: usize,
 }
 
 impl Default for Memo {
@@ -227,9 +246,15 @@ struct Ctx {
     bcbody: usize,
     bcpc: usize,
     relpc: isize,
-    srcref: usize,
+    /// The srcref saved by the oldest record newer than this one that is
+    /// not a loop's (None: no such record).
+    srcref_in: Option<usize>,
     /// The loops of its function around where it is now.
     loops: LoopPath,
+    /// The loops around where it was called, in code that is not its
+    /// caller's function body (a loop the JIT compiled at top level, a
+    /// promise, `eval()` of byte code).
+    outer_loops: LoopPath,
     /// Its source position now: (file label id, line).
     pos: Option<(u32, u32)>,
 }
@@ -240,6 +265,8 @@ pub struct Outcome {
     pub flags: u64,
     pub frames: usize,
     pub pushed: bool,
+    /// Taken outside the profiled code (see [`Region`]): not pushed.
+    pub outside: bool,
 }
 
 /// Takes one sample from the interrupted registers `(ip, sp, bp)` and
@@ -279,7 +306,10 @@ pub fn sample(
         s.sps[i] = s.frames[i].sp;
     }
     let (nctx, cut) = match read_contexts(r, &s.sps[..n], complete, &mut s.ctx) {
-        Some((k, consistent, cut)) => {
+        Some(Chain { outside: true, .. }) => {
+            return Outcome { flags, frames: 0, pushed: false, outside: true };
+        }
+        Some(Chain { len: k, consistent, cut, outside: false }) => {
             if !consistent {
                 flags |= TRUNCATED_R;
             }
@@ -326,12 +356,7 @@ pub fn sample(
             // A function's byte-code loops, innermost first, then itself.
             let pos = c.pos.map(|(file, line)| POS | (file as u64) << 32 | line as u64);
             for j in (0..c.loops.len()).rev() {
-                let kind = match c.loops.get(j) {
-                    bcode::FOR => labels::FOR,
-                    bcode::WHILE => labels::WHILE,
-                    _ => labels::REPEAT,
-                };
-                push(&mut s.record, &mut len, R | kind as u64);
+                push(&mut s.record, &mut len, R | loop_kind_label(c.loops.get(j)) as u64);
                 if let Some(p) = pos {
                     push(&mut s.record, &mut len, p);
                 }
@@ -341,6 +366,9 @@ pub fn sample(
                 if let Some(p) = pos {
                     push(&mut s.record, &mut len, p);
                 }
+            }
+            for j in (0..c.outer_loops.len()).rev() {
+                push(&mut s.record, &mut len, R | loop_kind_label(c.outer_loops.get(j)) as u64);
             }
             k += 1;
         }
@@ -352,7 +380,15 @@ pub fn sample(
     let spent = now_ns().saturating_sub(started_ns);
     s.record[0] = flags | (weight.min(0xff_ffff) << 8) | (spent.min(u32::MAX as u64) << 32);
     let pushed = ring.push(&s.record[..len]);
-    Outcome { flags, frames: len - 1, pushed }
+    Outcome { flags, frames: len - 1, pushed, outside: false }
+}
+
+fn loop_kind_label(kind: u32) -> u32 {
+    match kind {
+        bcode::FOR => labels::FOR,
+        bcode::WHILE => labels::WHILE,
+        _ => labels::REPEAT,
+    }
 }
 
 /// The label of an AST loop whose record native frame `owner` holds: the
@@ -376,13 +412,23 @@ fn owner(sps: &[usize], addr: usize) -> Option<usize> {
     (i > 0 && i < sps.len()).then(|| i - 1)
 }
 
+/// What [`read_contexts`] found.
+struct Chain {
+    /// Records kept in `ctx`.
+    len: usize,
+    /// Whether their positions were consistent.
+    consistent: bool,
+    /// The index of the record where the frames to leave out begin
+    /// (`usize::MAX` for none; see [`Region`]).
+    cut: usize,
+    /// The sample is not the profiled code's.
+    outside: bool,
+}
+
 /// Reads the chain from `R_GlobalContext`, keeps the function records (and
 /// AST loop records) with their labels and anchors in `ctx`, innermost
-/// first; returns how many, whether their positions were consistent, and
-/// the index of the record where the frames to leave out begin (see
-/// `RFacts::skip_outer`; `usize::MAX` for none), or None if the chain could
-/// not be read.
-fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> Option<(usize, bool, usize)> {
+/// first. None if the chain could not be read.
+fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> Option<Chain> {
     let l = &r.layout;
     let word = |addr: usize| -> Option<usize> {
         r.ranges.holds(addr, 8).then(|| {
@@ -399,7 +445,10 @@ fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> 
     };
     let mut addr = word(r.global_context)?;
     let mut n = 0;
-    let mut functions = 0;
+    let mut cut = usize::MAX;
+    let mut outside = matches!(r.region, Region::Under { .. });
+    // The srcref saved by the last record read that is not a loop's.
+    let mut newer_srcref = None;
     // The anchor of the previous (newer) record: anchors only grow outwards.
     for _ in 0..MAX_CONTEXTS * 4 {
         if addr == 0 {
@@ -418,6 +467,23 @@ fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> 
         }
         let function = callflag & CTXT_FUNCTION != 0;
         let ast_loop = callflag == CTXT_LOOP && r.ranges.on_stack(addr);
+        let srcref_in = newer_srcref;
+        if callflag != CTXT_LOOP {
+            newer_srcref = Some(word(addr + l.srcref)?);
+        }
+        if function {
+            let callfun = word(addr + l.callfun)?;
+            match r.region {
+                Region::Under { callfun: f, sysparent }
+                    if cut == usize::MAX && callfun == f && word(addr + l.sysparent) == Some(sysparent) =>
+                {
+                    cut = n;
+                    outside = false;
+                }
+                Region::Outside { callfun: f } if callfun == f => outside = true,
+                _ => {}
+            }
+        }
         if function || ast_loop {
             if n >= ctx.len() {
                 return None;
@@ -459,12 +525,12 @@ fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> 
                 bcbody: if function { word(addr + l.bcbody)? } else { 0 },
                 bcpc: if function { word(addr + l.bcpc)? } else { 0 },
                 relpc,
-                srcref: if function { word(addr + l.srcref)? } else { 0 },
+                srcref_in,
                 loops: LoopPath::default(),
+                outer_loops: LoopPath::default(),
                 pos: None,
             };
             n += 1;
-            functions += function as usize;
         }
         addr = next;
     }
@@ -487,22 +553,7 @@ fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> 
         }
         newer = c.anchor;
     }
-    // The cut: function record number `skip_outer` counted from the
-    // outermost (R's frame numbers), as an index from the innermost.
-    let cut = match r.skip_outer {
-        0 => usize::MAX,
-        skip if skip <= functions => {
-            let from_inner = functions - skip;
-            ctx[..n]
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| !c.is_loop)
-                .nth(from_inner)
-                .map_or(usize::MAX, |(i, _)| i)
-        }
-        _ => 0, // deeper than the stack: nothing is the profiled code's
-    };
-    Some((n, consistent, cut))
+    Some(Chain { len: n, consistent, cut, outside })
 }
 
 /// Starts loading what the last sample's R frames were described from:
@@ -540,11 +591,16 @@ struct Describe<'a> {
 ///   slot for a call the loop made inline (R >= 4.4), else the slot of the
 ///   loop frame closest to its record, found by function and offset.
 ///
-/// The source position: in the AST interpreter the srcref in effect when
-/// the next inner record was made (for the innermost, R's current one); in
-/// byte code, the compiler's srcref table at the code's position. None
-/// where R has no srcrefs (code parsed without `keep.source`). A position
-/// outside the function's own code is not used.
+/// The source position: in the AST interpreter the srcref saved by the
+/// first record made from the function's code that is not a loop's (a call
+/// or a `.Call()`), or R's current one; in byte code, the compiler's srcref
+/// table at the code's position. None where R has no srcrefs (code parsed
+/// without `keep.source`). A position outside the function's own code is
+/// not used.
+///
+/// A record made by byte code that is not the body of the function further
+/// out (a loop the JIT compiled at top level, a promise's code, `eval()` of
+/// byte code) also gets the loops of that code around the call.
 fn describe_frames(r: &RFacts, frames: &[Frame], ctx: &mut [Ctx], d: &mut Describe, memo: &mut Memo) {
     let h = LiveHeap;
     let stack_word = |a: usize| {
@@ -556,6 +612,8 @@ fn describe_frames(r: &RFacts, frames: &[Frame], ctx: &mut [Ctx], d: &mut Descri
     let current_srcref = r.lines.as_ref().and_then(|lf| h.word(lf.srcref_var)).unwrap_or(0);
     let this = 1 - memo.which;
     let mut i = 0; // outermost-first index
+                   // The body of the function record further out (0: none).
+    let mut outer_body = 0;
     for k in (0..ctx.len()).rev() {
         if ctx[k].is_loop {
             continue;
@@ -581,12 +639,28 @@ fn describe_frames(r: &RFacts, frames: &[Frame], ctx: &mut [Ctx], d: &mut Descri
             }
             None => (0, 0),
         };
-        let srcref = match inner {
-            Some(j) => j.srcref,
-            None => current_srcref,
+        let srcref = c.srcref_in.unwrap_or(current_srcref);
+        // Called by byte code other than the body further out: where.
+        let (caller_code, caller_pc) = match r.bc {
+            Some(_) if c.bcintactive && c.bcbody != 0 && c.bcbody != outer_body => {
+                let pc = if c.relpc > 0 { c.relpc as usize } else { stack_word(c.bcpc).unwrap_or(0) };
+                (c.bcbody, pc)
+            }
+            _ => (0, 0),
         };
-        let key =
-            FrameKey { addr: c.addr, call: c.call, symbol, callfun: c.callfun, body, from_body, pc, srcref };
+        outer_body = body;
+        let key = FrameKey {
+            addr: c.addr,
+            call: c.call,
+            symbol,
+            callfun: c.callfun,
+            body,
+            from_body,
+            pc,
+            srcref,
+            caller_code,
+            caller_pc,
+        };
         let last = &memo.last[memo.which][..memo.len[memo.which]];
         let seen = match last.get(i) {
             Some(seen) if symbol != 0 && seen.key == key => *seen,
@@ -594,12 +668,14 @@ fn describe_frames(r: &RFacts, frames: &[Frame], ctx: &mut [Ctx], d: &mut Descri
                 key,
                 label: label_of(r, c.call, d.labels, d.buf),
                 loops: LoopPath::default(),
+                outer_loops: LoopPath::default(),
                 pos: None,
             }
             .described(r, &key, d),
         };
         ctx[k].label = seen.label;
         ctx[k].loops = seen.loops;
+        ctx[k].outer_loops = seen.outer_loops;
         ctx[k].pos = seen.pos;
         if let Some(slot) = memo.last[this].get_mut(i) {
             *slot = seen;
@@ -616,15 +692,17 @@ impl Seen {
         let h = LiveHeap;
         let at = r.bc.as_ref().and_then(|bc| {
             let body = bcode::closure_code(&h, k.callfun)?;
-            let relpc = if k.from_body != 0 && k.pc < (1 << 32) {
-                k.pc // a recorded relative position
-            } else {
-                bcode::relative_pc(&h, body, k.pc)?
-            };
-            Some((bc, body, relpc))
+            Some((bc, body, position(&h, body, k.from_body != 0, k.pc)?))
         });
-        if let (true, Some((bc, body, relpc))) = (r.with_loops, at) {
-            self.loops = d.bodies.loops_at(&h, &bc.syms, body, relpc).unwrap_or_default();
+        if let (true, Some((bc, body, relpc)), Some(ops)) = (r.with_loops, at, r.bc.and_then(|b| b.ops)) {
+            self.loops = d.bodies.loops_at(&h, &bc.syms, ops, body, relpc).unwrap_or_default();
+        }
+        if let (true, Some(bc), Some(ops)) =
+            (r.with_loops && k.caller_code != 0, r.bc, r.bc.and_then(|b| b.ops))
+        {
+            self.outer_loops = position(&h, k.caller_code, true, k.caller_pc)
+                .and_then(|relpc| d.bodies.loops_at(&h, &bc.syms, ops, k.caller_code, relpc))
+                .unwrap_or_default();
         }
         if let Some(lf) = &r.lines {
             let ast = Some(k.srcref).filter(|&s| s != lf.in_bc && s != lf.nil && s != 0);
@@ -639,6 +717,17 @@ impl Seen {
             });
         }
         self
+    }
+}
+
+/// The code unit of compiled `body` a position is at: `pc` a relative
+/// position when `recorded` (R >= 4.4 records one) and small, else an
+/// address in the code.
+fn position(h: &impl Heap, body: usize, recorded: bool, pc: usize) -> Option<usize> {
+    if recorded && pc < (1 << 32) {
+        Some(pc)
+    } else {
+        bcode::relative_pc(h, body, pc)
     }
 }
 

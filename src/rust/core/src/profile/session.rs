@@ -60,6 +60,8 @@ pub struct Session {
     main_thread: libc::pthread_t,
     pub handler_runs: AtomicU64,
     pub dropped: AtomicU64,
+    /// Timer intervals whose sample was outside the profiled code.
+    pub outside: AtomicU64,
     stop: AtomicBool,
     collected: Mutex<Collected>,
 }
@@ -99,6 +101,7 @@ pub struct Finished {
     pub snapshot: Box<Snapshot>,
     pub handler_runs: u64,
     pub dropped: u64,
+    pub outside: u64,
     pub duration_ns: u64,
     pub started: std::time::SystemTime,
 }
@@ -217,7 +220,9 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
     let scratch = unsafe { &mut *s.scratch.get() };
     s.handler_runs.fetch_add(1, Ordering::Relaxed);
     let out = sampler::sample(regs, 1 + overrun, start, now_ns, snap, &s.facts, scratch, &s.ring);
-    if !out.pushed {
+    if out.outside {
+        s.outside.fetch_add(1 + overrun, Ordering::Relaxed);
+    } else if !out.pushed {
         s.dropped.fetch_add(1 + overrun, Ordering::Relaxed);
     }
 }
@@ -274,6 +279,7 @@ pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: 
         main_thread: unsafe { libc::pthread_self() },
         handler_runs: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
+        outside: AtomicU64::new(0),
         stop: AtomicBool::new(false),
         collected: Mutex::new(Collected::default()),
     });
@@ -414,6 +420,7 @@ impl Running {
             snapshot,
             handler_runs: s.handler_runs.load(Ordering::Relaxed),
             dropped: s.dropped.load(Ordering::Relaxed),
+            outside: s.outside.load(Ordering::Relaxed),
             duration_ns,
             started: self.started,
         }
