@@ -81,7 +81,7 @@ by_module_table <- function(p) {
 }
 
 format_seconds <- function(x) {
-  ifelse(is.na(x), "NA", ifelse(x < 1e-3, sprintf("%.1f µs", x * 1e6),
+  ifelse(is.na(x), "NA", ifelse(x < 1e-3, sprintf("%.1f \u00b5s", x * 1e6),
     ifelse(x < 1, sprintf("%.1f ms", x * 1e3), sprintf("%.2f s", x))
   ))
 }
@@ -223,14 +223,21 @@ plot.winch_profile <- function(x, ..., min_width = 0.002) {
   native <- !is.na(f$module)
   fill[native] <- palette[match(f$module[native], modules)]
   depth <- max(rects$depth) + 1
+  old_par <- graphics::par(mar = c(1, 1, 4, 1))
+  on.exit(graphics::par(old_par), add = TRUE)
   graphics::plot.new()
   graphics::plot.window(xlim = c(0, total), ylim = c(0, depth + 1), ...)
   graphics::rect(rects$x, rects$depth, rects$x + rects$width, rects$depth + 0.95,
     col = fill[rects$fn], border = "white", lwd = 0.5
   )
-  labels <- f$label[rects$fn]
-  fits <- graphics::strwidth(labels, cex = 0.7) < rects$width * 0.95
-  graphics::text(rects$x[fits] + rects$width[fits] / 2, rects$depth[fits] + 0.47, labels[fits], cex = 0.7)
+  # Labels as large as a row allows (rows are 1 unit high), and only in
+  # frames wide enough for them; none when rows are too thin to read.
+  cex <- min(0.7, 0.75 / graphics::strheight("M", cex = 1))
+  if (cex >= 0.3) {
+    labels <- f$label[rects$fn]
+    fits <- graphics::strwidth(labels, cex = cex) < rects$width * 0.95
+    graphics::text(rects$x[fits] + rects$width[fits] / 2, rects$depth[fits] + 0.47, labels[fits], cex = cex)
+  }
   graphics::title(main = sprintf("winch profile: %s of %s", format_seconds(total * p$interval),
     if (p$event == "cpu") "CPU time" else "elapsed time"))
   if (length(modules)) {

@@ -165,7 +165,7 @@ profile_begin <- function(opts, call = rlang::caller_env()) {
   gc_counter <- new_gc_counter()
   check_result(
     .Call(C_rs_profile_start, as.double(opts$interval), opts$event, opts$loops, opts$region,
-      opts$lines, list(quote(`for`), quote(`while`), quote(`repeat`), quote(filename)),
+      opts$lines, list(quote(`for`), quote(`while`), quote(`repeat`), quote(srcfile), quote(filename)),
       as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels),
     call = call
   )

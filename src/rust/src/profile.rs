@@ -49,7 +49,7 @@ fn facts(
     with_loops: bool,
     region: Region,
     loop_symbols: Option<[usize; 3]>,
-    filename_symbol: Option<usize>,
+    file_symbols: Option<(usize, usize)>,
 ) -> Result<RFacts> {
     let version = rstate::r_version().ok_or_else(|| Error::Unavailable("R's version is not known".into()))?;
     let layout = Layout::for_r(version).ok_or_else(|| {
@@ -77,12 +77,12 @@ fn facts(
             _ => None,
         },
         // SAFETY: reading exported variables of libR (set at start-up).
-        lines: filename_symbol.map(|filename_sym| unsafe {
+        lines: file_symbols.map(|(srcfile_sym, filename_sym)| unsafe {
             LineFacts {
                 srcref_var: std::ptr::addr_of!(rapi::R_Srcref) as usize,
                 in_bc: rapi::R_InBCInterpreter as usize,
                 nil: rapi::R_NilValue as usize,
-                srcfile_sym: rapi::R_SrcfileSymbol as usize,
+                srcfile_sym,
                 filename_sym,
             }
         }),
@@ -150,12 +150,12 @@ pub fn rs_profile_start(
     }
     check(&frames, &calls, &probes, &expected)?;
     let region = read_region(&region)?;
-    // `for`, `while`, `repeat` and `filename`.
-    let (syms, filename) = match symbols.element_addrs()?.as_slice() {
-        &[f, w, r, n] => (Some([f, w, r]), Some(n)),
-        _ => return Err(Error::BadArgument("`symbols` must be four symbols".into())),
+    // `for`, `while`, `repeat`, `srcfile` and `filename`.
+    let (syms, files) = match symbols.element_addrs()?.as_slice() {
+        &[f, w, r, s, n] => (Some([f, w, r]), Some((s, n))),
+        _ => return Err(Error::BadArgument("`symbols` must be five symbols".into())),
     };
-    let facts = facts(loops.flag()?, region, syms, if lines.flag()? { filename } else { None })?;
+    let facts = facts(loops.flag()?, region, syms, if lines.flag()? { files } else { None })?;
     let running = session::start(facts, rstate::libr_addr(), clock, interval_ns as u64)?;
     *current = Some(Current { running, event });
     Ok(true.into()) // NULL would read as "out of memory"

@@ -35,7 +35,6 @@ extern "C" {
     pub static R_DollarSymbol: Sexp;
     pub static R_Bracket2Symbol: Sexp;
     pub static R_ClassSymbol: Sexp;
-    pub static R_SrcfileSymbol: Sexp;
     /// The marker R_Srcref holds while byte code runs.
     pub static R_InBCInterpreter: Sexp;
     /// The AST interpreter's current srcref (`mut`: R changes it).
