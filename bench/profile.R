@@ -21,7 +21,7 @@ interval <- as.numeric(Sys.getenv("WINCH_BENCH_INTERVAL", "0.001"))
 rounds <- as.integer(Sys.getenv("WINCH_BENCH_ROUNDS", "7"))
 
 # R loops, R -> native -> R round trips, base R's own C code.
-workload <- function(n = 4000L) {
+workload <- function(n = 40000L) {
   s <- 0
   for (i in seq_len(n)) {
     s <- s + winch_call(function() sum(sort(runif(200))))
@@ -79,7 +79,7 @@ native_frames <- function(k) {
 }
 cat("\n2. Cost of one sample, measured in the signal handler:\n")
 for (k in c(2L, 40L)) {
-  r <- depth_profile(k, 2000L)
+  r <- depth_profile(k, 30000L)
   cat(sprintf("   ~%d native frames (%d entries in the deepest sample): median %.1f us, 99th percentile %.1f us\n",
     native_frames(k), as.integer(r[["entries"]]), r[["median_us"]], r[["p99_us"]]))
 }

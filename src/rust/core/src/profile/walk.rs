@@ -54,7 +54,24 @@ struct Scratch {
     walks: [Box<[(usize, usize, Slot)]>; 2],
     walked: [usize; 2],
     last: usize,
+    /// The functions the last interrupted instructions were in: a sample
+    /// interrupts code at any instruction, so its first frame is rarely in
+    /// the rule cache (and is not put there), but often in a function it
+    /// interrupted before.
+    recent: [Recent; RECENT],
+    recent_next: usize,
 }
+
+/// A function whose rows are cached, with the addresses they cover.
+#[derive(Clone, Copy, Debug, Default)]
+struct Recent {
+    lo: usize,
+    hi: usize,
+    func: Func,
+    module: Option<usize>,
+}
+
+const RECENT: usize = 8;
 
 /// A function whose rows are cached.
 #[derive(Clone, Copy, Debug, Default)]
@@ -189,6 +206,13 @@ pub enum End {
 /// The rule at `probe` from its function's rows, read whole the first time;
 /// None when they do not fit (then one row is computed).
 fn rule_from_rows(scratch: &mut Scratch, t: &Tables, probe: usize) -> Option<Rule> {
+    let f = func_of(scratch, t, probe)?;
+    Some(rule_in(&scratch.rows, &f, probe))
+}
+
+/// The function around `probe` with its rows cached; None when they do not
+/// fit.
+fn func_of(scratch: &mut Scratch, t: &Tables, probe: usize) -> Option<Func> {
     let fde = t.fde_key(probe)?;
     let home = (fde.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) & (FUNCS - 1);
     let mut free = None;
@@ -196,7 +220,7 @@ fn rule_from_rows(scratch: &mut Scratch, t: &Tables, probe: usize) -> Option<Rul
         let i = (home + k) & (FUNCS - 1);
         let f = scratch.funcs[i];
         if f.fde == fde {
-            return Some(rule_in(&scratch.rows, &f, probe));
+            return Some(f);
         }
         if f.fde == 0 && free.is_none() {
             free = Some(i);
@@ -222,7 +246,7 @@ fn rule_from_rows(scratch: &mut Scratch, t: &Tables, probe: usize) -> Option<Rul
     scratch.rows_used = first + n;
     let f = Func { fde, start, first: first as u32, count: n as u32 };
     scratch.funcs[slot] = f;
-    Some(rule_in(&scratch.rows, &f, probe))
+    Some(f)
 }
 
 impl Snapshot {
@@ -258,6 +282,8 @@ impl Snapshot {
                 walks: [walk_buffer(), walk_buffer()],
                 walked: [0, 0],
                 last: 0,
+                recent: [Recent::default(); RECENT],
+                recent_next: 0,
             }),
         }
     }
@@ -276,6 +302,28 @@ impl Snapshot {
             }
         }
         self.fill(scratch, home, probe)
+    }
+
+    /// The rule at an interrupted instruction `ip`: from a recent function
+    /// when it lies in one, else from its function's rows (remembered as
+    /// recent), else as any address.
+    fn interrupted_rule(&self, scratch: &mut Scratch, ip: usize) -> Slot {
+        if let Some(r) = scratch.recent.iter().find(|r| r.lo <= ip && ip < r.hi) {
+            let (func, module) = (r.func, r.module);
+            return Slot::pack(ip, rule_in(&scratch.rows, &func, ip), module);
+        }
+        let hit = self.map.lookup(ip).filter(|h| h.exec);
+        let found = hit.and_then(|h| {
+            let t = self.tables.get(h.module)?.as_ref()?;
+            Some((h.module, func_of(scratch, t, ip)?))
+        });
+        let Some((module, func)) = found else { return self.rule(scratch, ip) };
+        let (first, last) = (func.first as usize, (func.first + func.count) as usize - 1);
+        let r =
+            Recent { lo: scratch.rows[first].key, hi: scratch.rows[last].start, func, module: Some(module) };
+        scratch.recent[scratch.recent_next] = r;
+        scratch.recent_next = (scratch.recent_next + 1) % RECENT;
+        Slot::pack(ip, rule_in(&scratch.rows, &func, ip), Some(module))
     }
 
     fn fill(&self, scratch: &mut Scratch, slot: usize, probe: usize) -> Slot {
@@ -335,7 +383,8 @@ impl Snapshot {
             }
             let slot = match previous.get(c) {
                 Some(&(ip, sp, slot)) if n > 0 && c > 0 && sp == regs.sp && ip == regs.ip => slot,
-                _ => self.rule(scratch, if n == 0 { regs.ip } else { regs.ip.wrapping_sub(1) }),
+                _ if n == 0 => self.interrupted_rule(scratch, regs.ip),
+                _ => self.rule(scratch, regs.ip.wrapping_sub(1)),
             };
             if let Some(w) = scratch.walks[this].get_mut(n) {
                 *w = (regs.ip, regs.sp, slot);
