@@ -584,6 +584,25 @@ test_that("an error in `expr` propagates with its class and stops the profiler",
   expect_gt(seconds_in(p, A), 0.07)
 })
 
+test_that("an interrupt in `expr` stops the profiler, and the next profile works", {
+  res <- tryCatch(
+    winch_profile(
+      {
+        r_a(0.02)
+        tools::pskill(Sys.getpid(), tools::SIGINT)
+        Sys.sleep(2)
+        "not interrupted"
+      },
+      interval = 0.002
+    ),
+    interrupt = function(e) "interrupted"
+  )
+  expect_identical(res, "interrupted")
+  expect_false(winch:::profile_active())
+  p <- winch_profile(r_a(0.05), interval = 0.002)
+  expect_identical(paths_from(p, A), path(A, "r_a"))
+})
+
 test_that("fork children (mclapply) are not sampled, do not crash, and the parent's profile goes on", {
   skip_if_not_installed("parallel")
   loadNamespace("parallel")
