@@ -99,12 +99,18 @@ if (n_samples > 0) {
     end <- proc.time()[["elapsed"]] + seconds
     while (proc.time()[["elapsed"]] < end) workload(50L)
   }
+  # The process's peak resident memory (VmHWM), in MB.
+  peak <- function() {
+    x <- grep("^VmHWM:", readLines("/proc/self/status"), value = TRUE)
+    as.numeric(gsub("[^0-9]", "", x)) / 1024
+  }
   gc()
-  before <- gc()[, 2L]
+  steady(1) # the workload's own memory, before the profile
+  before <- peak()
   p <- winch_profile(steady(n_samples * interval), interval = interval, event = "elapsed")
   s <- summary(p)
   cat(sprintf("\n3. After %s samples (%s distinct stacks): the collector holds %.1f MB of stacks;",
     format(s$handler_runs, big.mark = ","), format(s$distinct_stacks, big.mark = ","), p$stats$memory / 2^20))
-  cat(sprintf(" the profile object is %.1f MB; max RSS %.0f MB\n",
-    as.numeric(utils::object.size(p)) / 2^20, s$usage$max_rss / 2^20))
+  cat(sprintf(" the profile object is %.1f MB; peak RSS %.0f MB before, %.0f MB after (+%.0f MB)\n",
+    as.numeric(utils::object.size(p)) / 2^20, before, peak(), peak() - before))
 }
