@@ -99,18 +99,22 @@ if (n_samples > 0) {
     end <- proc.time()[["elapsed"]] + seconds
     while (proc.time()[["elapsed"]] < end) workload(50L)
   }
-  # The process's peak resident memory (VmHWM), in MB.
-  peak <- function() {
-    x <- grep("^VmHWM:", readLines("/proc/self/status"), value = TRUE)
+  # The process's resident memory (VmRSS), in MB.
+  rss <- function() {
+    x <- grep("^VmRSS:", readLines("/proc/self/status"), value = TRUE)
     as.numeric(gsub("[^0-9]", "", x)) / 1024
   }
   gc()
   steady(1) # the workload's own memory, before the profile
-  before <- peak()
-  p <- winch_profile(steady(n_samples * interval), interval = interval, event = "elapsed")
+  before <- rss()
+  during <- NA
+  p <- winch_profile({
+    steady(n_samples * interval)
+    during <- rss() # the profiler's buffers, tables and stacks are all there
+  }, interval = interval, event = "elapsed")
   s <- summary(p)
   cat(sprintf("\n3. After %s samples (%s distinct stacks): the collector holds %.1f MB of stacks;",
     format(s$handler_runs, big.mark = ","), format(s$distinct_stacks, big.mark = ","), p$stats$memory / 2^20))
-  cat(sprintf(" the profile object is %.1f MB; peak RSS %.0f MB before, %.0f MB after (+%.0f MB)\n",
-    as.numeric(utils::object.size(p)) / 2^20, before, peak(), peak() - before))
+  cat(sprintf(" the profile object is %.1f MB; resident memory %.0f MB before, %.0f MB at the end of the run (+%.0f MB)\n",
+    as.numeric(utils::object.size(p)) / 2^20, before, during, during - before))
 }
