@@ -32,7 +32,7 @@ rss <- function() {
 }
 
 steady(1) # the workload's own memory, before the profile
-gc()
+invisible(gc())
 before <- rss()
 during <- NA
 p <- winch_profile(
