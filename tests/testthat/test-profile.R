@@ -662,7 +662,7 @@ test_that("print(), summary() and plot() describe the profile", {
   expect_false(res$visible)
   expect_identical(res$value, p)
   expect_match(out[[1L]], sprintf(
-    "^<winch_profile> %d samples of CPU time of R's main thread, every 2.0 ms: [0-9.]+ ms sampled over [0-9.]+ ms$",
+    "^<winch_profile> %d samples of CPU time of R's main thread, every 2.0 ms: [0-9.]+ m?s sampled over [0-9.]+ m?s$",
     total
   ))
   expect_true(any(grepl(B, out, fixed = TRUE)))
