@@ -14,6 +14,7 @@ joint_capture <- function(frames, calls, libr = FALSE,
                           call = rlang::caller_env()) {
   check_backend(backend, call = call)
   sync_debug_dirs(call = call)
+  sync_registrations()
   check_result(
     .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr, use_contexts()),
     call = call

@@ -76,6 +76,7 @@ test_that("winch_trace_back() as printed", {
   shown <- tb[rows, ]
   shown$ip <- "<ip>"
   shown$offset <- "<offset>"
+  shown$start <- ifelse(is.na(shown$start), NA, "<start>")
   shown$pathname <- basename(shown$pathname)
   shown$file <- basename(shown$file)
   shown$line <- shown$line - marker_line("roundtrip.c", "rt_call")

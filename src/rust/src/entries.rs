@@ -317,3 +317,25 @@ pub fn rs_set_debug_dirs(dirs: Arg) -> Result<RValue> {
     });
     Ok(old.ok_or_else(caches_busy)?.into())
 }
+
+/// Sets R's registered native routines: `names` and `addresses` (the
+/// `NativeSymbol` external pointers of `getNativeSymbolInfo()`), in pairs.
+/// Returns how many are known.
+pub fn rs_set_registered(names: Arg, addresses: Arg) -> Result<RValue> {
+    let names = names.strings()?;
+    let addrs = addresses.elements()?;
+    if names.len() != addrs.len() {
+        return Err(Error::BadArgument("`names` and `addresses` must have the same length".into()));
+    }
+    let mut routines = Vec::with_capacity(names.len());
+    for (name, addr) in names.into_iter().zip(addrs) {
+        let name = name.ok_or_else(|| Error::BadArgument("`names` must not contain NA".into()))?;
+        routines.push((addr.external_addr()?, name));
+    }
+    let n = symbolizer::with_global(|s| {
+        s.set_registered(routines);
+        s.registered_count()
+    })
+    .ok_or_else(caches_busy)?;
+    Ok(RValue::from(n as i32))
+}

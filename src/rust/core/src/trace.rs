@@ -114,9 +114,7 @@ impl NativeTrace {
     /// `symbolize` for the frames at `indices` only. If the symbolizer is in
     /// use (re-entered), frames are left unnamed rather than waiting.
     pub fn symbolize_some(&self, indices: &[usize]) -> Vec<Arc<[Resolved]>> {
-        let unnamed = || -> Arc<[Resolved]> {
-            Arc::from(vec![Resolved { func: None, file: None, line: None, column: None, inlined: false }])
-        };
+        let unnamed = || -> Arc<[Resolved]> { Arc::from(vec![Resolved::unnamed()]) };
         symbolizer::with_global(|s| {
             indices
                 .iter()

@@ -282,7 +282,7 @@ fn is_loop(label: u32) -> bool {
 }
 
 fn unnamed() -> Arc<[Resolved]> {
-    Arc::from(vec![Resolved { func: None, file: None, line: None, column: None, inlined: false }])
+    Arc::from(vec![Resolved::unnamed()])
 }
 
 /// A native function's name as an Rprof label: without its parameter list
