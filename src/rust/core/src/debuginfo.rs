@@ -10,6 +10,7 @@
 
 use crate::debugfile::{self, Candidate, Hints};
 use crate::modules::Module;
+use crate::scopes;
 use crate::symbols::{demangle, Source, Symbol, SymbolTable, RANK_DYNSYM, RANK_MINIDEBUGINFO, RANK_SYMTAB};
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 use std::fs::File;
@@ -129,13 +130,26 @@ impl ModuleInfo {
     pub fn resolve(&self, probe: u64) -> Vec<Resolved> {
         let mut out = Vec::new();
         if let Some(ctx) = &self.dwarf {
+            // The unit of the address, looked up only for C++ names that
+            // need their scopes.
+            let mut unit = None;
             if let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() {
                 while let Ok(Some(frame)) = frames.next() {
-                    let func = frame
-                        .function
-                        .as_ref()
-                        .and_then(|f| f.demangle().ok())
-                        .map(|name| Arc::<str>::from(name.as_ref()));
+                    let func = frame.function.as_ref().and_then(|f| {
+                        let name = f.demangle().ok()?;
+                        if scopes::is_cpp(f.language) && scopes::needs_scope(&name) {
+                            let u =
+                                *unit.get_or_insert_with(|| ctx.find_dwarf_and_unit(probe).skip_all_loads());
+                            if let Some(q) = frame
+                                .dw_die_offset
+                                .zip(u)
+                                .and_then(|(die, u)| scopes::qualified(u, die, &name))
+                            {
+                                return Some(Arc::<str>::from(q));
+                            }
+                        }
+                        Some(Arc::<str>::from(name.as_ref()))
+                    });
                     let (file, line, column) = match &frame.location {
                         Some(loc) => {
                             (loc.file.map(Arc::<str>::from), loc.line, loc.column.filter(|&c| c > 0))

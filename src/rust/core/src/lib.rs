@@ -17,6 +17,7 @@ pub mod modules;
 pub mod profile;
 pub mod rcontext;
 pub mod reentry;
+pub mod scopes;
 pub mod splice;
 pub mod stack;
 pub mod symbolizer;
