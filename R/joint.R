@@ -15,10 +15,12 @@ joint_capture <- function(frames, calls, libr = FALSE,
   check_backend(backend, call = call)
   sync_debug_dirs(call = call)
   sync_registrations()
-  check_result(
+  sync_debuginfod(call = call)
+  x <- check_result(
     .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr, use_contexts()),
     call = call
   )
+  debuginfod_hint(x)
 }
 
 # Reading R's context chain can be turned off with

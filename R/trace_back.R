@@ -66,5 +66,6 @@ winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr 
   check_flag(libr)
   sync_debug_dirs()
   sync_registrations()
-  check_result(.Call(C_rs_trace_back, backend, libr))
+  sync_debuginfod()
+  debuginfod_hint(check_result(.Call(C_rs_trace_back, backend, libr)))
 }

@@ -181,6 +181,31 @@ impl ModuleInfo {
     }
 }
 
+/// Adds the separate debug file at `path` (fetched from a debuginfod
+/// server) to what is known of `module`, if it is the module's debug file:
+/// its build-id must be the module's. Otherwise returns why not.
+pub fn add_debug_file(
+    info: &mut ModuleInfo,
+    module: &Module,
+    path: &Path,
+    source: Source,
+) -> Result<(), String> {
+    if module.build_id.is_none() {
+        return Err("the module has no build-id".into());
+    }
+    let candidate = Candidate { path: path.to_path_buf(), crc: None };
+    let mut syms: Vec<Symbol> = info.symbols.iter().cloned().collect();
+    let (ctx, bytes) = open_debug_file(&candidate, module, &mut syms).ok_or_else(|| {
+        format!("{} is not the debug file of {} (build-id or DWARF)", path.display(), module.path)
+    })?;
+    info.dwarf = Some(ctx);
+    info.dwarf_bytes = bytes;
+    info.dwarf_source = source;
+    info.debug_file = Some(candidate.path);
+    info.symbols = SymbolTable::new(syms);
+    Ok(())
+}
+
 /// Reads what winch needs from `module`'s file, looking for separate debug
 /// files under `debug_roots` (normally `/usr/lib/debug`).
 pub fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {

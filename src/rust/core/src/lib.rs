@@ -10,6 +10,7 @@
 
 pub mod debugfile;
 pub mod debuginfo;
+pub mod debuginfod;
 pub mod error;
 pub mod interleave;
 pub mod memory;

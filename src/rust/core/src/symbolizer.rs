@@ -15,6 +15,7 @@
 //! function that starts exactly at a registered address.
 
 use crate::debuginfo::{self, ModuleInfo, Resolved, Status};
+use crate::debuginfod::{Config, Debuginfod, Fetcher};
 use crate::modules::{MappedFile, Module, ModuleMap};
 use crate::reentry::ReentryLock;
 use crate::symbols::Source;
@@ -55,6 +56,12 @@ pub struct Symbolizer {
     frames: HashMap<(u32, u64), Arc<[Resolved]>>,
     /// R's registered native routines: absolute address to name.
     registered: HashMap<usize, Arc<str>>,
+    /// debuginfod: the session's state (kept while turned off, so that
+    /// misses stay remembered), whether it is on, and the modules still to
+    /// try (their capture's time ran out before their turn).
+    debuginfod: Option<Debuginfod>,
+    debuginfod_on: bool,
+    pending: HashSet<u32>,
     next_id: u32,
     /// The module map last seen (by serial) and, per module index in it,
     /// the module's cache id: the warm path hashes and copies no strings.
@@ -101,6 +108,9 @@ impl Symbolizer {
             starts: HashMap::new(),
             frames: HashMap::new(),
             registered: HashMap::new(),
+            debuginfod: None,
+            debuginfod_on: false,
+            pending: HashSet::new(),
             next_id: 0,
             map_seen: 0,
             by_index: Vec::new(),
@@ -131,6 +141,73 @@ impl Symbolizer {
         }
     }
 
+    /// Turns fetching from debuginfod servers on or off; `fetcher` is used
+    /// from the first time it is turned on. Modules read before without
+    /// DWARF are tried at their next use.
+    pub fn set_debuginfod(&mut self, on: bool, fetcher: impl FnOnce() -> Box<dyn Fetcher>) {
+        if on && self.debuginfod.is_none() {
+            self.debuginfod = Some(Debuginfod::new(fetcher()));
+        }
+        if on && !self.debuginfod_on {
+            self.pending = self.infos.iter().filter(|(_, i)| !i.has_dwarf()).map(|(&id, _)| id).collect();
+        }
+        if !on {
+            self.pending.clear();
+        }
+        self.debuginfod_on = on;
+    }
+
+    /// The session's debuginfod state, if it was ever turned on.
+    pub fn debuginfod(&self) -> Option<&Debuginfod> {
+        self.debuginfod.as_ref()
+    }
+
+    /// A capture starts: fetches it needs get a time budget of their own.
+    pub fn start_capture(&mut self) {
+        if let Some(d) = self.debuginfod.as_mut() {
+            d.start_capture();
+        }
+    }
+
+    /// Whether module `index` of `map` was read with DWARF (None: not read).
+    pub fn module_has_dwarf(&self, map: &ModuleMap, index: usize) -> Option<bool> {
+        let id = self.ids.get(&ModuleKey::of(map.module(index)))?;
+        Some(self.infos.get(id)?.has_dwarf())
+    }
+
+    /// Tries debuginfod for module `id` (`m`) when it is on and the module
+    /// has a build-id but no DWARF. A file that is not the module's debug
+    /// file is rejected.
+    fn try_debuginfod(&mut self, id: u32, m: &Module) {
+        self.pending.remove(&id);
+        let (Some(d), true, Some(build_id)) =
+            (self.debuginfod.as_mut(), self.debuginfod_on, m.build_id.as_deref())
+        else {
+            return;
+        };
+        let Some(info) = self.infos.get_mut(&id) else { return };
+        if info.has_dwarf() || info.status != Status::Ok {
+            return;
+        }
+        let config = Config::from_env();
+        match d.debug_file(build_id, &config, std::time::Instant::now()) {
+            Some(path) => {
+                let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    debuginfo::add_debug_file(info, m, &path, Source::Debuginfod)
+                }))
+                .unwrap_or_else(|_| Err("internal error while reading the file".into()));
+                match added {
+                    Ok(()) => self.frames.retain(|(i, _), _| *i != id),
+                    Err(why) => d.reject(build_id, &config, &why),
+                }
+            }
+            None if d.outcome(build_id).is_none() && config.has_servers() => {
+                self.pending.insert(id);
+            }
+            None => {}
+        }
+    }
+
     pub fn registered_count(&self) -> usize {
         self.registered.len()
     }
@@ -139,6 +216,7 @@ impl Symbolizer {
         self.ids.clear();
         self.infos.clear();
         self.starts.clear();
+        self.pending.clear();
         self.frames.clear();
         self.map_seen = 0;
         self.by_index.clear();
@@ -165,6 +243,9 @@ impl Symbolizer {
         self.next_id = self.next_id.wrapping_add(1);
         self.ids.insert(key, id);
         self.infos.insert(id, Box::new(info));
+        if self.debuginfod_on {
+            self.try_debuginfod(id, m);
+        }
         id
     }
 
@@ -177,6 +258,7 @@ impl Symbolizer {
             let kept: HashSet<u32> = self.ids.values().copied().collect();
             self.infos.retain(|id, _| kept.contains(id));
             self.starts.retain(|id, _| kept.contains(id));
+            self.pending.retain(|id| kept.contains(id));
             self.frames.retain(|(id, _), _| kept.contains(id));
         }
     }
@@ -198,6 +280,9 @@ impl Symbolizer {
                 id
             }
         };
+        if self.pending.contains(&id) {
+            self.try_debuginfod(id, map.module(index));
+        }
         if let Some(r) = self.frames.get(&(id, probe)) {
             return r.clone();
         }

@@ -39,6 +39,7 @@ pub struct Stats {
 
 /// Builds the profile.
 pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
+    symbolizer::with_global(|s| s.start_capture());
     let mut b = Builder::new(&f.labels, f);
     let mut stacks: Vec<Stack> = f
         .collected
