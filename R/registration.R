@@ -3,30 +3,51 @@
 # routine only when the frame's function starts exactly at the routine's
 # address. Read here, in R, with public functions: getDLLRegisteredRoutines()
 # for the names and getNativeSymbolInfo() for each address (a `NativeSymbol`
-# external pointer holding it), and passed to the core whenever the set of
-# loaded DLLs changed since the last capture.
+# external pointer holding it), and passed to the core when DLLs were loaded
+# or unloaded since the last capture.
+#
+# When that happened is the dynamic loader's to say: its load and unload
+# counters (one cheap call) gate everything else, so a capture pays nothing
+# while no library comes or goes. After a change, a DLL's routines are read
+# again unless the same load of it is still there: same name, path and
+# identity of the load (bias and build-id, or the file's stamp), so a DLL
+# unloaded and loaded again at another address, or rebuilt in place, never
+# keeps the addresses of its previous load.
 
 sync_registrations <- function() {
-  dlls <- getLoadedDLLs()
-  paths <- vapply(dlls, function(d) as.character(d[["path"]])[1L], "")
-  key <- paste(names(dlls), paths, sep = "\r")
-  if (identical(key, the$registration_key)) {
+  generation <- .Call(C_rs_loader_state, character())$generation
+  if (identical(generation, the$registration_generation)) {
     return(invisible(FALSE))
   }
-  cache <- the$registrations %||% list()
-  fresh <- list()
-  for (i in seq_along(dlls)) {
-    k <- key[[i]]
-    fresh[[k]] <- cache[[k]] %||% registered_routines(dlls[[i]])
+  dlls <- getLoadedDLLs()
+  paths <- vapply(dlls, function(d) as.character(d[["path"]])[1L], "")
+  state <- .Call(C_rs_loader_state, paths)
+  if (!is.list(state) || length(state$identity) != length(dlls)) {
+    return(invisible(FALSE))
   }
-  names <- unlist(lapply(fresh, `[[`, "names"), use.names = FALSE)
-  addresses <- unlist(lapply(fresh, `[[`, "addresses"), recursive = FALSE, use.names = FALSE)
-  res <- .Call(C_rs_set_registered, as.character(names), as.list(addresses))
-  # Busy (re-entered) or failed: try again at the next capture.
-  if (is.numeric(res)) {
+  # Where the loader knows no module by the DLL's path (R's own "base"),
+  # nothing shows a reload: such a DLL is read again after every change.
+  identity <- state$identity
+  identity[is.na(identity)] <- paste(c("unknown", state$generation), collapse = ":")
+  key <- paste(names(dlls), paths, identity, sep = "\r")
+  if (!identical(key, the$registration_key)) {
+    cache <- the$registrations %||% list()
+    fresh <- list()
+    for (i in seq_along(dlls)) {
+      k <- key[[i]]
+      fresh[[k]] <- cache[[k]] %||% registered_routines(dlls[[i]])
+    }
+    names <- unlist(lapply(fresh, `[[`, "names"), use.names = FALSE)
+    addresses <- unlist(lapply(fresh, `[[`, "addresses"), recursive = FALSE, use.names = FALSE)
+    res <- .Call(C_rs_set_registered, as.character(names), as.list(addresses))
+    # Busy (re-entered) or failed: try again at the next capture.
+    if (!is.numeric(res)) {
+      return(invisible(FALSE))
+    }
     the$registrations <- fresh
     the$registration_key <- key
   }
+  the$registration_generation <- state$generation
   invisible(TRUE)
 }
 

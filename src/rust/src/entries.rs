@@ -345,6 +345,25 @@ pub fn rs_set_registered(names: Arg, addresses: Arg) -> Result<RValue> {
     Ok(RValue::from(n as i32))
 }
 
+/// The dynamic loader's state: `generation`, its (adds, subs) counters
+/// (they change whenever a module is loaded or unloaded), and per path in
+/// `paths` the identity of that module's load (`NA` when none is loaded
+/// from it): R's registration table is read again only when they change.
+pub fn rs_loader_state(paths: Arg) -> Result<RValue> {
+    let paths = paths.strings()?;
+    let (adds, subs) = winch_core::modules::loader_generation();
+    let identity: Vec<Option<String>> = if paths.is_empty() {
+        Vec::new()
+    } else {
+        let map = winch_core::modules::current();
+        paths.iter().map(|p| p.as_deref().and_then(|p| map.load_identity(p))).collect()
+    };
+    Ok(RValue::List(vec![
+        ("generation", RValue::Dbl(vec![adds as f64, subs as f64])),
+        ("identity", RValue::Str(identity)),
+    ]))
+}
+
 /// Turns fetching debug files from debuginfod servers on or off. Returns
 /// whether libdebuginfod could be loaded, and why not.
 pub fn rs_set_debuginfod(enabled: Arg) -> Result<RValue> {
