@@ -69,6 +69,57 @@ test_that("the registration table follows DLLs as they are loaded and unloaded",
   expect_false(any(grepl("wtest_stripped_reload", names(winch:::the$registrations))))
 })
 
+test_that("a DLL unloaded, rebuilt in place and loaded again: the new entry point is named", {
+  skip_without_tools(c("strip", "nm", "readelf"))
+  name <- "wtest_stripped_rebuilt"
+  lib <- stripped_lib(name)
+  tb <- capture_stripped(lib, function() winch_trace_back(libr = FALSE))
+  expect_identical(module_rows(tb, lib$path)$func, c(NA, "st_entry"))
+  # Another build of the same library with more code before the entry
+  # point (functions in source order), stripped, put where the first one
+  # was.
+  new <- build_fixture(
+    name, "stripped.c",
+    flags = "-g -O2 -fvisibility=hidden -fno-toplevel-reorder",
+    prelude = c(
+      sprintf("#define INIT_NAME R_init_%s", name),
+      "__attribute__((used, noinline)) static double st_pad(double x) {",
+      "  for (int i = 0; i < 100; i++) x = x * 1.0001 + i / (x + 3.0);",
+      "  return x;",
+      "}"
+    )
+  )
+  starts <- c(nm_address(new$path, "st_helper"), nm_address(new$path, "st_entry"))
+  expect_false(starts[[2L]] == nm_address(lib$unstripped, "st_entry"))
+  run_tool("strip", c("--strip-all", shQuote(new$path)))
+  dyn.unload(lib$path)
+  unlink(lib$path)
+  file.copy(new$path, lib$path)
+  lib$dll <- dyn.load(lib$path)
+  tb <- capture_stripped(lib, function() winch_trace_back(libr = FALSE))
+  rows <- module_rows(tb, lib$path)
+  expect_identical(rows$func, c(NA, "st_entry"))
+  expect_identical(as.numeric(rows$start), starts)
+  dyn.unload(lib$path)
+})
+
+test_that("profiles name frames of stripped libraries as traces do", {
+  skip_without_tools(c("strip", "nm", "readelf"))
+  lib <- stripped_lib("wtest_stripped_prof")
+  burn <- function() {
+    t0 <- proc.time()[[1L]]
+    while (proc.time()[[1L]] - t0 < 0.3) NULL
+  }
+  p <- winch_profile(capture_stripped(lib, burn), interval = 0.005)
+  labels <- p$functions$label
+  helper <- sprintf("/wtest_stripped_prof.so::+0x%x", nm_address(lib$unstripped, "st_helper"))
+  expect_true("/wtest_stripped_prof.so::st_entry" %in% labels)
+  expect_true(helper %in% labels)
+  # The same labels as the joint views'.
+  calls <- capture_stripped(lib, function() winch_sys_calls())
+  expect_true(all(c("/wtest_stripped_prof.so::st_entry", helper) %in% joint_labels(calls)))
+})
+
 test_that("a frame outside every unwind entry is marked, never given an invented start", {
   skip_without_tools(c("strip", "readelf"))
   # Hidden and registered: even the registration table cannot name it, as
