@@ -40,10 +40,12 @@ test_that("on: names, files and lines from the fetched file, fetched once, cache
   skip_without_debuginfod()
   skip_without_tools(c("strip", "readelf"))
   lib <- stripped_lib("wtest_dbgd_on")
+  xdg_lib <- stripped_lib("wtest_dbgd_xdg")
   served <- tempfile("served-")
   dir.create(served)
-  file.copy(lib$unstripped, served)
-  server <- start_debuginfod(served)
+  file.copy(lib$unstripped, file.path(served, "on.so"))
+  file.copy(xdg_lib$unstripped, file.path(served, "xdg.so"))
+  server <- start_debuginfod(served, files = 2L)
   on.exit(stop_debuginfod(server), add = TRUE)
   cache <- tempfile("cache-")
   withr::local_envvar(DEBUGINFOD_URLS = server$url, DEBUGINFOD_CACHE_PATH = cache)
@@ -66,6 +68,46 @@ test_that("on: names, files and lines from the fetched file, fetched once, cache
   expect_match(requests, paste0("GET /buildid/", id, "/debuginfo 200"))
   info <- winch:::debuginfod_info()
   expect_match(info$outcome[info$build_id == id], "^found: ")
+  # Without DEBUGINFOD_CACHE_PATH, the client cache is the XDG one.
+  xdg <- tempfile("xdg-")
+  withr::local_envvar(DEBUGINFOD_CACHE_PATH = NA, XDG_CACHE_HOME = xdg)
+  rows <- module_rows(capture_stripped(xdg_lib, function() winch_trace_back(libr = FALSE)), xdg_lib$path)
+  expect_identical(rows$func, c("st_helper", "st_entry"))
+  expect_true(file.exists(file.path(xdg, "debuginfod_client", elf_build_id(xdg_lib$path), "debuginfo")))
+})
+
+test_that("a server that takes connections and never answers: the fetch gives up in time", {
+  skip_without_debuginfod()
+  skip_without_tools(c("strip", "readelf"))
+  # A listening socket nobody accepts on: the kernel completes the
+  # connection, and the request waits for an answer that never comes.
+  srv <- NULL
+  for (attempt in 1:10) {
+    port <- sample(20000:60000, 1L)
+    srv <- tryCatch(serverSocket(port), error = function(e) NULL)
+    if (!is.null(srv)) break
+  }
+  skip_if(is.null(srv), "no free port for a listening socket")
+  on.exit(close(srv), add = TRUE)
+  withr::local_envvar(
+    DEBUGINFOD_URLS = sprintf("http://127.0.0.1:%d", port),
+    DEBUGINFOD_CACHE_PATH = tempfile("cache-"),
+    DEBUGINFOD_TIMEOUT = "1"
+  )
+  withr::local_options(winch.debuginfod = TRUE)
+  lib <- stripped_lib("wtest_dbgd_slow")
+  # DEBUGINFOD_TIMEOUT = 1: a capture's fetches get 2 s in all.
+  time <- system.time(row <- helper_row(lib))[["elapsed"]]
+  expect_lt(time, 3.5)
+  expect_true(is.na(row$func))
+  info <- winch:::debuginfod_info()
+  expect_match(info$outcome[info$build_id == elf_build_id(lib$path)], "^missed: ")
+  # The default: a few seconds, a capture well under 5 s.
+  withr::local_envvar(DEBUGINFOD_TIMEOUT = NA)
+  lib2 <- stripped_lib("wtest_dbgd_slow2")
+  time <- system.time(row <- helper_row(lib2))[["elapsed"]]
+  expect_lt(time, 5)
+  expect_true(is.na(row$func))
 })
 
 test_that("a server stopped mid-session and an empty cache: the capture completes quickly, misses are remembered", {
