@@ -23,6 +23,8 @@ pub struct Config {
     /// [`DEFAULT_TIMEOUT`].
     pub timeout: Duration,
     /// The client cache: `DEBUGINFOD_CACHE_PATH`, else
+    /// `$HOME/.debuginfod_client_cache` where that directory exists (the
+    /// old default, still used by libdebuginfod), else
     /// `$XDG_CACHE_HOME/debuginfod_client`, else
     /// `$HOME/.cache/debuginfod_client`.
     pub cache: Option<PathBuf>,
@@ -40,8 +42,13 @@ impl Config {
             .and_then(|t| t.trim().parse::<u64>().ok())
             .filter(|&t| t > 0)
             .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
+        // libdebuginfod's order: the variable, then the old default
+        // `~/.debuginfod_client_cache` if it exists, then the XDG cache.
+        let legacy =
+            set("HOME").map(|h| Path::new(&h).join(".debuginfod_client_cache")).filter(|p| p.is_dir());
         let cache = set("DEBUGINFOD_CACHE_PATH")
             .map(PathBuf::from)
+            .or(legacy)
             .or_else(|| set("XDG_CACHE_HOME").map(|x| Path::new(&x).join("debuginfod_client")))
             .or_else(|| set("HOME").map(|h| Path::new(&h).join(".cache").join("debuginfod_client")));
         Config { urls: set("DEBUGINFOD_URLS").unwrap_or_default().trim().to_string(), timeout, cache }
@@ -344,6 +351,16 @@ mod tests {
         assert_eq!(c.cache, Some(PathBuf::from("/c")));
         assert_eq!(c.timeout, DEFAULT_TIMEOUT, "an unreadable timeout is the default");
         assert_eq!(cache_path(Path::new("/c"), &[0xab, 0x01]), PathBuf::from("/c/ab01/debuginfo"));
+        // The old default, where it exists, comes before the XDG cache.
+        let home = std::env::temp_dir().join(format!("winch-home-{}", std::process::id()));
+        let legacy = home.join(".debuginfod_client_cache");
+        std::fs::create_dir_all(&legacy).unwrap();
+        let h = home.to_str().unwrap();
+        let c = Config::from_vars(vars(&[("HOME", h), ("XDG_CACHE_HOME", "/xdg")]));
+        assert_eq!(c.cache, Some(legacy.clone()));
+        let c = Config::from_vars(vars(&[("HOME", h), ("DEBUGINFOD_CACHE_PATH", "/c")]));
+        assert_eq!(c.cache, Some(PathBuf::from("/c")));
+        let _ = std::fs::remove_dir_all(&home);
     }
 
     /// What a fake fetcher was asked: build-id and timeout.
