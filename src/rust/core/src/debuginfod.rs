@@ -279,40 +279,80 @@ pub mod client {
     pub struct Libdebuginfod;
 
     impl Fetcher for Libdebuginfod {
+        /// Fetches on a thread of its own and waits for it at most
+        /// `timeout`. libdebuginfod calls the progress callback (which
+        /// cancels at the deadline) only once a server has started to
+        /// answer: a server that takes the connection and says nothing
+        /// would hold the caller for libdebuginfod's own timeout (90 s by
+        /// default). Such a fetch is left to finish or fail on its thread
+        /// (whatever it writes goes to the client cache, checked before any
+        /// use); the caller remembers the miss.
         fn fetch(&mut self, build_id: &[u8], timeout: Duration) -> Fetched {
             let api = match api() {
                 Ok(api) => api,
                 Err(why) => return Fetched::Missing(why),
             };
             let deadline = Instant::now() + timeout;
-            // SAFETY: the client is created, used and ended here; the user
-            // data points to `deadline`, which outlives the client; `path`
-            // is set by the library to a malloc'ed string (freed below)
-            // and the descriptor returned is closed.
-            unsafe {
-                let client = (api.begin)();
-                if client.is_null() {
-                    return Fetched::Missing("debuginfod_begin() failed".into());
-                }
-                (api.set_user_data)(client, &deadline as *const Instant as *mut c_void);
-                (api.set_progressfn)(client, Some(progress));
-                let mut path: *mut c_char = std::ptr::null_mut();
-                let fd = (api.find_debuginfo)(client, build_id.as_ptr(), build_id.len() as c_int, &mut path);
-                (api.end)(client);
-                let file = (!path.is_null()).then(|| {
-                    let p = PathBuf::from(CStr::from_ptr(path).to_string_lossy().into_owned());
-                    libc::free(path as *mut c_void);
-                    p
-                });
-                if fd >= 0 {
-                    libc::close(fd);
-                }
-                match (fd >= 0, file) {
-                    (true, Some(p)) => Fetched::File(p),
-                    (true, None) => Fetched::Missing("no path returned".into()),
-                    (false, _) if Instant::now() >= deadline => Fetched::Missing("timed out".into()),
-                    (false, _) => Fetched::Missing(format!("{}", std::io::Error::from_raw_os_error(-fd))),
-                }
+            let (tx, rx) = std::sync::mpsc::channel();
+            let id = build_id.to_vec();
+            let spawned = std::thread::Builder::new().name("winch-debuginfod".into()).spawn(move || {
+                block_signals();
+                let _ = tx.send(fetch_now(api, &id, deadline));
+            });
+            if let Err(e) = spawned {
+                return Fetched::Missing(format!("no thread for the fetch: {e}"));
+            }
+            // A little grace: a fetch the callback cancels at the deadline
+            // reports that itself.
+            match rx.recv_timeout(timeout + Duration::from_millis(200)) {
+                Ok(fetched) => fetched,
+                Err(_) => Fetched::Missing("timed out".into()),
+            }
+        }
+    }
+
+    /// Blocks every signal on the calling thread: signals meant for R's
+    /// main thread (the profiler's, interrupts) never land on a fetch.
+    fn block_signals() {
+        // SAFETY: `set` is a local sigset_t, filled before use; changing
+        // this thread's own mask has no other effect.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut set);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+    }
+
+    /// One fetch through libdebuginfod, cancelled by the progress callback
+    /// once `deadline` has passed.
+    fn fetch_now(api: &Api, build_id: &[u8], deadline: Instant) -> Fetched {
+        // SAFETY: the client is created, used and ended here; the user
+        // data points to `deadline`, which outlives the client; `path` is
+        // set by the library to a malloc'ed string (freed below) and the
+        // descriptor returned is closed.
+        unsafe {
+            let client = (api.begin)();
+            if client.is_null() {
+                return Fetched::Missing("debuginfod_begin() failed".into());
+            }
+            (api.set_user_data)(client, &deadline as *const Instant as *mut c_void);
+            (api.set_progressfn)(client, Some(progress));
+            let mut path: *mut c_char = std::ptr::null_mut();
+            let fd = (api.find_debuginfo)(client, build_id.as_ptr(), build_id.len() as c_int, &mut path);
+            (api.end)(client);
+            let file = (!path.is_null()).then(|| {
+                let p = PathBuf::from(CStr::from_ptr(path).to_string_lossy().into_owned());
+                libc::free(path as *mut c_void);
+                p
+            });
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            match (fd >= 0, file) {
+                (true, Some(p)) => Fetched::File(p),
+                (true, None) => Fetched::Missing("no path returned".into()),
+                (false, _) if Instant::now() >= deadline => Fetched::Missing("timed out".into()),
+                (false, _) => Fetched::Missing(format!("{}", std::io::Error::from_raw_os_error(-fd))),
             }
         }
     }
