@@ -54,9 +54,17 @@ stop_debuginfod <- function(server) {
   invisible()
 }
 
-# The build-id requests in the server's log.
-buildid_requests <- function(server) {
-  grep("GET /buildid/", readLines(server$log), value = TRUE)
+# The build-id requests in the server's log (of one build-id, if given).
+# Requests for other modules of a trace (R's own libraries, stripped and
+# with build-ids) depend on the system: tests count those of their fixture.
+buildid_requests <- function(server, id = "") {
+  grep(paste0("GET /buildid/", id), readLines(server$log), value = TRUE, fixed = TRUE)
+}
+
+# Whether no build-id was asked for twice.
+each_asked_once <- function(server) {
+  ids <- sub(".*GET /buildid/([0-9a-f]+)/.*", "\\1", buildid_requests(server))
+  !anyDuplicated(ids)
 }
 
 # The URL of a server that is not there: a port on 127.0.0.1 where nothing

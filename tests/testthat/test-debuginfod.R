@@ -63,9 +63,10 @@ test_that("on: names, files and lines from the fetched file, fetched once, cache
   # Joint views too; and no second request.
   calls <- capture_stripped(lib, function() winch_sys_calls())
   expect_true("/wtest_dbgd_on.so::st_helper" %in% joint_labels(calls))
-  requests <- buildid_requests(server)
+  requests <- buildid_requests(server, id)
   expect_length(requests, 1L)
   expect_match(requests, paste0("GET /buildid/", id, "/debuginfo 200"))
+  expect_true(each_asked_once(server))
   info <- winch:::debuginfod_info()
   expect_match(info$outcome[info$build_id == id], "^found: ")
   # Without DEBUGINFOD_CACHE_PATH, the client cache is the XDG one.
@@ -122,7 +123,8 @@ test_that("a server stopped mid-session and an empty cache: the capture complete
   # The server is asked, and does not have the file.
   first <- stripped_lib("wtest_dbgd_404")
   expect_true(is.na(helper_row(first)$func))
-  expect_length(buildid_requests(server), 1L)
+  expect_length(buildid_requests(server, elf_build_id(first$path)), 1L)
+  expect_true(each_asked_once(server))
   stop_debuginfod(server)
   lib <- stripped_lib("wtest_dbgd_dead")
   before <- winch:::debuginfod_info()$fetches
