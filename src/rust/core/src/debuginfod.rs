@@ -304,7 +304,7 @@ pub mod client {
             }
             // A little grace: a fetch the callback cancels at the deadline
             // reports that itself.
-            match rx.recv_timeout(timeout + Duration::from_millis(200)) {
+            match rx.recv_timeout(timeout + Duration::from_millis(50)) {
                 Ok(fetched) => fetched,
                 Err(_) => Fetched::Missing("timed out".into()),
             }
