@@ -14,10 +14,13 @@ joint_capture <- function(frames, calls, libr = FALSE,
                           call = rlang::caller_env()) {
   check_backend(backend, call = call)
   sync_debug_dirs(call = call)
-  check_result(
+  sync_registrations()
+  sync_debuginfod(call = call)
+  x <- check_result(
     .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr, use_contexts()),
     call = call
   )
+  debuginfod_hint(x)
 }
 
 # Reading R's context chain can be turned off with

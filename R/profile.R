@@ -174,6 +174,9 @@ profile_begin <- function(opts, call = rlang::caller_env()) {
 
 # Stops sampling and builds the profile.
 profile_end <- function(session, call = rlang::caller_env()) {
+  # Names for the samples: R's registered routines as they are now (DLLs
+  # loaded while profiling included). Never raises an error.
+  sync_registrations()
   raw <- check_result(.Call(C_rs_profile_stop), call = call)
   session$gc_counter$stop()
   new_winch_profile(raw, session)

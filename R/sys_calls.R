@@ -3,8 +3,10 @@
 #' Like [sys.calls()] evaluated where `winch_sys_calls()` is called, with the
 #' native frames inserted where they really are: each native frame comes
 #' right after the R call whose evaluation entered it, as a call of the form
-#' `` `/libfoo.so`::fn() `` (or `` `/libfoo.so`::`+0x1a2b`() `` when the
-#' frame has no name). Needs no rlang.
+#' `` `/libfoo.so`::fn() `` (or `` `/libfoo.so`::`+0x1a20`() `` when the
+#' frame has no name: the start of its function relative to the module, the
+#' same for every frame in that function; `` `+0x1a2b?` `` with the frame's
+#' own offset where no unwind information covers it). Needs no rlang.
 #'
 #' The R calls are exactly those `sys.calls()` would list in the same place:
 #' inside a promise (an argument being evaluated), they stop at the frame
@@ -60,7 +62,10 @@ new_winch_calls <- function(calls, native, n) {
   which_native <- -order[!is_r]
   out <- vector("list", length(order))
   out[is_r] <- calls[order[is_r]]
-  out[!is_r] <- .mapply(native_call, list(nat$func[which_native], nat$pathname[which_native], nat$offset[which_native]), NULL)
+  out[!is_r] <- .mapply(native_call, list(
+    nat$func[which_native], nat$pathname[which_native],
+    nat$start[which_native], nat$offset[which_native]
+  ), NULL)
   status <- rep("r", length(order))
   status[!is_r] <- "exact"
   status[!is_r][nat$approximate[which_native]] <- "approximate"

@@ -18,10 +18,16 @@ winch_available <- function() {
 #' R session at the point of the call, without the frames of the capture
 #' itself.
 #'
-#' A frame gets a name in `func` only if its address lies inside a symbol or
-#' a function in the debug information; frames in stripped code get `NA`
-#' (never the name of a neighbouring function). `offset` is the address
-#' relative to the module, usable with `addr2line -e <pathname> <offset>`.
+#' A frame gets a name in `func` only if the name is certainly its own: its
+#' address lies inside a function of the debug information or a symbol
+#' (`.symtab`, `.dynsym`, the compressed `.symtab` of `.gnu_debugdata`), or
+#' its function starts exactly at a routine registered with R
+#' (`R_registerRoutines()`); with `options(winch.debuginfod = TRUE)`, debug
+#' files are also fetched from debuginfod servers. Other frames get `NA`
+#' (never the name of a neighbouring function) and are identified by
+#' `start`, the start of their function. `offset` is the address relative to
+#' the module, usable with `addr2line -e <pathname> <offset>`. See "How
+#' frames are named" in `vignette("winch")`.
 #'
 #' @param backend The unwinder: `"cfi"` (winch's own cached unwinder, which
 #'   hands stacks it cannot walk to libgcc's), `"libunwind"` (the system
@@ -38,7 +44,15 @@ winch_available <- function() {
 #'   * `file`, `line`: source location from debug information, `NA` if absent;
 #'   * `inlined`: the row is an inlined call inside the frame's function;
 #'   * `offset`: `ip` relative to the module, as `"0x..."`;
-#'   * `column`: source column from debug information, `NA` if absent.
+#'   * `column`: source column from debug information, `NA` if absent;
+#'   * `start`: the start of the function holding `ip`, relative to the
+#'     module, as `"0x..."`, from the unwind information (which stripping
+#'     keeps): every frame in one function has the same `start`. `NA` where
+#'     no unwind entry covers `ip`;
+#'   * `source`: where `func` came from: `"dwarf"`, `"debuginfod"` (DWARF of
+#'     a file fetched from a debuginfod server), `"symtab"`, `"dynsym"`,
+#'     `"minidebuginfo"` (`.gnu_debugdata`) or `"registration"` (R's table
+#'     of registered routines); `NA` when `func` is.
 #'
 #'   Attributes: `backend` (the unwinder that walked the stack), `truncated` (`TRUE` when
 #'   unwinding stopped before the outermost frame) and `truncation` (why).
@@ -51,5 +65,7 @@ winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr 
   check_backend(backend)
   check_flag(libr)
   sync_debug_dirs()
-  check_result(.Call(C_rs_trace_back, backend, libr))
+  sync_registrations()
+  sync_debuginfod()
+  debuginfod_hint(check_result(.Call(C_rs_trace_back, backend, libr)))
 }

@@ -5,6 +5,14 @@
 #' * `winch.debug_dirs`: directories searched for separate debug files, as
 #'   `<dir>/.build-id/xx/yyyy.debug` and for `.gnu_debuglink` targets
 #'   (default `"/usr/lib/debug"`).
+#' * `winch.debuginfod`: set to `TRUE` to fetch the separate debug files of
+#'   native modules from the debuginfod servers in `DEBUGINFOD_URLS` (by
+#'   build-id; cached in `DEBUGINFOD_CACHE_PATH`, else the standard client
+#'   cache; each fetch limited to `DEBUGINFOD_TIMEOUT` seconds, default 3).
+#'   Needs elfutils' `libdebuginfod.so.1` (Debian: `libdebuginfod1`). Unset
+#'   (the default) or `FALSE`: no network request is ever made; unset, winch
+#'   says once per session when debuginfod servers are configured and could
+#'   name frames. See "How frames are named" in `vignette("winch")`.
 #' * `winch.use_contexts`: set to `FALSE` to place native frames without
 #'   reading R's context chain (the fallback described in
 #'   `vignette("winch")`), e.g. to compare.

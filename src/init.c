@@ -23,6 +23,10 @@
   X(rs_stage_times, 2)          \
   X(rs_cache_info, 0)           \
   X(rs_set_debug_dirs, 1)       \
+  X(rs_set_registered, 2)       \
+  X(rs_loader_state, 1)         \
+  X(rs_set_debuginfod, 1)       \
+  X(rs_debuginfod_info, 0)      \
   X(rs_profile_start, 10)       \
   X(rs_profile_learn_bc, 1)     \
   X(rs_rprof_running, 1)        \

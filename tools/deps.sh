@@ -5,11 +5,19 @@ set -e
 
 PACKAGES="r-base-dev r-cran-rlang r-cran-testthat r-cran-knitr r-cran-rmarkdown
 r-cran-bench r-cran-withr libunwind-dev pkg-config pandoc binutils gfortran g++
-make git iproute2 r-cran-profvis r-cran-vctrs golang-go"
+make git iproute2 r-cran-profvis r-cran-vctrs golang-go xz-utils debuginfod
+libdebuginfod1"
+
+installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
 
 missing=""
 for p in $PACKAGES; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+  # Debian 13 (trixie) renamed libraries for 64-bit time_t
+  # (libdebuginfod1 is libdebuginfod1t64 there, which provides the old
+  # name: apt-get installs it when asked for libdebuginfod1).
+  if ! installed "$p" && ! installed "${p}t64"; then
     missing="$missing $p"
   fi
 done

@@ -76,10 +76,27 @@ test_that("winch_trace_back() as printed", {
   shown <- tb[rows, ]
   shown$ip <- "<ip>"
   shown$offset <- "<offset>"
+  shown$start <- ifelse(is.na(shown$start), NA, "<start>")
   shown$pathname <- basename(shown$pathname)
   shown$file <- basename(shown$file)
   shown$line <- shown$line - marker_line("roundtrip.c", "rt_call")
   shown$column <- NA_integer_
   rownames(shown) <- NULL
   expect_snapshot(print(shown))
+})
+
+test_that("a stripped library: registered entry point, helper by its start", {
+  skip_without_tools(c("strip", "nm", "readelf"))
+  lib <- stripped_lib("wtest_print_stripped")
+  # The helper's start as the unstripped copy's symbol table has it: the
+  # printed form must show exactly that.
+  start <- sprintf("+0x%x", nm_address(lib$unstripped, "st_helper"))
+  scrub <- function(x) gsub(start, "+0x<start of st_helper>", scrub_printed(x), fixed = TRUE)
+  cb <- function() winch_sys_calls()
+  outer <- function() .Call(routine(lib, "st_entry"), cb, environment())
+  expect_snapshot(print(calls_from(outer(), "outer")), transform = scrub)
+  withr::local_options(rlang_trace_use_winch = TRUE)
+  cb <- function() rlang::abort("from the callback", class = "winch_test")
+  err <- tryCatch(outer(), winch_test = function(e) e)
+  expect_snapshot(print(err$trace, simplify = "branch"), transform = scrub)
 })

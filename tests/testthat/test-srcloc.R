@@ -117,7 +117,7 @@ test_that("C++: demangled names and the inlined frame, innermost first", {
   rows <- module_rows(tb, lib$path)
   expect_identical(
     rows$func,
-    c("evaluate", "wtest::Caller<int>::call(SEXPREC*, SEXPREC*)", "cpp_call")
+    c("wtest::evaluate", "wtest::Caller<int>::call(SEXPREC*, SEXPREC*)", "cpp_call")
   )
   expect_identical(rows$inlined, c(TRUE, FALSE, FALSE))
   # The inlined call and its physical frame share one ip; the caller has its own.
@@ -142,7 +142,7 @@ test_that("C++: inlined rows survive libr = FALSE and sit right above their fram
   tb <- capture_via(lib, "cpp_call", libr = FALSE)
   expect_false(any(tb$is_libr))
   i <- which(tb$inlined)
-  expect_identical(tb$func[i], "evaluate")
+  expect_identical(tb$func[i], "wtest::evaluate")
   # Every inlined row is followed by a row with the same ip; the last row of
   # each ip group is the physical (not inlined) frame.
   for (k in i) {

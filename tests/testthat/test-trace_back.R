@@ -17,8 +17,12 @@ test_that("columns come in the documented order and types", {
   expect_s3_class(tb, "data.frame")
   expect_identical(
     names(tb),
-    c("func", "ip", "pathname", "is_libr", "file", "line", "inlined", "offset", "column")
+    c("func", "ip", "pathname", "is_libr", "file", "line", "inlined", "offset", "column", "start", "source")
   )
+  expect_type(tb$start, "character")
+  expect_true(all(grepl("^0x[0-9a-f]+$", tb$start[!is.na(tb$start)])))
+  expect_true(all(tb$source[!is.na(tb$func)] %in% c("dwarf", "debuginfod", "symtab", "dynsym", "minidebuginfo", "registration")))
+  expect_true(all(is.na(tb$source[is.na(tb$func)])))
   expect_type(tb$func, "character")
   expect_type(tb$ip, "character")
   expect_type(tb$pathname, "character")

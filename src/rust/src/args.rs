@@ -163,4 +163,14 @@ impl Arg {
         // SAFETY: `i` < length of a list; reading elements does not allocate.
         Ok((0..n).map(|i| unsafe { rapi::VECTOR_ELT(self.sexp, i as isize) } as usize).collect())
     }
+
+    /// The address an external pointer holds (R's `NativeSymbol` pointers
+    /// hold a routine's address; the R side checks the class).
+    pub fn external_addr(&self) -> Result<usize> {
+        if self.shape().0 != rapi::EXTPTRSXP {
+            return Err(self.bad("an external pointer"));
+        }
+        // SAFETY: an external pointer; reading its address does not allocate.
+        Ok(unsafe { rapi::R_ExternalPtrAddr(self.sexp) } as usize)
+    }
 }

@@ -128,7 +128,11 @@ pub fn rs_trace_back(backend_arg: Arg, libr: Arg) -> Result<RValue> {
     let native = joint::native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
     let shown = view::select(&native.classes, View::TraceBack { libr });
     let resolved = native.trace.symbolize_some(&shown);
-    Ok(RValue::Frames(Box::new(FrameTable::new(&native.trace, &shown, &resolved, &native.classes, None))))
+    let mut table = FrameTable::new(&native.trace, &shown, &resolved, &native.classes, None);
+    table
+        .attrs
+        .push((c"debug_files_would_help", native.trace.debug_files_would_help(&shown, &resolved).into()));
+    Ok(RValue::Frames(Box::new(table)))
 }
 
 /// The native stack placed among the caller's R frames `frames` (its
@@ -144,6 +148,7 @@ pub fn rs_joint(backend_arg: Arg, frames: Arg, calls: Arg, libr: Arg, use_contex
     let shown = view::select(&n.classes, View::Joint { libr });
     let resolved = n.trace.symbolize_some(&shown);
     let mut table = FrameTable::new(&n.trace, &shown, &resolved, &n.classes, Some(&j.placement));
+    table.attrs.push((c"debug_files_would_help", n.trace.debug_files_would_help(&shown, &resolved).into()));
     let mode = match (&j.fallback_reason, j.placement.is_approximate()) {
         (Some(_), _) => "fallback",
         (None, true) => "approximate",
@@ -316,4 +321,100 @@ pub fn rs_set_debug_dirs(dirs: Arg) -> Result<RValue> {
         old
     });
     Ok(old.ok_or_else(caches_busy)?.into())
+}
+
+/// Sets R's registered native routines: `names` and `addresses` (the
+/// `NativeSymbol` external pointers of `getNativeSymbolInfo()`), in pairs.
+/// Returns how many are known.
+pub fn rs_set_registered(names: Arg, addresses: Arg) -> Result<RValue> {
+    let names = names.strings()?;
+    let addrs = addresses.elements()?;
+    if names.len() != addrs.len() {
+        return Err(Error::BadArgument("`names` and `addresses` must have the same length".into()));
+    }
+    let mut routines = Vec::with_capacity(names.len());
+    for (name, addr) in names.into_iter().zip(addrs) {
+        let name = name.ok_or_else(|| Error::BadArgument("`names` must not contain NA".into()))?;
+        routines.push((addr.external_addr()?, name));
+    }
+    let n = symbolizer::with_global(|s| {
+        s.set_registered(routines);
+        s.registered_count()
+    })
+    .ok_or_else(caches_busy)?;
+    Ok(RValue::from(n as i32))
+}
+
+/// The dynamic loader's state: `generation`, its (adds, subs) counters
+/// (they change whenever a module is loaded or unloaded), and per path in
+/// `paths` the identity of that module's load (`NA` when none is loaded
+/// from it): R's registration table is read again only when they change.
+pub fn rs_loader_state(paths: Arg) -> Result<RValue> {
+    let paths = paths.strings()?;
+    let (adds, subs) = winch_core::modules::loader_generation();
+    let identity: Vec<Option<String>> = if paths.is_empty() {
+        Vec::new()
+    } else {
+        let map = winch_core::modules::current();
+        paths.iter().map(|p| p.as_deref().and_then(|p| map.load_identity(p))).collect()
+    };
+    Ok(RValue::List(vec![
+        ("generation", RValue::Dbl(vec![adds as f64, subs as f64])),
+        ("identity", RValue::Str(identity)),
+    ]))
+}
+
+/// Turns fetching debug files from debuginfod servers on or off. Returns
+/// whether libdebuginfod could be loaded, and why not.
+pub fn rs_set_debuginfod(enabled: Arg) -> Result<RValue> {
+    let on = enabled.flag()?;
+    #[cfg(target_os = "linux")]
+    let (fetcher, available) = (
+        || -> Box<dyn winch_core::debuginfod::Fetcher> {
+            Box::new(winch_core::debuginfod::client::Libdebuginfod)
+        },
+        winch_core::debuginfod::client::available(),
+    );
+    #[cfg(not(target_os = "linux"))]
+    let (fetcher, available) = (
+        || -> Box<dyn winch_core::debuginfod::Fetcher> { Box::new(NoFetcher) },
+        Err::<(), String>("debuginfod is supported on Linux only".to_string()),
+    );
+    symbolizer::with_global(|s| s.set_debuginfod(on && available.is_ok(), fetcher))
+        .ok_or_else(caches_busy)?;
+    Ok(RValue::List(vec![("available", available.is_ok().into()), ("why", RValue::from(available.err()))]))
+}
+
+/// The session's debuginfod figures: fetches started, and per build-id
+/// what came of it.
+pub fn rs_debuginfod_info() -> Result<RValue> {
+    use winch_core::debuginfod::Outcome;
+    let (fetches, mut tried) = symbolizer::with_global(|s| match s.debuginfod() {
+        Some(d) => {
+            (d.fetches, d.tried().map(|(id, o)| (winch_core::debugfile::hex(id), o.clone())).collect())
+        }
+        None => (0, Vec::new()),
+    })
+    .ok_or_else(caches_busy)?;
+    tried.sort_by(|a, b| a.0.cmp(&b.0));
+    let outcome = |o: &Outcome| match o {
+        Outcome::Found(p) => format!("found: {}", p.display()),
+        Outcome::Missed(why) => format!("missed: {why}"),
+        Outcome::Rejected(why) => format!("rejected: {why}"),
+    };
+    Ok(RValue::List(vec![
+        ("fetches", RValue::from(fetches as f64)),
+        ("build_id", tried.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>().into()),
+        ("outcome", tried.iter().map(|(_, o)| outcome(o)).collect::<Vec<_>>().into()),
+    ]))
+}
+
+#[cfg(not(target_os = "linux"))]
+struct NoFetcher;
+
+#[cfg(not(target_os = "linux"))]
+impl winch_core::debuginfod::Fetcher for NoFetcher {
+    fn fetch(&mut self, _: &[u8], _: std::time::Duration) -> winch_core::debuginfod::Fetched {
+        winch_core::debuginfod::Fetched::Missing("not supported here".into())
+    }
 }

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use winch_core::debuginfo::Resolved;
 use winch_core::interleave::Placement;
 use winch_core::modules::ModuleMap;
+use winch_core::splice::expand_inlined;
+use winch_core::symbols::Source;
 use winch_core::trace::NativeTrace;
 use winch_core::view::Class;
 
@@ -21,6 +23,10 @@ pub struct Row {
     pub line: Option<u32>,
     pub column: Option<u32>,
     pub inlined: bool,
+    /// Where `func` came from, and the start of the frame's function
+    /// relative to the module (from the unwind information).
+    pub source: Option<Source>,
+    pub start: Option<u64>,
     pub is_libr: bool,
     /// Joint tables: the R frame the row sits under (None: unplaced), and
     /// whether that is one of several possibilities.
@@ -36,9 +42,9 @@ pub struct FrameTable {
     pub attrs: Vec<(&'static CStr, RValue)>,
 }
 
-const COLUMNS: [&str; 9] =
-    ["func", "ip", "pathname", "is_libr", "file", "line", "inlined", "offset", "column"];
-const JOINT_COLUMNS: [&str; 11] = [
+const COLUMNS: [&str; 11] =
+    ["func", "ip", "pathname", "is_libr", "file", "line", "inlined", "offset", "column", "start", "source"];
+const JOINT_COLUMNS: [&str; 13] = [
     "func",
     "ip",
     "pathname",
@@ -48,6 +54,8 @@ const JOINT_COLUMNS: [&str; 11] = [
     "inlined",
     "offset",
     "column",
+    "start",
+    "source",
     "r_frame",
     "approximate",
 ];
@@ -62,26 +70,29 @@ impl FrameTable {
         classes: &[Class],
         placement: Option<&Placement>,
     ) -> FrameTable {
-        let mut rows = Vec::with_capacity(shown.len());
-        for (&i, r) in shown.iter().zip(resolved) {
+        // Joint tables read outermost first, inlined calls included.
+        let levels: Vec<usize> = resolved.iter().map(|r| r.len()).collect();
+        let order = expand_inlined(&levels, placement.is_some());
+        let mut rows = Vec::with_capacity(order.len());
+        for (k, level) in order {
+            let (i, res) = (shown[k], &resolved[k][level]);
             let f = &t.frames[i];
             let offset = f.module.map_or(0, |m| f.ip.wrapping_sub(t.map.module(m).bias));
-            // Innermost inlined call first, the physical function last.
-            for res in r.iter() {
-                rows.push(Row {
-                    ip: f.ip,
-                    module: f.module,
-                    offset,
-                    func: res.func.clone(),
-                    file: res.file.clone(),
-                    line: res.line,
-                    column: res.column,
-                    inlined: res.inlined,
-                    is_libr: classes[i].interpreter,
-                    r_frame: placement.and_then(|p| p.parent[i]),
-                    approximate: placement.is_some_and(|p| p.approximate[i]),
-                });
-            }
+            rows.push(Row {
+                ip: f.ip,
+                module: f.module,
+                offset,
+                func: res.func.clone(),
+                file: res.file.clone(),
+                line: res.line,
+                column: res.column,
+                inlined: res.inlined,
+                source: res.source,
+                start: res.start,
+                is_libr: classes[i].interpreter,
+                r_frame: placement.and_then(|p| p.parent[i]),
+                approximate: placement.is_some_and(|p| p.approximate[i]),
+            });
         }
         FrameTable { map: t.map.clone(), rows, joint: placement.is_some(), attrs: trace_attrs(t) }
     }

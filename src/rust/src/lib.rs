@@ -50,6 +50,10 @@ entry_points! {
     rs_stage_times(backend, n);
     rs_cache_info();
     rs_set_debug_dirs(dirs);
+    rs_set_registered(names, addresses);
+    rs_loader_state(paths);
+    rs_set_debuginfod(enabled);
+    rs_debuginfod_info();
     rs_profile_start(interval, event, loops, region, lines, symbols, frames, calls, probes, expected);
     rs_profile_learn_bc(opcodes);
     rs_rprof_running(method);

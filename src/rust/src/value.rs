@@ -273,6 +273,8 @@ unsafe fn build_column(t: &FrameTable, name: &str, strings: &mut StringCache, df
                         "ip" => strings.hex(r.ip, false),
                         "pathname" => strings.module(t, r.module),
                         "file" => strings.arc(r.file.as_ref()),
+                        "source" => r.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),
+                        "start" => r.start.map_or(rapi::R_NaString, |a| strings.hex(a as usize, true)),
                         _ => strings.hex(r.offset, true),
                     };
                     rapi::SET_STRING_ELT(col, i as isize, c);
@@ -346,6 +348,21 @@ impl StringCache {
         // SAFETY: the caller's contract.
         let c = unsafe { rapi::mkchar(text) };
         cache.insert(value, c);
+        c
+    }
+
+    /// The CHARSXP of a static string.
+    ///
+    /// # Safety
+    /// As for [`StringCache::arc`].
+    unsafe fn text(&mut self, s: &'static str) -> Sexp {
+        let key = s.as_ptr() as usize;
+        if let Some(&c) = self.arcs.get(&key) {
+            return c;
+        }
+        // SAFETY: the caller's contract.
+        let c = unsafe { rapi::mkchar(s) };
+        self.arcs.insert(key, c);
         c
     }
 

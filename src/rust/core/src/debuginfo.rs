@@ -10,7 +10,8 @@
 
 use crate::debugfile::{self, Candidate, Hints};
 use crate::modules::Module;
-use crate::symbols::{demangle, Symbol, SymbolTable};
+use crate::scopes;
+use crate::symbols::{demangle, Source, Symbol, SymbolTable, RANK_DYNSYM, RANK_MINIDEBUGINFO, RANK_SYMTAB};
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 use std::fs::File;
 use std::io::Read;
@@ -59,6 +60,28 @@ pub struct Resolved {
     pub line: Option<u32>,
     pub column: Option<u32>,
     pub inlined: bool,
+    /// Where `func` came from (None when there is no name).
+    pub source: Option<Source>,
+    /// Start of the physical function holding the address, relative to the
+    /// module (file virtual address), from the unwind information; None
+    /// where no unwind entry covers it. The same for every inlined call of
+    /// one frame.
+    pub start: Option<u64>,
+}
+
+impl Resolved {
+    /// A frame about which nothing is known.
+    pub fn unnamed() -> Resolved {
+        Resolved {
+            func: None,
+            file: None,
+            line: None,
+            column: None,
+            inlined: false,
+            source: None,
+            start: None,
+        }
+    }
 }
 
 pub struct ModuleInfo {
@@ -68,11 +91,20 @@ pub struct ModuleInfo {
     pub debug_file: Option<PathBuf>,
     dwarf: Option<addr2line::Context<Reader>>,
     dwarf_bytes: usize,
+    /// Where the DWARF came from: the module or a local file, or debuginfod.
+    pub dwarf_source: Source,
 }
 
 impl ModuleInfo {
     fn empty(status: Status) -> ModuleInfo {
-        ModuleInfo { status, symbols: SymbolTable::default(), debug_file: None, dwarf: None, dwarf_bytes: 0 }
+        ModuleInfo {
+            status,
+            symbols: SymbolTable::default(),
+            debug_file: None,
+            dwarf: None,
+            dwarf_bytes: 0,
+            dwarf_source: Source::Dwarf,
+        }
     }
 
     /// A module known by its symbols only (tests of the caches).
@@ -98,38 +130,80 @@ impl ModuleInfo {
     pub fn resolve(&self, probe: u64) -> Vec<Resolved> {
         let mut out = Vec::new();
         if let Some(ctx) = &self.dwarf {
+            // The unit of the address, looked up only for C++ names that
+            // need their scopes.
+            let mut unit = None;
             if let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() {
                 while let Ok(Some(frame)) = frames.next() {
-                    let func = frame
-                        .function
-                        .as_ref()
-                        .and_then(|f| f.demangle().ok())
-                        .map(|name| Arc::<str>::from(name.as_ref()));
+                    let func = frame.function.as_ref().and_then(|f| {
+                        let name = f.demangle().ok()?;
+                        if scopes::is_cpp(f.language) && scopes::needs_scope(&name) {
+                            let u =
+                                *unit.get_or_insert_with(|| ctx.find_dwarf_and_unit(probe).skip_all_loads());
+                            if let Some(q) = frame
+                                .dw_die_offset
+                                .zip(u)
+                                .and_then(|(die, u)| scopes::qualified(u, die, &name))
+                            {
+                                return Some(Arc::<str>::from(q));
+                            }
+                        }
+                        Some(Arc::<str>::from(name.as_ref()))
+                    });
                     let (file, line, column) = match &frame.location {
                         Some(loc) => {
                             (loc.file.map(Arc::<str>::from), loc.line, loc.column.filter(|&c| c > 0))
                         }
                         None => (None, None, None),
                     };
-                    out.push(Resolved { func, file, line, column, inlined: true });
+                    let source = func.as_ref().map(|_| self.dwarf_source);
+                    out.push(Resolved { func, file, line, column, inlined: true, source, start: None });
                     if out.len() > 256 {
                         break; // corrupt DWARF could loop
                     }
                 }
             }
         }
-        let symbol = self.symbols.lookup(probe).map(|s| s.name.clone());
+        let symbol = self.symbols.lookup(probe).map(|s| (s.name.clone(), s.source()));
         match out.last_mut() {
             Some(last) => {
                 last.inlined = false;
                 if last.func.is_none() {
-                    last.func = symbol;
+                    (last.func, last.source) = symbol.unzip();
                 }
             }
-            None => out.push(Resolved { func: symbol, file: None, line: None, column: None, inlined: false }),
+            None => {
+                let (func, source) = symbol.unzip();
+                out.push(Resolved { func, source, ..Resolved::unnamed() })
+            }
         }
         out
     }
+}
+
+/// Adds the separate debug file at `path` (fetched from a debuginfod
+/// server) to what is known of `module`, if it is the module's debug file:
+/// its build-id must be the module's. Otherwise returns why not.
+pub fn add_debug_file(
+    info: &mut ModuleInfo,
+    module: &Module,
+    path: &Path,
+    source: Source,
+) -> Result<(), String> {
+    if module.build_id.is_none() {
+        return Err("the module has no build-id".into());
+    }
+    let candidate = Candidate { path: path.to_path_buf(), crc: None };
+    let mut syms: Vec<Symbol> = info.symbols.iter().cloned().collect();
+    let (ctx, bytes) = open_debug_file(&candidate, module, &mut syms).ok_or_else(|| {
+        format!("{} is not the debug file of {} (build-id or DWARF)", path.display(), module.path)
+    })?;
+    info.dwarf = Some(ctx);
+    info.dwarf_bytes = bytes;
+    info.dwarf_source = source;
+    info.debug_file = Some(candidate.path);
+    info.symbols = SymbolTable::new(syms);
+    Ok(())
 }
 
 /// Reads what winch needs from `module`'s file, looking for separate debug
@@ -203,6 +277,7 @@ fn load_parsed<'a, R: object::ReadRef<'a>>(
     let mut info = ModuleInfo::empty(Status::Ok);
     let mut syms = Vec::new();
     collect_symbols(&obj, &mut syms);
+    collect_minidebuginfo(&obj, &mut syms);
 
     if has_dwarf(&obj) {
         // Unusable DWARF (damaged): names come from the symbol tables.
@@ -239,7 +314,17 @@ fn file_id(_file: &File) -> Option<(u64, u64)> {
 }
 
 fn collect_symbols<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>, out: &mut Vec<Symbol>) {
-    for (table_rank, symbols) in [(0u8, obj.symbols()), (4u8, obj.dynamic_symbols())] {
+    collect_symbols_ranked(obj, out, RANK_SYMTAB, RANK_DYNSYM);
+}
+
+/// `collect_symbols` with the ranks given to `.symtab` and `.dynsym`.
+fn collect_symbols_ranked<'a, R: object::ReadRef<'a>>(
+    obj: &object::File<'a, R>,
+    out: &mut Vec<Symbol>,
+    symtab_rank: u8,
+    dynsym_rank: u8,
+) {
+    for (table_rank, symbols) in [(symtab_rank, obj.symbols()), (dynsym_rank, obj.dynamic_symbols())] {
         for s in symbols {
             let in_text = match s.section_index().and_then(|i| obj.section_by_index(i).ok()) {
                 Some(section) => section.kind() == SectionKind::Text,
@@ -272,6 +357,33 @@ fn collect_symbols<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>, out: &
             });
         }
     }
+}
+
+/// Decompressed MiniDebugInfo is at most this large (real ones are a few
+/// hundred KB): a damaged or hostile section cannot exhaust memory.
+const MINIDEBUGINFO_LIMIT: u64 = 64 << 20;
+
+/// Adds the function symbols of `.gnu_debugdata` (MiniDebugInfo: an
+/// xz-compressed ELF file holding the `.symtab` entries that stripping
+/// removed, as Fedora and RHEL build their binaries). A section that does
+/// not decompress to an ELF file adds nothing.
+fn collect_minidebuginfo<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>, out: &mut Vec<Symbol>) {
+    let Some(section) = obj.section_by_name(".gnu_debugdata") else { return };
+    let Ok(compressed) = section.data() else { return };
+    let Some(elf) = unxz(compressed, MINIDEBUGINFO_LIMIT) else { return };
+    if let Ok(inner) = object::File::parse(&elf[..]) {
+        collect_symbols_ranked(&inner, out, RANK_MINIDEBUGINFO, RANK_MINIDEBUGINFO);
+    }
+}
+
+/// The contents of an xz stream, if it decodes whole (checksum included)
+/// to at most `limit` bytes.
+pub fn unxz(data: &[u8], limit: u64) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let reader = lzma_rust2::XzReader::new_mem_limit(data, false, 256 << 10);
+    let mut out = Vec::new();
+    reader.take(limit + 1).read_to_end(&mut out).ok()?;
+    (out.len() as u64 <= limit).then_some(out)
 }
 
 fn has_dwarf<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>) -> bool {
@@ -426,6 +538,44 @@ mod tests {
         let map = modules::current();
         let addr = libc::getpid as unsafe extern "C" fn() -> libc::pid_t as usize;
         map.module(map.module_of(addr).unwrap()).clone()
+    }
+
+    /// `data` compressed by the xz tool, or None (with a note) without it.
+    fn xz(data: &[u8], args: &[&str]) -> Option<Vec<u8>> {
+        use std::io::Write;
+        let child = std::process::Command::new("xz")
+            .args(args)
+            .args(["-c", "-z"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn();
+        let Ok(mut child) = child else {
+            eprintln!("skipped: the xz tool is not installed");
+            return None;
+        };
+        child.stdin.take().unwrap().write_all(data).unwrap();
+        Some(child.wait_with_output().unwrap().stdout)
+    }
+
+    #[test]
+    fn xz_streams_decode_whole_or_not_at_all() {
+        let data: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        // The default (LZMA2, CRC64), several blocks as `xz -T0` writes
+        // them, SHA-256 checks, and the x86 BCJ filter.
+        for args in
+            [&[][..], &["--block-size=100000"][..], &["--check=sha256"][..], &["--x86", "--lzma2"][..]]
+        {
+            let Some(packed) = xz(&data, args) else { return };
+            assert_eq!(unxz(&packed, 1 << 30).as_deref(), Some(&data[..]), "{args:?}");
+        }
+        let packed = xz(&data, &[]).unwrap();
+        assert!(unxz(&packed, data.len() as u64 - 1).is_none(), "over the limit");
+        assert!(unxz(&packed[..packed.len() / 2], 1 << 30).is_none(), "truncated");
+        let mut bad = packed.clone();
+        let mid = bad.len() / 2;
+        bad[mid] ^= 0x55;
+        assert!(unxz(&bad, 1 << 30).is_none(), "corrupt");
+        assert!(unxz(b"not xz at all", 1 << 30).is_none());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 pub mod debugfile;
 pub mod debuginfo;
+pub mod debuginfod;
 pub mod error;
 pub mod interleave;
 pub mod memory;
@@ -17,6 +18,7 @@ pub mod modules;
 pub mod profile;
 pub mod rcontext;
 pub mod reentry;
+pub mod scopes;
 pub mod splice;
 pub mod stack;
 pub mod symbolizer;

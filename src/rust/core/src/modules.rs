@@ -116,6 +116,26 @@ impl ModuleMap {
         &self.modules[i]
     }
 
+    /// What identifies the load of the module at `path` (the path the
+    /// loader was given, or one naming the same file): its load bias and
+    /// build-id, or without a build-id the file's device, inode, size and
+    /// modification time. A module unloaded and loaded again elsewhere, or
+    /// rebuilt, gets another identity; None when no module has that path.
+    pub fn load_identity(&self, path: &str) -> Option<String> {
+        let m = self.modules.iter().find(|m| m.has_file && m.path == path).or_else(|| {
+            let want = std::fs::canonicalize(path).ok()?;
+            self.modules
+                .iter()
+                .filter(|m| m.has_file && !m.path.is_empty())
+                .find(|m| std::fs::canonicalize(&m.path).ok().as_ref() == Some(&want))
+        })?;
+        let id = match &m.build_id {
+            Some(b) if !b.is_empty() => crate::debugfile::hex(b),
+            _ => file_stamp(&m.path)?,
+        };
+        Some(format!("{:x}/{id}", m.bias))
+    }
+
     pub fn lookup(&self, addr: usize) -> Option<Hit> {
         let i = self.index.partition_point(|&(start, _, _, _)| start <= addr);
         // Segments do not overlap, but scan back a little in case a broken
@@ -132,6 +152,19 @@ impl ModuleMap {
     pub fn module_of(&self, addr: usize) -> Option<usize> {
         self.lookup(addr).map(|h| h.module)
     }
+}
+
+/// Device, inode, size and modification time of the file at `path`.
+#[cfg(unix)]
+fn file_stamp(path: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(format!("{}:{}:{}:{}.{}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
+#[cfg(not(unix))]
+fn file_stamp(_path: &str) -> Option<String> {
+    None
 }
 
 /// The loader's (adds, subs) counters: they change whenever a module is
@@ -413,6 +446,40 @@ mod tests {
             .map(|&(start, end, exec)| Segment { start, end, exec, read: true, write: false })
             .collect();
         m
+    }
+
+    #[test]
+    fn a_load_is_identified_by_bias_and_build_id_or_by_its_file() {
+        let dir = std::env::temp_dir().join(format!("winch-identity-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("lib.so");
+        std::fs::write(&file, b"one").unwrap();
+        let path = file.to_str().unwrap().to_string();
+        let with_id = |bias: usize, id: &[u8]| {
+            let mut m = module("/x/a.so", &[(bias, bias + 0x1000, true)]);
+            m.build_id = Some(id.to_vec());
+            m
+        };
+        let a =
+            ModuleMap::new(vec![with_id(0x10000, b"\xab\xcd"), module(&path, &[(0x50000, 0x51000, true)])]);
+        assert_eq!(a.load_identity("/x/a.so").as_deref(), Some("10000/abcd"));
+        assert_eq!(a.load_identity("/x/b.so"), None);
+        // Loaded again elsewhere, or another build: another identity.
+        let moved = ModuleMap::new(vec![with_id(0x20000, b"\xab\xcd")]);
+        assert_ne!(moved.load_identity("/x/a.so"), a.load_identity("/x/a.so"));
+        let rebuilt = ModuleMap::new(vec![with_id(0x10000, b"\xab\xce")]);
+        assert_ne!(rebuilt.load_identity("/x/a.so"), a.load_identity("/x/a.so"));
+        // Without a build-id: the file's stamp; a path naming the same file
+        // through a symlink finds it.
+        let first = a.load_identity(&path).unwrap();
+        assert!(first.starts_with("50000/"));
+        let link = dir.join("link.so");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(a.load_identity(link.to_str().unwrap()), Some(first.clone()));
+        std::fs::remove_file(&file).unwrap();
+        std::fs::write(&file, b"rebuilt").unwrap();
+        assert_ne!(a.load_identity(&path), Some(first));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -115,6 +115,25 @@ pub fn splice_calls(n: usize, natives: &[Option<usize>]) -> Vec<Result<usize, us
     out
 }
 
+/// The rows of a frame table whose frames (in view order) resolve to
+/// `levels[i]` entries each, innermost inlined call first and the physical
+/// function last: `(frame, entry)` pairs in the order the view reads.
+/// `winch_trace_back()` reads innermost first, so every frame's entries
+/// keep their order; joint views read outermost first, so a frame's
+/// physical function comes first, then the calls inlined into it, the
+/// innermost last (right before the R code it calls).
+pub fn expand_inlined(levels: &[usize], outermost_first: bool) -> Vec<(usize, usize)> {
+    let mut out = Vec::with_capacity(levels.iter().sum());
+    for (i, &n) in levels.iter().enumerate() {
+        if outermost_first {
+            out.extend((0..n).rev().map(|k| (i, k)));
+        } else {
+            out.extend((0..n).map(|k| (i, k)));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +197,35 @@ mod tests {
         assert_eq!(s.rows, vec![R(0), R(1), Native(0)]);
         let c = splice_calls(2, &[Some(0), Some(1), Some(3), None]);
         assert_eq!(c, vec![Err(0), Ok(1), Err(1), Ok(2), Err(3)]);
+    }
+
+    #[test]
+    fn inlined_calls_read_in_the_order_of_the_view() {
+        // Frame 0 resolves to [inner, middle, acc_entry] (innermost first),
+        // frame 1 to [caller].
+        let levels = [3, 1];
+        assert_eq!(expand_inlined(&levels, false), vec![(0, 0), (0, 1), (0, 2), (1, 0)]);
+        // A joint view lists frames outermost first (frame 1 is given
+        // first): caller, then acc_entry, middle, inner.
+        assert_eq!(expand_inlined(&[1, 3], true), vec![(0, 0), (1, 2), (1, 1), (1, 0)]);
+        assert!(expand_inlined(&[], true).is_empty());
+    }
+
+    #[test]
+    fn inlined_rows_splice_outermost_first_before_the_r_callback() {
+        // R frame 1 calls acc_entry (with middle and inner inlined into it),
+        // which calls back into R frame 2. The rows of the joint table are
+        // expanded outermost first, then spliced: acc_entry right after
+        // R frame 1, inner right before R frame 2 and its parent.
+        let names = ["inner", "middle", "acc_entry"];
+        let rows = expand_inlined(&[3], true);
+        let shown: Vec<&str> = rows.iter().map(|&(_, k)| names[k]).collect();
+        assert_eq!(shown, ["acc_entry", "middle", "inner"]);
+        let r_frame: Vec<Option<usize>> = rows.iter().map(|_| Some(1)).collect();
+        let s = splice_trace(&[1, 2], &[0, 1], &r_frame, 1);
+        assert_eq!(s.rows, vec![R(0), Native(0), Native(1), Native(2), R(1)]);
+        assert_eq!(s.parents, vec![0, 1, 2, 3, 4]);
+        assert_eq!(splice_calls(2, &r_frame), vec![Ok(1), Err(0), Err(1), Err(2), Ok(2)]);
     }
 
     #[test]

@@ -8,10 +8,18 @@
 //!
 //! What reads a module's files is a parameter ([`Loader`]), so the caching
 //! is tested without files.
+//!
+//! Two things come from the loaded image rather than the files: the start
+//! of each frame's function (from `.eh_frame`, which stripping keeps) and,
+//! through it, the names of R's registered native routines, given only to a
+//! function that starts exactly at a registered address.
 
 use crate::debuginfo::{self, ModuleInfo, Resolved, Status};
+use crate::debuginfod::{Config, Debuginfod, Fetcher};
 use crate::modules::{MappedFile, Module, ModuleMap};
 use crate::reentry::ReentryLock;
+use crate::symbols::Source;
+use crate::unwind::ehframe::EhTables;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,7 +51,17 @@ pub struct Symbolizer {
     /// Cache id of each module image read so far, and what was read.
     ids: HashMap<ModuleKey, u32>,
     infos: HashMap<u32, Box<ModuleInfo>>,
+    /// Unwind tables of each module image, for function starts.
+    starts: HashMap<u32, Option<EhTables>>,
     frames: HashMap<(u32, u64), Arc<[Resolved]>>,
+    /// R's registered native routines: absolute address to name.
+    registered: HashMap<usize, Arc<str>>,
+    /// debuginfod: the session's state (kept while turned off, so that
+    /// misses stay remembered), whether it is on, and the modules still to
+    /// try (their capture's time ran out before their turn).
+    debuginfod: Option<Debuginfod>,
+    debuginfod_on: bool,
+    pending: HashSet<u32>,
     next_id: u32,
     /// The module map last seen (by serial) and, per module index in it,
     /// the module's cache id: the warm path hashes and copies no strings.
@@ -87,7 +105,12 @@ impl Symbolizer {
             roots,
             ids: HashMap::new(),
             infos: HashMap::new(),
+            starts: HashMap::new(),
             frames: HashMap::new(),
+            registered: HashMap::new(),
+            debuginfod: None,
+            debuginfod_on: false,
+            pending: HashSet::new(),
             next_id: 0,
             map_seen: 0,
             by_index: Vec::new(),
@@ -107,9 +130,93 @@ impl Symbolizer {
         &self.roots
     }
 
+    /// Sets R's registered native routines (absolute address, name); a
+    /// change forgets the resolutions made with the old table.
+    pub fn set_registered(&mut self, routines: Vec<(usize, String)>) {
+        let new: HashMap<usize, Arc<str>> =
+            routines.into_iter().filter(|(a, _)| *a != 0).map(|(a, n)| (a, Arc::from(n))).collect();
+        if new != self.registered {
+            self.registered = new;
+            self.frames.clear();
+        }
+    }
+
+    /// Turns fetching from debuginfod servers on or off; `fetcher` is used
+    /// from the first time it is turned on. Modules read before without
+    /// DWARF are tried at their next use.
+    pub fn set_debuginfod(&mut self, on: bool, fetcher: impl FnOnce() -> Box<dyn Fetcher>) {
+        if on && self.debuginfod.is_none() {
+            self.debuginfod = Some(Debuginfod::new(fetcher()));
+        }
+        if on && !self.debuginfod_on {
+            self.pending = self.infos.iter().filter(|(_, i)| !i.has_dwarf()).map(|(&id, _)| id).collect();
+        }
+        if !on {
+            self.pending.clear();
+        }
+        self.debuginfod_on = on;
+    }
+
+    /// The session's debuginfod state, if it was ever turned on.
+    pub fn debuginfod(&self) -> Option<&Debuginfod> {
+        self.debuginfod.as_ref()
+    }
+
+    /// A capture starts: fetches it needs get a time budget of their own.
+    pub fn start_capture(&mut self) {
+        if let Some(d) = self.debuginfod.as_mut() {
+            d.start_capture();
+        }
+    }
+
+    /// Whether module `index` of `map` was read with DWARF (None: not read).
+    pub fn module_has_dwarf(&self, map: &ModuleMap, index: usize) -> Option<bool> {
+        let id = self.ids.get(&ModuleKey::of(map.module(index)))?;
+        Some(self.infos.get(id)?.has_dwarf())
+    }
+
+    /// Tries debuginfod for module `id` (`m`) when it is on and the module
+    /// has a build-id but no DWARF. A file that is not the module's debug
+    /// file is rejected.
+    fn try_debuginfod(&mut self, id: u32, m: &Module) {
+        self.pending.remove(&id);
+        let (Some(d), true, Some(build_id)) =
+            (self.debuginfod.as_mut(), self.debuginfod_on, m.build_id.as_deref())
+        else {
+            return;
+        };
+        let Some(info) = self.infos.get_mut(&id) else { return };
+        if info.has_dwarf() || info.status != Status::Ok {
+            return;
+        }
+        let config = Config::from_env();
+        match d.debug_file(build_id, &config, std::time::Instant::now()) {
+            Some(path) => {
+                let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    debuginfo::add_debug_file(info, m, &path, Source::Debuginfod)
+                }))
+                .unwrap_or_else(|_| Err("internal error while reading the file".into()));
+                match added {
+                    Ok(()) => self.frames.retain(|(i, _), _| *i != id),
+                    Err(why) => d.reject(build_id, &config, &why),
+                }
+            }
+            None if d.outcome(build_id).is_none() && config.has_servers() => {
+                self.pending.insert(id);
+            }
+            None => {}
+        }
+    }
+
+    pub fn registered_count(&self) -> usize {
+        self.registered.len()
+    }
+
     pub fn clear(&mut self) {
         self.ids.clear();
         self.infos.clear();
+        self.starts.clear();
+        self.pending.clear();
         self.frames.clear();
         self.map_seen = 0;
         self.by_index.clear();
@@ -136,6 +243,9 @@ impl Symbolizer {
         self.next_id = self.next_id.wrapping_add(1);
         self.ids.insert(key, id);
         self.infos.insert(id, Box::new(info));
+        if self.debuginfod_on {
+            self.try_debuginfod(id, m);
+        }
         id
     }
 
@@ -147,6 +257,8 @@ impl Symbolizer {
         if self.ids.len() != before {
             let kept: HashSet<u32> = self.ids.values().copied().collect();
             self.infos.retain(|id, _| kept.contains(id));
+            self.starts.retain(|id, _| kept.contains(id));
+            self.pending.retain(|id| kept.contains(id));
             self.frames.retain(|(id, _), _| kept.contains(id));
         }
     }
@@ -168,10 +280,22 @@ impl Symbolizer {
                 id
             }
         };
+        if self.pending.contains(&id) {
+            self.try_debuginfod(id, map.module(index));
+        }
         if let Some(r) = self.frames.get(&(id, probe)) {
             return r.clone();
         }
-        let r: Arc<[Resolved]> = resolve_guarded(&self.infos[&id], probe).into();
+        let mut r = resolve_guarded(&self.infos[&id], probe);
+        let module = map.module(index);
+        let tables = self.starts.entry(id).or_insert_with(|| EhTables::of_loaded(module));
+        let start =
+            tables.as_ref().and_then(|t| t.function_start((probe as usize).wrapping_add(module.bias)));
+        name_registered(&mut r, start, &self.registered);
+        for f in r.iter_mut() {
+            f.start = start.map(|s| s.wrapping_sub(module.bias) as u64);
+        }
+        let r: Arc<[Resolved]> = r.into();
         if self.frames.len() >= MAX_CACHED_ADDRESSES {
             self.frames.clear();
         }
@@ -218,12 +342,25 @@ impl Symbolizer {
     }
 }
 
+/// Names the physical frame of `r` (its last entry) after the registered
+/// routine whose address is `start`, the absolute start of its function,
+/// when nothing else named it. An address inside a function is never named
+/// after the entry point that called it: only an exact start matches.
+fn name_registered(r: &mut [Resolved], start: Option<usize>, registered: &HashMap<usize, Arc<str>>) {
+    let (Some(last), Some(start)) = (r.last_mut(), start) else { return };
+    if last.func.is_none() {
+        if let Some(name) = registered.get(&start) {
+            last.func = Some(name.clone());
+            last.source = Some(Source::Registration);
+        }
+    }
+}
+
 /// `info.resolve(probe)`, with a panic in the DWARF reader turned into "no
 /// name".
 fn resolve_guarded(info: &ModuleInfo, probe: u64) -> Vec<Resolved> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| info.resolve(probe))).unwrap_or_else(|_| {
-        vec![Resolved { func: None, file: None, line: None, column: None, inlined: false }]
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| info.resolve(probe)))
+        .unwrap_or_else(|_| vec![Resolved::unnamed()])
 }
 
 static GLOBAL: ReentryLock<Option<Symbolizer>> = ReentryLock::new(None);
@@ -313,6 +450,55 @@ mod tests {
         assert_eq!(name(&s.resolve_in(&map, 0, 0x160)), None);
         assert_eq!(loads.load(Ordering::SeqCst), 1, "not retried");
         assert!(matches!(s.module_stats()[0].status, Status::Unreadable(_)));
+    }
+
+    #[test]
+    fn registered_names_only_at_an_exact_start() {
+        let registered: HashMap<usize, Arc<str>> = [(0x5000usize, Arc::from("entry"))].into_iter().collect();
+        let mut r = vec![Resolved::unnamed()];
+        name_registered(&mut r, Some(0x5000), &registered);
+        assert_eq!(r[0].func.as_deref(), Some("entry"));
+        assert_eq!(r[0].source, Some(Source::Registration));
+        // A helper the entry point called (another start), or an address no
+        // unwind entry covers: no name.
+        for start in [Some(0x5100), None] {
+            let mut r = vec![Resolved::unnamed()];
+            name_registered(&mut r, start, &registered);
+            assert_eq!(r[0].func, None);
+        }
+        // A name from the symbol tables is kept.
+        let mut r =
+            vec![Resolved { func: Some("real".into()), source: Some(Source::Dynsym), ..Resolved::unnamed() }];
+        name_registered(&mut r, Some(0x5000), &registered);
+        assert_eq!(r[0].func.as_deref(), Some("real"));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn live_frames_get_their_function_start_and_registered_names() {
+        #[inline(never)]
+        fn target(x: u64) -> u64 {
+            std::hint::black_box(x).wrapping_add(7)
+        }
+        let f = target as fn(u64) -> u64 as usize;
+        let _ = target(1);
+        let map = crate::modules::current();
+        let index = map.module_of(f).unwrap();
+        let bias = map.module(index).bias;
+        // Names from a loader that knows none, so registration can name it.
+        let loader: Loader = Box::new(|_: &Module, _: &[PathBuf]| ModuleInfo::from_symbols(Vec::new()));
+        let mut s = Symbolizer::new(loader, Vec::new());
+        let probe = (f + 3 - bias) as u64;
+        let r = s.resolve_in(&map, index, probe);
+        assert_eq!(r.last().unwrap().start, Some((f - bias) as u64));
+        assert_eq!(r.last().unwrap().func, None);
+        s.set_registered(vec![(f + 1, "off_by_one".into())]);
+        assert_eq!(s.resolve_in(&map, index, probe).last().unwrap().func, None);
+        s.set_registered(vec![(f, "target_entry".into())]);
+        assert_eq!(s.registered_count(), 1);
+        let r = s.resolve_in(&map, index, probe);
+        assert_eq!(r.last().unwrap().func.as_deref(), Some("target_entry"));
+        assert_eq!(r.last().unwrap().source, Some(Source::Registration));
     }
 
     #[test]

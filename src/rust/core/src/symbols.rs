@@ -7,6 +7,43 @@
 
 use std::sync::Arc;
 
+/// Where a frame's name came from, in order of trust.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// DWARF of the module or of a local separate debug file.
+    Dwarf,
+    /// DWARF of a debug file fetched from a debuginfod server.
+    Debuginfod,
+    /// `.symtab` (of the module or of its debug file).
+    Symtab,
+    /// `.dynsym`.
+    Dynsym,
+    /// The xz-compressed `.symtab` in `.gnu_debugdata` (MiniDebugInfo).
+    MiniDebugInfo,
+    /// R's table of registered native routines: only for a function that
+    /// starts exactly at a registered address.
+    Registration,
+}
+
+impl Source {
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Dwarf => "dwarf",
+            Source::Debuginfod => "debuginfod",
+            Source::Symtab => "symtab",
+            Source::Dynsym => "dynsym",
+            Source::MiniDebugInfo => "minidebuginfo",
+            Source::Registration => "registration",
+        }
+    }
+}
+
+/// Symbol ranks: a table's base plus the binding (0 global, 1 weak, 2
+/// local), so aliases prefer `.symtab` over `.dynsym` over MiniDebugInfo.
+pub const RANK_SYMTAB: u8 = 0;
+pub const RANK_DYNSYM: u8 = 4;
+pub const RANK_MINIDEBUGINFO: u8 = 8;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Symbol {
     /// Start, as a virtual address in the file.
@@ -19,6 +56,15 @@ pub struct Symbol {
 }
 
 impl Symbol {
+    /// The table the symbol came from (see the `RANK_*` constants).
+    pub fn source(&self) -> Source {
+        match self.rank {
+            r if r < RANK_DYNSYM => Source::Symtab,
+            r if r < RANK_MINIDEBUGINFO => Source::Dynsym,
+            _ => Source::MiniDebugInfo,
+        }
+    }
+
     pub fn contains(&self, addr: u64) -> bool {
         self.start <= addr && addr - self.start < self.size
     }

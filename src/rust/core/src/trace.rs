@@ -114,10 +114,9 @@ impl NativeTrace {
     /// `symbolize` for the frames at `indices` only. If the symbolizer is in
     /// use (re-entered), frames are left unnamed rather than waiting.
     pub fn symbolize_some(&self, indices: &[usize]) -> Vec<Arc<[Resolved]>> {
-        let unnamed = || -> Arc<[Resolved]> {
-            Arc::from(vec![Resolved { func: None, file: None, line: None, column: None, inlined: false }])
-        };
+        let unnamed = || -> Arc<[Resolved]> { Arc::from(vec![Resolved::unnamed()]) };
         symbolizer::with_global(|s| {
+            s.start_capture();
             indices
                 .iter()
                 .map(|&i| &self.frames[i])
@@ -128,6 +127,23 @@ impl NativeTrace {
                 .collect()
         })
         .unwrap_or_else(|| indices.iter().map(|_| unnamed()).collect())
+    }
+}
+
+impl NativeTrace {
+    /// Whether a debug file could name more of the frames at `indices`
+    /// (symbolized as `resolved`): one of them has no name and is in a
+    /// module with a build-id that was read without DWARF.
+    pub fn debug_files_would_help(&self, indices: &[usize], resolved: &[Arc<[Resolved]>]) -> bool {
+        symbolizer::with_global(|s| {
+            indices.iter().zip(resolved).any(|(&i, r)| {
+                let Some(m) = self.frames[i].module else { return false };
+                r.iter().any(|f| f.func.is_none())
+                    && self.map.module(m).build_id.is_some()
+                    && s.module_has_dwarf(&self.map, m) == Some(false)
+            })
+        })
+        .unwrap_or(false)
     }
 }
 

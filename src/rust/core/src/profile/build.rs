@@ -39,6 +39,7 @@ pub struct Stats {
 
 /// Builds the profile.
 pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
+    symbolizer::with_global(|s| s.start_capture());
     let mut b = Builder::new(&f.labels, f);
     let mut stacks: Vec<Stack> = f
         .collected
@@ -246,7 +247,7 @@ impl<'a> Builder<'a> {
         for r in resolved.iter() {
             let (name, label) = match &r.func {
                 Some(name) => (name.to_string(), format!("/{base}::{}", native_label(name))),
-                None => self.unnamed_function(index, probe),
+                None => self.unnamed_function(index, probe, ip),
             };
             let f = self.function(FrameKind::Native, name, label, module);
             let file = r.file.as_ref().map(|p| self.file(p));
@@ -264,14 +265,15 @@ impl<'a> Builder<'a> {
     /// Name and label of an unnamed native function: its start from the
     /// unwind information, so every sample in it counts for one function;
     /// where no unwind entry covers the address, the address itself, marked
-    /// with `?`.
-    fn unnamed_function(&self, index: Option<usize>, probe: usize) -> (String, String) {
+    /// with `?` (as in traces: the offset of `ip` itself, while `probe`,
+    /// the address looked up, is inside the call for return addresses).
+    fn unnamed_function(&self, index: Option<usize>, probe: usize, ip: usize) -> (String, String) {
         let map = &self.fin.snapshot.map;
-        let Some(m) = index else { return ("?".into(), format!("/?::+{probe:#x}?")) };
+        let Some(m) = index else { return ("?".into(), format!("/?::+{ip:#x}?")) };
         let module = map.module(m);
         let name = match self.fin.snapshot.function_start(probe) {
             Some(start) => format!("+{:#x}", start.wrapping_sub(module.bias)),
-            None => format!("+{:#x}?", probe.wrapping_sub(module.bias)),
+            None => format!("+{:#x}?", ip.wrapping_sub(module.bias)),
         };
         (format!("/{}::{name}", module.basename()), format!("/{}::{name}", module.basename()))
     }
@@ -282,7 +284,7 @@ fn is_loop(label: u32) -> bool {
 }
 
 fn unnamed() -> Arc<[Resolved]> {
-    Arc::from(vec![Resolved { func: None, file: None, line: None, column: None, inlined: false }])
+    Arc::from(vec![Resolved::unnamed()])
 }
 
 /// A native function's name as an Rprof label: without its parameter list

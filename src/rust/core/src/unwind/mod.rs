@@ -12,6 +12,7 @@
 mod backtrace;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod cfi;
+pub mod ehframe;
 #[cfg(winch_libunwind)]
 mod libunwind;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]

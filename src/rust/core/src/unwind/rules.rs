@@ -5,15 +5,9 @@
 //! signal-handler walk; `Tables::rule` allocates nothing when given a
 //! context with in-line storage.
 
-use gimli::{
-    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, RegisterRule, UnwindContext,
-    UnwindContextStorage, UnwindSection,
-};
-use std::sync::Arc;
+use gimli::{CfaRule, RegisterRule, UnwindContext, UnwindContextStorage, UnwindSection};
 
 use crate::modules::ModuleMap;
-
-pub(crate) type Slice = gimli::EndianArcSlice<LittleEndian>;
 
 /// The `Failed` message that asks the caller to fall back to libgcc.
 pub const UNSUPPORTED: &str = "unwind rule not supported by the cfi backend";
@@ -72,12 +66,8 @@ impl UnwindContextStorage<usize> for InLine {
     type Stack = [gimli::UnwindTableRow<usize, InLine>; 4];
 }
 
-/// A module's unwind tables (copies).
-pub(crate) struct Tables {
-    hdr: gimli::ParsedEhFrameHdr<Slice>,
-    eh_frame: EhFrame<Slice>,
-    bases: BaseAddresses,
-}
+/// A module's unwind tables (copies), with the rules read from them here.
+pub(crate) use super::ehframe::EhTables as Tables;
 
 impl Tables {
     /// The rule at `probe` (an address in this module).
@@ -158,18 +148,6 @@ pub(crate) fn rule_from_row<S: UnwindContextStorage<usize>>(
     }
 }
 
-impl Tables {
-    /// The start of the function containing `addr`, from the unwind
-    /// information, if an entry covers it.
-    pub(crate) fn function_start(&self, addr: usize) -> Option<usize> {
-        let table = self.hdr.table()?;
-        table
-            .fde_for_address(&self.eh_frame, &self.bases, addr as u64, |s, b, o| s.cie_from_offset(b, o))
-            .ok()
-            .map(|fde| fde.initial_address() as usize)
-    }
-}
-
 /// The registers a step needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Regs {
@@ -225,79 +203,7 @@ pub(crate) fn step(rule: Rule, regs: Regs, read: impl Fn(usize) -> Option<usize>
     Step::Caller(Regs { ip: ra, sp: cfa, bp })
 }
 
-/// Copies a module's `.eh_frame_hdr` and `.eh_frame` out of the loaded image
-/// and parses the header's search table.
+/// The unwind tables of module `index` of `map`.
 pub(crate) fn tables_for(map: &ModuleMap, index: usize) -> Option<Tables> {
-    let m = map.module(index);
-    let (hdr_addr, hdr_len) = m.eh_frame_hdr?;
-    let readable = |addr: usize, len: usize| {
-        m.segments
-            .iter()
-            .find(|s| s.read && s.start <= addr && addr.checked_add(len).is_some_and(|e| e <= s.end))
-    };
-    readable(hdr_addr, hdr_len)?;
-    // SAFETY: checked to lie in a readable segment of a loaded module.
-    let hdr_bytes: Arc<[u8]> = unsafe { crate::memory::copy_loaded(hdr_addr, hdr_len)? }.into();
-    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_addr as u64);
-    let hdr = EhFrameHdr::from(Slice::new(hdr_bytes, LittleEndian)).parse(&bases, 8).ok()?;
-    let eh_frame_addr = match hdr.eh_frame_ptr() {
-        gimli::Pointer::Direct(a) => a as usize,
-        gimli::Pointer::Indirect(_) => return None,
-    };
-    // `.eh_frame` has no recorded size: copy to the end of its segment, then
-    // keep what precedes its zero terminator.
-    let seg = readable(eh_frame_addr, 4)?;
-    // SAFETY: as above (up to the end of the same readable segment).
-    let mut eh = unsafe { crate::memory::copy_loaded(eh_frame_addr, seg.end - eh_frame_addr)? };
-    eh.truncate(eh_frame_len(&eh));
-    let text = m.segments.iter().find(|s| s.exec).map_or(0, |s| s.start);
-    let bases = BaseAddresses::default()
-        .set_eh_frame_hdr(hdr_addr as u64)
-        .set_eh_frame(eh_frame_addr as u64)
-        .set_text(text as u64);
-    let eh: Arc<[u8]> = eh.into();
-    Some(Tables { hdr, eh_frame: EhFrame::from(Slice::new(eh, LittleEndian)), bases })
-}
-
-/// Length of an `.eh_frame` section: its entries up to the zero terminator.
-fn eh_frame_len(bytes: &[u8]) -> usize {
-    let mut at = 0usize;
-    loop {
-        let Some(word) = bytes.get(at..at + 4) else { return bytes.len() };
-        let len = u32::from_le_bytes([word[0], word[1], word[2], word[3]]) as usize;
-        let next = if len == 0 {
-            return at + 4;
-        } else if len == 0xffff_ffff {
-            let Some(long) = bytes.get(at + 4..at + 12) else { return bytes.len() };
-            let mut b = [0u8; 8];
-            b.copy_from_slice(long);
-            (at + 12).checked_add(u64::from_le_bytes(b) as usize)
-        } else {
-            (at + 4).checked_add(len)
-        };
-        match next {
-            Some(n) if n <= bytes.len() => at = n,
-            _ => return bytes.len(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn eh_frame_length_stops_at_the_terminator() {
-        let mut b = Vec::new();
-        b.extend_from_slice(&8u32.to_le_bytes());
-        b.extend_from_slice(&[1; 8]);
-        b.extend_from_slice(&4u32.to_le_bytes());
-        b.extend_from_slice(&[2; 4]);
-        b.extend_from_slice(&0u32.to_le_bytes());
-        b.extend_from_slice(&[9; 100]); // whatever follows in the segment
-        assert_eq!(eh_frame_len(&b), 24);
-        // A length running past the data: keep everything.
-        assert_eq!(eh_frame_len(&[0xff, 0, 0, 0, 1]), 5);
-        assert_eq!(eh_frame_len(&[]), 0);
-    }
+    Tables::of_loaded(map.module(index))
 }

@@ -1,0 +1,135 @@
+//! A loaded module's `.eh_frame_hdr` and `.eh_frame`, copied out of its
+//! image: the unwind rules (`rules`, x86_64) and, on every architecture, the
+//! start of the function that holds an address. Stripping keeps these
+//! sections, so a function without a name still has a stable identity: its
+//! start.
+
+use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
+use std::sync::Arc;
+
+use crate::modules::Module;
+
+pub(crate) type Slice = gimli::EndianArcSlice<LittleEndian>;
+
+/// A module's unwind tables (copies).
+pub struct EhTables {
+    pub(crate) hdr: gimli::ParsedEhFrameHdr<Slice>,
+    pub(crate) eh_frame: EhFrame<Slice>,
+    pub(crate) bases: BaseAddresses,
+    bytes: usize,
+}
+
+impl EhTables {
+    /// Copies the module's `.eh_frame_hdr` and `.eh_frame` out of the loaded
+    /// image and parses the header's search table; None when the module has
+    /// none, or they are not readable.
+    pub fn of_loaded(m: &Module) -> Option<EhTables> {
+        let (hdr_addr, hdr_len) = m.eh_frame_hdr?;
+        let readable = |addr: usize, len: usize| {
+            m.segments
+                .iter()
+                .find(|s| s.read && s.start <= addr && addr.checked_add(len).is_some_and(|e| e <= s.end))
+        };
+        readable(hdr_addr, hdr_len)?;
+        // SAFETY: checked to lie in a readable segment of a loaded module.
+        let hdr_bytes: Arc<[u8]> = unsafe { crate::memory::copy_loaded(hdr_addr, hdr_len)? }.into();
+        let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_addr as u64);
+        let hdr = EhFrameHdr::from(Slice::new(hdr_bytes, LittleEndian)).parse(&bases, 8).ok()?;
+        let eh_frame_addr = match hdr.eh_frame_ptr() {
+            gimli::Pointer::Direct(a) => a as usize,
+            gimli::Pointer::Indirect(_) => return None,
+        };
+        // `.eh_frame` has no recorded size: copy to the end of its segment,
+        // then keep what precedes its zero terminator.
+        let seg = readable(eh_frame_addr, 4)?;
+        // SAFETY: as above (up to the end of the same readable segment).
+        let mut eh = unsafe { crate::memory::copy_loaded(eh_frame_addr, seg.end - eh_frame_addr)? };
+        eh.truncate(eh_frame_len(&eh));
+        let text = m.segments.iter().find(|s| s.exec).map_or(0, |s| s.start);
+        let bases = BaseAddresses::default()
+            .set_eh_frame_hdr(hdr_addr as u64)
+            .set_eh_frame(eh_frame_addr as u64)
+            .set_text(text as u64);
+        let bytes = eh.len() + hdr_len;
+        let eh: Arc<[u8]> = eh.into();
+        Some(EhTables { hdr, eh_frame: EhFrame::from(Slice::new(eh, LittleEndian)), bases, bytes })
+    }
+
+    /// The start of the function containing the absolute address `addr`,
+    /// from the unwind entry that covers it; None where no entry does.
+    pub fn function_start(&self, addr: usize) -> Option<usize> {
+        let table = self.hdr.table()?;
+        table
+            .fde_for_address(&self.eh_frame, &self.bases, addr as u64, |s, b, o| s.cie_from_offset(b, o))
+            .ok()
+            .map(|fde| fde.initial_address() as usize)
+    }
+
+    /// Approximate heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes + 64
+    }
+}
+
+/// Length of an `.eh_frame` section: its entries up to the zero terminator.
+fn eh_frame_len(bytes: &[u8]) -> usize {
+    let mut at = 0usize;
+    loop {
+        let Some(word) = bytes.get(at..at + 4) else { return bytes.len() };
+        let len = u32::from_le_bytes([word[0], word[1], word[2], word[3]]) as usize;
+        let next = if len == 0 {
+            return at + 4;
+        } else if len == 0xffff_ffff {
+            let Some(long) = bytes.get(at + 4..at + 12) else { return bytes.len() };
+            let mut b = [0u8; 8];
+            b.copy_from_slice(long);
+            (at + 12).checked_add(u64::from_le_bytes(b) as usize)
+        } else {
+            (at + 4).checked_add(len)
+        };
+        match next {
+            Some(n) if n <= bytes.len() => at = n,
+            _ => return bytes.len(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eh_frame_length_stops_at_the_terminator() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&8u32.to_le_bytes());
+        b.extend_from_slice(&[1; 8]);
+        b.extend_from_slice(&4u32.to_le_bytes());
+        b.extend_from_slice(&[2; 4]);
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&[9; 100]); // whatever follows in the segment
+        assert_eq!(eh_frame_len(&b), 24);
+        // A length running past the data: keep everything.
+        assert_eq!(eh_frame_len(&[0xff, 0, 0, 0, 1]), 5);
+        assert_eq!(eh_frame_len(&[]), 0);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn starts_of_live_functions() {
+        #[inline(never)]
+        fn probe_target(x: u64) -> u64 {
+            std::hint::black_box(x).wrapping_mul(3)
+        }
+        let f = probe_target as fn(u64) -> u64 as usize;
+        let _ = probe_target(1);
+        let map = crate::modules::current();
+        let m = map.module(map.module_of(f).unwrap());
+        let t = EhTables::of_loaded(m).expect("the test binary has unwind tables");
+        assert_eq!(t.function_start(f), Some(f));
+        assert_eq!(t.function_start(f + 1), Some(f));
+        // Outside every entry (the module's first bytes: its ELF header).
+        assert_eq!(t.function_start(m.segments[0].start), None);
+        // A synthetic module has no tables.
+        assert!(EhTables::of_loaded(&Module::synthetic("/x.so", 0x1000, 0x2000, false)).is_none());
+    }
+}
