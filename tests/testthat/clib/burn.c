@@ -25,9 +25,10 @@ SEXP burn_a(SEXP seconds) {
   double want = Rf_asReal(seconds), t0 = thread_cpu(), t = t0;
   double x = 1.0;
   while (t - t0 < want) {
-    for (int i = 0; i < 4000; i++) {
-      x = x * 1.0000001 + 1e-9; /* @line:hot_a */
-    }
+    /* One line, so that the loop's own instructions (counter, branch) are
+       on the hot line too: which instruction a sample interrupts varies
+       with the processor and its load. */
+    for (int i = 0; i < 4000; i++) x = x * 1.0000001 + 1e-9; /* @line:hot_a */
     burn_sink = x;
     t = thread_cpu();
   }
