@@ -10,8 +10,11 @@
 
 pub mod debugfile;
 pub mod debuginfo;
+pub mod crash;
 pub mod error;
+pub mod got;
 pub mod interleave;
+pub mod loadhook;
 pub mod memory;
 pub mod modules;
 pub mod profile;
@@ -21,6 +24,7 @@ pub mod splice;
 pub mod stack;
 pub mod symbolizer;
 pub mod symbols;
+pub mod throws;
 pub mod trace;
 pub mod unwind;
 pub mod view;

@@ -72,14 +72,19 @@ impl UnwindContextStorage<usize> for InLine {
     type Stack = [gimli::UnwindTableRow<usize, InLine>; 4];
 }
 
-/// A module's unwind tables (copies).
-pub(crate) struct Tables {
-    hdr: gimli::ParsedEhFrameHdr<Slice>,
-    eh_frame: EhFrame<Slice>,
+/// A module's unwind tables: copies (`Slice`, the default), or the loaded
+/// image's own bytes read in place (`InPlace`, see [`tables_in_place`]).
+#[derive(Clone)]
+pub(crate) struct Tables<R: gimli::Reader<Offset = usize> = Slice> {
+    hdr: gimli::ParsedEhFrameHdr<R>,
+    eh_frame: EhFrame<R>,
     bases: BaseAddresses,
 }
 
-impl Tables {
+/// Unwind tables read where the loader mapped them.
+pub(crate) type InPlace = gimli::EndianSlice<'static, LittleEndian>;
+
+impl<R: gimli::Reader<Offset = usize>> Tables<R> {
     /// The rule at `probe` (an address in this module).
     pub(crate) fn rule<S: UnwindContextStorage<usize>>(
         &self,
@@ -158,7 +163,7 @@ pub(crate) fn rule_from_row<S: UnwindContextStorage<usize>>(
     }
 }
 
-impl Tables {
+impl<R: gimli::Reader<Offset = usize>> Tables<R> {
     /// The start of the function containing `addr`, from the unwind
     /// information, if an entry covers it.
     pub(crate) fn function_start(&self, addr: usize) -> Option<usize> {
@@ -257,6 +262,40 @@ pub(crate) fn tables_for(map: &ModuleMap, index: usize) -> Option<Tables> {
         .set_text(text as u64);
     let eh: Arc<[u8]> = eh.into();
     Some(Tables { hdr, eh_frame: EhFrame::from(Slice::new(eh, LittleEndian)), bases })
+}
+
+/// A module's unwind tables read in place: `.eh_frame_hdr` at `hdr_addr`
+/// (`hdr_len` bytes) and the `.eh_frame` it points to, up to the end of the
+/// readable segment holding it (`segment_end` of its address); `text` is the
+/// start of its code. Reading
+/// parses nothing beyond the header and allocates nothing.
+///
+/// # Safety
+/// Both ranges must stay mapped and readable for as long as the tables are
+/// used (a loaded module's own tables, used while it stays loaded).
+pub(crate) unsafe fn tables_in_place(
+    hdr_addr: usize,
+    hdr_len: usize,
+    segment_end: &dyn Fn(usize) -> Option<usize>,
+    text: usize,
+) -> Option<Tables<InPlace>> {
+    // SAFETY: the caller's contract.
+    let hdr_bytes: &'static [u8] = unsafe { std::slice::from_raw_parts(hdr_addr as *const u8, hdr_len) };
+    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_addr as u64);
+    let hdr = EhFrameHdr::new(hdr_bytes, LittleEndian).parse(&bases, 8).ok()?;
+    let eh_frame_addr = match hdr.eh_frame_ptr() {
+        gimli::Pointer::Direct(a) => a as usize,
+        gimli::Pointer::Indirect(_) => return None,
+    };
+    let len = segment_end(eh_frame_addr)?.checked_sub(eh_frame_addr)?;
+    // SAFETY: the caller's contract (`.eh_frame` lies in the segment ending
+    // at `eh_end`).
+    let eh: &'static [u8] = unsafe { std::slice::from_raw_parts(eh_frame_addr as *const u8, len) };
+    let bases = BaseAddresses::default()
+        .set_eh_frame_hdr(hdr_addr as u64)
+        .set_eh_frame(eh_frame_addr as u64)
+        .set_text(text as u64);
+    Some(Tables { hdr, eh_frame: EhFrame::new(eh, LittleEndian), bases })
 }
 
 /// Length of an `.eh_frame` section: its entries up to the zero terminator.
