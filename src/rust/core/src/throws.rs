@@ -348,6 +348,18 @@ pub fn is_throw_machinery(name: &str) -> bool {
     EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+/// A function's name without the suffix the compiler gives the parts it
+/// split off (`foo.cold`, `foo.cold.3`, `foo.part.0`): those parts belong
+/// to `foo`.
+pub fn base_function_name(name: &str) -> &str {
+    for marker in [".cold", ".part."] {
+        if let Some(i) = name.find(marker) {
+            return &name[..i];
+        }
+    }
+    name
+}
+
 /// C++ exception types that carry an R condition through C++ code (an R
 /// error, interrupt or jump caught by Rcpp's or cpp11's unwind protection
 /// and rethrown in R at the boundary): not failures of the C++ code.
@@ -386,7 +398,7 @@ pub fn epoch() -> u64 {
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod hook;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub use hook::{install, installed, records, rescan, uninstall, Facts, Status};
+pub use hook::{install, installed, records, rescan, rescan_if_changed, status, uninstall, Facts, Status};
 
 /// Whether this platform has the throw hooks.
 pub fn supported() -> bool {
@@ -425,12 +437,16 @@ mod unsupported {
         false
     }
     pub fn rescan() {}
+    pub fn rescan_if_changed() {}
+    pub fn status() -> Status {
+        Status::default()
+    }
     pub fn records() -> Vec<Record> {
         Vec::new()
     }
 }
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-pub use unsupported::{install, installed, records, rescan, uninstall, Facts, Status};
+pub use unsupported::{install, installed, records, rescan, rescan_if_changed, status, uninstall, Facts, Status};
 
 #[cfg(test)]
 mod tests {
@@ -610,6 +626,14 @@ mod tests {
         assert!(is_r_unwind_carrier("Rcpp::LongjumpException"));
         assert!(is_r_unwind_carrier("cpp11::unwind_exception"));
         assert!(!is_r_unwind_carrier("Rcpp::exception"));
+    }
+
+    #[test]
+    fn split_function_parts_share_a_name() {
+        assert_eq!(base_function_name("sourceCpp_1_f.cold"), "sourceCpp_1_f");
+        assert_eq!(base_function_name("f.cold.12"), "f");
+        assert_eq!(base_function_name("f.part.0"), "f");
+        assert_eq!(base_function_name("wthrow::level1(int)"), "wthrow::level1(int)");
     }
 
     #[test]

@@ -563,12 +563,25 @@ pub fn rescan() {
     patch_new_modules(inst, &map);
 }
 
+/// `rescan`, if modules were loaded or unloaded since the last scan (by
+/// other means than R's `dlopen`, which `loadhook` watches).
+pub fn rescan_if_changed() {
+    // SAFETY: a non-null TABLE stays alive until capture is removed (on
+    // this, R's main thread; not concurrently with this call).
+    let stale = unsafe { TABLE.load(Ordering::Acquire).as_ref() }
+        .is_none_or(|t| t.generation != modules::loader_generation());
+    if stale {
+        rescan();
+    }
+}
+
 /// Whether capture is on.
 pub fn installed() -> bool {
     lock().as_ref().is_some_and(|i| i.active)
 }
 
-fn status() -> Status {
+/// What capture covers now.
+pub fn status() -> Status {
     let guard = lock();
     let Some(inst) = guard.as_ref() else { return Status::default() };
     let mut modules: Vec<&(String, usize)> = inst.patched.iter().map(|p| &p.module).collect();
