@@ -26,6 +26,9 @@ pub struct Row {
     /// whether that is one of several possibilities.
     pub r_frame: Option<usize>,
     pub approximate: bool,
+    /// Joint tables: the row is a frame of a C++ throw or Rust panic as it
+    /// was at the throw (since unwound), not of the stack captured.
+    pub at_throw: bool,
 }
 
 pub struct FrameTable {
@@ -38,7 +41,7 @@ pub struct FrameTable {
 
 const COLUMNS: [&str; 9] =
     ["func", "ip", "pathname", "is_libr", "file", "line", "inlined", "offset", "column"];
-const JOINT_COLUMNS: [&str; 11] = [
+const JOINT_COLUMNS: [&str; 12] = [
     "func",
     "ip",
     "pathname",
@@ -50,6 +53,7 @@ const JOINT_COLUMNS: [&str; 11] = [
     "column",
     "r_frame",
     "approximate",
+    "at_throw",
 ];
 
 impl FrameTable {
@@ -80,6 +84,7 @@ impl FrameTable {
                     is_libr: classes[i].interpreter,
                     r_frame: placement.and_then(|p| p.parent[i]),
                     approximate: placement.is_some_and(|p| p.approximate[i]),
+                    at_throw: false,
                 });
             }
         }

@@ -93,6 +93,17 @@ fn read_chain(stack_lo: usize) -> Result<Vec<RContext>> {
     rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)
 }
 
+/// Whether R's context chain, read from the caller's frame, holds the record
+/// at `ctx` with environment `cloenv` (false when it cannot be read).
+#[inline(never)]
+pub fn chain_holds(ctx: usize, cloenv: usize) -> bool {
+    let local = 0u8;
+    match read_chain(std::hint::black_box(&local) as *const u8 as usize) {
+        Ok(chain) => chain.iter().any(|c| c.addr == ctx && c.cloenv == cloenv),
+        Err(_) => false,
+    }
+}
+
 /// The function part of a call object, if `call` is a call.
 ///
 /// # Safety
