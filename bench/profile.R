@@ -9,9 +9,8 @@
 # 2. The cost of one sample, as the signal handler measures itself during
 #    a profile (median and 99th percentile), at about 50 and about 500 native
 #    frames. Targets: <= 5 us and <= 30 us median.
-# 3. The profile's memory after 200,000 samples of a steady workload (set
-#    WINCH_BENCH_SAMPLES to change; 200,000 samples at 1 ms is ~200 s).
-#    Target: under 50 MB.
+# 3. The profile's memory after 200,000 samples: bench/profile-memory.R (in
+#    a fresh process of its own).
 #
 #   Rscript bench/profile.R
 library(winch)
@@ -90,21 +89,3 @@ cost <- function(k) {
 cat("   (the same sampler in a tight loop, caches warm:",
   sprintf("%.1f us at ~%d frames, %.1f us at ~%d frames)\n",
     cost(2L)[["median_ns"]] / 1e3, native_frames(2L), cost(40L)[["median_ns"]] / 1e3, native_frames(40L)))
-
-# 3. Memory after many samples of a steady workload (elapsed time, so that
-# it runs at a known pace whatever the CPU load).
-n_samples <- as.numeric(Sys.getenv("WINCH_BENCH_SAMPLES", "200000"))
-if (n_samples > 0) {
-  steady <- function(seconds) {
-    end <- proc.time()[["elapsed"]] + seconds
-    while (proc.time()[["elapsed"]] < end) workload(50L)
-  }
-  gc()
-  before <- gc()[, 2L]
-  p <- winch_profile(steady(n_samples * interval), interval = interval, event = "elapsed")
-  s <- summary(p)
-  cat(sprintf("\n3. After %s samples (%s distinct stacks): the collector holds %.1f MB of stacks;",
-    format(s$handler_runs, big.mark = ","), format(s$distinct_stacks, big.mark = ","), p$stats$memory / 2^20))
-  cat(sprintf(" the profile object is %.1f MB; max RSS %.0f MB\n",
-    as.numeric(utils::object.size(p)) / 2^20, s$usage$max_rss / 2^20))
-}

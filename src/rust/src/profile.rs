@@ -189,6 +189,7 @@ pub fn rs_profile_stop() -> Result<RValue> {
     let interval_ns = running.interval_ns;
     let finished = running.stop();
     let (profile, stats) = build::build(&finished, event, interval_ns);
+    session::recycle(finished.snapshot);
     Ok(to_r(&profile, &stats))
 }
 

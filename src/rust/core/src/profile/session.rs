@@ -249,6 +249,22 @@ impl Session {
     }
 }
 
+/// The last session's snapshot, kept for the next session while no module
+/// was loaded or unloaded: its caches (rules, functions' rows) are warm, and
+/// a profile's first samples do not pay for what the last one computed.
+static SPARE: Mutex<Option<Box<Snapshot>>> = Mutex::new(None);
+
+/// Keeps a finished session's snapshot for the next session.
+pub fn recycle(snapshot: Box<Snapshot>) {
+    *SPARE.lock().unwrap_or_else(|e| e.into_inner()) = Some(snapshot);
+}
+
+/// The spare snapshot, if it is still current.
+fn spare_snapshot() -> Option<Box<Snapshot>> {
+    let spare = SPARE.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+    (spare.generation == crate::modules::loader_generation()).then_some(spare)
+}
+
 /// Starts sampling R's main thread (the calling thread) every
 /// `interval_ns` of `clock`.
 pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: u64) -> Result<Running> {
@@ -267,7 +283,8 @@ pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: 
     let signal = free_signal()
         .ok_or_else(|| Error::Unavailable("no free real-time signal for the sampling timer".into()))?;
     register_fork_handler();
-    let snapshot = Box::into_raw(Box::new(Snapshot::take(interpreter_addr)));
+    let snapshot =
+        Box::into_raw(spare_snapshot().unwrap_or_else(|| Box::new(Snapshot::take(interpreter_addr))));
     let session = Arc::new(Session {
         facts,
         ring: Ring::new(RING_WORDS),

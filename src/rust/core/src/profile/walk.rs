@@ -54,24 +54,26 @@ struct Scratch {
     walks: [Box<[(usize, usize, Slot)]>; 2],
     walked: [usize; 2],
     last: usize,
-    /// The functions the last interrupted instructions were in: a sample
-    /// interrupts code at any instruction, so its first frame is rarely in
-    /// the rule cache (and is not put there), but often in a function it
-    /// interrupted before.
-    recent: [Recent; RECENT],
-    recent_next: usize,
+    /// Interrupted instructions: a sample interrupts code at any
+    /// instruction, so its first frame would crowd the rule cache of return
+    /// addresses out; these have caches of their own, direct-mapped: the
+    /// rule of an instruction interrupted before, and the function of a
+    /// 64-byte block of code interrupted before.
+    interrupted: Box<[Slot]>,
+    blocks: Box<[FuncRange]>,
 }
 
 /// A function whose rows are cached, with the addresses they cover.
 #[derive(Clone, Copy, Debug, Default)]
-struct Recent {
+struct FuncRange {
     lo: usize,
     hi: usize,
     func: Func,
     module: Option<usize>,
 }
 
-const RECENT: usize = 8;
+const INTERRUPTED: usize = 1 << 12;
+const BLOCKS: usize = 1 << 12;
 
 /// A function whose rows are cached.
 #[derive(Clone, Copy, Debug, Default)]
@@ -261,6 +263,10 @@ impl Snapshot {
         let mut slots = vec![Slot::default(); CACHE_SLOTS].into_boxed_slice();
         let mut rows = vec![Slot::default(); ROWS].into_boxed_slice();
         let mut funcs = vec![Func::default(); FUNCS].into_boxed_slice();
+        let mut interrupted = vec![Slot::default(); INTERRUPTED].into_boxed_slice();
+        let mut blocks = vec![FuncRange::default(); BLOCKS].into_boxed_slice();
+        super::prefault(&mut interrupted);
+        super::prefault(&mut blocks);
         super::prefault(&mut slots);
         super::prefault(&mut rows);
         super::prefault(&mut funcs);
@@ -282,8 +288,8 @@ impl Snapshot {
                 walks: [walk_buffer(), walk_buffer()],
                 walked: [0, 0],
                 last: 0,
-                recent: [Recent::default(); RECENT],
-                recent_next: 0,
+                interrupted,
+                blocks,
             }),
         }
     }
@@ -304,26 +310,38 @@ impl Snapshot {
         self.fill(scratch, home, probe)
     }
 
-    /// The rule at an interrupted instruction `ip`: from a recent function
-    /// when it lies in one, else from its function's rows (remembered as
-    /// recent), else as any address.
+    /// The rule at an interrupted instruction `ip`: cached for the
+    /// instruction, else from the rows of the function cached for its block
+    /// of code, else from its function's rows (then cached), else as any
+    /// address.
     fn interrupted_rule(&self, scratch: &mut Scratch, ip: usize) -> Slot {
-        if let Some(r) = scratch.recent.iter().find(|r| r.lo <= ip && ip < r.hi) {
-            let (func, module) = (r.func, r.module);
-            return Slot::pack(ip, rule_in(&scratch.rows, &func, ip), module);
+        let at = (ip.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) & (INTERRUPTED - 1);
+        if scratch.interrupted[at].key == ip && ip != 0 {
+            return scratch.interrupted[at];
         }
-        let hit = self.map.lookup(ip).filter(|h| h.exec);
-        let found = hit.and_then(|h| {
-            let t = self.tables.get(h.module)?.as_ref()?;
-            Some((h.module, func_of(scratch, t, ip)?))
-        });
-        let Some((module, func)) = found else { return self.rule(scratch, ip) };
-        let (first, last) = (func.first as usize, (func.first + func.count) as usize - 1);
-        let r =
-            Recent { lo: scratch.rows[first].key, hi: scratch.rows[last].start, func, module: Some(module) };
-        scratch.recent[scratch.recent_next] = r;
-        scratch.recent_next = (scratch.recent_next + 1) % RECENT;
-        Slot::pack(ip, rule_in(&scratch.rows, &func, ip), Some(module))
+        let block = ((ip >> 6).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) & (BLOCKS - 1);
+        let cached = scratch.blocks[block];
+        let slot = if cached.lo <= ip && ip < cached.hi {
+            Slot::pack(ip, rule_in(&scratch.rows, &cached.func, ip), cached.module)
+        } else {
+            let hit = self.map.lookup(ip).filter(|h| h.exec);
+            let found = hit.and_then(|h| {
+                let t = self.tables.get(h.module)?.as_ref()?;
+                Some((h.module, func_of(scratch, t, ip)?))
+            });
+            let Some((module, func)) = found else { return self.rule(scratch, ip) };
+            let (first, last) = (func.first as usize, (func.first + func.count) as usize - 1);
+            let r = FuncRange {
+                lo: scratch.rows[first].key,
+                hi: scratch.rows[last].start,
+                func,
+                module: Some(module),
+            };
+            scratch.blocks[block] = r;
+            Slot::pack(ip, rule_in(&scratch.rows, &func, ip), Some(module))
+        };
+        scratch.interrupted[at] = slot;
+        slot
     }
 
     fn fill(&self, scratch: &mut Scratch, slot: usize, probe: usize) -> Slot {
@@ -466,6 +484,24 @@ mod tests {
         let f = snap.function_start(ours[1]).unwrap();
         assert!(f <= ours[1] && ours[1] - f < 4096);
         assert!(snap.function_start(8).is_none());
+    }
+
+    #[test]
+    fn interrupted_instructions_get_their_rule_from_every_cache() {
+        let snap = Snapshot::take(0);
+        // SAFETY: this test is the snapshot's only user.
+        let scratch = unsafe { &mut *snap.scratch.get() };
+        let base = nested as *const () as usize;
+        let module = snap.map.lookup(base).unwrap().module;
+        for ip in base..base + 160 {
+            let first = snap.interrupted_rule(scratch, ip); // its block's function, or computed
+            let again = snap.interrupted_rule(scratch, ip); // the instruction's own entry
+            let t = snap.tables[module].as_ref().unwrap();
+            let direct = t.rule(&mut scratch.ctx, ip); // evaluated from the table itself
+            assert_eq!(first.rule(), direct, "at +{:#x}", ip - base);
+            assert_eq!(again, first);
+            assert_eq!(first.module(), Some(module));
+        }
     }
 
     #[test]
