@@ -93,13 +93,17 @@ fn read_chain(stack_lo: usize) -> Result<Vec<RContext>> {
     rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)
 }
 
-/// Whether R's context chain, read from the caller's frame, holds the record
-/// at `ctx` with environment `cloenv` (false when it cannot be read).
+/// Whether R's context chain, read from the caller's frame, holds every
+/// record (address, environment) of `contexts` with a non-zero address
+/// (false when the chain cannot be read).
 #[inline(never)]
-pub fn chain_holds(ctx: usize, cloenv: usize) -> bool {
+pub fn chain_holds(contexts: &[(usize, usize)]) -> bool {
     let local = 0u8;
     match read_chain(std::hint::black_box(&local) as *const u8 as usize) {
-        Ok(chain) => chain.iter().any(|c| c.addr == ctx && c.cloenv == cloenv),
+        Ok(chain) => contexts
+            .iter()
+            .filter(|c| c.0 != 0)
+            .all(|&(addr, cloenv)| chain.iter().any(|c| c.addr == addr && c.cloenv == cloenv)),
         Err(_) => false,
     }
 }

@@ -53,7 +53,7 @@ pub fn rs_throws_set(enable: Arg) -> Result<RValue> {
         main_thread: unsafe { libc::pthread_self() } as usize,
         interpreter_addr: rstate::libr_addr(),
         global_context: std::ptr::addr_of!(rapi::R_GlobalContext) as usize,
-        cloenv_offset: layout.cloenv,
+        context: throws::ContextOffsets { next: layout.next, callflag: layout.callflag, cloenv: layout.cloenv },
         patch_own: false,
         targets: None,
     };
@@ -258,7 +258,7 @@ pub fn branch(j: &Joint) -> Option<Branch> {
         let Some(catch) = throws::find_catch(r.frames(), &current, |a, b| same_function(t, a, b)) else {
             continue;
         };
-        if !joint::chain_holds(r.r_context, r.r_cloenv) {
+        if !joint::chain_holds(&r.r_contexts) {
             continue;
         }
         if type_name(&r).is_some_and(|n| throws::is_r_unwind_carrier(&n)) {

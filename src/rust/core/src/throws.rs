@@ -112,9 +112,9 @@ pub struct Record {
     /// The top-level epoch when it was recorded (see [`next_epoch`]).
     pub epoch: u64,
     pub id: Identity,
-    /// R's innermost context then, and that context's environment.
-    pub r_context: usize,
-    pub r_cloenv: usize,
+    /// R's innermost context then and its innermost function context, each
+    /// as (address, environment); see [`r_activation`].
+    pub r_contexts: [(usize, usize); 2],
     /// Times it was rethrown since.
     pub rethrows: u32,
     /// The walk reached a frame of R's interpreter (and stopped there).
@@ -135,8 +135,7 @@ impl Default for Record {
             seq: 0,
             epoch: 0,
             id: Identity::default(),
-            r_context: 0,
-            r_cloenv: 0,
+            r_contexts: [(0, 0); 2],
             rethrows: 0,
             reached_r: false,
             truncated: false,
@@ -209,6 +208,52 @@ pub fn enter(ring: &mut Ring, id: Identity, rethrow: bool, fill: impl FnOnce(&mu
     r.id = id;
     fill(r);
     true
+}
+
+/// Offsets in R's context record (`RCNTXT`) the hook reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ContextOffsets {
+    pub next: usize,
+    pub callflag: usize,
+    pub cloenv: usize,
+}
+
+/// Contexts looked at for the innermost function context.
+const ACTIVATION_DEPTH: usize = 64;
+
+/// Which activation of R code a throw happened in: R's innermost context
+/// (`first`, the value of `R_GlobalContext`) and the innermost context of a
+/// closure call, each as (address, environment), read with `word`.
+///
+/// The innermost context alone does not tell two calls apart: a `.Call`
+/// made twice from the same place gets a builtin context at the same
+/// address with the same (base) environment. A closure call's environment
+/// is new for every call, so a record whose closure context is no longer
+/// in R's chain with the same environment belongs to an activation that
+/// has ended.
+pub fn r_activation(first: usize, off: ContextOffsets, word: impl Fn(usize) -> Option<usize>) -> [(usize, usize); 2] {
+    let mut out = [(0, 0); 2];
+    let mut ctx = first;
+    for k in 0..ACTIVATION_DEPTH {
+        if ctx == 0 {
+            break;
+        }
+        let cloenv = word(ctx + off.cloenv).unwrap_or(0);
+        if k == 0 {
+            out[0] = (ctx, cloenv);
+        }
+        let flag = word(ctx + off.callflag).unwrap_or(0) as u32 as i32;
+        if flag & crate::rcontext::CTXT_FUNCTION != 0 {
+            out[1] = (ctx, cloenv);
+            break;
+        }
+        let next = word(ctx + off.next).unwrap_or(0);
+        if next == ctx {
+            break;
+        }
+        ctx = next;
+    }
+    out
 }
 
 /// What a frame is, for the walk.
@@ -416,7 +461,7 @@ mod unsupported {
         pub main_thread: usize,
         pub interpreter_addr: usize,
         pub global_context: usize,
-        pub cloenv_offset: usize,
+        pub context: super::ContextOffsets,
         pub patch_own: bool,
         pub targets: Option<[usize; 2]>,
     }
@@ -473,6 +518,31 @@ mod tests {
         let id = identify(0x4000, |a| mem.get(&a).copied());
         assert_eq!((id.kind, id.key, id.type_info), (ThrowKind::Foreign, 0x4000, 0));
         assert_eq!(identify(0x5000, |_| None).kind, ThrowKind::Foreign);
+    }
+
+    #[test]
+    fn the_activation_is_the_innermost_and_the_closure_context() {
+        let off = ContextOffsets { next: 0, callflag: 8, cloenv: 72 };
+        let mut mem = HashMap::new();
+        let mut put = |addr: usize, next: usize, flag: i32, cloenv: usize| {
+            mem.insert(addr, next);
+            // callflag is an int: the high half of the word is padding.
+            mem.insert(addr + 8, 0xdead_0000_0000 | flag as u32 as usize);
+            mem.insert(addr + 72, cloenv);
+        };
+        // A builtin context (.Call) inside a closure call inside top level.
+        put(0x1000, 0x2000, 64, 0xba5e);
+        put(0x2000, 0x3000, crate::rcontext::CTXT_FUNCTION, 0xe1);
+        put(0x3000, 0, 0, 0x610b);
+        let a = r_activation(0x1000, off, |x| mem.get(&x).copied());
+        assert_eq!(a, [(0x1000, 0xba5e), (0x2000, 0xe1)]);
+        // The closure context itself innermost.
+        assert_eq!(r_activation(0x2000, off, |x| mem.get(&x).copied()), [(0x2000, 0xe1), (0x2000, 0xe1)]);
+        // Top level only; no context; a loop in the chain.
+        assert_eq!(r_activation(0x3000, off, |x| mem.get(&x).copied()), [(0x3000, 0x610b), (0, 0)]);
+        assert_eq!(r_activation(0, off, |x| mem.get(&x).copied()), [(0, 0); 2]);
+        put(0x4000, 0x4000, 0, 1);
+        assert_eq!(r_activation(0x4000, off, |x| mem.get(&x).copied()), [(0x4000, 1), (0, 0)]);
     }
 
     #[test]

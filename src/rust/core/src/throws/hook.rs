@@ -94,8 +94,8 @@ pub struct Facts {
     pub interpreter_addr: usize,
     /// The address of the variable `R_GlobalContext`.
     pub global_context: usize,
-    /// The offset of `cloenv` in R's context record.
-    pub cloenv_offset: usize,
+    /// Offsets in R's context record.
+    pub context: super::ContextOffsets,
     /// Hook winch's own module too (tests of the hook inside a test binary,
     /// where winch's code and the code that panics share a module).
     pub patch_own: bool,
@@ -130,7 +130,7 @@ unsafe impl Send for Shared {}
 #[derive(Clone, Copy, Debug, Default)]
 struct HookFacts {
     global_context: usize,
-    cloenv_offset: usize,
+    context: super::ContextOffsets,
     /// The main thread's stack.
     stack: (usize, usize),
     /// The trampolines (frames inside them and they are not recorded) and
@@ -281,13 +281,17 @@ extern "C" fn throw_entered(exc: *mut libc::c_void, which: usize) -> usize {
     real
 }
 
-/// A word of a live object (the exception being thrown).
+/// A word of a live object: the exception being thrown, `R_GlobalContext`,
+/// or a record of R's context chain.
 fn object_word(addr: usize) -> Option<usize> {
     if addr < 4096 || !addr.is_multiple_of(8) {
         return None;
     }
-    // SAFETY: the exception object and its header are live, allocated by
-    // the runtime that throws it (its class said which runtime).
+    // SAFETY: callers pass addresses in live objects only: the exception
+    // object and its header (allocated by the runtime that throws it, whose
+    // class said which runtime), R's variable `R_GlobalContext`, and fields
+    // of R's context records, which are live (on the C stack, R's node
+    // stack or R's data) while R runs on this thread, the main thread.
     Some(unsafe { std::ptr::read_volatile(addr as *const usize) })
 }
 
@@ -296,23 +300,16 @@ fn record_throw(exc: usize, rethrow: bool) {
     // SAFETY: the main thread, inside the hook (see `Shared`).
     let (facts, ring, scratch) = unsafe { (&*s.facts.get(), &mut *s.ring.get(), &mut *s.scratch.get()) };
     let id = identify(exc, object_word);
-    let (ctx, cloenv) = r_context(facts);
+    // R's context records are live (on the C stack, R's node stack or R's
+    // data) while R runs on this thread.
+    let first = object_word(facts.global_context).unwrap_or(0);
+    let contexts = super::r_activation(first, facts.context, object_word);
     let epoch = super::epoch();
     enter(ring, id, rethrow, |r| {
         r.epoch = epoch;
-        r.r_context = ctx;
-        r.r_cloenv = cloenv;
+        r.r_contexts = contexts;
         fill_frames(facts, scratch, r);
     });
-}
-
-/// R's innermost context and its environment.
-fn r_context(facts: &HookFacts) -> (usize, usize) {
-    let ctx = object_word(facts.global_context).unwrap_or(0);
-    // SAFETY: R's current context record is live (on the C stack, R's node
-    // stack or R's data) while R runs on this thread.
-    let cloenv = if ctx != 0 { object_word(ctx + facts.cloenv_offset).unwrap_or(0) } else { 0 };
-    (ctx, cloenv)
 }
 
 /// Registers of the calling code: (rip, rsp, rbp).
@@ -470,7 +467,7 @@ pub fn install(facts: Facts) -> Result<Status> {
     unsafe {
         *s.facts.get() = HookFacts {
             global_context: facts.global_context,
-            cloenv_offset: facts.cloenv_offset,
+            context: facts.context,
             stack,
             trampolines: trampolines(),
             interpreter: interp,
@@ -647,7 +644,7 @@ mod tests {
             main_thread: unsafe { libc::pthread_self() } as usize,
             interpreter_addr: 0,
             global_context: std::hint::black_box(&anchor) as *const usize as usize,
-            cloenv_offset: 0,
+            context: super::super::ContextOffsets::default(),
             patch_own: true,
             // The test binary's panics go through whichever unwinder its
             // unversioned reference bound to (the system libunwind, linked
