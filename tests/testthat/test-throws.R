@@ -267,3 +267,110 @@ test_that("unloading winch gives the GOT slots back", {
   expect_match(out, "after unload: caught: thrown three calls deep", fixed = TRUE, all = FALSE)
   expect_match(out, "swallowed: TRUE", fixed = TRUE, all = FALSE)
 })
+
+test_that("exceptions carrying an R error through C++ (Rcpp, cpp11) are not shown as throws", {
+  for (which in 1:2) {
+    x <- view_of_error(.Call("wt_carrier", which, PACKAGE = "wtest_throw"))
+    expect_identical(native_entries(x), "wt_carrier")
+    expect_null(attr(x, "throw"))
+    # It was recorded, with its type name.
+    expect_identical(
+      attr(winch_last_throw(), "type"),
+      c("Rcpp::LongjumpException", "cpp11::unwind_exception")[[which]]
+    )
+  }
+})
+
+# A real Rcpp function compiled with Rcpp::sourceCpp(): its generated
+# wrapper catches the exception and calls R's stop().
+rcpp_env <- function() {
+  if (!is.null(clib_cache$rcpp)) {
+    return(clib_cache$rcpp)
+  }
+  if (!requireNamespace("Rcpp", quietly = TRUE)) {
+    return(structure(list(), reason = "Rcpp is not installed (Debian: r-cran-rcpp)"))
+  }
+  env <- new.env()
+  res <- tryCatch(
+    {
+      Rcpp::sourceCpp(clib_source("rcpp_throw.cpp"), env = env, cacheDir = tempfile("winch-rcpp-"))
+      env
+    },
+    error = function(e) structure(list(), reason = paste("sourceCpp failed:", conditionMessage(e)))
+  )
+  clib_cache$rcpp <- res
+  res
+}
+
+test_that("a real Rcpp function: throw std::range_error two calls below the export", {
+  env <- rcpp_env()
+  if (!is.environment(env)) {
+    skip(attr(env, "reason"))
+  }
+  f <- function(x) env$rcpp_range(x)
+  expect_identical(f(3L), 7L)
+  x <- view_of_error(f(11L))
+  entries <- native_entries(x)
+  expect_identical(
+    entries[startsWith(entries, "!")],
+    c("!sourceCpp_1_rcpp_range", "!rcpp_range(int)", "!wrcpp::scaled(int)", "!wrcpp::check_range(int)")
+  )
+  # The catching frame, then the branch; Rcpp's call to stop() follows.
+  labels <- joint_labels(x)
+  catcher <- match(TRUE, grepl("::sourceCpp_1_rcpp_range$", labels))
+  expect_identical(attr(x, "status")[catcher], "exact")
+  expect_identical(attr(x, "status")[catcher + 1:4], rep("throw", 4))
+  expect_identical(labels[[catcher + 5L]], "stop")
+  expect_identical(attr(x, "throw")$type, "std::range_error")
+
+  lt <- winch_last_throw()
+  expect_identical(lt$func[[1]], "wrcpp::check_range(int)")
+  expect_identical(lt$line[[1]], marker_line("rcpp_throw.cpp", "range_site"))
+  expect_identical(lt$line[[2]], marker_line("rcpp_throw.cpp", "range_caller"))
+  expect_identical(attr(lt, "type"), "std::range_error")
+  expect_match(attr(lt, "location"), sprintf("rcpp_throw\\.cpp:%d$", marker_line("rcpp_throw.cpp", "range_site")))
+
+  # rlang's entrace() trace: a branch under the wrapper.
+  withr::local_options(rlang_trace_use_winch = TRUE)
+  err <- tryCatch(withCallingHandlers(f(11L), error = rlang::entrace), error = function(e) e)
+  labels <- trace_labels(err$trace)
+  catcher <- match(TRUE, grepl("::sourceCpp_1_rcpp_range$", labels) & !err$trace$at_throw)
+  branch <- which(err$trace$at_throw)
+  expect_identical(length(branch), 4L)
+  expect_identical(err$trace$parent[branch], c(catcher, branch[1:3]))
+  expect_identical(err$trace$parent[[match("stop", labels)]], catcher)
+})
+
+test_that("a real Rcpp function: Rcpp::stop() two calls below the export", {
+  env <- rcpp_env()
+  if (!is.environment(env)) {
+    skip(attr(env, "reason"))
+  }
+  x <- view_of_error(env$rcpp_stop(-1L))
+  entries <- native_entries(x)
+  thrown <- entries[startsWith(entries, "!")]
+  expect_identical(thrown[1:4], c("!sourceCpp_1_rcpp_stop", "!rcpp_stop(int)", "!wrcpp::checked(int)", "!wrcpp::validate(int)"))
+  # Rcpp::stop() itself is where the throw happened (a function of Rcpp's
+  # headers, not the throw machinery).
+  expect_match(thrown[[length(thrown)]], "^!void Rcpp::stop<")
+  expect_identical(attr(x, "throw")$type, "Rcpp::exception")
+  lt <- winch_last_throw()
+  expect_identical(lt$line[[match("wrcpp::validate(int)", lt$func)]], marker_line("rcpp_throw.cpp", "stop_site"))
+})
+
+test_that("a real Rcpp function: an R error in a callback shows R's own path only", {
+  env <- rcpp_env()
+  if (!is.environment(env)) {
+    skip(attr(env, "reason"))
+  }
+  h <- function() env$rcpp_callback(function() stop("from the callback"))
+  x <- view_of_error(h())
+  expect_false(any(attr(x, "status") == "throw"))
+  labels <- joint_labels(x)
+  expect_true(match("stop", labels) > match(TRUE, grepl("sourceCpp_1_rcpp_callback$", labels)))
+  # Rcpp carried the error through its C++ frames as an exception, which
+  # was recorded; a later error in the same expression does not show it.
+  expect_identical(attr(winch_last_throw(), "type"), "Rcpp::LongjumpException")
+  x <- view_of_error(.Call("wt_plain_error", 1L, PACKAGE = "wtest_throw"))
+  expect_false(any(attr(x, "status") == "throw"))
+})

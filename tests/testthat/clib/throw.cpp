@@ -45,6 +45,51 @@ __attribute__((noinline)) int deep(int depth) {
 
 } // namespace wthrow
 
+// Stand-ins with the names of the exceptions Rcpp and cpp11 use to carry an
+// R error through C++ code (only their type names matter here).
+namespace Rcpp {
+struct LongjumpException {
+  int token;
+};
+} // namespace Rcpp
+namespace cpp11 {
+struct unwind_exception {
+  int token;
+};
+} // namespace cpp11
+
+namespace wthrow {
+
+__attribute__((noinline)) int carry(int which) {
+  if (which == 1) {
+    throw Rcpp::LongjumpException{1};
+  }
+  throw cpp11::unwind_exception{2};
+}
+
+__attribute__((noinline)) int carry_caller(int which) {
+  return carry(which) + 1;
+}
+
+} // namespace wthrow
+
+// Throws an R error carrier (1: Rcpp's, 2: cpp11's) two calls deep, catches
+// it here and raises an R error.
+extern "C" SEXP wt_carrier(SEXP which) {
+  bool caught = false;
+  try {
+    wthrow::carry_caller(Rf_asInteger(which));
+  } catch (Rcpp::LongjumpException &) {
+    caught = true;
+  } catch (cpp11::unwind_exception &) {
+    caught = true;
+  }
+  if (caught) {
+    Rf_error("an R error carried through C++");
+  }
+  return R_NilValue;
+}
+
 // Raises an R error with `msg` from this frame's caller. The message is
 // copied before the exception is released: no C++ object is alive when R
 // jumps out.
