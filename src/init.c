@@ -36,7 +36,11 @@
   X(rs_throws_set, 1)           \
   X(rs_throws_status, 0)        \
   X(rs_throws_tick, 0)          \
-  X(rs_last_throw, 0)
+  X(rs_last_throw, 0)           \
+  X(rs_crash_set, 1)            \
+  X(rs_crash_status, 0)         \
+  X(rs_crash_rearm, 0)          \
+  X(rs_crash_handlers, 0)
 
 /* Prototypes by number of arguments. */
 #define WINCH_ARGS_0 void

@@ -14,6 +14,7 @@ use winch_core::trace;
 use winch_core::unwind::Backend;
 use winch_core::view::{self, View};
 
+pub use crate::crash::{rs_crash_handlers, rs_crash_rearm, rs_crash_set, rs_crash_status};
 pub use crate::throws::{rs_last_throw, rs_throws_set, rs_throws_status, rs_throws_tick};
 
 pub use crate::profile::{

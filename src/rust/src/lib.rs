@@ -9,6 +9,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod args;
+mod crash;
 mod entries;
 mod entry;
 mod frames;
@@ -65,4 +66,8 @@ entry_points! {
     rs_throws_status();
     rs_throws_tick();
     rs_last_throw();
+    rs_crash_set(enable);
+    rs_crash_status();
+    rs_crash_rearm();
+    rs_crash_handlers();
 }

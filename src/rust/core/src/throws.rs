@@ -524,16 +524,16 @@ mod tests {
     fn the_activation_is_the_innermost_and_the_closure_context() {
         let off = ContextOffsets { next: 0, callflag: 8, cloenv: 72 };
         let mut mem = HashMap::new();
-        let mut put = |addr: usize, next: usize, flag: i32, cloenv: usize| {
+        fn put(mem: &mut HashMap<usize, usize>, addr: usize, next: usize, flag: i32, cloenv: usize) {
             mem.insert(addr, next);
             // callflag is an int: the high half of the word is padding.
             mem.insert(addr + 8, 0xdead_0000_0000 | flag as u32 as usize);
             mem.insert(addr + 72, cloenv);
-        };
+        }
         // A builtin context (.Call) inside a closure call inside top level.
-        put(0x1000, 0x2000, 64, 0xba5e);
-        put(0x2000, 0x3000, crate::rcontext::CTXT_FUNCTION, 0xe1);
-        put(0x3000, 0, 0, 0x610b);
+        put(&mut mem, 0x1000, 0x2000, 64, 0xba5e);
+        put(&mut mem, 0x2000, 0x3000, crate::rcontext::CTXT_FUNCTION, 0xe1);
+        put(&mut mem, 0x3000, 0, 0, 0x610b);
         let a = r_activation(0x1000, off, |x| mem.get(&x).copied());
         assert_eq!(a, [(0x1000, 0xba5e), (0x2000, 0xe1)]);
         // The closure context itself innermost.
@@ -541,7 +541,7 @@ mod tests {
         // Top level only; no context; a loop in the chain.
         assert_eq!(r_activation(0x3000, off, |x| mem.get(&x).copied()), [(0x3000, 0x610b), (0, 0)]);
         assert_eq!(r_activation(0, off, |x| mem.get(&x).copied()), [(0, 0); 2]);
-        put(0x4000, 0x4000, 0, 1);
+        put(&mut mem, 0x4000, 0x4000, 0, 1);
         assert_eq!(r_activation(0x4000, off, |x| mem.get(&x).copied()), [(0x4000, 1), (0, 0)]);
     }
 
