@@ -81,7 +81,8 @@ pub fn rs_crash_rearm() -> Result<RValue> {
 /// them: names, then handler, flags, restorer and mask (hex).
 pub fn rs_crash_handlers() -> Result<RValue> {
     let h = crash::handlers();
-    let hex = |f: &dyn Fn(&(i32, usize, u64, usize, u64)) -> u64| {
+    type Action = (i32, usize, u64, usize, u64);
+    let hex = |f: &dyn Fn(&Action) -> u64| {
         RValue::from(h.iter().map(|x| format!("{:016x}", f(x))).collect::<Vec<_>>())
     };
     Ok(RValue::List(vec![

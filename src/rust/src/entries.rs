@@ -177,7 +177,13 @@ fn int_col(v: impl Iterator<Item = Option<usize>>) -> RValue {
 /// first; `at_throw`: frames of a throw's branch) are spliced into an rlang
 /// trace whose rows are R frames `row_frames` with parents `parents`; see
 /// winch_core::splice.
-pub fn rs_splice_trace(row_frames: Arg, parents: Arg, r_frame: Arg, at_throw: Arg, first: Arg) -> Result<RValue> {
+pub fn rs_splice_trace(
+    row_frames: Arg,
+    parents: Arg,
+    r_frame: Arg,
+    at_throw: Arg,
+    first: Arg,
+) -> Result<RValue> {
     use winch_core::splice::{splice_trace, Row};
     let first = first.int()?.max(1) as usize;
     let branch = at_throw.logicals()?;

@@ -53,7 +53,11 @@ pub fn rs_throws_set(enable: Arg) -> Result<RValue> {
         main_thread: unsafe { libc::pthread_self() } as usize,
         interpreter_addr: rstate::libr_addr(),
         global_context: std::ptr::addr_of!(rapi::R_GlobalContext) as usize,
-        context: throws::ContextOffsets { next: layout.next, callflag: layout.callflag, cloenv: layout.cloenv },
+        context: throws::ContextOffsets {
+            next: layout.next,
+            callflag: layout.callflag,
+            cloenv: layout.cloenv,
+        },
         patch_own: false,
         targets: None,
     };
@@ -208,7 +212,8 @@ fn push_throw_attrs(
 /// whose rarely run code the compiler moved to a part of its own, as GCC
 /// does with `catch` blocks, `foo.cold`) the same name.
 fn same_function(t: &NativeTrace, a: usize, b: usize) -> bool {
-    if let (Some(x), Some(y)) = (unwind::function_start(a.wrapping_sub(1)), unwind::function_start(b.wrapping_sub(1)))
+    if let (Some(x), Some(y)) =
+        (unwind::function_start(a.wrapping_sub(1)), unwind::function_start(b.wrapping_sub(1)))
     {
         if x == y {
             return true;
@@ -221,7 +226,8 @@ fn same_function(t: &NativeTrace, a: usize, b: usize) -> bool {
     };
     match (name(a), name(b)) {
         (Some(x), Some(y)) => {
-            t.map.module_of(a) == t.map.module_of(b) && throws::base_function_name(&x) == throws::base_function_name(&y)
+            t.map.module_of(a) == t.map.module_of(b)
+                && throws::base_function_name(&x) == throws::base_function_name(&y)
         }
         _ => false,
     }

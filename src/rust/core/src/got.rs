@@ -455,7 +455,8 @@ pub fn patch_module(
 pub fn restore(patched: &[Patched], map: &crate::modules::ModuleMap, maps: &str) -> usize {
     let mut restored = 0;
     for p in patched {
-        let Some(m) = map.modules().iter().find(|m| m.path == p.module.0 && m.bias == p.module.1 && m.contains(p.addr))
+        let Some(m) =
+            map.modules().iter().find(|m| m.path == p.module.0 && m.bias == p.module.1 && m.contains(p.addr))
         else {
             continue;
         };
@@ -577,7 +578,8 @@ mod tests {
         verneed.extend(n_libgcc.to_le_bytes());
         verneed.extend(16u32.to_le_bytes()); // aux
         verneed.extend(0u32.to_le_bytes()); // next
-        for (i, (other, n)) in [(2u16, n_gcc30), (3, n_other), (4, n_glibc), (5, n_gcc33)].iter().enumerate() {
+        for (i, (other, n)) in [(2u16, n_gcc30), (3, n_other), (4, n_glibc), (5, n_gcc33)].iter().enumerate()
+        {
             verneed.extend(0u32.to_le_bytes()); // hash
             verneed.extend(0u16.to_le_bytes()); // flags
             verneed.extend(other.to_le_bytes());

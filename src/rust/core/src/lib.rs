@@ -8,9 +8,9 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod crash;
 pub mod debugfile;
 pub mod debuginfo;
-pub mod crash;
 pub mod error;
 pub mod got;
 pub mod interleave;

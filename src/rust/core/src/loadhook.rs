@@ -75,10 +75,9 @@ pub fn acquire(user: u32, interpreter_addr: usize) {
     // The versions libR requires (glibc 2.34 moved both into libc).
     let mut wanted = Vec::new();
     let mut targets = Vec::new();
-    for (name, hook) in [
-        ("dlopen", dlopen_hook as DlOpen as usize),
-        ("dlclose", dlclose_hook as DlClose as usize),
-    ] {
+    for (name, hook) in
+        [("dlopen", dlopen_hook as DlOpen as usize), ("dlclose", dlclose_hook as DlClose as usize)]
+    {
         for version in ["GLIBC_2.34", "GLIBC_2.2.5"] {
             if let Some(t) = crate::got::versioned_symbol(name, version) {
                 wanted.push((crate::got::Wanted { name, version }, t, hook));

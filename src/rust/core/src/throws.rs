@@ -96,8 +96,14 @@ pub fn identify(exc: usize, word: impl Fn(usize) -> Option<usize>) -> Identity {
         },
         CLASS_GNU_CXX_DEPENDENT => {
             let primary = word(exc - CXA_HEADER_TO_UNWIND).unwrap_or(0);
-            let type_info = if primary > CXA_HEADER_SIZE { word(primary - CXA_HEADER_SIZE).unwrap_or(0) } else { 0 };
-            Identity { kind: ThrowKind::Cpp, key: if primary != 0 { primary } else { exc }, type_info, dependent: true }
+            let type_info =
+                if primary > CXA_HEADER_SIZE { word(primary - CXA_HEADER_SIZE).unwrap_or(0) } else { 0 };
+            Identity {
+                kind: ThrowKind::Cpp,
+                key: if primary != 0 { primary } else { exc },
+                type_info,
+                dependent: true,
+            }
         }
         CLASS_RUST => Identity { kind: ThrowKind::Rust, key: exc, type_info: 0, dependent: false },
         _ => unknown,
@@ -231,7 +237,11 @@ const ACTIVATION_DEPTH: usize = 64;
 /// is new for every call, so a record whose closure context is no longer
 /// in R's chain with the same environment belongs to an activation that
 /// has ended.
-pub fn r_activation(first: usize, off: ContextOffsets, word: impl Fn(usize) -> Option<usize>) -> [(usize, usize); 2] {
+pub fn r_activation(
+    first: usize,
+    off: ContextOffsets,
+    word: impl Fn(usize) -> Option<usize>,
+) -> [(usize, usize); 2] {
     let mut out = [(0, 0); 2];
     let mut ctx = first;
     for k in 0..ACTIVATION_DEPTH {
@@ -361,7 +371,8 @@ pub fn find_catch(
     }
     let (rec_ip, rec_sp) = record[i - 1];
     let (cur_ip, cur_sp) = current[j - 1];
-    (rec_sp == cur_sp && same_function(rec_ip, cur_ip)).then_some(Catch { in_record: i - 1, in_current: j - 1 })
+    (rec_sp == cur_sp && same_function(rec_ip, cur_ip))
+        .then_some(Catch { in_record: i - 1, in_current: j - 1 })
 }
 
 /// Whether a frame named `name` belongs to the throw machinery (C++'s
@@ -409,7 +420,10 @@ pub fn base_function_name(name: &str) -> &str {
 /// error, interrupt or jump caught by Rcpp's or cpp11's unwind protection
 /// and rethrown in R at the boundary): not failures of the C++ code.
 pub fn is_r_unwind_carrier(type_name: &str) -> bool {
-    matches!(type_name, "Rcpp::LongjumpException" | "cpp11::unwind_exception" | "Rcpp::internal::InterruptedException")
+    matches!(
+        type_name,
+        "Rcpp::LongjumpException" | "cpp11::unwind_exception" | "Rcpp::internal::InterruptedException"
+    )
 }
 
 /// The demangled name of a C++ type from its `type_info` name (`St13runtime_error`).
@@ -491,7 +505,9 @@ mod unsupported {
     }
 }
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-pub use unsupported::{install, installed, records, rescan, rescan_if_changed, status, uninstall, Facts, Status};
+pub use unsupported::{
+    install, installed, records, rescan, rescan_if_changed, status, uninstall, Facts, Status,
+};
 
 #[cfg(test)]
 mod tests {
@@ -690,7 +706,9 @@ mod tests {
         ] {
             assert!(is_throw_machinery(name), "{name}");
         }
-        for name in ["level3", "std::__throw_out_of_range_fmt(char const*, ...)", "core::result::unwrap_failed"] {
+        for name in
+            ["level3", "std::__throw_out_of_range_fmt(char const*, ...)", "core::result::unwrap_failed"]
+        {
             assert!(!is_throw_machinery(name), "{name}");
         }
         assert!(is_r_unwind_carrier("Rcpp::LongjumpException"));

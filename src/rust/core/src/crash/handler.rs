@@ -108,7 +108,13 @@ fn kernel_get(sig: i32) -> Option<KernelAction> {
     // SAFETY: rt_sigaction with a null new action only fills `k`, whose
     // layout is the kernel's (8-byte signal set).
     let r = unsafe {
-        libc::syscall(libc::SYS_rt_sigaction, sig, std::ptr::null::<KernelAction>(), &mut k as *mut KernelAction, 8)
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            std::ptr::null::<KernelAction>(),
+            &mut k as *mut KernelAction,
+            8,
+        )
     };
     (r == 0).then_some(k)
 }
@@ -117,7 +123,13 @@ fn kernel_get(sig: i32) -> Option<KernelAction> {
 fn kernel_set(sig: i32, k: &KernelAction) -> bool {
     // SAFETY: installs an action saved from the kernel before.
     let r = unsafe {
-        libc::syscall(libc::SYS_rt_sigaction, sig, k as *const KernelAction, std::ptr::null_mut::<KernelAction>(), 8)
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            k as *const KernelAction,
+            std::ptr::null_mut::<KernelAction>(),
+            8,
+        )
     };
     r == 0
 }
@@ -147,6 +159,8 @@ static SCRATCH: AtomicPtr<Cell<Scratch>> = AtomicPtr::new(std::ptr::null_mut());
 /// (a handler may be using a replaced table), and the alternate stack made.
 #[derive(Default)]
 struct Kept {
+    // Boxed: a handler may still hold a pointer to one; it must not move.
+    #[allow(clippy::vec_box)]
     retired: Vec<Box<Prepared>>,
     alt: Option<(usize, usize, libc::stack_t)>,
     skipped: Vec<(i32, String)>,
@@ -197,7 +211,8 @@ fn current(sig: i32) -> Option<KernelAction> {
 fn our_action() -> libc::sigaction {
     // SAFETY: a zeroed sigaction is a valid value to fill in.
     let mut a: libc::sigaction = unsafe { std::mem::zeroed() };
-    a.sa_sigaction = on_signal as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
+    a.sa_sigaction =
+        on_signal as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
     // SA_NODEFER: a signal re-sent from the handler is delivered at once.
     a.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
     // SAFETY: sa_mask is a valid sigset_t to clear.
@@ -350,9 +365,9 @@ pub fn enable(f: Facts) -> Result<Status> {
     }
     ENABLED.store(true, Ordering::Release);
     kept.skipped.clear();
-    for k in 0..SIGNALS.len() {
+    for (k, &sig) in SIGNALS.iter().enumerate() {
         if let Err(why) = take(k, f.interpreter_addr) {
-            kept.skipped.push((SIGNALS[k], why));
+            kept.skipped.push((sig, why));
         }
     }
     drop(guard);
@@ -552,11 +567,7 @@ fn report(header: Header, uc: *mut libc::c_void) {
     let mut out = Out::new(write_all);
     // SAFETY: non-null pointers here stay alive while the report is on.
     let (p, f, scratch) = unsafe {
-        (
-            PREPARED.load(Ordering::Acquire).as_ref(),
-            facts(),
-            SCRATCH.load(Ordering::Acquire).as_ref(),
-        )
+        (PREPARED.load(Ordering::Acquire).as_ref(), facts(), SCRATCH.load(Ordering::Acquire).as_ref())
     };
     let (Some(p), Some(f), Some(scratch), false) = (p, f, scratch, uc.is_null()) else {
         out.text("\n*** winch: a fatal signal, but the crash report is not prepared\n");
@@ -591,7 +602,8 @@ fn report(header: Header, uc: *mut libc::c_void) {
             seen += 1;
             let flag = CrashHeap.int(ctx + f.context_callflag).unwrap_or(0);
             let call = CrashHeap.word(ctx + f.context_call).unwrap_or(0);
-            if flag & (CTXT_FUNCTION | CTXT_BUILTIN) != 0 && rheap::type_of(&CrashHeap, call) == Some(rheap::LANGSXP)
+            if flag & (CTXT_FUNCTION | CTXT_BUILTIN) != 0
+                && rheap::type_of(&CrashHeap, call) == Some(rheap::LANGSXP)
             {
                 s.ctx_addr[m] = ctx;
                 s.ctx_call[m] = call;

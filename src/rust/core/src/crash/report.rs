@@ -153,7 +153,13 @@ pub fn write<W: FnMut(&[u8])>(
     for (i, &ip) in ips.iter().enumerate().take(shown) {
         out.text("  #");
         out.dec(i);
-        out.text(if i < 10 { "   " } else if i < 100 { "  " } else { " " });
+        out.text(if i < 10 {
+            "   "
+        } else if i < 100 {
+            "  "
+        } else {
+            " "
+        });
         out.hex(ip);
         out.text("  ");
         describe(i, out);
@@ -202,13 +208,16 @@ pub fn write<W: FnMut(&[u8])>(
 mod tests {
     use super::*;
 
-    fn render(f: impl FnOnce(&mut Out<&mut dyn FnMut(&[u8])>)) -> String {
+    type Sink<'a> = &'a mut dyn FnMut(&[u8]);
+
+    fn render(f: impl FnOnce(&mut Out<Sink>)) -> String {
         let mut text = Vec::new();
-        let mut sink = |b: &[u8]| text.extend_from_slice(b);
-        let mut out: Out<&mut dyn FnMut(&[u8])> = Out::new(&mut sink);
-        f(&mut out);
-        out.flush();
-        drop(out);
+        {
+            let mut sink = |b: &[u8]| text.extend_from_slice(b);
+            let mut out: Out<Sink> = Out::new(&mut sink);
+            f(&mut out);
+            out.flush();
+        }
         String::from_utf8(text).unwrap()
     }
 

@@ -70,9 +70,10 @@ extern "C" {
 }
 
 fn trampolines() -> [usize; 2] {
-    [winch_core_throw_raise_hook as unsafe extern "C" fn() as usize, winch_core_throw_rethrow_hook
-        as unsafe extern "C" fn()
-        as usize]
+    [
+        winch_core_throw_raise_hook as unsafe extern "C" fn() as usize,
+        winch_core_throw_rethrow_hook as unsafe extern "C" fn() as usize,
+    ]
 }
 
 /// The real functions (set before any slot points to a trampoline, never
@@ -413,6 +414,8 @@ struct Installed {
     scanned: Vec<(String, usize)>,
     /// Tables replaced while capture was on (the hook may have been using
     /// them); freed when capture is removed.
+    // Boxed: the hook may still hold a pointer to one; it must not move.
+    #[allow(clippy::vec_box)]
     retired: Vec<Box<WalkTable>>,
     facts: Facts,
 }
@@ -451,8 +454,8 @@ pub fn install(facts: Facts) -> Result<Status> {
     let stack = crate::stack::thread_stack_bounds()
         .ok_or_else(|| Error::Unavailable("the bounds of R's stack are unknown".into()))?;
     let map = modules::current();
-    let backtrace_cfa = crate::unwind::calibration(crate::unwind::Backend::Backtrace)
-        == Some(crate::unwind::StackValue::Cfa);
+    let backtrace_cfa =
+        crate::unwind::calibration(crate::unwind::Backend::Backtrace) == Some(crate::unwind::StackValue::Cfa);
     let interpreter = map.module_of(facts.interpreter_addr).filter(|_| facts.interpreter_addr != 0);
     let mut interp = exec_ranges(&map, interpreter);
     // R linked statically: R's executable is the interpreter too.
