@@ -374,3 +374,24 @@ test_that("a real Rcpp function: an R error in a callback shows R's own path onl
   x <- view_of_error(.Call("wt_plain_error", 1L, PACKAGE = "wtest_throw"))
   expect_false(any(attr(x, "status") == "throw"))
 })
+
+test_that("a library with its own hidden copy of the C++ runtime: nothing recorded, nothing breaks", {
+  # -static-libstdc++ -static-libgcc with the copies' symbols hidden: its
+  # throws call its own unwinder directly, through no GOT entry.
+  lib <- tryCatch(
+    build_clib("wtest_hidden", "throw.cpp", ldflags = "-static-libstdc++ -static-libgcc -Wl,--exclude-libs,ALL"),
+    error = function(e) NULL
+  )
+  if (is.null(lib)) {
+    skip("the toolchain cannot link libstdc++ and libgcc statically")
+  }
+  dll <- dyn.load(lib$path)
+  on.exit(dyn.unload(lib$path))
+  try(.Call("wt_throw_caught", 1L, PACKAGE = "wtest_throw"), silent = TRUE)
+  before <- winch_last_throw()
+  x <- view_of_error(.Call("wt_throw_caught", 1L, PACKAGE = "wtest_hidden"))
+  expect_false(any(attr(x, "status") == "throw"))
+  expect_identical(native_entries(x)[[1]], "wt_throw_caught")
+  expect_identical(winch_last_throw()$ip, before$ip)
+  expect_identical(.Call("wt_throw_swallowed", 1L, PACKAGE = "wtest_hidden"), TRUE)
+})
