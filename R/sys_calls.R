@@ -19,12 +19,13 @@
 #' or does not match [sys.frames()], native frames that cannot be placed with
 #' certainty are listed after the last R call and marked as unplaced.
 #'
-#' @param libr Include frames of R's own library (the interpreter)?
-#' @inheritParams winch_trace_back
 #' When the R error being handled was raised by native code that had just
 #' caught a C++ exception or a Rust panic (see [winch_last_throw()]), the
 #' frames of that throw, as they were when it was thrown, follow the frame
 #' that caught it, with status `"throw"` (printed with `!`).
+#'
+#' @param libr Include frames of R's own library (the interpreter)?
+#' @inheritParams winch_trace_back
 #'
 #' @return A list of calls of class `winch_calls`, outermost first. Attributes:
 #'   `native` (logical, which entries are native frames), `status` (one of
