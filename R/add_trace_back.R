@@ -122,7 +122,8 @@ match_trace_rows <- function(trace, calls) {
 insert_native_rows <- function(trace, row_frames, native, first = 1L) {
   tr <- unclass(trace)
   nat <- unclass(native)
-  plan <- .Call(C_rs_splice_trace, as.integer(row_frames), as.integer(tr$parent), nat$r_frame, as.integer(first))
+  at_throw <- nat$at_throw %||% logical(length(nat$r_frame))
+  plan <- .Call(C_rs_splice_trace, as.integer(row_frames), as.integer(tr$parent), nat$r_frame, at_throw, as.integer(first))
   n <- length(plan$kind)
   added <- sum(plan$kind == 2L)
   if (!added) {
@@ -130,7 +131,9 @@ insert_native_rows <- function(trace, row_frames, native, first = 1L) {
   }
   out <- trace_rows_from(tr, plan$kind, plan$src, plan$native, nat)
   out$parent <- plan$parent
-  attributes(out) <- out_attrs(trace, n)
+  attrs <- out_attrs(trace, n)
+  attrs$names <- names(out)
+  attributes(out) <- attrs
   attr(out, "winch") <- winch_info(native, added)
   out
 }
@@ -147,7 +150,8 @@ winch_info <- function(native, added) {
     fallback_reason = attr(native, "fallback_reason"),
     truncated = attr(native, "truncated"),
     truncation = attr(native, "truncation"),
-    added = added
+    added = added,
+    throw = attr(native, "throw")
   )
 }
 
@@ -163,6 +167,8 @@ trace_rows_from <- function(tr, kind, src, frames, nat) {
   ns <- paste0("/", basename(nat$pathname[f]))
   approx <- nat$approximate[f]
   ns[approx] <- paste0(ns[approx], " (approx.)")
+  thrown <- (nat$at_throw %||% logical(length(nat$r_frame)))[f]
+  ns[thrown] <- paste0(ns[thrown], " [at throw]")
 
   out <- lapply(tr, `[`, src)
   calls <- out$call
@@ -175,6 +181,12 @@ trace_rows_from <- function(tr, kind, src, frames, nat) {
   if (!is.null(out$namespace)) out$namespace[native_rows] <- ns
   if (!is.null(out$scope)) out$scope[native_rows] <- "::"
   if (!is.null(out$visible)) out$visible[new] <- TRUE
+  if (any(thrown)) {
+    # Rows of a C++ throw or Rust panic, as the stack was at the throw.
+    at_throw <- logical(length(kind))
+    at_throw[native_rows] <- thrown
+    out$at_throw <- at_throw
+  }
   out
 }
 

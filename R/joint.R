@@ -8,7 +8,11 @@
 # Returns the frames joint views show (frames of R's evaluation, outermost
 # first; R's own only with `libr`), each with the R frame it sits under
 # (`r_frame`, NA when unplaced) and whether that is approximate. Which
-# frames are shown is decided in the core (winch_core::view).
+# frames are shown is decided in the core (winch_core::view). When a C++
+# throw or Rust panic recorded earlier was caught by a frame still running,
+# its frames as they were at the throw follow the catching frame's row,
+# with `at_throw = TRUE`, and the attribute `throw` says what was thrown
+# (`kind`, `type`, `location`).
 joint_capture <- function(frames, calls, libr = FALSE,
                           backend = getOption("winch.backend", "auto"),
                           call = rlang::caller_env()) {
@@ -16,11 +20,16 @@ joint_capture <- function(frames, calls, libr = FALSE,
   sync_debug_dirs(call = call)
   sync_registrations()
   sync_debuginfod(call = call)
-  x <- check_result(
+  sync_capture_throws()
+  res <- check_result(
     .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr, use_contexts()),
     call = call
   )
-  debuginfod_hint(x)
+  debuginfod_hint(res)
+  if (!length(attr(res, "throw"))) {
+    attr(res, "throw") <- NULL
+  }
+  res
 }
 
 # Reading R's context chain can be turned off with

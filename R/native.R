@@ -3,6 +3,8 @@
 # when R could not allocate the result; errors are raised here, in R, with
 # the user's call and a class (see ?winch for the classes).
 
+`%||%` <- function(x, y) if (is.null(x)) y else x
+
 abort_winch <- function(message, class = NULL, call = rlang::caller_env()) {
   rlang::abort(message, class = unique(c(class, "winch_error")), call = call)
 }

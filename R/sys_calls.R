@@ -21,13 +21,20 @@
 #' or does not match [sys.frames()], native frames that cannot be placed with
 #' certainty are listed after the last R call and marked as unplaced.
 #'
+#' When the R error being handled was raised by native code that had just
+#' caught a C++ exception or a Rust panic (see [winch_last_throw()]), the
+#' frames of that throw, as they were when it was thrown, follow the frame
+#' that caught it, with status `"throw"` (printed with `!`).
+#'
 #' @param libr Include frames of R's own library (the interpreter)?
 #' @inheritParams winch_trace_back
+#'
 #' @return A list of calls of class `winch_calls`, outermost first. Attributes:
 #'   `native` (logical, which entries are native frames), `status` (one of
-#'   `"r"`, `"exact"`, `"approximate"`, `"unplaced"` per entry), `placement`
-#'   (`"exact"`, `"approximate"` or `"fallback"`), `truncated` and
-#'   `truncation`.
+#'   `"r"`, `"exact"`, `"approximate"`, `"unplaced"`, `"throw"` per entry),
+#'   `placement` (`"exact"`, `"approximate"` or `"fallback"`), `truncated`,
+#'   `truncation` and, when throw frames are shown, `throw` (a list: `kind`,
+#'   `type` and `location` of what was thrown).
 #' @export
 #' @examples
 #' f <- function() winch_call(function() winch_sys_calls())
@@ -70,6 +77,7 @@ new_winch_calls <- function(calls, native, n) {
   status[!is_r] <- "exact"
   status[!is_r][nat$approximate[which_native]] <- "approximate"
   status[!is_r][is.na(nat$r_frame[which_native])] <- "unplaced"
+  status[!is_r][(nat$at_throw %||% logical(length(nat$r_frame)))[which_native]] <- "throw"
   winch_calls(out, !is_r, status, attributes(native))
 }
 
@@ -83,6 +91,7 @@ winch_calls <- function(x, native, status, from) {
     placement = from$placement,
     truncated = from$truncated,
     truncation = from$truncation,
+    throw = from$throw,
     class = "winch_calls"
   )
 }
@@ -92,11 +101,22 @@ format.winch_calls <- function(x, ...) {
   status <- attr(x, "status")
   text <- vapply(x, function(cl) paste(deparse(cl, width.cutoff = 500L), collapse = " "), "")
   text <- ifelse(nchar(text) > 120L, paste0(substr(text, 1L, 117L), "..."), text)
-  marker <- c(r = "", exact = "  ", approximate = "  ~ ", unplaced = "  ? ")[status]
+  marker <- c(r = "", exact = "  ", approximate = "  ~ ", unplaced = "  ? ", throw = "  ! ")[status]
   lines <- sprintf("%*d: %s%s", nchar(length(x)), seq_along(x), marker, text)
   notes <- character()
   if (any(status == "approximate")) {
     notes <- c(notes, "~ placement approximate (several possible parents)")
+  }
+  if (any(status == "throw")) {
+    type <- attr(x, "throw")$type %||% NA_character_
+    what <- if (identical(type, "Rust panic")) {
+      "the Rust panic"
+    } else if (!is.na(type)) {
+      paste("the throw of", type)
+    } else {
+      "the throw"
+    }
+    notes <- c(notes, sprintf("! taken at %s; those frames have been unwound since", what))
   }
   if (any(status == "unplaced")) {
     notes <- c(notes, "? unplaced: R's context chain was not usable, position unknown")

@@ -18,6 +18,15 @@
 #'   `vignette("winch")`), e.g. to compare.
 #' * `rlang_trace_use_winch`: set to `TRUE` to have rlang's backtraces include
 #'   native frames; see [winch_add_trace_back()].
+#' * `winch.capture_throws`: record the native stack of every C++ throw and
+#'   Rust panic (default `TRUE`); see [winch_last_throw()].
+#' * `winch.crash_report`: `TRUE` turns the crash report on when winch is
+#'   loaded (read at load only; default `FALSE`); see [winch_crash_report()].
+#'
+#' @section Warnings:
+#' `winch_warning_bad_option` (class `winch_warning` too): an option above
+#' has a value winch cannot use; it is ignored. `winch_warning_crash_report`:
+#' the crash report could not be turned on at load.
 #'
 #' @section Errors:
 #' Errors raised by winch are rlang conditions of class `winch_error` and one

@@ -6,6 +6,11 @@
   # Which R this is decides the layout of R's context records.
   .Call(C_rs_init, as.integer(unclass(getRversion())[[1L]]))
   rlang_hook_install()
+  # Throw capture follows the option `winch.capture_throws` (default TRUE);
+  # the crash report is turned on at load by `winch.crash_report = TRUE`.
+  sync_capture_throws()
+  crash_report_at_load()
+  add_task_callback()
 }
 
 .onAttach <- function(libname, pkgname) {
@@ -18,5 +23,10 @@
 
 .onUnload <- function(libpath) {
   rlang_hook_restore()
+  # Nothing may point into winch's library once it is unloaded: GOT slots
+  # and signal handlers are given back first.
+  remove_task_callback()
+  uninstall_capture_throws()
+  crash_report_off_at_unload()
   library.dynam.unload("winch", libpath)
 }

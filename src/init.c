@@ -16,7 +16,7 @@
   X(rs_backends, 0)             \
   X(rs_trace_back, 2)           \
   X(rs_joint, 5)                \
-  X(rs_splice_trace, 4)         \
+  X(rs_splice_trace, 5)         \
   X(rs_splice_calls, 2)         \
   X(rs_context_chain, 1)        \
   X(rs_thread_capture, 1)       \
@@ -36,7 +36,15 @@
   X(rs_profile_learn_loop, 1)   \
   X(rs_profile_loops_known, 0)  \
   X(rs_resource_usage, 0)       \
-  X(rs_profile_sample_cost, 2)
+  X(rs_profile_sample_cost, 2)  \
+  X(rs_throws_set, 1)           \
+  X(rs_throws_status, 0)        \
+  X(rs_throws_tick, 0)          \
+  X(rs_last_throw, 0)           \
+  X(rs_crash_set, 1)            \
+  X(rs_crash_status, 0)         \
+  X(rs_crash_rearm, 0)          \
+  X(rs_crash_handlers, 0)
 
 /* Prototypes by number of arguments. */
 #define WINCH_ARGS_0 void

@@ -83,11 +83,11 @@ ccall <- function(lib, symbol, ...) {
   .Call(symbol, ..., PACKAGE = lib$name)
 }
 
-# Compiles the Rust fixture with plain rustc, or returns NULL (with the
-# reason as attribute) when rustc is not available.
-compile_rustlib <- function() {
-  if (!is.null(clib_cache$rust)) {
-    return(clib_cache$rust)
+# Compiles a Rust fixture with plain rustc into <name>.so and loads it, or
+# returns NULL (with the reason as attribute) when rustc is not available.
+compile_rustlib <- function(file = "rustlib.rs", name = "wtest_rust") {
+  if (!is.null(clib_cache[[name]])) {
+    return(clib_cache[[name]])
   }
   rustc <- Sys.which("rustc")
   if (!nzchar(rustc) && file.exists("~/.cargo/bin/rustc")) {
@@ -98,9 +98,9 @@ compile_rustlib <- function() {
   }
   dir <- tempfile("winch-rust-")
   dir.create(dir)
-  src <- file.path(dir, "rustlib.rs")
-  file.copy(clib_source("rustlib.rs"), src)
-  so <- file.path(dir, "wtest_rust.so")
+  src <- file.path(dir, file)
+  file.copy(clib_source(file), src)
+  so <- file.path(dir, paste0(name, ".so"))
   out <- suppressWarnings(system2(rustc, c(
     "--edition", "2021", "--crate-type", "cdylib", "-g", "-C", "opt-level=0",
     "-o", so, src, "-L", file.path(R.home("lib")), "-l", "R"
@@ -108,7 +108,7 @@ compile_rustlib <- function() {
   if (!file.exists(so)) {
     return(structure(list(), reason = paste("rustc failed:", paste(out, collapse = "\n"))))
   }
-  lib <- list(name = "wtest_rust", path = normalizePath(so), dir = dir, src = src, dll = dyn.load(so))
-  clib_cache$rust <- lib
+  lib <- list(name = name, path = normalizePath(so), dir = dir, src = src, dll = dyn.load(so))
+  clib_cache[[name]] <- lib
   lib
 }

@@ -14,6 +14,9 @@ use winch_core::trace;
 use winch_core::unwind::Backend;
 use winch_core::view::{self, View};
 
+pub use crate::crash::{rs_crash_handlers, rs_crash_rearm, rs_crash_set, rs_crash_status};
+pub use crate::throws::{rs_last_throw, rs_throws_set, rs_throws_status, rs_throws_tick};
+
 pub use crate::profile::{
     rs_profile_active, rs_profile_learn_bc, rs_profile_learn_loop, rs_profile_loops_known,
     rs_profile_sample_cost, rs_profile_start, rs_profile_stop, rs_profile_write, rs_rprof_running,
@@ -149,6 +152,17 @@ pub fn rs_joint(backend_arg: Arg, frames: Arg, calls: Arg, libr: Arg, use_contex
     let resolved = n.trace.symbolize_some(&shown);
     let mut table = FrameTable::new(&n.trace, &shown, &resolved, &n.classes, Some(&j.placement));
     table.attrs.push((c"debug_files_would_help", n.trace.debug_files_would_help(&shown, &resolved).into()));
+    // A C++ throw or Rust panic caught by a frame still running: its frames
+    // as they were at the throw, right after the catching frame's rows.
+    let mut thrown = None;
+    if let Some(b) = crate::throws::branch(&j) {
+        if let Some(k) = shown.iter().position(|&i| i == b.catcher) {
+            let at: usize = resolved[..=k].iter().map(|r| r.len()).sum();
+            table.rows.splice(at..at, b.table.rows);
+            thrown = Some(b.info);
+        }
+    }
+    table.attrs.push((c"throw", thrown.unwrap_or(RValue::Unnamed(Vec::new()))));
     let mode = match (&j.fallback_reason, j.placement.is_approximate()) {
         (Some(_), _) => "fallback",
         (None, true) => "approximate",
@@ -165,12 +179,20 @@ fn int_col(v: impl Iterator<Item = Option<usize>>) -> RValue {
 }
 
 /// Where rows go when native frames (their R frames `r_frame`, outermost
-/// first) are spliced into an rlang trace whose rows are R frames
-/// `row_frames` with parents `parents`; see winch_core::splice.
-pub fn rs_splice_trace(row_frames: Arg, parents: Arg, r_frame: Arg, first: Arg) -> Result<RValue> {
+/// first; `at_throw`: frames of a throw's branch) are spliced into an rlang
+/// trace whose rows are R frames `row_frames` with parents `parents`; see
+/// winch_core::splice.
+pub fn rs_splice_trace(
+    row_frames: Arg,
+    parents: Arg,
+    r_frame: Arg,
+    at_throw: Arg,
+    first: Arg,
+) -> Result<RValue> {
     use winch_core::splice::{splice_trace, Row};
     let first = first.int()?.max(1) as usize;
-    let s = splice_trace(&row_frames.counts()?, &parents.counts()?, &r_frame.indices()?, first);
+    let branch = at_throw.logicals()?;
+    let s = splice_trace(&row_frames.counts()?, &parents.counts()?, &r_frame.indices()?, &branch, first);
     let kind = s.rows.iter().map(|r| {
         Some(match r {
             Row::R(_) => 1,

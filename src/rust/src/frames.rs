@@ -32,6 +32,9 @@ pub struct Row {
     /// whether that is one of several possibilities.
     pub r_frame: Option<usize>,
     pub approximate: bool,
+    /// Joint tables: the row is a frame of a C++ throw or Rust panic as it
+    /// was at the throw (since unwound), not of the stack captured.
+    pub at_throw: bool,
 }
 
 pub struct FrameTable {
@@ -44,7 +47,7 @@ pub struct FrameTable {
 
 const COLUMNS: [&str; 11] =
     ["func", "ip", "pathname", "is_libr", "file", "line", "inlined", "offset", "column", "start", "source"];
-const JOINT_COLUMNS: [&str; 13] = [
+const JOINT_COLUMNS: [&str; 14] = [
     "func",
     "ip",
     "pathname",
@@ -58,6 +61,7 @@ const JOINT_COLUMNS: [&str; 13] = [
     "source",
     "r_frame",
     "approximate",
+    "at_throw",
 ];
 
 impl FrameTable {
@@ -71,8 +75,21 @@ impl FrameTable {
         placement: Option<&Placement>,
     ) -> FrameTable {
         // Joint tables read outermost first, inlined calls included.
+        Self::in_order(t, shown, resolved, classes, placement, placement.is_some())
+    }
+
+    /// As `new`, with the order of each frame's inlined calls given:
+    /// `outermost_first` for rows a joint view shows (a throw's branch).
+    pub fn in_order(
+        t: &NativeTrace,
+        shown: &[usize],
+        resolved: &[Arc<[Resolved]>],
+        classes: &[Class],
+        placement: Option<&Placement>,
+        outermost_first: bool,
+    ) -> FrameTable {
         let levels: Vec<usize> = resolved.iter().map(|r| r.len()).collect();
-        let order = expand_inlined(&levels, placement.is_some());
+        let order = expand_inlined(&levels, outermost_first);
         let mut rows = Vec::with_capacity(order.len());
         for (k, level) in order {
             let (i, res) = (shown[k], &resolved[k][level]);
@@ -92,6 +109,7 @@ impl FrameTable {
                 is_libr: classes[i].interpreter,
                 r_frame: placement.and_then(|p| p.parent[i]),
                 approximate: placement.is_some_and(|p| p.approximate[i]),
+                at_throw: false,
             });
         }
         FrameTable { map: t.map.clone(), rows, joint: placement.is_some(), attrs: trace_attrs(t) }

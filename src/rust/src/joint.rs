@@ -93,6 +93,21 @@ fn read_chain(stack_lo: usize) -> Result<Vec<RContext>> {
     rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)
 }
 
+/// Whether R's context chain, read from the caller's frame, holds every
+/// record (address, environment) of `contexts` with a non-zero address
+/// (false when the chain cannot be read).
+#[inline(never)]
+pub fn chain_holds(contexts: &[(usize, usize)]) -> bool {
+    let local = 0u8;
+    match read_chain(std::hint::black_box(&local) as *const u8 as usize) {
+        Ok(chain) => contexts
+            .iter()
+            .filter(|c| c.0 != 0)
+            .all(|&(addr, cloenv)| chain.iter().any(|c| c.addr == addr && c.cloenv == cloenv)),
+        Err(_) => false,
+    }
+}
+
 /// The function part of a call object, if `call` is a call.
 ///
 /// # Safety

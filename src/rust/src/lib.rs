@@ -9,6 +9,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod args;
+mod crash;
 mod entries;
 mod entry;
 mod frames;
@@ -16,6 +17,7 @@ mod joint;
 mod profile;
 mod rapi;
 mod rstate;
+mod throws;
 mod value;
 
 /// Defines, for each `name(args...)`, the C entry point `winch_<name>`
@@ -43,7 +45,7 @@ entry_points! {
     rs_backends();
     rs_trace_back(backend, libr);
     rs_joint(backend, frames, calls, libr, use_contexts);
-    rs_splice_trace(row_frames, parents, r_frame, first);
+    rs_splice_trace(row_frames, parents, r_frame, at_throw, first);
     rs_splice_calls(n, r_frame);
     rs_context_chain(backend);
     rs_thread_capture(backend);
@@ -64,4 +66,12 @@ entry_points! {
     rs_profile_loops_known();
     rs_resource_usage();
     rs_profile_sample_cost(n, thrash);
+    rs_throws_set(enable);
+    rs_throws_status();
+    rs_throws_tick();
+    rs_last_throw();
+    rs_crash_set(enable);
+    rs_crash_status();
+    rs_crash_rearm();
+    rs_crash_handlers();
 }

@@ -38,6 +38,12 @@ extern "C" {
     pub static R_ClassSymbol: Sexp;
     /// The marker R_Srcref holds while byte code runs.
     pub static R_InBCInterpreter: Sexp;
+    /// R's C stack as R measured it at start-up (Rinterface.h; -1 where
+    /// unknown): where it starts, how far it may grow, and in which
+    /// direction (1: down).
+    pub static R_CStackStart: usize;
+    pub static R_CStackLimit: usize;
+    pub static R_CStackDir: c_int;
     /// The AST interpreter's current srcref (`mut`: R changes it).
     pub static mut R_Srcref: Sexp;
 

@@ -255,6 +255,7 @@ unsafe fn build_column(t: &FrameTable, name: &str, strings: &mut StringCache, df
             "is_libr" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.is_libr as i32))),
             "inlined" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.inlined as i32))),
             "approximate" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.approximate as i32))),
+            "at_throw" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.at_throw as i32))),
             "line" => fill(rapi::INTSXP, n, |p| ints(p, rows.iter().map(|r| opt_int(r.line)))),
             "column" => fill(rapi::INTSXP, n, |p| ints(p, rows.iter().map(|r| opt_int(r.column)))),
             "r_frame" => fill(rapi::INTSXP, n, |p| {

@@ -8,11 +8,14 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod crash;
 pub mod debugfile;
 pub mod debuginfo;
 pub mod debuginfod;
 pub mod error;
+pub mod got;
 pub mod interleave;
+pub mod loadhook;
 pub mod memory;
 pub mod modules;
 pub mod profile;
@@ -23,6 +26,7 @@ pub mod splice;
 pub mod stack;
 pub mod symbolizer;
 pub mod symbols;
+pub mod throws;
 pub mod trace;
 pub mod unwind;
 pub mod view;

@@ -43,6 +43,8 @@ pub struct Module {
     pub mapped: Option<MappedFile>,
     /// Address and size of the loaded `.eh_frame_hdr` (PT_GNU_EH_FRAME).
     pub eh_frame_hdr: Option<(usize, usize)>,
+    /// Address of the loaded dynamic section (PT_DYNAMIC).
+    pub dynamic: Option<usize>,
 }
 
 impl Module {
@@ -58,6 +60,7 @@ impl Module {
             has_file: true,
             mapped: None,
             eh_frame_hdr: None,
+            dynamic: None,
         }
     }
 
@@ -268,6 +271,8 @@ fn loaded_module(info: &libc::dl_phdr_info, first: bool) -> Module {
         .iter()
         .find(|p| p.p_type == libc::PT_GNU_EH_FRAME)
         .map(|p| (bias.wrapping_add(p.p_vaddr as usize), p.p_memsz as usize));
+    let dynamic =
+        phdrs.iter().find(|p| p.p_type == libc::PT_DYNAMIC).map(|p| bias.wrapping_add(p.p_vaddr as usize));
     Module {
         is_main: first && name.is_empty(),
         path: name,
@@ -277,6 +282,7 @@ fn loaded_module(info: &libc::dl_phdr_info, first: bool) -> Module {
         has_file: true,
         mapped: None,
         eh_frame_hdr,
+        dynamic,
     }
 }
 

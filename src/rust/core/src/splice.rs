@@ -26,17 +26,22 @@ pub struct Spliced {
 /// * `parents[j]`: its parent row (1-based, 0 = root);
 /// * `natives[i]`: the R frame each native frame sits under (`Some(0)`: top
 ///   level, `None`: unplaced), outermost frame first;
+/// * `branch[i]`: native frame `i` is a frame of a throw (a branch under the
+///   frame before it, which caught it); missing entries are `false`;
 /// * only chunks under rows `first` (1-based) and later are inserted, so rows
 ///   before it keep their positions.
 ///
 /// A native chunk follows its R row, each frame the child of the one before;
 /// the R row after a chunk (the R code native code called) becomes the child
-/// of the chunk's innermost frame; other R rows keep their parents.
+/// of the chunk's innermost frame; other R rows keep their parents. Branch
+/// frames hang, chained, under the frame before them; the rows after a
+/// branch continue from the frame the branch hangs under.
 /// Unplaced frames hang, chained, under a marker after the last row.
 pub fn splice_trace(
     row_frames: &[usize],
     parents: &[usize],
     natives: &[Option<usize>],
+    branch: &[bool],
     first: usize,
 ) -> Spliced {
     let m = row_frames.len();
@@ -67,25 +72,36 @@ pub fn splice_trace(
         rows.extend(unplaced.iter().map(|&i| Row::Native(i)));
     }
 
+    let is_branch = |row: Row| matches!(row, Row::Native(i) if branch.get(i).copied().unwrap_or(false));
     let mut out_parents = Vec::with_capacity(rows.len());
-    for (p, row) in rows.iter().enumerate() {
+    // The last row that is not a branch frame, and whether it is native.
+    let mut main_prev: Option<(usize, bool)> = None;
+    for (p, &row) in rows.iter().enumerate() {
         let pos = p + 1;
         let previous = if p > 0 { Some(rows[p - 1]) } else { None };
-        out_parents.push(match *row {
-            Row::R(j) => match previous {
-                Some(Row::Native(_)) => pos - 1,
+        out_parents.push(match row {
+            Row::R(j) => match (previous, main_prev) {
+                (Some(Row::Native(_)), Some((q, true))) => q,
+                (Some(Row::Native(_)), _) => pos - 1,
                 _ => match parents.get(j).copied().unwrap_or(0) {
                     0 => 0,
                     q if q <= m => new_pos[q - 1],
                     _ => 0,
                 },
             },
+            // A branch frame hangs under the row before it (the frame that
+            // caught the throw, or the branch's previous frame).
+            _ if is_branch(row) => pos - 1,
             // The first frame of the top-level chunk is a root; every other
-            // native frame is the child of the row before it (its R row, the
-            // previous frame of its chunk, or the marker).
-            Row::Native(_) => pos - 1,
+            // native frame is the child of the row before it that is not a
+            // branch frame (its R row, the previous frame of its chunk, or
+            // the marker).
+            Row::Native(_) => main_prev.map_or(0, |(q, _)| q),
             Row::UnplacedMarker => new_pos.last().copied().unwrap_or(0),
         });
+        if !is_branch(row) {
+            main_prev = Some((pos, matches!(row, Row::Native(_))));
+        }
     }
     Spliced { rows, parents: out_parents }
 }
@@ -142,7 +158,7 @@ mod tests {
     #[test]
     fn chunk_goes_under_its_row_and_rewires_the_next() {
         // Rows: f (frame 1) -> winch_call (2) -> <fn> (3, whose R parent is f).
-        let s = splice_trace(&[1, 2, 3], &[0, 1, 1], &[Some(2)], 1);
+        let s = splice_trace(&[1, 2, 3], &[0, 1, 1], &[Some(2)], &[], 1);
         assert_eq!(s.rows, vec![R(0), R(1), Native(0), R(2)]);
         assert_eq!(s.parents, vec![0, 1, 2, 3]);
     }
@@ -150,7 +166,7 @@ mod tests {
     #[test]
     fn chunks_in_two_places_and_frames_chained() {
         // outer (1) -> [a, b] -> mid (2) -> [c] -> inner (3)
-        let s = splice_trace(&[1, 2, 3], &[0, 1, 2], &[Some(1), Some(1), Some(2)], 1);
+        let s = splice_trace(&[1, 2, 3], &[0, 1, 2], &[Some(1), Some(1), Some(2)], &[], 1);
         assert_eq!(s.rows, vec![R(0), Native(0), Native(1), R(1), Native(2), R(2)]);
         assert_eq!(s.parents, vec![0, 1, 2, 3, 4, 5]);
     }
@@ -159,19 +175,19 @@ mod tests {
     fn other_rows_keep_renumbered_parents() {
         // Lazy evaluation: row 3's parent is row 1, and it is not entered
         // from native code (the chunk is under row 3 itself).
-        let s = splice_trace(&[1, 2, 3], &[0, 1, 1], &[Some(1), Some(3)], 1);
+        let s = splice_trace(&[1, 2, 3], &[0, 1, 1], &[Some(1), Some(3)], &[], 1);
         assert_eq!(s.rows, vec![R(0), Native(0), R(1), R(2), Native(1)]);
         assert_eq!(s.parents, vec![0, 1, 2, 1, 4]);
     }
 
     #[test]
     fn top_level_chunk_only_when_the_trace_starts_at_frame_1() {
-        let s = splice_trace(&[1, 2], &[0, 1], &[Some(0), Some(0)], 1);
+        let s = splice_trace(&[1, 2], &[0, 1], &[Some(0), Some(0)], &[], 1);
         assert_eq!(s.rows, vec![Native(0), Native(1), R(0), R(1)]);
         assert_eq!(s.parents, vec![0, 1, 2, 3]);
         // A trimmed trace (starting at frame 5): the top-level chunk and
         // chunks under frames before the trace are not shown.
-        let s = splice_trace(&[5, 6], &[0, 1], &[Some(0), Some(2), Some(5)], 1);
+        let s = splice_trace(&[5, 6], &[0, 1], &[Some(0), Some(2), Some(5)], &[], 1);
         assert_eq!(s.rows, vec![R(0), Native(2), R(1)]);
         assert_eq!(s.parents, vec![0, 1, 2]);
     }
@@ -179,21 +195,21 @@ mod tests {
     #[test]
     fn rows_before_first_keep_their_positions() {
         // rlang will drop rows 1..2 afterwards: nothing may be inserted there.
-        let s = splice_trace(&[1, 2, 3, 4], &[0, 1, 2, 3], &[Some(0), Some(1), Some(3)], 3);
+        let s = splice_trace(&[1, 2, 3, 4], &[0, 1, 2, 3], &[Some(0), Some(1), Some(3)], &[], 3);
         assert_eq!(s.rows, vec![R(0), R(1), R(2), Native(2), R(3)]);
         assert_eq!(s.parents, vec![0, 1, 2, 3, 4]);
     }
 
     #[test]
     fn unplaced_frames_hang_under_a_marker() {
-        let s = splice_trace(&[1, 2], &[0, 1], &[None, None], 1);
+        let s = splice_trace(&[1, 2], &[0, 1], &[None, None], &[], 1);
         assert_eq!(s.rows, vec![R(0), R(1), UnplacedMarker, Native(0), Native(1)]);
         assert_eq!(s.parents, vec![0, 1, 2, 3, 4]);
     }
 
     #[test]
     fn frames_under_deeper_r_frames_are_dropped() {
-        let s = splice_trace(&[1, 2], &[0, 1], &[Some(2), Some(7)], 1);
+        let s = splice_trace(&[1, 2], &[0, 1], &[Some(2), Some(7)], &[], 1);
         assert_eq!(s.rows, vec![R(0), R(1), Native(0)]);
         let c = splice_calls(2, &[Some(0), Some(1), Some(3), None]);
         assert_eq!(c, vec![Err(0), Ok(1), Err(1), Ok(2), Err(3)]);
@@ -222,15 +238,34 @@ mod tests {
         let shown: Vec<&str> = rows.iter().map(|&(_, k)| names[k]).collect();
         assert_eq!(shown, ["acc_entry", "middle", "inner"]);
         let r_frame: Vec<Option<usize>> = rows.iter().map(|_| Some(1)).collect();
-        let s = splice_trace(&[1, 2], &[0, 1], &r_frame, 1);
+        let s = splice_trace(&[1, 2], &[0, 1], &r_frame, &[], 1);
         assert_eq!(s.rows, vec![R(0), Native(0), Native(1), Native(2), R(1)]);
         assert_eq!(s.parents, vec![0, 1, 2, 3, 4]);
         assert_eq!(splice_calls(2, &r_frame), vec![Ok(1), Err(0), Err(1), Err(2), Ok(2)]);
     }
 
     #[test]
+    fn a_throw_branch_hangs_under_its_catcher() {
+        // f (1) -> [entry, entry at the throw, level1, level2] -> stop (2)
+        let s = splice_trace(
+            &[1, 2],
+            &[0, 1],
+            &[Some(1), Some(1), Some(1), Some(1)],
+            &[false, true, true, true],
+            1,
+        );
+        assert_eq!(s.rows, vec![R(0), Native(0), Native(1), Native(2), Native(3), R(1)]);
+        // The branch chains under entry; stop() is entry's child, not
+        // level2's.
+        assert_eq!(s.parents, vec![0, 1, 2, 3, 4, 2]);
+        // Native frames after a branch continue from the catcher too.
+        let s = splice_trace(&[1], &[0], &[Some(1), Some(1), Some(1)], &[false, true, false], 1);
+        assert_eq!(s.parents, vec![0, 1, 2, 2]);
+    }
+
+    #[test]
     fn empty_inputs() {
-        let s = splice_trace(&[], &[], &[None], 1);
+        let s = splice_trace(&[], &[], &[None], &[], 1);
         assert_eq!(s.rows, vec![UnplacedMarker, Native(0)]);
         assert_eq!(s.parents, vec![0, 1]);
         assert_eq!(splice_calls(0, &[]), vec![]);

@@ -303,6 +303,25 @@ impl Symbolizer {
         r
     }
 
+    /// The symbol table of module `index` of `map` (read on first use), as
+    /// a copy that shares the names.
+    pub fn symbol_table(&mut self, map: &ModuleMap, index: usize) -> crate::symbols::SymbolTable {
+        if map.serial() != self.map_seen {
+            self.retain_loaded(map);
+            self.map_seen = map.serial();
+            self.by_index = vec![None; map.modules().len()];
+        }
+        let id = match self.by_index[index] {
+            Some(id) => id,
+            None => {
+                let id = self.ensure(map.module(index));
+                self.by_index[index] = Some(id);
+                id
+            }
+        };
+        self.infos[&id].symbols.clone()
+    }
+
     pub fn module_stats(&self) -> Vec<ModuleStats> {
         let mut out: Vec<ModuleStats> = self
             .ids

@@ -71,7 +71,7 @@ impl Symbol {
 }
 
 /// Sorted symbols with a prefix maximum of their ends for containment lookups.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct SymbolTable {
     syms: Vec<Symbol>,
     max_end: Vec<u64>,

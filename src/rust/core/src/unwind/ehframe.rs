@@ -10,16 +10,21 @@ use std::sync::Arc;
 use crate::modules::Module;
 
 pub(crate) type Slice = gimli::EndianArcSlice<LittleEndian>;
+/// Unwind tables read where the loader mapped them.
+pub(crate) type InPlace = gimli::EndianSlice<'static, LittleEndian>;
 
-/// A module's unwind tables (copies).
-pub struct EhTables {
-    pub(crate) hdr: gimli::ParsedEhFrameHdr<Slice>,
-    pub(crate) eh_frame: EhFrame<Slice>,
+/// A module's unwind tables: copies (`Slice`, the default), or the loaded
+/// image's own bytes read in place (`InPlace`, see [`tables_in_place`]).
+#[derive(Clone)]
+pub struct EhTables<R: gimli::Reader<Offset = usize> = Slice> {
+    pub(crate) hdr: gimli::ParsedEhFrameHdr<R>,
+    pub(crate) eh_frame: EhFrame<R>,
     pub(crate) bases: BaseAddresses,
+    /// Bytes copied (0 when read in place).
     bytes: usize,
 }
 
-impl EhTables {
+impl EhTables<Slice> {
     /// Copies the module's `.eh_frame_hdr` and `.eh_frame` out of the loaded
     /// image and parses the header's search table; None when the module has
     /// none, or they are not readable.
@@ -54,7 +59,9 @@ impl EhTables {
         let eh: Arc<[u8]> = eh.into();
         Some(EhTables { hdr, eh_frame: EhFrame::from(Slice::new(eh, LittleEndian)), bases, bytes })
     }
+}
 
+impl<R: gimli::Reader<Offset = usize>> EhTables<R> {
     /// The start of the function containing the absolute address `addr`,
     /// from the unwind entry that covers it; None where no entry does.
     pub fn function_start(&self, addr: usize) -> Option<usize> {
@@ -69,6 +76,40 @@ impl EhTables {
     pub fn heap_bytes(&self) -> usize {
         self.bytes + 64
     }
+}
+
+/// A module's unwind tables read in place: `.eh_frame_hdr` at `hdr_addr`
+/// (`hdr_len` bytes) and the `.eh_frame` it points to, up to the end of the
+/// readable segment holding it (`segment_end` of its address); `text` is the
+/// start of its code. Parses nothing beyond the header and allocates
+/// nothing.
+///
+/// # Safety
+/// Both ranges must stay mapped and readable for as long as the tables are
+/// used (a loaded module's own tables, used while it stays loaded).
+pub(crate) unsafe fn tables_in_place(
+    hdr_addr: usize,
+    hdr_len: usize,
+    segment_end: &dyn Fn(usize) -> Option<usize>,
+    text: usize,
+) -> Option<EhTables<InPlace>> {
+    // SAFETY: the caller's contract.
+    let hdr_bytes: &'static [u8] = unsafe { std::slice::from_raw_parts(hdr_addr as *const u8, hdr_len) };
+    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_addr as u64);
+    let hdr = EhFrameHdr::new(hdr_bytes, LittleEndian).parse(&bases, 8).ok()?;
+    let eh_frame_addr = match hdr.eh_frame_ptr() {
+        gimli::Pointer::Direct(a) => a as usize,
+        gimli::Pointer::Indirect(_) => return None,
+    };
+    let len = segment_end(eh_frame_addr)?.checked_sub(eh_frame_addr)?;
+    // SAFETY: the caller's contract (`.eh_frame` lies in the segment ending
+    // at `segment_end(eh_frame_addr)`).
+    let eh: &'static [u8] = unsafe { std::slice::from_raw_parts(eh_frame_addr as *const u8, len) };
+    let bases = BaseAddresses::default()
+        .set_eh_frame_hdr(hdr_addr as u64)
+        .set_eh_frame(eh_frame_addr as u64)
+        .set_text(text as u64);
+    Some(EhTables { hdr, eh_frame: EhFrame::new(eh, LittleEndian), bases, bytes: 0 })
 }
 
 /// Length of an `.eh_frame` section: its entries up to the zero terminator.

@@ -126,6 +126,22 @@ pub struct Stack {
     pub end: StackEnd,
 }
 
+extern "C" {
+    fn _Unwind_FindEnclosingFunction(pc: *mut std::ffi::c_void) -> *mut std::ffi::c_void;
+}
+
+/// The start of the function containing `pc`, from the unwind tables of the
+/// loaded modules (the unwinder's own lookup; not for signal handlers).
+pub fn function_start(pc: usize) -> Option<usize> {
+    if pc == 0 || !compiled_in(Backend::Backtrace) {
+        return None;
+    }
+    // SAFETY: a lookup in the loaded modules' unwind tables; any address is
+    // allowed (unknown ones give NULL).
+    let start = unsafe { _Unwind_FindEnclosingFunction(pc as *mut std::ffi::c_void) } as usize;
+    (start != 0 && start <= pc).then_some(start)
+}
+
 /// Hard limit on frames: far beyond what R's C stack limit allows.
 pub const MAX_FRAMES: usize = 1 << 20;
 

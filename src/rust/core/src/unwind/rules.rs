@@ -66,10 +66,11 @@ impl UnwindContextStorage<usize> for InLine {
     type Stack = [gimli::UnwindTableRow<usize, InLine>; 4];
 }
 
-/// A module's unwind tables (copies), with the rules read from them here.
-pub(crate) use super::ehframe::EhTables as Tables;
+/// A module's unwind tables: copies (the default), or the loaded image's own
+/// bytes read in place (`InPlace`, see [`tables_in_place`]).
+pub(crate) use super::ehframe::{tables_in_place, EhTables as Tables, InPlace};
 
-impl Tables {
+impl<R: gimli::Reader<Offset = usize>> Tables<R> {
     /// The rule at `probe` (an address in this module).
     pub(crate) fn rule<S: UnwindContextStorage<usize>>(
         &self,

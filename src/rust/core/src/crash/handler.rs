@@ -1,0 +1,665 @@
+//! The crash report's signal handler (x86_64 Linux), and installing it.
+//!
+//! Prepared outside the handler, on R's main thread: a snapshot of the
+//! loaded modules with their unwind tables (`profile::walk`, the profiler's
+//! signal-safe walker) and a copy of every module's symbol table, replaced
+//! when libraries load; a buffer for frames and contexts; an alternate
+//! signal stack if the thread has none. The handler reads memory (R's
+//! objects through `process_vm_readv`, so a damaged pointer cannot fault),
+//! formats into fixed buffers and calls `write(2)`; then it gives the
+//! signal back to the handler it replaced:
+//!
+//! * a hardware fault (`si_code > 0`): the previous handler is restored and
+//!   the handler returns; the instruction faults again and the previous
+//!   handler (R's) runs with the genuine `siginfo` (R checks the address to
+//!   recognise a C stack overflow);
+//! * `SIGABRT`, or a signal sent by `kill()`/`raise()`: the previous handler
+//!   is restored and the signal sent again to this thread (`tgkill`).
+//!
+//! A C stack overflow as R recognises it gets no report (R recovers from
+//! it). R's handler takes `SIGSEGV` back then; [`rearm`] (run after each
+//! top-level expression) installs the report again. Only handlers of R's
+//! own library, the default action or "ignore" are replaced: a handler of
+//! another library (a JVM loaded by rJava uses `SIGSEGV` internally) is left
+//! alone and its signal is not reported.
+
+use super::report::{self, Header, Out};
+use super::{CStack, SIGNALS};
+use crate::error::{Error, Result};
+use crate::modules::{self, ModuleMap};
+use crate::profile::rheap::{self, Heap};
+use crate::profile::walk::{Frame, Snapshot};
+use crate::symbols::SymbolTable;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::Mutex;
+
+/// What enabling needs to know (from R, on its main thread).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Facts {
+    /// R's main thread (`pthread_self()` there).
+    pub main_thread: usize,
+    /// An address inside R's interpreter (libR, or the R executable).
+    pub interpreter_addr: usize,
+    /// The address of the variable `R_GlobalContext`.
+    pub global_context: usize,
+    /// Offsets in R's context record: `nextcontext`, `callflag`, `call`.
+    pub context_next: usize,
+    pub context_callflag: usize,
+    pub context_call: usize,
+    pub cstack: CStack,
+    pub symbols: rheap::Symbols,
+}
+
+/// What the report covers.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    pub enabled: bool,
+    /// The signals whose handler is the report's.
+    pub signals: Vec<i32>,
+    /// Signals left alone, and why.
+    pub skipped: Vec<(i32, String)>,
+}
+
+/// Frames walked at most (one more than shown, to say there are more).
+const WALK: usize = report::MAX_NATIVE + 1;
+/// R contexts read at most.
+const CONTEXTS: usize = 4 * report::MAX_R;
+/// R's context kinds shown (closure calls and builtins such as `.Call`).
+const CTXT_FUNCTION: i32 = 4;
+const CTXT_BUILTIN: i32 = 64;
+/// The alternate stack made when the thread has none (or a small one).
+const ALT_STACK: usize = 256 << 10;
+const ALT_STACK_MIN: usize = 64 << 10;
+
+/// The loaded modules with their unwind and symbol tables.
+struct Prepared {
+    snap: Snapshot,
+    /// Per module of `snap.map`.
+    names: Vec<SymbolTable>,
+    /// R's main thread's stack.
+    stack: (usize, usize),
+}
+
+/// The handler's scratch memory (one user at a time: see `BUSY`).
+struct Scratch {
+    frames: [Frame; WALK],
+    ctx_addr: [usize; CONTEXTS],
+    ctx_call: [usize; CONTEXTS],
+    owners: [usize; CONTEXTS],
+    sps: [usize; WALK],
+}
+
+/// The kernel's `struct sigaction` on x86_64 (what `rt_sigaction` reads
+/// and writes): saved and restored as the kernel holds it, so that turning
+/// the report off restores every bit (the C library's `sigaction()` adds
+/// its own restorer flag to whatever it installs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct KernelAction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+fn kernel_get(sig: i32) -> Option<KernelAction> {
+    let mut k = KernelAction::default();
+    // SAFETY: rt_sigaction with a null new action only fills `k`, whose
+    // layout is the kernel's (8-byte signal set).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            std::ptr::null::<KernelAction>(),
+            &mut k as *mut KernelAction,
+            8,
+        )
+    };
+    (r == 0).then_some(k)
+}
+
+/// Async-signal-safe (one system call).
+fn kernel_set(sig: i32, k: &KernelAction) -> bool {
+    // SAFETY: installs an action saved from the kernel before.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            k as *const KernelAction,
+            std::ptr::null_mut::<KernelAction>(),
+            8,
+        )
+    };
+    r == 0
+}
+
+struct Cell<T>(UnsafeCell<T>);
+// SAFETY: each cell's rule is stated where it is declared; they are never
+// touched by two threads at once.
+unsafe impl<T> Sync for Cell<T> {}
+
+/// Written on R's main thread before the report's handler is installed for
+/// a signal (and not while it is); read by the handler.
+static PREVIOUS: [Cell<Option<KernelAction>>; 5] = [const { Cell(UnsafeCell::new(None)) }; 5];
+/// Whether the report's handler is installed for each signal.
+static OURS: [AtomicBool; 5] = [const { AtomicBool::new(false) }; 5];
+/// Whether the report is wanted (rearming puts back what R took).
+static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Set while a report is written: a second fault (inside the report, or in
+/// another thread at the same time) gets no report and is passed on at once.
+static BUSY: AtomicBool = AtomicBool::new(false);
+/// The facts and the tables (null while off).
+static FACTS: AtomicPtr<Facts> = AtomicPtr::new(std::ptr::null_mut());
+static PREPARED: AtomicPtr<Prepared> = AtomicPtr::new(std::ptr::null_mut());
+/// Used only by the holder of `BUSY`.
+static SCRATCH: AtomicPtr<Cell<Scratch>> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Everything replaced while the report is on, freed when it is turned off
+/// (a handler may be using a replaced table), and the alternate stack made.
+#[derive(Default)]
+struct Kept {
+    // Boxed: a handler may still hold a pointer to one; it must not move.
+    #[allow(clippy::vec_box)]
+    retired: Vec<Box<Prepared>>,
+    alt: Option<(usize, usize, libc::stack_t)>,
+    skipped: Vec<(i32, String)>,
+}
+// SAFETY: the raw pointers in `alt` are an mmap'ed region owned here.
+unsafe impl Send for Kept {}
+
+static KEPT: Mutex<Option<Kept>> = Mutex::new(None);
+
+fn kept() -> std::sync::MutexGuard<'static, Option<Kept>> {
+    KEPT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn thread_id() -> usize {
+    // SAFETY: pthread_self reads the thread pointer.
+    unsafe { libc::pthread_self() as usize }
+}
+
+fn facts() -> Option<&'static Facts> {
+    // SAFETY: a non-null FACTS is a leaked Box, never freed.
+    unsafe { FACTS.load(Ordering::Acquire).as_ref() }
+}
+
+/// Builds the tables for the modules loaded now (allocates, reads files).
+fn prepare(interpreter_addr: usize) -> Box<Prepared> {
+    let snap = Snapshot::take(interpreter_addr);
+    let map: &ModuleMap = &snap.map;
+    let names = (0..map.modules().len())
+        .map(|i| crate::symbolizer::with_global(|s| s.symbol_table(map, i)).unwrap_or_default())
+        .collect();
+    let stack = crate::stack::thread_stack_bounds().unwrap_or((0, 0));
+    Box::new(Prepared { snap, names, stack })
+}
+
+fn publish(p: Box<Prepared>, kept: &mut Kept) {
+    let old = PREPARED.swap(Box::into_raw(p), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: came from Box::into_raw; kept until the report is off.
+        kept.retired.push(unsafe { Box::from_raw(old) });
+    }
+}
+
+/// The action installed for `sig` now, as the kernel holds it.
+fn current(sig: i32) -> Option<KernelAction> {
+    kernel_get(sig)
+}
+
+fn our_action() -> libc::sigaction {
+    // SAFETY: a zeroed sigaction is a valid value to fill in.
+    let mut a: libc::sigaction = unsafe { std::mem::zeroed() };
+    a.sa_sigaction =
+        on_signal as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
+    // SA_NODEFER: a signal re-sent from the handler is delivered at once.
+    a.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
+    // SAFETY: sa_mask is a valid sigset_t to clear.
+    unsafe { libc::sigemptyset(&mut a.sa_mask) };
+    a
+}
+
+fn is_ours(a: &KernelAction) -> bool {
+    a.handler == our_action().sa_sigaction
+}
+
+/// Whether the handler `a` may be replaced: the default action, "ignore",
+/// or a handler in R's own library (or executable).
+fn replaceable(a: &KernelAction, interpreter_addr: usize) -> std::result::Result<(), String> {
+    let h = a.handler;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        return Ok(());
+    }
+    let map = modules::current();
+    let m = map.module_of(h);
+    let libr = map.module_of(interpreter_addr);
+    let in_r = m.is_some() && (m == libr || m.is_some_and(|i| crate::view::is_r_executable(map.module(i))));
+    if in_r {
+        Ok(())
+    } else {
+        let owner = m.map_or("an unknown module".to_string(), |i| map.module(i).basename().to_string());
+        Err(format!("its handler belongs to {owner}, not to R"))
+    }
+}
+
+/// Installs the report's handler for signal number `k` (an index into
+/// SIGNALS) if the current one may be replaced.
+fn take(k: usize, interpreter_addr: usize) -> std::result::Result<(), String> {
+    let sig = SIGNALS[k];
+    let cur = current(sig).ok_or_else(|| "its handler cannot be read".to_string())?;
+    if is_ours(&cur) {
+        OURS[k].store(true, Ordering::Release);
+        return Ok(());
+    }
+    replaceable(&cur, interpreter_addr)?;
+    // SAFETY: the report's handler is not installed for `sig` (checked
+    // above), so no handler reads this cell now; this is the main thread.
+    unsafe { *PREVIOUS[k].0.get() = Some(cur) };
+    let ours = our_action();
+    // SAFETY: installs a valid action.
+    if unsafe { libc::sigaction(sig, &ours, std::ptr::null_mut()) } != 0 {
+        return Err("sigaction failed".into());
+    }
+    OURS[k].store(true, Ordering::Release);
+    Ok(())
+}
+
+/// Gives signal `k` back to the handler it had, if the report's is still
+/// installed (a handler installed since by someone else stays).
+fn give_back(k: usize) {
+    let sig = SIGNALS[k];
+    if let (Some(cur), true) = (current(sig), OURS[k].load(Ordering::Acquire)) {
+        if is_ours(&cur) {
+            // SAFETY: written before our handler was installed.
+            if let Some(prev) = unsafe { *PREVIOUS[k].0.get() } {
+                kernel_set(sig, &prev);
+            }
+        }
+    }
+    OURS[k].store(false, Ordering::Release);
+}
+
+/// Makes sure this thread (R's main thread) has an alternate signal stack
+/// of a useful size; returns the one made, with the previous setting.
+fn ensure_alt_stack() -> Option<(usize, usize, libc::stack_t)> {
+    // SAFETY: a zeroed stack_t is a valid buffer; the query changes nothing.
+    let mut cur: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::sigaltstack(std::ptr::null(), &mut cur) } != 0 {
+        return None;
+    }
+    if cur.ss_flags & libc::SS_DISABLE == 0 && cur.ss_size >= ALT_STACK_MIN {
+        return None; // R's own (or another) is there and large enough
+    }
+    // SAFETY: a fresh private anonymous mapping.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            ALT_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let new = libc::stack_t { ss_sp: p, ss_flags: 0, ss_size: ALT_STACK };
+    // SAFETY: installs the mapping just made as this thread's alternate stack.
+    if unsafe { libc::sigaltstack(&new, std::ptr::null_mut()) } != 0 {
+        // SAFETY: unmaps what was just mapped.
+        unsafe { libc::munmap(p, ALT_STACK) };
+        return None;
+    }
+    Some((p as usize, ALT_STACK, cur))
+}
+
+fn restore_alt_stack(alt: (usize, usize, libc::stack_t)) {
+    let (p, size, prev) = alt;
+    // SAFETY: a zeroed stack_t is a valid buffer.
+    let mut cur: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a query.
+    if unsafe { libc::sigaltstack(std::ptr::null(), &mut cur) } != 0 || cur.ss_sp as usize != p {
+        return; // replaced since by someone else: theirs stays, ours leaks
+    }
+    if cur.ss_flags & libc::SS_ONSTACK != 0 {
+        return;
+    }
+    let back = if prev.ss_flags & libc::SS_DISABLE != 0 {
+        libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 }
+    } else {
+        prev
+    };
+    // SAFETY: restores the previous setting, then unmaps ours (no longer
+    // the alternate stack, and not in use: this thread is not on it).
+    unsafe {
+        if libc::sigaltstack(&back, std::ptr::null_mut()) == 0 {
+            libc::munmap(p as *mut libc::c_void, size);
+        }
+    }
+}
+
+/// Turns the report on (R's main thread).
+pub fn enable(f: Facts) -> Result<Status> {
+    if thread_id() != f.main_thread {
+        return Err(Error::WrongThread);
+    }
+    let mut guard = kept();
+    // Outside the handler: decide once whether process_vm_readv works.
+    crate::memory::available();
+    if FACTS.load(Ordering::Acquire).is_null() {
+        FACTS.store(Box::into_raw(Box::new(f)), Ordering::Release);
+    }
+    if SCRATCH.load(Ordering::Acquire).is_null() {
+        // SAFETY: all-zero bytes are valid for these plain arrays.
+        let scratch: Box<Cell<Scratch>> = Box::new(Cell(UnsafeCell::new(unsafe { std::mem::zeroed() })));
+        SCRATCH.store(Box::into_raw(scratch), Ordering::Release);
+    }
+    let first = guard.is_none();
+    let kept = guard.get_or_insert_with(Kept::default);
+    if first || PREPARED.load(Ordering::Acquire).is_null() {
+        publish(prepare(f.interpreter_addr), kept);
+        kept.alt = ensure_alt_stack();
+    }
+    ENABLED.store(true, Ordering::Release);
+    kept.skipped.clear();
+    for (k, &sig) in SIGNALS.iter().enumerate() {
+        if let Err(why) = take(k, f.interpreter_addr) {
+            kept.skipped.push((sig, why));
+        }
+    }
+    drop(guard);
+    crate::loadhook::acquire(crate::loadhook::CRASH, f.interpreter_addr);
+    Ok(status())
+}
+
+/// Turns the report off: every signal gets back the handler it had.
+pub fn disable() -> Result<Status> {
+    let Some(f) = facts() else { return Ok(status()) };
+    if thread_id() != f.main_thread {
+        return Err(Error::WrongThread);
+    }
+    let mut guard = kept();
+    ENABLED.store(false, Ordering::Release);
+    for k in 0..SIGNALS.len() {
+        give_back(k);
+    }
+    if let Some(k) = guard.take() {
+        if let Some(alt) = k.alt {
+            restore_alt_stack(alt);
+        }
+        let old = PREPARED.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !old.is_null() {
+            // SAFETY: came from Box::into_raw; no handler is installed now.
+            drop(unsafe { Box::from_raw(old) });
+        }
+        drop(k.retired);
+    }
+    drop(guard);
+    crate::loadhook::release(crate::loadhook::CRASH);
+    Ok(status())
+}
+
+/// Rebuilds the tables for the modules loaded now (after a library was
+/// loaded or unloaded). R's main thread.
+pub fn refresh() {
+    if !ENABLED.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(f) = facts() else { return };
+    let mut guard = kept();
+    if let Some(kept) = guard.as_mut() {
+        publish(prepare(f.interpreter_addr), kept);
+    }
+}
+
+/// After each top-level expression: installs the report again where R took
+/// a signal back (after recovering from a C stack overflow), and refreshes
+/// the tables if modules changed by other means than R's `dlopen`.
+pub fn rearm() {
+    if !ENABLED.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(f) = facts() else { return };
+    if thread_id() != f.main_thread {
+        return;
+    }
+    // SAFETY: a non-null PREPARED stays alive while the report is on.
+    let stale = unsafe { PREPARED.load(Ordering::Acquire).as_ref() }
+        .is_none_or(|p| p.snap.generation != modules::loader_generation());
+    if stale {
+        refresh();
+    }
+    let mut guard = kept();
+    let Some(kept) = guard.as_mut() else { return };
+    kept.skipped.clear();
+    for k in 0..SIGNALS.len() {
+        if !OURS[k].load(Ordering::Acquire) || current(SIGNALS[k]).is_some_and(|a| !is_ours(&a)) {
+            OURS[k].store(false, Ordering::Release);
+            if let Err(why) = take(k, f.interpreter_addr) {
+                kept.skipped.push((SIGNALS[k], why));
+            }
+        }
+    }
+}
+
+/// What the report covers now.
+pub fn status() -> Status {
+    let enabled = ENABLED.load(Ordering::Acquire);
+    let signals =
+        (0..SIGNALS.len()).filter(|&k| OURS[k].load(Ordering::Acquire)).map(|k| SIGNALS[k]).collect();
+    let skipped = kept().as_ref().map(|k| k.skipped.clone()).unwrap_or_default();
+    Status { enabled, signals, skipped }
+}
+
+/// The actions installed now for the report's signals, as the kernel holds
+/// them: (signal, handler, flags, restorer, mask), to check that turning
+/// the report off restores them.
+pub fn handlers() -> Vec<(i32, usize, u64, usize, u64)> {
+    SIGNALS
+        .iter()
+        .map(|&s| current(s).map_or((s, 0, 0, 0, 0), |a| (s, a.handler, a.flags, a.restorer, a.mask)))
+        .collect()
+}
+
+/// R's objects, read through the kernel where it allows (a damaged pointer
+/// then ends a label instead of faulting), else in place.
+struct CrashHeap;
+
+impl Heap for CrashHeap {
+    fn word(&self, addr: usize) -> Option<usize> {
+        let mut b = [0u8; 8];
+        self.bytes(addr, &mut b)?;
+        Some(usize::from_ne_bytes(b))
+    }
+
+    fn bytes(&self, addr: usize, out: &mut [u8]) -> Option<()> {
+        if crate::memory::available() {
+            crate::memory::read(addr, out).then_some(())
+        } else {
+            rheap::LiveHeap.bytes(addr, out)
+        }
+    }
+}
+
+/// A word of a stack: in place inside R's main stack, else through the
+/// kernel.
+fn stack_word(stack: (usize, usize), addr: usize) -> Option<usize> {
+    if !addr.is_multiple_of(8) {
+        return None;
+    }
+    if stack.0 <= addr && addr.checked_add(8).is_some_and(|e| e <= stack.1) {
+        // SAFETY: an aligned word inside R's main thread's stack.
+        return Some(unsafe { std::ptr::read_volatile(addr as *const usize) });
+    }
+    CrashHeap.word(addr)
+}
+
+fn errno() -> i32 {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() }
+}
+
+fn set_errno(v: i32) {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = v };
+}
+
+fn write_all(bytes: &[u8]) {
+    let mut rest = bytes;
+    let mut tries = 0;
+    while !rest.is_empty() && tries < 64 {
+        tries += 1;
+        // SAFETY: write(2) of a valid buffer to standard error.
+        let n = unsafe { libc::write(2, rest.as_ptr() as *const libc::c_void, rest.len()) };
+        if n > 0 {
+            rest = &rest[n as usize..];
+        } else if n < 0 && errno() == libc::EINTR {
+            continue;
+        } else {
+            break;
+        }
+    }
+}
+
+/// The signal handler.
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let saved = errno();
+    let Some(k) = SIGNALS.iter().position(|&s| s == sig) else { return };
+    // SAFETY: the kernel passes a valid siginfo_t.
+    let code = unsafe { (*info).si_code };
+    let hardware = code > 0 && sig != libc::SIGABRT;
+    if !BUSY.swap(true, Ordering::AcqRel) {
+        let _ = std::panic::catch_unwind(|| {
+            // SAFETY: as above; si_addr is valid for these signals.
+            let addr = hardware.then(|| unsafe { (*info).si_addr() } as usize);
+            let main = facts().is_some_and(|f| f.main_thread == thread_id());
+            let overflow = main
+                && sig == libc::SIGSEGV
+                && addr.is_some_and(|a| facts().is_some_and(|f| super::is_c_stack_overflow(a, f.cstack)));
+            if !overflow {
+                report(Header { signal: sig, address: addr, main_thread: main }, uc);
+            }
+        });
+        BUSY.store(false, Ordering::Release);
+    }
+    // Back to the previous handler.
+    // SAFETY: written before our handler was installed for this signal.
+    let prev = unsafe { *PREVIOUS[k].0.get() };
+    let back = prev.unwrap_or(KernelAction { handler: libc::SIG_DFL, ..KernelAction::default() });
+    kernel_set(sig, &back);
+    OURS[k].store(false, Ordering::Release);
+    if !hardware {
+        // SAFETY: sends the signal to this thread again; with SA_NODEFER it
+        // is delivered now, to the handler just restored.
+        unsafe {
+            libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::syscall(libc::SYS_gettid), sig);
+        }
+    }
+    set_errno(saved);
+}
+
+/// Writes the report of the signal described by `header`, interrupting the
+/// code whose registers are in `uc`.
+fn report(header: Header, uc: *mut libc::c_void) {
+    let mut out = Out::new(write_all);
+    // SAFETY: non-null pointers here stay alive while the report is on.
+    let (p, f, scratch) = unsafe {
+        (PREPARED.load(Ordering::Acquire).as_ref(), facts(), SCRATCH.load(Ordering::Acquire).as_ref())
+    };
+    let (Some(p), Some(f), Some(scratch), false) = (p, f, scratch, uc.is_null()) else {
+        out.text("\n*** winch: a fatal signal, but the crash report is not prepared\n");
+        out.flush();
+        return;
+    };
+    // SAFETY: the holder of BUSY is the only user of the scratch memory.
+    let s = unsafe { &mut *scratch.0.get() };
+    // SAFETY: the kernel passes the interrupted context.
+    let gregs = unsafe { &(*(uc as *const libc::ucontext_t)).uc_mcontext.gregs };
+    let regs = (
+        gregs[libc::REG_RIP as usize] as usize,
+        gregs[libc::REG_RSP as usize] as usize,
+        gregs[libc::REG_RBP as usize] as usize,
+    );
+    let stack = if header.main_thread { p.stack } else { (0, 0) };
+    let (n, end) = p.snap.walk(regs, |a| stack_word(stack, a), &mut s.frames);
+    let stopped = match end {
+        crate::profile::walk::End::Stopped(why) => Some(why),
+        _ => None,
+    };
+    for (sp, fr) in s.sps.iter_mut().zip(&s.frames[..n]) {
+        *sp = fr.sp;
+    }
+    // R's calls (main thread only): closure calls and builtins, innermost
+    // first.
+    let mut m = 0;
+    if header.main_thread {
+        let mut ctx = CrashHeap.word(f.global_context).unwrap_or(0);
+        let mut seen = 0;
+        while ctx != 0 && m < CONTEXTS && seen < 100_000 {
+            seen += 1;
+            let flag = CrashHeap.int(ctx + f.context_callflag).unwrap_or(0);
+            let call = CrashHeap.word(ctx + f.context_call).unwrap_or(0);
+            if flag & (CTXT_FUNCTION | CTXT_BUILTIN) != 0
+                && rheap::type_of(&CrashHeap, call) == Some(rheap::LANGSXP)
+            {
+                s.ctx_addr[m] = ctx;
+                s.ctx_call[m] = call;
+                m += 1;
+            }
+            let next = CrashHeap.word(ctx + f.context_next).unwrap_or(0);
+            if next == ctx {
+                break;
+            }
+            ctx = next;
+        }
+    }
+    super::owners(&s.sps[..n], &s.ctx_addr[..m], p.stack.1, &mut s.owners[..m]);
+    let ips: [usize; WALK] = std::array::from_fn(|i| if i < n { s.frames[i].ip } else { 0 });
+    let frames = &s.frames;
+    let calls = &s.ctx_call;
+    report::write(
+        &mut out,
+        header,
+        &ips[..n],
+        stopped,
+        |i, out| describe(p, &frames[i], i == 0, out),
+        &s.owners[..m],
+        |k, out| {
+            let mut buf = rheap::Buf::default();
+            match rheap::car(&CrashHeap, calls[k]) {
+                Some(fun) => rheap::label(&CrashHeap, &f.symbols, fun, &mut buf),
+                None => buf.len = 0,
+            }
+            out.name(buf.as_bytes());
+            out.text("()");
+        },
+    );
+}
+
+/// Writes a frame's module and function with the offset into it, or the
+/// offset into the module where no symbol contains the address.
+fn describe<W: FnMut(&[u8])>(p: &Prepared, fr: &Frame, first: bool, out: &mut Out<W>) {
+    let probe = if first { fr.ip } else { fr.ip.wrapping_sub(1) };
+    let Some(m) = p.snap.map.module_of(probe) else {
+        out.text("?");
+        return;
+    };
+    let module = p.snap.map.module(m);
+    out.name(module.basename().as_bytes());
+    out.text("  ");
+    let rel = probe.wrapping_sub(module.bias) as u64;
+    match p.names.get(m).and_then(|t| t.lookup(rel)) {
+        Some(sym) => {
+            out.name(sym.name.as_bytes());
+            out.text(" + ");
+            out.short_hex(fr.ip.wrapping_sub(module.bias).wrapping_sub(sym.start as usize));
+        }
+        None => {
+            out.text("+");
+            out.short_hex(fr.ip.wrapping_sub(module.bias));
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Noticing libraries R loads and unloads: R's `dlopen` and `dlclose`
+//! (`dyn.load()`, `library()`, `dyn.unload()`) go through libR's GOT; while
+//! a user of this module is active, those slots point here, and after the
+//! real call the users are told (throw capture hooks the new modules, the
+//! crash report refreshes its tables) before the caller sees the library.
+//! Libraries that a loaded library opens itself are found by the same scan
+//! (they are loaded when its `dlopen` returns), or when the loader's
+//! counters are next checked.
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Users.
+pub const THROWS: u32 = 1;
+pub const CRASH: u32 = 2;
+
+static USERS: AtomicU32 = AtomicU32::new(0);
+static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
+static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
+static PATCHED: Mutex<Vec<crate::got::Patched>> = Mutex::new(Vec::new());
+
+/// Tells the users that modules changed. Never unwinds.
+fn notify() {
+    let users = USERS.load(Ordering::Acquire);
+    // SAFETY: errno is thread-local; saved and restored around the work.
+    let saved = unsafe { *libc::__errno_location() };
+    let _ = std::panic::catch_unwind(|| {
+        if users & THROWS != 0 {
+            crate::throws::rescan();
+        }
+        if users & CRASH != 0 {
+            crate::crash::refresh();
+        }
+    });
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved };
+}
+
+type DlOpen = unsafe extern "C-unwind" fn(*const libc::c_char, libc::c_int) -> *mut libc::c_void;
+type DlClose = unsafe extern "C-unwind" fn(*mut libc::c_void) -> libc::c_int;
+
+/// R's `dlopen`, then the users are told.
+unsafe extern "C-unwind" fn dlopen_hook(file: *const libc::c_char, mode: libc::c_int) -> *mut libc::c_void {
+    let real = REAL_DLOPEN.load(Ordering::Acquire);
+    // SAFETY: `real` is the loader's dlopen (set before the slot pointed
+    // here); the arguments are the caller's.
+    let handle = unsafe { std::mem::transmute::<usize, DlOpen>(real)(file, mode) };
+    if !handle.is_null() {
+        notify();
+    }
+    handle
+}
+
+/// R's `dlclose`, then the users are told.
+unsafe extern "C-unwind" fn dlclose_hook(handle: *mut libc::c_void) -> libc::c_int {
+    let real = REAL_DLCLOSE.load(Ordering::Acquire);
+    // SAFETY: as for `dlopen_hook`.
+    let status = unsafe { std::mem::transmute::<usize, DlClose>(real)(handle) };
+    notify();
+    status
+}
+
+/// Adds a user; the first one points libR's `dlopen`/`dlclose` slots here.
+/// `interpreter_addr` is an address in libR.
+#[cfg(target_os = "linux")]
+pub fn acquire(user: u32, interpreter_addr: usize) {
+    let mut patched = PATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    USERS.fetch_or(user, Ordering::AcqRel);
+    if !patched.is_empty() || interpreter_addr == 0 {
+        return;
+    }
+    let map = crate::modules::current();
+    let Some(libr) = map.module_of(interpreter_addr) else { return };
+    let m = map.module(libr);
+    // The versions libR requires (glibc 2.34 moved both into libc).
+    let mut wanted = Vec::new();
+    let mut targets = Vec::new();
+    for (name, hook) in
+        [("dlopen", dlopen_hook as DlOpen as usize), ("dlclose", dlclose_hook as DlClose as usize)]
+    {
+        for version in ["GLIBC_2.34", "GLIBC_2.2.5"] {
+            if let Some(t) = crate::got::versioned_symbol(name, version) {
+                wanted.push((crate::got::Wanted { name, version }, t, hook));
+            }
+        }
+    }
+    let Some(open) = wanted.iter().find(|w| w.0.name == "dlopen") else { return };
+    let Some(close) = wanted.iter().find(|w| w.0.name == "dlclose") else { return };
+    REAL_DLOPEN.store(open.1, Ordering::Release);
+    REAL_DLCLOSE.store(close.1, Ordering::Release);
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let names: Vec<_> = wanted.iter().map(|w| w.0).collect();
+    targets.extend(wanted.iter().map(|w| w.1));
+    let values: Vec<usize> = wanted.iter().map(|w| w.2).collect();
+    *patched = crate::got::patch_module(m, &names, &targets, &values, &maps);
+}
+
+/// Removes a user; the last one restores libR's slots.
+#[cfg(target_os = "linux")]
+pub fn release(user: u32) {
+    let mut patched = PATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    let left = USERS.fetch_and(!user, Ordering::AcqRel) & !user;
+    if left != 0 || patched.is_empty() {
+        return;
+    }
+    let map = crate::modules::current();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    crate::got::restore(&patched, &map, &maps);
+    patched.clear();
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn acquire(user: u32, _interpreter_addr: usize) {
+    USERS.fetch_or(user, Ordering::AcqRel);
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn release(user: u32) {
+    USERS.fetch_and(!user, Ordering::AcqRel);
+}
+
+/// Whether libR's slots point here now.
+pub fn active() -> bool {
+    !PATCHED.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+}

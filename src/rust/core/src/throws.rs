@@ -1,0 +1,737 @@
+//! Native stacks at throw time: C++ exceptions and Rust panics.
+//!
+//! Both enter libgcc's `_Unwind_RaiseException` through the calling
+//! module's GOT: `__cxa_throw` and `std::rethrow_exception` in libstdc++,
+//! Rust's `panic_unwind` in every Rust library (std links libgcc_s
+//! dynamically on linux-gnu). `__cxa_rethrow` (`throw;`) enters
+//! `_Unwind_Resume_or_Rethrow` the same way. While capture is installed,
+//! those GOT slots of every loaded module (and of modules loaded later, see
+//! `loadhook`) point to a small trampoline here, which records the stack and
+//! then jumps to the real function with the stack exactly as the thrower
+//! left it (no frame of winch's stays in the way of the unwinder).
+//!
+//! The record is cheap and made without allocating, locking or calling R:
+//! raw instruction and stack pointers, walked with DWARF rules read in place
+//! from the loaded images (the same tables the throw itself is about to
+//! read) and cached by address, stopping at the first frame of R's
+//! interpreter; names come later, when a view wants them. Records go to a
+//! ring of R's main thread (the only thread recorded), keyed by the thrown
+//! object, so a rethrow keeps the original throw site.
+//!
+//! Whether a record belongs to an R error is decided later, by
+//! [`find_catch`]: the record's outer frames must still be on the stack, the
+//! frame that caught the exception at the same place running the same
+//! function (see that function for the exact rule).
+//!
+//! Only x86_64 Linux has the trampolines; elsewhere [`supported`] is false
+//! and nothing is patched.
+
+use crate::unwind::rules::Rule;
+
+/// Records kept.
+pub const RING: usize = 16;
+/// Frames a record holds at most.
+pub const MAX_FRAMES: usize = 256;
+
+/// `exception_class` of libstdc++'s exceptions ("GNUCC++\0"), of its
+/// dependent exceptions (`std::rethrow_exception`, "GNUCC++\x01"), and of
+/// Rust panics (`panic_unwind`: "MOZ\0RUST" in native byte order).
+pub const CLASS_GNU_CXX: u64 = 0x474e_5543_432b_2b00;
+pub const CLASS_GNU_CXX_DEPENDENT: u64 = 0x474e_5543_432b_2b01;
+pub const CLASS_RUST: u64 = u64::from_ne_bytes(*b"MOZ\0RUST");
+
+/// Itanium C++ ABI as libstdc++ lays it out on 64-bit targets: the
+/// `_Unwind_Exception` is the last member of `__cxa_exception` (112 bytes),
+/// 80 bytes after its start, and the thrown object follows it.
+const CXA_HEADER_TO_UNWIND: usize = 80;
+const CXA_HEADER_SIZE: usize = 112;
+
+/// What was thrown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ThrowKind {
+    /// A C++ exception of libstdc++'s runtime.
+    #[default]
+    Cpp,
+    /// A Rust panic.
+    Rust,
+    /// Anything else that unwinds (another C++ runtime, another language).
+    Foreign,
+}
+
+impl ThrowKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ThrowKind::Cpp => "C++ exception",
+            ThrowKind::Rust => "Rust panic",
+            ThrowKind::Foreign => "foreign exception",
+        }
+    }
+}
+
+/// How an exception is identified.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub kind: ThrowKind,
+    /// The thrown object (C++: the object itself, also for a dependent
+    /// exception, which refers to its primary one; otherwise the
+    /// `_Unwind_Exception`).
+    pub key: usize,
+    /// The C++ `std::type_info` of the thrown object (0 when unknown).
+    pub type_info: usize,
+    /// A dependent exception (`std::rethrow_exception`).
+    pub dependent: bool,
+}
+
+/// Identifies the exception whose `_Unwind_Exception` is at `exc`, reading
+/// words with `word`.
+pub fn identify(exc: usize, word: impl Fn(usize) -> Option<usize>) -> Identity {
+    let unknown = Identity { kind: ThrowKind::Foreign, key: exc, type_info: 0, dependent: false };
+    let Some(class) = word(exc) else { return unknown };
+    match class as u64 {
+        CLASS_GNU_CXX => Identity {
+            kind: ThrowKind::Cpp,
+            key: exc + 32,
+            type_info: word(exc - CXA_HEADER_TO_UNWIND).unwrap_or(0),
+            dependent: false,
+        },
+        CLASS_GNU_CXX_DEPENDENT => {
+            let primary = word(exc - CXA_HEADER_TO_UNWIND).unwrap_or(0);
+            let type_info =
+                if primary > CXA_HEADER_SIZE { word(primary - CXA_HEADER_SIZE).unwrap_or(0) } else { 0 };
+            Identity {
+                kind: ThrowKind::Cpp,
+                key: if primary != 0 { primary } else { exc },
+                type_info,
+                dependent: true,
+            }
+        }
+        CLASS_RUST => Identity { kind: ThrowKind::Rust, key: exc, type_info: 0, dependent: false },
+        _ => unknown,
+    }
+}
+
+/// One recorded throw.
+#[derive(Clone, Copy, Debug)]
+pub struct Record {
+    /// Order of recording (0: an empty slot).
+    pub seq: u64,
+    /// The top-level epoch when it was recorded (see [`next_epoch`]).
+    pub epoch: u64,
+    pub id: Identity,
+    /// R's innermost context then and its innermost function context, each
+    /// as (address, environment); see [`r_activation`].
+    pub r_contexts: [(usize, usize); 2],
+    /// Times it was rethrown since.
+    pub rethrows: u32,
+    /// The walk reached a frame of R's interpreter (and stopped there).
+    pub reached_r: bool,
+    /// The walk stopped before the end of the stack for another reason
+    /// (frame limit, a frame it could not unwind).
+    pub truncated: bool,
+    pub n: usize,
+    /// (instruction pointer, stack pointer) of each frame, innermost first,
+    /// from the thrower's frame (`__cxa_throw`, Rust's panic runtime) on;
+    /// every instruction pointer is a return address.
+    pub frames: [(usize, usize); MAX_FRAMES],
+}
+
+impl Default for Record {
+    fn default() -> Record {
+        Record {
+            seq: 0,
+            epoch: 0,
+            id: Identity::default(),
+            r_contexts: [(0, 0); 2],
+            rethrows: 0,
+            reached_r: false,
+            truncated: false,
+            n: 0,
+            frames: [(0, 0); MAX_FRAMES],
+        }
+    }
+}
+
+impl Record {
+    pub fn frames(&self) -> &[(usize, usize)] {
+        &self.frames[..self.n.min(MAX_FRAMES)]
+    }
+}
+
+/// The records of R's main thread, in a ring.
+pub struct Ring {
+    records: Box<[Record]>,
+    next: usize,
+    seq: u64,
+}
+
+impl Default for Ring {
+    fn default() -> Ring {
+        let mut records = vec![Record::default(); RING].into_boxed_slice();
+        crate::profile::prefault(&mut records);
+        Ring { records, next: 0, seq: 0 }
+    }
+}
+
+impl Ring {
+    /// The newest record of the exception `key`, if any.
+    fn find(&mut self, key: usize) -> Option<&mut Record> {
+        self.records.iter_mut().filter(|r| r.seq != 0 && r.id.key == key).max_by_key(|r| r.seq)
+    }
+
+    /// A slot for a new record (the oldest one), stamped.
+    fn claim(&mut self) -> &mut Record {
+        self.seq += 1;
+        let i = self.next;
+        self.next = (self.next + 1) % self.records.len();
+        let r = &mut self.records[i];
+        r.seq = self.seq;
+        r.n = 0;
+        r.rethrows = 0;
+        r.reached_r = false;
+        r.truncated = false;
+        r
+    }
+
+    /// Copies of the records, newest first.
+    pub fn newest_first(&self) -> Vec<Record> {
+        let mut v: Vec<Record> = self.records.iter().filter(|r| r.seq != 0).copied().collect();
+        v.sort_by_key(|r| std::cmp::Reverse(r.seq));
+        v
+    }
+}
+
+/// Enters a throw into `ring`: a rethrow (or a dependent exception) of an
+/// exception already recorded keeps that record; anything else gets a new
+/// record, which `fill` writes. Returns whether a new record was made.
+pub fn enter(ring: &mut Ring, id: Identity, rethrow: bool, fill: impl FnOnce(&mut Record)) -> bool {
+    if rethrow || id.dependent {
+        if let Some(r) = ring.find(id.key) {
+            r.rethrows = r.rethrows.saturating_add(1);
+            return false;
+        }
+    }
+    let r = ring.claim();
+    r.id = id;
+    fill(r);
+    true
+}
+
+/// Offsets in R's context record (`RCNTXT`) the hook reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ContextOffsets {
+    pub next: usize,
+    pub callflag: usize,
+    pub cloenv: usize,
+}
+
+/// Contexts looked at for the innermost function context.
+const ACTIVATION_DEPTH: usize = 64;
+
+/// Which activation of R code a throw happened in: R's innermost context
+/// (`first`, the value of `R_GlobalContext`) and the innermost context of a
+/// closure call, each as (address, environment), read with `word`.
+///
+/// The innermost context alone does not tell two calls apart: a `.Call`
+/// made twice from the same place gets a builtin context at the same
+/// address with the same (base) environment. A closure call's environment
+/// is new for every call, so a record whose closure context is no longer
+/// in R's chain with the same environment belongs to an activation that
+/// has ended.
+pub fn r_activation(
+    first: usize,
+    off: ContextOffsets,
+    word: impl Fn(usize) -> Option<usize>,
+) -> [(usize, usize); 2] {
+    let mut out = [(0, 0); 2];
+    let mut ctx = first;
+    for k in 0..ACTIVATION_DEPTH {
+        if ctx == 0 {
+            break;
+        }
+        let cloenv = word(ctx + off.cloenv).unwrap_or(0);
+        if k == 0 {
+            out[0] = (ctx, cloenv);
+        }
+        let flag = word(ctx + off.callflag).unwrap_or(0) as u32 as i32;
+        if flag & crate::rcontext::CTXT_FUNCTION != 0 {
+            out[1] = (ctx, cloenv);
+            break;
+        }
+        let next = word(ctx + off.next).unwrap_or(0);
+        if next == ctx {
+            break;
+        }
+        ctx = next;
+    }
+    out
+}
+
+/// What a frame is, for the walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameClass {
+    /// winch's trampoline: it and every frame inside it (the recording
+    /// itself) are not recorded.
+    Marker,
+    /// R's interpreter: recorded, and the walk ends there.
+    Interpreter,
+    Other,
+}
+
+/// How a walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WalkEnd {
+    /// At a frame of R's interpreter.
+    ReachedR,
+    /// At the outermost frame.
+    Outermost,
+    /// The output was full.
+    Full,
+    /// A frame could not be unwound with the cached rules.
+    Failed,
+}
+
+/// Walks from registers `regs`, writing (ip, sp) of the frames outside the
+/// `Marker` frame into `out` (those inside it, and it, are dropped when it
+/// is met); `rule` gives the unwind rule at an address (`probe`: the ip,
+/// minus one for return addresses), `read` a word of the stack. Returns the
+/// number written and how the walk ended.
+pub(crate) fn walk(
+    regs: crate::unwind::rules::Regs,
+    read: impl Fn(usize) -> Option<usize>,
+    mut rule: impl FnMut(usize) -> Rule,
+    class: impl Fn(usize) -> FrameClass,
+    out: &mut [(usize, usize)],
+) -> (usize, WalkEnd) {
+    use crate::unwind::rules::{step, Step};
+    let mut regs = regs;
+    let mut n = 0;
+    let mut first = true;
+    loop {
+        let probe = if first { regs.ip } else { regs.ip.wrapping_sub(1) };
+        match class(probe) {
+            FrameClass::Marker => n = 0,
+            c => {
+                if n >= out.len() {
+                    return (n, WalkEnd::Full);
+                }
+                out[n] = (regs.ip, regs.sp);
+                n += 1;
+                if c == FrameClass::Interpreter {
+                    return (n, WalkEnd::ReachedR);
+                }
+            }
+        }
+        first = false;
+        match step(rule(probe), regs, &read) {
+            Step::Caller(next) => regs = next,
+            Step::Outermost => return (n, WalkEnd::Outermost),
+            Step::Stop(_) => return (n, WalkEnd::Failed),
+        }
+    }
+}
+
+/// Where a recorded throw was caught, in a stack captured later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Catch {
+    /// The catching frame's index in the record (innermost first).
+    pub in_record: usize,
+    /// Its index in the current stack (innermost first).
+    pub in_current: usize,
+}
+
+/// Finds the frame that caught the throw `record` (frames (ip, sp),
+/// innermost first) in the `current` stack ((ip, sp) per frame, innermost
+/// first), if that frame is still running.
+///
+/// The record's outermost frames must be in the current stack unchanged
+/// (same return address at the same stack address: the same activations,
+/// still calling what they called at the throw), down to a frame that is
+/// at the same stack address and runs the same function (`same_function`,
+/// given the record's and the current instruction pointers) but is now
+/// somewhere else in it: that frame caught the exception and is handling it
+/// (raising an R error, say), directly or through calls of its own. If
+/// instead the frame at that stack address runs another function, or is
+/// not at that stack address, the catching activation has returned: no
+/// match.
+pub fn find_catch(
+    record: &[(usize, usize)],
+    current: &[(usize, usize)],
+    same_function: impl Fn(usize, usize) -> bool,
+) -> Option<Catch> {
+    let &(outer_ip, outer_sp) = record.last()?;
+    let mut j = current.iter().position(|&(ip, sp)| sp == outer_sp && ip == outer_ip)?;
+    let mut i = record.len() - 1;
+    while i > 0 && j > 0 && current[j - 1] == record[i - 1] {
+        i -= 1;
+        j -= 1;
+    }
+    if i == 0 || j == 0 {
+        // Every recorded frame is still there as it was: still throwing.
+        return None;
+    }
+    let (rec_ip, rec_sp) = record[i - 1];
+    let (cur_ip, cur_sp) = current[j - 1];
+    (rec_sp == cur_sp && same_function(rec_ip, cur_ip))
+        .then_some(Catch { in_record: i - 1, in_current: j - 1 })
+}
+
+/// Whether a frame named `name` belongs to the throw machinery (C++'s
+/// `__cxa_throw` and friends, the unwinder, Rust's panic runtime): such
+/// frames at the inner end of a record are not shown.
+pub fn is_throw_machinery(name: &str) -> bool {
+    const EXACT: [&str; 9] = [
+        "__cxa_throw",
+        "__cxa_rethrow",
+        "_Unwind_RaiseException",
+        "_Unwind_Resume_or_Rethrow",
+        "rust_panic",
+        "__rust_start_panic",
+        "rust_begin_unwind",
+        "core::panicking::panic",
+        "core::panicking::panic_fmt",
+    ];
+    const PREFIXES: [&str; 9] = [
+        "std::rethrow_exception",
+        "std::panicking::",
+        "panic_unwind::",
+        "std::sys::backtrace::__rust_end_short_backtrace",
+        "std::sys_common::backtrace::__rust_end_short_backtrace",
+        "std::panic::resume_unwind",
+        "__rustc::",
+        "core::panicking::panic_fmt::",
+        "std::rt::begin_panic",
+    ];
+    EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// A function's name without the suffix the compiler gives the parts it
+/// split off (`foo.cold`, `foo.cold.3`, `foo.part.0`): those parts belong
+/// to `foo`.
+pub fn base_function_name(name: &str) -> &str {
+    for marker in [".cold", ".part."] {
+        if let Some(i) = name.find(marker) {
+            return &name[..i];
+        }
+    }
+    name
+}
+
+/// C++ exception types that carry an R condition through C++ code (an R
+/// error, interrupt or jump caught by Rcpp's or cpp11's unwind protection
+/// and rethrown in R at the boundary): not failures of the C++ code.
+pub fn is_r_unwind_carrier(type_name: &str) -> bool {
+    matches!(
+        type_name,
+        "Rcpp::LongjumpException" | "cpp11::unwind_exception" | "Rcpp::internal::InterruptedException"
+    )
+}
+
+/// The demangled name of a C++ type from its `type_info` name (`St13runtime_error`).
+pub fn demangle_type(mangled: &str) -> String {
+    let m = mangled.strip_prefix('*').unwrap_or(mangled);
+    let full = format!("_ZTS{m}");
+    if let Ok(sym) = cpp_demangle::Symbol::new(full.as_bytes()) {
+        if let Ok(d) = sym.demangle_with_options(&cpp_demangle::DemangleOptions::default()) {
+            if let Some(t) = d.strip_prefix("typeinfo name for ") {
+                return t.to_string();
+            }
+        }
+    }
+    m.to_string()
+}
+
+static EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Starts a new top-level epoch (R calls this after each top-level
+/// expression that completed): records from earlier epochs are never
+/// matched to an R error again.
+pub fn next_epoch() {
+    EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The current epoch.
+pub fn epoch() -> u64 {
+    EPOCH.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod hook;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub use hook::{install, installed, records, rescan, rescan_if_changed, status, uninstall, Facts, Status};
+
+/// Whether this platform has the throw hooks.
+pub fn supported() -> bool {
+    cfg!(all(target_arch = "x86_64", target_os = "linux"))
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+mod unsupported {
+    use super::Record;
+    use crate::error::{Error, Result};
+
+    /// What installing needs to know (unused here).
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Facts {
+        pub main_thread: usize,
+        pub interpreter_addr: usize,
+        pub global_context: usize,
+        pub context: super::ContextOffsets,
+        pub patch_own: bool,
+        pub targets: Option<[usize; 2]>,
+    }
+
+    #[derive(Clone, Debug, Default)]
+    pub struct Status {
+        pub slots: usize,
+        pub modules: usize,
+    }
+
+    pub fn install(_facts: Facts) -> Result<Status> {
+        Err(Error::Unavailable("capturing throws needs x86_64 Linux".into()))
+    }
+    pub fn uninstall() -> Result<usize> {
+        Ok(0)
+    }
+    pub fn installed() -> bool {
+        false
+    }
+    pub fn rescan() {}
+    pub fn rescan_if_changed() {}
+    pub fn status() -> Status {
+        Status::default()
+    }
+    pub fn records() -> Vec<Record> {
+        Vec::new()
+    }
+}
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+pub use unsupported::{
+    install, installed, records, rescan, rescan_if_changed, status, uninstall, Facts, Status,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unwind::rules::{Base, Regs, SavedBp};
+    use std::collections::HashMap;
+
+    #[test]
+    fn identifies_cpp_dependent_rust_and_foreign_exceptions() {
+        let mut mem = HashMap::new();
+        // A C++ exception: header at 0x1000, unwind header at 0x1050.
+        mem.insert(0x1050usize, CLASS_GNU_CXX as usize);
+        mem.insert(0x1000, 0xabc0); // type_info
+        let id = identify(0x1050, |a| mem.get(&a).copied());
+        assert_eq!(id, Identity { kind: ThrowKind::Cpp, key: 0x1070, type_info: 0xabc0, dependent: false });
+        // A dependent exception referring to that object.
+        mem.insert(0x2050, CLASS_GNU_CXX_DEPENDENT as usize);
+        mem.insert(0x2000, 0x1070);
+        let id = identify(0x2050, |a| mem.get(&a).copied());
+        assert_eq!(id, Identity { kind: ThrowKind::Cpp, key: 0x1070, type_info: 0xabc0, dependent: true });
+        mem.insert(0x3000, CLASS_RUST as usize);
+        assert_eq!(identify(0x3000, |a| mem.get(&a).copied()).kind, ThrowKind::Rust);
+        mem.insert(0x4000, u64::from_be_bytes(*b"CLNGC++\0") as usize);
+        let id = identify(0x4000, |a| mem.get(&a).copied());
+        assert_eq!((id.kind, id.key, id.type_info), (ThrowKind::Foreign, 0x4000, 0));
+        assert_eq!(identify(0x5000, |_| None).kind, ThrowKind::Foreign);
+    }
+
+    #[test]
+    fn the_activation_is_the_innermost_and_the_closure_context() {
+        let off = ContextOffsets { next: 0, callflag: 8, cloenv: 72 };
+        let mut mem = HashMap::new();
+        fn put(mem: &mut HashMap<usize, usize>, addr: usize, next: usize, flag: i32, cloenv: usize) {
+            mem.insert(addr, next);
+            // callflag is an int: the high half of the word is padding.
+            mem.insert(addr + 8, 0xdead_0000_0000 | flag as u32 as usize);
+            mem.insert(addr + 72, cloenv);
+        }
+        // A builtin context (.Call) inside a closure call inside top level.
+        put(&mut mem, 0x1000, 0x2000, 64, 0xba5e);
+        put(&mut mem, 0x2000, 0x3000, crate::rcontext::CTXT_FUNCTION, 0xe1);
+        put(&mut mem, 0x3000, 0, 0, 0x610b);
+        let a = r_activation(0x1000, off, |x| mem.get(&x).copied());
+        assert_eq!(a, [(0x1000, 0xba5e), (0x2000, 0xe1)]);
+        // The closure context itself innermost.
+        assert_eq!(r_activation(0x2000, off, |x| mem.get(&x).copied()), [(0x2000, 0xe1), (0x2000, 0xe1)]);
+        // Top level only; no context; a loop in the chain.
+        assert_eq!(r_activation(0x3000, off, |x| mem.get(&x).copied()), [(0x3000, 0x610b), (0, 0)]);
+        assert_eq!(r_activation(0, off, |x| mem.get(&x).copied()), [(0, 0); 2]);
+        put(&mut mem, 0x4000, 0x4000, 0, 1);
+        assert_eq!(r_activation(0x4000, off, |x| mem.get(&x).copied()), [(0x4000, 1), (0, 0)]);
+    }
+
+    #[test]
+    fn rethrows_keep_the_first_record() {
+        let mut ring = Ring::default();
+        let id = Identity { kind: ThrowKind::Cpp, key: 0x70, type_info: 1, dependent: false };
+        assert!(enter(&mut ring, id, false, |r| r.n = 3));
+        // `throw;` of the same object, and std::rethrow_exception of it.
+        assert!(!enter(&mut ring, id, true, |r| r.n = 9));
+        assert!(!enter(&mut ring, Identity { dependent: true, ..id }, false, |r| r.n = 9));
+        let v = ring.newest_first();
+        assert_eq!(v.len(), 1);
+        assert_eq!((v[0].n, v[0].rethrows), (3, 2));
+        // A new throw of an object at the same address is a new record.
+        assert!(enter(&mut ring, id, false, |r| r.n = 5));
+        // A rethrow of something never recorded (thrown before capture was
+        // on) starts a record.
+        let other = Identity { key: 0x90, ..id };
+        assert!(enter(&mut ring, other, true, |r| r.n = 7));
+        let v = ring.newest_first();
+        assert_eq!(v.iter().map(|r| r.n).collect::<Vec<_>>(), vec![7, 5, 3]);
+    }
+
+    #[test]
+    fn the_ring_keeps_the_newest() {
+        let mut ring = Ring::default();
+        for k in 0..(RING + 5) {
+            let id = Identity { key: 0x1000 + k, ..Identity::default() };
+            enter(&mut ring, id, false, |r| r.n = k);
+        }
+        let v = ring.newest_first();
+        assert_eq!(v.len(), RING);
+        assert_eq!(v[0].n, RING + 4);
+        assert_eq!(v[RING - 1].n, 5);
+    }
+
+    /// A synthetic stack: frames with rbp-free rules (CFA = sp + 16, return
+    /// address at CFA - 8). Frame k's code lies at 0x1000 * (k + 1).
+    fn synthetic_stack(ips: &[usize], sp0: usize) -> HashMap<usize, usize> {
+        let mut mem = HashMap::new();
+        for (k, &ip) in ips.iter().enumerate().skip(1) {
+            // Frame k-1's CFA is sp0 + 16 k; the return address lies below.
+            mem.insert(sp0 + 16 * k - 8, ip);
+        }
+        mem.insert(sp0 + 16 * ips.len() - 8, 0); // end of the stack
+        mem
+    }
+
+    #[test]
+    fn walks_drop_the_hook_and_stop_at_r() {
+        // The recording (0x1010), the trampoline (0x1020), the thrower...
+        let ips = [0x1010, 0x1020, 0x2010, 0x3010, 0x4010, 0x5010];
+        let mem = synthetic_stack(&ips, 0x10000);
+        let rule = |_probe: usize| Rule::Step {
+            cfa: Base::Sp,
+            cfa_offset: 16,
+            ra_offset: -8,
+            bp: SavedBp::Same,
+            start: 0,
+        };
+        let class = |ip: usize| match ip >> 12 {
+            1 if ip & 0xfff == 0x1f => FrameClass::Marker,
+            4 => FrameClass::Interpreter,
+            _ => FrameClass::Other,
+        };
+        let mut out = [(0, 0); 8];
+        let regs = Regs { ip: ips[0], sp: 0x10000, bp: None };
+        let (n, end) = walk(regs, |a| mem.get(&a).copied(), rule, class, &mut out);
+        assert_eq!(end, WalkEnd::ReachedR);
+        assert_eq!(&out[..n], &[(0x2010, 0x10020), (0x3010, 0x10030), (0x4010, 0x10040)]);
+        // Without an interpreter frame the walk goes to the end.
+        let (n, end) = walk(regs, |a| mem.get(&a).copied(), rule, |_| FrameClass::Other, &mut out);
+        assert_eq!((n, end), (6, WalkEnd::Outermost));
+        // A full buffer, and a frame without a rule.
+        let (n, end) = walk(regs, |a| mem.get(&a).copied(), rule, |_| FrameClass::Other, &mut out[..2]);
+        assert_eq!((n, end), (2, WalkEnd::Full));
+        let (n, end) = walk(regs, |a| mem.get(&a).copied(), |_| Rule::Unsupported, class, &mut out);
+        assert_eq!((n, end), (1, WalkEnd::Failed));
+    }
+
+    /// Record: __cxa_throw, level3, level2, level1, entry (the catcher),
+    /// do_dotcall (R).
+    fn record() -> Vec<(usize, usize)> {
+        vec![(0x9001, 100), (0x3005, 200), (0x2005, 300), (0x1005, 400), (0xe005, 500), (0xd005, 600)]
+    }
+
+    /// Functions: the thousands digit of the address.
+    fn same_fn(a: usize, b: usize) -> bool {
+        a >> 12 == b >> 12
+    }
+
+    #[test]
+    fn the_catching_frame_raising_the_error_is_found() {
+        // Now: the R error's handler frames, Rf_error, then entry at another
+        // place (calling Rf_error), do_dotcall and further out as before.
+        let current = vec![(0x7777, 50), (0x8888, 450), (0xe0a0, 500), (0xd005, 600), (0xc005, 700)];
+        assert_eq!(find_catch(&record(), &current, same_fn), Some(Catch { in_record: 4, in_current: 2 }));
+    }
+
+    #[test]
+    fn a_catching_frame_deeper_than_the_entry_is_found() {
+        // level2 caught it and called a helper raising the error; level1,
+        // entry and do_dotcall are unchanged.
+        let current = vec![(0x8888, 250), (0x20a0, 300), (0x1005, 400), (0xe005, 500), (0xd005, 600)];
+        assert_eq!(find_catch(&record(), &current, same_fn), Some(Catch { in_record: 2, in_current: 1 }));
+    }
+
+    #[test]
+    fn a_returned_catcher_never_matches() {
+        // The .Call returned; another function now runs at the entry's
+        // stack address (called from the same place in R).
+        let current = vec![(0x8888, 450), (0xf0a0, 500), (0xd005, 600)];
+        assert_eq!(find_catch(&record(), &current, same_fn), None);
+        // R called something else: do_dotcall's frame is not the same.
+        let current = vec![(0x8888, 450), (0xe0a0, 500), (0xd0ff, 600)];
+        assert_eq!(find_catch(&record(), &current, same_fn), None);
+        // The same function, but at another stack address.
+        let current = vec![(0x8888, 440), (0xe0a0, 480), (0xd005, 600)];
+        assert_eq!(find_catch(&record(), &current, same_fn), None);
+        // Nothing of the record's outer frames is left.
+        assert_eq!(find_catch(&record(), &[(0xd005, 900)], same_fn), None);
+        assert_eq!(find_catch(&[], &[(1, 2)], same_fn), None);
+    }
+
+    #[test]
+    fn a_stack_still_throwing_does_not_match() {
+        // Captured during the unwinding itself (every frame still there).
+        let mut current = vec![(0x5555, 50)];
+        current.extend(record());
+        assert_eq!(find_catch(&record(), &current, same_fn), None);
+    }
+
+    #[test]
+    fn machinery_and_carriers() {
+        for name in [
+            "__cxa_throw",
+            "std::rethrow_exception(std::__exception_ptr::exception_ptr)",
+            "std::panicking::begin_panic_handler::{{closure}}",
+            "std::panicking::rust_panic_with_hook",
+            "core::panicking::panic_fmt",
+            "rust_panic",
+            "panic_unwind::imp::panic",
+            "__rustc::rust_begin_unwind",
+            "std::sys::backtrace::__rust_end_short_backtrace",
+        ] {
+            assert!(is_throw_machinery(name), "{name}");
+        }
+        for name in
+            ["level3", "std::__throw_out_of_range_fmt(char const*, ...)", "core::result::unwrap_failed"]
+        {
+            assert!(!is_throw_machinery(name), "{name}");
+        }
+        assert!(is_r_unwind_carrier("Rcpp::LongjumpException"));
+        assert!(is_r_unwind_carrier("cpp11::unwind_exception"));
+        assert!(!is_r_unwind_carrier("Rcpp::exception"));
+    }
+
+    #[test]
+    fn split_function_parts_share_a_name() {
+        assert_eq!(base_function_name("sourceCpp_1_f.cold"), "sourceCpp_1_f");
+        assert_eq!(base_function_name("f.cold.12"), "f");
+        assert_eq!(base_function_name("f.part.0"), "f");
+        assert_eq!(base_function_name("wthrow::level1(int)"), "wthrow::level1(int)");
+    }
+
+    #[test]
+    fn type_names_are_demangled() {
+        assert_eq!(demangle_type("St13runtime_error"), "std::runtime_error");
+        assert_eq!(demangle_type("St11range_error"), "std::range_error");
+        assert_eq!(demangle_type("N4Rcpp9exceptionE"), "Rcpp::exception");
+        assert_eq!(demangle_type("N4Rcpp17LongjumpExceptionE"), "Rcpp::LongjumpException");
+        assert_eq!(demangle_type("*N12_GLOBAL__N_15localE"), "(anonymous namespace)::local");
+        assert_eq!(demangle_type("i"), "int");
+        assert_eq!(demangle_type("%%%"), "%%%");
+    }
+}

@@ -1,0 +1,684 @@
+//! The throw hooks of x86_64 Linux: trampolines, the recording done inside
+//! them, and installing them into the loaded modules' GOTs.
+//!
+//! Inside a hook (on R's main thread only) nothing allocates, locks or
+//! calls R: the ring, the rule cache and the unwind context are allocated
+//! when capture is installed, the module table when modules are scanned;
+//! the hook reads them through atomics. Other threads pass straight
+//! through, touching nothing but two atomics.
+
+use super::{enter, identify, walk, FrameClass, Record, Ring, WalkEnd, MAX_FRAMES};
+use crate::error::{Error, Result};
+use crate::got::{self, Patched, Wanted};
+use crate::modules::{self, ModuleMap};
+use crate::unwind::rules::{self, InLine, InPlace, Regs, Rule, Tables};
+use gimli::UnwindContext;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// The hooked functions, in the order of `REAL` and of the trampolines.
+const WANTED: [Wanted; 2] = [
+    Wanted { name: "_Unwind_RaiseException", version: "GCC_3.0" },
+    Wanted { name: "_Unwind_Resume_or_Rethrow", version: "GCC_3.3" },
+];
+
+// The trampolines. Each saves the exception pointer, asks `throw_entered`
+// (which records the throw) for the real function, and jumps to it with
+// every register the real function reads as the thrower left it: the
+// unwinder starts from its caller's registers, so no frame of winch's may
+// stay between them.
+std::arch::global_asm!(
+    ".pushsection .text.winch_core_throw_hooks,\"ax\",@progbits",
+    ".p2align 4",
+    ".globl winch_core_throw_raise_hook",
+    ".hidden winch_core_throw_raise_hook",
+    ".type winch_core_throw_raise_hook,@function",
+    "winch_core_throw_raise_hook:",
+    ".cfi_startproc",
+    "push rdi",
+    ".cfi_adjust_cfa_offset 8",
+    "xor esi, esi",
+    "call {entered}",
+    "pop rdi",
+    ".cfi_adjust_cfa_offset -8",
+    "jmp rax",
+    ".cfi_endproc",
+    ".size winch_core_throw_raise_hook, .-winch_core_throw_raise_hook",
+    ".p2align 4",
+    ".globl winch_core_throw_rethrow_hook",
+    ".hidden winch_core_throw_rethrow_hook",
+    ".type winch_core_throw_rethrow_hook,@function",
+    "winch_core_throw_rethrow_hook:",
+    ".cfi_startproc",
+    "push rdi",
+    ".cfi_adjust_cfa_offset 8",
+    "mov esi, 1",
+    "call {entered}",
+    "pop rdi",
+    ".cfi_adjust_cfa_offset -8",
+    "jmp rax",
+    ".cfi_endproc",
+    ".size winch_core_throw_rethrow_hook, .-winch_core_throw_rethrow_hook",
+    ".popsection",
+    entered = sym throw_entered,
+);
+
+extern "C" {
+    fn winch_core_throw_raise_hook();
+    fn winch_core_throw_rethrow_hook();
+}
+
+fn trampolines() -> [usize; 2] {
+    [
+        winch_core_throw_raise_hook as unsafe extern "C" fn() as usize,
+        winch_core_throw_rethrow_hook as unsafe extern "C" fn() as usize,
+    ]
+}
+
+/// The real functions (set before any slot points to a trampoline, never
+/// cleared: a thread may be inside a trampoline when capture is removed).
+static REAL: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+/// R's main thread (`pthread_t`), 0 while capture is off.
+static MAIN: AtomicUsize = AtomicUsize::new(0);
+static IN_HOOK: AtomicBool = AtomicBool::new(false);
+/// The module table of the walk (replaced when modules change).
+static TABLE: AtomicPtr<WalkTable> = AtomicPtr::new(std::ptr::null_mut());
+static TABLE_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// What installing needs to know.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Facts {
+    /// R's main thread (`pthread_self()` there); the caller of `install`.
+    pub main_thread: usize,
+    /// An address inside R's interpreter (libR, or the R executable).
+    pub interpreter_addr: usize,
+    /// The address of the variable `R_GlobalContext`.
+    pub global_context: usize,
+    /// Offsets in R's context record.
+    pub context: super::ContextOffsets,
+    /// Hook winch's own module too (tests of the hook inside a test binary,
+    /// where winch's code and the code that panics share a module).
+    pub patch_own: bool,
+    /// The functions hooked slots lead to; None: libgcc's (tests run where
+    /// another unwinder provides them).
+    pub targets: Option<[usize; 2]>,
+}
+
+/// What capture covers.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    /// GOT slots pointing to the hooks.
+    pub slots: usize,
+    /// Modules with at least one such slot.
+    pub modules: usize,
+}
+
+/// What the hook uses on R's main thread; allocated once, never freed.
+struct Shared {
+    facts: UnsafeCell<HookFacts>,
+    ring: UnsafeCell<Ring>,
+    scratch: UnsafeCell<Scratch>,
+}
+
+// SAFETY: only R's main thread touches the cells: inside the hook (which
+// other threads leave at once) and in `install`/`records` (called on the
+// main thread, never while it is inside the hook).
+unsafe impl Sync for Shared {}
+// SAFETY: as above.
+unsafe impl Send for Shared {}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct HookFacts {
+    global_context: usize,
+    context: super::ContextOffsets,
+    /// The main thread's stack.
+    stack: (usize, usize),
+    /// The trampolines (frames inside them and they are not recorded) and
+    /// the code of R's interpreter (up to four executable segments).
+    trampolines: [usize; 2],
+    interpreter: [(usize, usize); 4],
+    /// How libgcc's stack values read (CFA or SP) for the fallback walk.
+    backtrace_cfa: bool,
+}
+
+impl HookFacts {
+    /// The class of the frame at `probe` (its ip, minus one for return
+    /// addresses).
+    fn class(&self, probe: usize) -> FrameClass {
+        // Each trampoline is under 16 bytes.
+        if self.trampolines.iter().any(|&t| t <= probe && probe < t + 16) {
+            FrameClass::Marker
+        } else if self.interpreter.iter().any(|&(lo, hi)| lo <= probe && probe < hi) {
+            FrameClass::Interpreter
+        } else {
+            FrameClass::Other
+        }
+    }
+}
+
+const CACHE: usize = 4096;
+const PROBES: usize = 4;
+
+struct Scratch {
+    keys: Box<[usize]>,
+    rules: Box<[Rule]>,
+    ctx: Box<UnwindContext<usize, InLine>>,
+    /// The table the cached rules were computed from.
+    serial: u64,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let mut keys = vec![0usize; CACHE].into_boxed_slice();
+        crate::profile::prefault(&mut keys);
+        let mut rules = vec![Rule::Unsupported; CACHE].into_boxed_slice();
+        crate::profile::prefault(&mut rules);
+        Scratch { keys, rules, ctx: Box::new(UnwindContext::new_in()), serial: 0 }
+    }
+
+    /// The rule at `probe`, cached.
+    fn rule(&mut self, table: &WalkTable, probe: usize) -> Rule {
+        if self.serial != table.serial {
+            self.keys.iter_mut().for_each(|k| *k = 0);
+            self.serial = table.serial;
+        }
+        let home = (probe.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) & (CACHE - 1);
+        let mut free = home;
+        for k in 0..PROBES {
+            let i = (home + k) & (CACHE - 1);
+            if self.keys[i] == probe {
+                return self.rules[i];
+            }
+            if self.keys[i] == 0 {
+                free = i;
+                break;
+            }
+        }
+        let rule = match table.entry(probe) {
+            Some(Entry { tables: Some(t), .. }) => t.rule(&mut self.ctx, probe),
+            Some(_) => Rule::Unsupported,
+            None => Rule::NotCode,
+        };
+        self.keys[free] = probe;
+        self.rules[free] = rule;
+        rule
+    }
+}
+
+/// Code ranges of the loaded modules with their unwind tables, read in
+/// place.
+struct WalkTable {
+    serial: u64,
+    generation: (u64, u64),
+    /// Sorted by `lo`.
+    entries: Vec<Entry>,
+}
+
+struct Entry {
+    lo: usize,
+    hi: usize,
+    tables: Option<Tables<InPlace>>,
+}
+
+impl WalkTable {
+    fn build(map: &ModuleMap, generation: (u64, u64)) -> WalkTable {
+        let mut entries = Vec::new();
+        for m in map.modules() {
+            let tables = m.eh_frame_hdr.and_then(|(hdr, len)| {
+                let readable = |a: usize, n: usize| {
+                    m.segments.iter().find(|s| s.read && s.start <= a && a.saturating_add(n) <= s.end)
+                };
+                readable(hdr, len)?;
+                let text = m.segments.iter().find(|s| s.exec).map_or(0, |s| s.start);
+                let end = |a: usize| readable(a, 4).map(|s| s.end);
+                // SAFETY: the module's own unwind tables, in readable
+                // segments (checked); a table is used only while the loader
+                // reports the generation it was built at, so its module is
+                // still loaded.
+                unsafe { rules::tables_in_place(hdr, len, &end, text) }
+            });
+            let exec: Vec<_> = m.segments.iter().filter(|s| s.exec && s.start < s.end).collect();
+            for s in exec {
+                entries.push(Entry { lo: s.start, hi: s.end, tables: tables.clone() });
+            }
+        }
+        entries.sort_by_key(|e| e.lo);
+        WalkTable { serial: TABLE_SERIAL.fetch_add(1, Ordering::Relaxed), generation, entries }
+    }
+
+    fn entry(&self, addr: usize) -> Option<&Entry> {
+        let i = self.entries.partition_point(|e| e.lo <= addr);
+        let e = self.entries.get(i.checked_sub(1)?)?;
+        (addr < e.hi).then_some(e)
+    }
+}
+
+fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| Shared {
+        facts: UnsafeCell::new(HookFacts::default()),
+        ring: UnsafeCell::new(Ring::default()),
+        scratch: UnsafeCell::new(Scratch::new()),
+    })
+}
+
+/// Called by the trampolines with the exception and which hook ran (0:
+/// `_Unwind_RaiseException`, 1: `_Unwind_Resume_or_Rethrow`); returns the
+/// real function to jump to. Never unwinds.
+extern "C" fn throw_entered(exc: *mut libc::c_void, which: usize) -> usize {
+    let real = REAL[which & 1].load(Ordering::Relaxed);
+    let main = MAIN.load(Ordering::Acquire);
+    // SAFETY: pthread_self reads the thread pointer.
+    if main != 0 && unsafe { libc::pthread_self() } as usize == main && !IN_HOOK.swap(true, Ordering::Acquire)
+    {
+        // SAFETY: errno is thread-local; saved and restored around the record.
+        let saved = unsafe { *libc::__errno_location() };
+        let _ = std::panic::catch_unwind(|| record_throw(exc as usize, which == 1));
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = saved };
+        IN_HOOK.store(false, Ordering::Release);
+    }
+    real
+}
+
+/// A word of a live object: the exception being thrown, `R_GlobalContext`,
+/// or a record of R's context chain.
+fn object_word(addr: usize) -> Option<usize> {
+    if addr < 4096 || !addr.is_multiple_of(8) {
+        return None;
+    }
+    // SAFETY: callers pass addresses in live objects only: the exception
+    // object and its header (allocated by the runtime that throws it, whose
+    // class said which runtime), R's variable `R_GlobalContext`, and fields
+    // of R's context records, which are live (on the C stack, R's node
+    // stack or R's data) while R runs on this thread, the main thread.
+    Some(unsafe { std::ptr::read_volatile(addr as *const usize) })
+}
+
+fn record_throw(exc: usize, rethrow: bool) {
+    let s = shared();
+    // SAFETY: the main thread, inside the hook (see `Shared`).
+    let (facts, ring, scratch) = unsafe { (&*s.facts.get(), &mut *s.ring.get(), &mut *s.scratch.get()) };
+    let id = identify(exc, object_word);
+    // R's context records are live (on the C stack, R's node stack or R's
+    // data) while R runs on this thread.
+    let first = object_word(facts.global_context).unwrap_or(0);
+    let contexts = super::r_activation(first, facts.context, object_word);
+    let epoch = super::epoch();
+    enter(ring, id, rethrow, |r| {
+        r.epoch = epoch;
+        r.r_contexts = contexts;
+        fill_frames(facts, scratch, r);
+    });
+}
+
+/// Registers of the calling code: (rip, rsp, rbp).
+#[inline(always)]
+fn registers() -> (usize, usize, usize) {
+    let (ip, sp, bp): (usize, usize, usize);
+    // SAFETY: reads three registers; touches no memory.
+    unsafe {
+        std::arch::asm!(
+            "lea {ip}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            ip = out(reg) ip,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    (ip, sp, bp)
+}
+
+#[inline(never)]
+fn fill_frames(facts: &HookFacts, scratch: &mut Scratch, r: &mut Record) {
+    let (ip, sp, bp) = registers();
+    let (lo, hi) = facts.stack;
+    // SAFETY: a non-null TABLE is alive until capture is removed, which
+    // happens on this thread, never while it is in the hook.
+    let table = unsafe { TABLE.load(Ordering::Acquire).as_ref() };
+    let current = table.filter(|t| t.generation == modules::loader_generation());
+    if let (Some(table), true) = (current, lo <= sp && sp < hi) {
+        let read = |a: usize| {
+            (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
+                // SAFETY: an aligned word of this thread's stack.
+                .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
+        };
+        let regs = Regs { ip, sp, bp: Some(bp) };
+        let (n, end) =
+            walk(regs, read, |probe| scratch.rule(table, probe), |ip| facts.class(ip), &mut r.frames);
+        if end != WalkEnd::Failed {
+            r.n = n;
+            r.reached_r = end == WalkEnd::ReachedR;
+            r.truncated = end == WalkEnd::Full;
+            return;
+        }
+    }
+    libgcc_walk(facts, r);
+}
+
+/// The walk by libgcc's unwinder: for frames the cached rules do not model,
+/// or when modules changed since the table was built.
+fn libgcc_walk(facts: &HookFacts, r: &mut Record) {
+    let mut n = 0;
+    let mut end = WalkEnd::Outermost;
+    let mut prev_stack = 0usize;
+    // SAFETY: libgcc's walk of this thread; the closure only writes into
+    // `r.frames` (no allocation). The throw that called the hook walks the
+    // same frames next, with the same unwinder.
+    unsafe {
+        ::backtrace::trace_unsynchronized(|f| {
+            let ip = f.ip() as usize;
+            let stack = f.sp() as usize;
+            // libgcc reports stack values as CFAs on some platforms: a
+            // frame's low end is then the value of the frame inside it.
+            let sp = if facts.backtrace_cfa { prev_stack } else { stack };
+            prev_stack = stack;
+            if ip == 0 {
+                return false;
+            }
+            match facts.class(ip.wrapping_sub(1)) {
+                FrameClass::Marker => {
+                    n = 0;
+                    true
+                }
+                c => {
+                    if n >= MAX_FRAMES {
+                        end = WalkEnd::Full;
+                        return false;
+                    }
+                    r.frames[n] = (ip, sp);
+                    n += 1;
+                    if c == FrameClass::Interpreter {
+                        end = WalkEnd::ReachedR;
+                        return false;
+                    }
+                    true
+                }
+            }
+        });
+    }
+    r.n = n;
+    r.reached_r = end == WalkEnd::ReachedR;
+    r.truncated = end == WalkEnd::Full;
+}
+
+/// What `install` did, kept to undo it.
+#[derive(Default)]
+struct Installed {
+    active: bool,
+    patched: Vec<Patched>,
+    /// Modules scanned: (path, bias).
+    scanned: Vec<(String, usize)>,
+    /// Tables replaced while capture was on (the hook may have been using
+    /// them); freed when capture is removed.
+    // Boxed: the hook may still hold a pointer to one; it must not move.
+    #[allow(clippy::vec_box)]
+    retired: Vec<Box<WalkTable>>,
+    facts: Facts,
+}
+
+static INSTALLED: Mutex<Option<Installed>> = Mutex::new(None);
+
+fn lock() -> std::sync::MutexGuard<'static, Option<Installed>> {
+    INSTALLED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Executable ranges of the module holding `addr` (up to four).
+fn exec_ranges(map: &ModuleMap, m: Option<usize>) -> [(usize, usize); 4] {
+    let mut out = [(0, 0); 4];
+    if let Some(m) = m {
+        for (slot, s) in out.iter_mut().zip(map.module(m).segments.iter().filter(|s| s.exec)) {
+            *slot = (s.start, s.end);
+        }
+    }
+    out
+}
+
+/// Turns capture on: hooks every loaded module and (through `loadhook`)
+/// those loaded later. Call on R's main thread.
+pub fn install(facts: Facts) -> Result<Status> {
+    let mut guard = lock();
+    if guard.as_ref().is_some_and(|i| i.active) {
+        drop(guard);
+        rescan();
+        return Ok(status());
+    }
+    // SAFETY: pthread_self reads the thread pointer.
+    if unsafe { libc::pthread_self() } as usize != facts.main_thread {
+        return Err(Error::WrongThread);
+    }
+    resolve_targets(&facts);
+    let stack = crate::stack::thread_stack_bounds()
+        .ok_or_else(|| Error::Unavailable("the bounds of R's stack are unknown".into()))?;
+    let map = modules::current();
+    let backtrace_cfa =
+        crate::unwind::calibration(crate::unwind::Backend::Backtrace) == Some(crate::unwind::StackValue::Cfa);
+    let interpreter = map.module_of(facts.interpreter_addr).filter(|_| facts.interpreter_addr != 0);
+    let mut interp = exec_ranges(&map, interpreter);
+    // R linked statically: R's executable is the interpreter too.
+    if interpreter.is_none() && facts.interpreter_addr != 0 {
+        if let Some(m) = map.modules().iter().position(crate::view::is_r_executable) {
+            interp = exec_ranges(&map, Some(m));
+        }
+    }
+    let s = shared();
+    // SAFETY: capture is off (MAIN is 0), so no hook reads the facts; this
+    // is R's main thread.
+    unsafe {
+        *s.facts.get() = HookFacts {
+            global_context: facts.global_context,
+            context: facts.context,
+            stack,
+            trampolines: trampolines(),
+            interpreter: interp,
+            backtrace_cfa,
+        };
+    }
+    let mut inst = Installed { active: true, facts, ..Installed::default() };
+    publish_table(&mut inst, &map);
+    MAIN.store(facts.main_thread, Ordering::Release);
+    patch_new_modules(&mut inst, &map);
+    *guard = Some(inst);
+    drop(guard);
+    crate::loadhook::acquire(crate::loadhook::THROWS, facts.interpreter_addr);
+    Ok(status())
+}
+
+/// The real functions: libgcc's (`GCC_3.0`, `GCC_3.3`), found in libgcc_s
+/// if it is loaded (also when only loaded locally, by a package), else in
+/// the global scope. Set once; until libgcc_s is loaded nothing needs them
+/// (no module can call them).
+fn resolve_targets(facts: &Facts) {
+    if REAL[0].load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    let found = match facts.targets {
+        Some(t) => t,
+        None => {
+            let lookup = |w: &Wanted| {
+                got::versioned_symbol_in("libgcc_s.so.1", w.name, w.version)
+                    .or_else(|| got::versioned_symbol(w.name, w.version))
+                    .unwrap_or(0)
+            };
+            [lookup(&WANTED[0]), lookup(&WANTED[1])]
+        }
+    };
+    if found[0] != 0 {
+        REAL[1].store(found[1], Ordering::Relaxed);
+        REAL[0].store(found[0], Ordering::Release);
+    }
+}
+
+fn publish_table(inst: &mut Installed, map: &ModuleMap) {
+    let table = Box::new(WalkTable::build(map, modules::loader_generation()));
+    let old = TABLE.swap(Box::into_raw(table), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: `old` came from Box::into_raw; the hook may still be
+        // reading it, so it is kept until capture is removed.
+        inst.retired.push(unsafe { Box::from_raw(old) });
+    }
+}
+
+fn patch_new_modules(inst: &mut Installed, map: &ModuleMap) {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    resolve_targets(&inst.facts);
+    let targets = [REAL[0].load(Ordering::Acquire), REAL[1].load(Ordering::Relaxed)];
+    if targets[0] == 0 {
+        return; // libgcc_s is not loaded: nothing throws through it yet
+    }
+    // The runtime defining the functions calls them through its own PLT
+    // (libgcc's rethrow calls _Unwind_RaiseException): left alone, so a
+    // rethrow is seen once, by its own hook.
+    let runtime = map.module_of(targets[0]);
+    let values = trampolines();
+    // Forget modules no longer loaded (a module loaded again at the same
+    // place is scanned again).
+    inst.scanned.retain(|k| map.modules().iter().any(|m| m.path == k.0 && m.bias == k.1));
+    inst.patched.retain(|p| map.modules().iter().any(|m| m.path == p.module.0 && m.bias == p.module.1));
+    for (i, m) in map.modules().iter().enumerate() {
+        let key = (m.path.clone(), m.bias);
+        if inst.scanned.contains(&key) {
+            continue;
+        }
+        inst.scanned.push(key);
+        let own = map.module_of(throw_entered as extern "C" fn(*mut libc::c_void, usize) -> usize as usize);
+        if (Some(i) == own && !inst.facts.patch_own) || Some(i) == runtime || !m.has_file {
+            continue;
+        }
+        let wanted: &[Wanted] = if targets[1] == 0 { &WANTED[..1] } else { &WANTED };
+        inst.patched.extend(got::patch_module(m, wanted, &targets, &values, &maps));
+    }
+}
+
+/// Hooks modules loaded since the last scan and refreshes the walk's
+/// module table (called when the loader's modules change).
+pub fn rescan() {
+    let mut guard = lock();
+    let Some(inst) = guard.as_mut().filter(|i| i.active) else { return };
+    let map = modules::current();
+    publish_table(inst, &map);
+    patch_new_modules(inst, &map);
+}
+
+/// `rescan`, if modules were loaded or unloaded since the last scan (by
+/// other means than R's `dlopen`, which `loadhook` watches).
+pub fn rescan_if_changed() {
+    // SAFETY: a non-null TABLE stays alive until capture is removed (on
+    // this, R's main thread; not concurrently with this call).
+    let stale = unsafe { TABLE.load(Ordering::Acquire).as_ref() }
+        .is_none_or(|t| t.generation != modules::loader_generation());
+    if stale {
+        rescan();
+    }
+}
+
+/// Whether capture is on.
+pub fn installed() -> bool {
+    lock().as_ref().is_some_and(|i| i.active)
+}
+
+/// What capture covers now.
+pub fn status() -> Status {
+    let guard = lock();
+    let Some(inst) = guard.as_ref() else { return Status::default() };
+    let mut modules: Vec<&(String, usize)> = inst.patched.iter().map(|p| &p.module).collect();
+    modules.sort();
+    modules.dedup();
+    Status { slots: inst.patched.len(), modules: modules.len() }
+}
+
+/// Turns capture off: every slot still holding a hook gets back what it
+/// held. Returns how many were restored. Call on R's main thread.
+pub fn uninstall() -> Result<usize> {
+    let mut guard = lock();
+    let Some(inst) = guard.take() else { return Ok(0) };
+    // SAFETY: pthread_self reads the thread pointer.
+    if unsafe { libc::pthread_self() } as usize != inst.facts.main_thread {
+        *guard = Some(inst);
+        return Err(Error::WrongThread);
+    }
+    crate::loadhook::release(crate::loadhook::THROWS);
+    let map = modules::current();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let restored = got::restore(&inst.patched, &map, &maps);
+    MAIN.store(0, Ordering::Release);
+    // This is the main thread and it is not inside the hook: nothing reads
+    // the tables any more (other threads never do).
+    let old = TABLE.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: came from Box::into_raw, no longer published.
+        drop(unsafe { Box::from_raw(old) });
+    }
+    drop(inst);
+    Ok(restored)
+}
+
+/// The records, newest first. Call on R's main thread.
+pub fn records() -> Vec<Record> {
+    let s = shared();
+    // SAFETY: the main thread, outside the hook (see `Shared`).
+    unsafe { &*s.ring.get() }.newest_first()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn panic_three_deep(depth: u32) -> u32 {
+        if depth == 0 {
+            panic!("deep");
+        }
+        std::hint::black_box(panic_three_deep(depth - 1)) + 1
+    }
+
+    /// The test binary's own GOT slot of `_Unwind_RaiseException` (std's
+    /// panic runtime calls it): patched, a panic recorded with its frames,
+    /// restored.
+    #[test]
+    fn a_panic_in_this_process_is_recorded() {
+        // The test's own thread stands for R's main thread; no R here.
+        let anchor = 0usize;
+        let facts = Facts {
+            // SAFETY: pthread_self reads the thread pointer.
+            main_thread: unsafe { libc::pthread_self() } as usize,
+            interpreter_addr: 0,
+            global_context: std::hint::black_box(&anchor) as *const usize as usize,
+            context: super::super::ContextOffsets::default(),
+            patch_own: true,
+            // The test binary's panics go through whichever unwinder its
+            // unversioned reference bound to (the system libunwind, linked
+            // for winch's libunwind backend, comes before libgcc_s).
+            targets: Some([
+                got::versioned_symbol("_Unwind_RaiseException", "").unwrap(),
+                got::versioned_symbol("_Unwind_Resume_or_Rethrow", "").unwrap_or(0),
+            ]),
+        };
+        // Other tests may panic on their threads meanwhile: they pass
+        // through the hook unrecorded.
+        let status = install(facts).unwrap();
+        assert!(status.slots >= 1, "no slot patched: {status:?}");
+        let before = records().first().map_or(0, |r| r.seq);
+        let caught = std::panic::catch_unwind(|| panic_three_deep(3));
+        assert!(caught.is_err());
+        let restored = uninstall().unwrap();
+        assert_eq!(restored, status.slots);
+        let r = records().into_iter().find(|r| r.seq > before).expect("the panic was not recorded");
+        assert_eq!(r.id.kind, super::super::ThrowKind::Rust);
+        assert!(!r.reached_r);
+        let here = modules::current();
+        let me = here.module_of(panic_three_deep as fn(u32) -> u32 as usize);
+        let mine = r.frames().iter().filter(|f| here.module_of(f.0) == me).count();
+        // The frames of the panic, then of the test harness: at least the
+        // four calls of panic_three_deep.
+        assert!(mine >= 4, "{mine} frames of the test binary in {:?}", r.frames());
+        assert!(r.frames().windows(2).all(|w| w[0].1 <= w[1].1), "stack pointers out of order");
+        // Removed: a new panic is not recorded.
+        let last = records().first().map_or(0, |r| r.seq);
+        let _ = std::panic::catch_unwind(|| panic_three_deep(1));
+        assert_eq!(records().first().map_or(0, |r| r.seq), last);
+    }
+}
