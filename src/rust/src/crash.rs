@@ -58,6 +58,11 @@ pub fn rs_crash_set(enable: Arg) -> Result<RValue> {
         context_callflag: layout.callflag,
         context_call: layout.call,
         cstack,
+        cstack_vars: [
+            std::ptr::addr_of!(rapi::R_CStackStart) as usize,
+            std::ptr::addr_of!(rapi::R_CStackLimit) as usize,
+            std::ptr::addr_of!(rapi::R_CStackDir) as usize,
+        ],
         symbols,
     };
     Ok(status_value(crash::enable(facts)?))

@@ -35,6 +35,7 @@ mod unsupported {
         pub context_callflag: usize,
         pub context_call: usize,
         pub cstack: super::CStack,
+        pub cstack_vars: [usize; 3],
         pub symbols: crate::profile::rheap::Symbols,
     }
 

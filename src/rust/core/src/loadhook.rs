@@ -60,10 +60,37 @@ unsafe extern "C-unwind" fn dlclose_hook(handle: *mut libc::c_void) -> libc::c_i
     status
 }
 
+/// Keeps this library loaded for the rest of the process, once anything
+/// outside it points into it (GOT slots of other modules, signal handlers,
+/// a trampoline another thread may be running): R's
+/// `library.dynam.unload()` of winch then leaves the code in place, so a
+/// slot that could not be restored, or a handler someone chained to, never
+/// jumps into unmapped memory. (A later `dyn.load()` of the same path gets
+/// this copy back.)
+#[cfg(target_os = "linux")]
+pub fn pin_self() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: a zeroed Dl_info is a valid value for dladdr to fill.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        let here = pin_self as fn() as *const libc::c_void;
+        // SAFETY: `here` is an address in this library; dladdr only fills `info`.
+        if unsafe { libc::dladdr(here, &mut info) } != 0 && !info.dli_fname.is_null() {
+            // SAFETY: dli_fname names this loaded library; RTLD_NOLOAD only
+            // takes a reference to the loaded copy, RTLD_NODELETE keeps it.
+            unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE) };
+        }
+    });
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn pin_self() {}
+
 /// Adds a user; the first one points libR's `dlopen`/`dlclose` slots here.
 /// `interpreter_addr` is an address in libR.
 #[cfg(target_os = "linux")]
 pub fn acquire(user: u32, interpreter_addr: usize) {
+    pin_self();
     let mut patched = PATCHED.lock().unwrap_or_else(|e| e.into_inner());
     USERS.fetch_or(user, Ordering::AcqRel);
     if !patched.is_empty() || interpreter_addr == 0 {

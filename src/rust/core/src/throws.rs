@@ -444,9 +444,11 @@ static EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1
 
 /// Starts a new top-level epoch (R calls this after each top-level
 /// expression that completed): records from earlier epochs are never
-/// matched to an R error again.
+/// matched to an R error again. R's main thread, at top level.
 pub fn next_epoch() {
     EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    hook::reset_guard();
 }
 
 /// The current epoch.

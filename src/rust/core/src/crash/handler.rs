@@ -48,6 +48,10 @@ pub struct Facts {
     pub context_callflag: usize,
     pub context_call: usize,
     pub cstack: CStack,
+    /// Where R keeps them (`R_CStackStart`, `R_CStackLimit`, `R_CStackDir`;
+    /// 0: unknown): read when a signal comes, as R's handler does, since
+    /// code that embeds R or starts threads may change them later.
+    pub cstack_vars: [usize; 3],
     pub symbols: rheap::Symbols,
 }
 
@@ -196,10 +200,21 @@ fn prepare(interpreter_addr: usize) -> Box<Prepared> {
 }
 
 fn publish(p: Box<Prepared>, kept: &mut Kept) {
-    let old = PREPARED.swap(Box::into_raw(p), Ordering::AcqRel);
+    // Both this swap and the handler's `BUSY.swap` are SeqCst: a handler
+    // that sets BUSY after the load below reads the new tables, so the old
+    // ones are freed at once unless a handler is running now (then they
+    // wait for the next publish or for the report to be turned off).
+    let old = PREPARED.swap(Box::into_raw(p), Ordering::SeqCst);
+    let busy = BUSY.load(Ordering::SeqCst);
+    if !busy {
+        kept.retired.clear();
+    }
     if !old.is_null() {
-        // SAFETY: came from Box::into_raw; kept until the report is off.
-        kept.retired.push(unsafe { Box::from_raw(old) });
+        // SAFETY: came from Box::into_raw.
+        let old = unsafe { Box::from_raw(old) };
+        if busy {
+            kept.retired.push(old);
+        }
     }
 }
 
@@ -349,9 +364,9 @@ pub fn enable(f: Facts) -> Result<Status> {
     let mut guard = kept();
     // Outside the handler: decide once whether process_vm_readv works.
     crate::memory::available();
-    if FACTS.load(Ordering::Acquire).is_null() {
-        FACTS.store(Box::into_raw(Box::new(f)), Ordering::Release);
-    }
+    // The latest facts; earlier ones are leaked on purpose (a handler on
+    // another thread may still read them; a few hundred bytes per enable).
+    FACTS.store(Box::into_raw(Box::new(f)), Ordering::Release);
     if SCRATCH.load(Ordering::Acquire).is_null() {
         // SAFETY: all-zero bytes are valid for these plain arrays.
         let scratch: Box<Cell<Scratch>> = Box::new(Cell(UnsafeCell::new(unsafe { std::mem::zeroed() })));
@@ -365,6 +380,7 @@ pub fn enable(f: Facts) -> Result<Status> {
     }
     ENABLED.store(true, Ordering::Release);
     kept.skipped.clear();
+    crate::loadhook::pin_self();
     for (k, &sig) in SIGNALS.iter().enumerate() {
         if let Err(why) = take(k, f.interpreter_addr) {
             kept.skipped.push((sig, why));
@@ -524,6 +540,23 @@ fn write_all(bytes: &[u8]) {
     }
 }
 
+/// R's C stack as R's variables say now (plain reads: safe in a handler).
+fn live_cstack(f: &Facts) -> CStack {
+    let [start, limit, dir] = f.cstack_vars;
+    if start == 0 || limit == 0 || dir == 0 {
+        return f.cstack;
+    }
+    // SAFETY: addresses of libR's variables (uintptr_t, uintptr_t, int),
+    // mapped for as long as R runs.
+    unsafe {
+        CStack {
+            start: std::ptr::read_volatile(start as *const usize),
+            limit: std::ptr::read_volatile(limit as *const usize),
+            dir: std::ptr::read_volatile(dir as *const i32),
+        }
+    }
+}
+
 /// The signal handler.
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let saved = errno();
@@ -531,14 +564,15 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
     // SAFETY: the kernel passes a valid siginfo_t.
     let code = unsafe { (*info).si_code };
     let hardware = code > 0 && sig != libc::SIGABRT;
-    if !BUSY.swap(true, Ordering::AcqRel) {
+    if !BUSY.swap(true, Ordering::SeqCst) {
         let _ = std::panic::catch_unwind(|| {
             // SAFETY: as above; si_addr is valid for these signals.
             let addr = hardware.then(|| unsafe { (*info).si_addr() } as usize);
             let main = facts().is_some_and(|f| f.main_thread == thread_id());
             let overflow = main
                 && sig == libc::SIGSEGV
-                && addr.is_some_and(|a| facts().is_some_and(|f| super::is_c_stack_overflow(a, f.cstack)));
+                && addr
+                    .is_some_and(|a| facts().is_some_and(|f| super::is_c_stack_overflow(a, live_cstack(f))));
             if !overflow {
                 report(Header { signal: sig, address: addr, main_thread: main }, uc);
             }
@@ -567,7 +601,7 @@ fn report(header: Header, uc: *mut libc::c_void) {
     let mut out = Out::new(write_all);
     // SAFETY: non-null pointers here stay alive while the report is on.
     let (p, f, scratch) = unsafe {
-        (PREPARED.load(Ordering::Acquire).as_ref(), facts(), SCRATCH.load(Ordering::Acquire).as_ref())
+        (PREPARED.load(Ordering::SeqCst).as_ref(), facts(), SCRATCH.load(Ordering::Acquire).as_ref())
     };
     let (Some(p), Some(f), Some(scratch), false) = (p, f, scratch, uc.is_null()) else {
         out.text("\n*** winch: a fatal signal, but the crash report is not prepared\n");
@@ -661,5 +695,32 @@ fn describe<W: FnMut(&[u8])>(p: &Prepared, fr: &Frame, first: bool, out: &mut Ou
             out.text("+");
             out.short_hex(fr.ip.wrapping_sub(module.bias));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_c_stack_is_read_from_r_variables_when_a_signal_comes() {
+        static mut START: usize = 0x7000_0000;
+        static mut LIMIT: usize = 0x80_0000;
+        static mut DIR: i32 = 1;
+        let vars = [
+            std::ptr::addr_of!(START) as usize,
+            std::ptr::addr_of!(LIMIT) as usize,
+            std::ptr::addr_of!(DIR) as usize,
+        ];
+        let given = CStack { start: 1, limit: 2, dir: -1 };
+        let f = Facts { cstack: given, cstack_vars: vars, ..Facts::default() };
+        assert_eq!(live_cstack(&f), CStack { start: 0x7000_0000, limit: 0x80_0000, dir: 1 });
+        // Code that embeds R turns the check off later (limit -1): followed.
+        // SAFETY: only this test uses these statics.
+        unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!(LIMIT), usize::MAX) };
+        assert_eq!(live_cstack(&f).limit, usize::MAX);
+        // Without the variables' addresses: the values given when enabled.
+        let f = Facts { cstack: given, ..Facts::default() };
+        assert_eq!(live_cstack(&f), given);
     }
 }

@@ -82,6 +82,14 @@ static REAL: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 /// R's main thread (`pthread_t`), 0 while capture is off.
 static MAIN: AtomicUsize = AtomicUsize::new(0);
 static IN_HOOK: AtomicBool = AtomicBool::new(false);
+
+/// Clears the hook's re-entry guard. For R's main thread at top level,
+/// where no throw is being recorded: a fault inside the hook that R
+/// recovers from by a long jump (a C stack overflow) leaves it set, which
+/// would turn capture off for the rest of the session.
+pub fn reset_guard() {
+    IN_HOOK.store(false, Ordering::Release);
+}
 /// The module table of the walk (replaced when modules change).
 static TABLE: AtomicPtr<WalkTable> = AtomicPtr::new(std::ptr::null_mut());
 static TABLE_SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -480,6 +488,7 @@ pub fn install(facts: Facts) -> Result<Status> {
     let mut inst = Installed { active: true, facts, ..Installed::default() };
     publish_table(&mut inst, &map);
     MAIN.store(facts.main_thread, Ordering::Release);
+    crate::loadhook::pin_self();
     patch_new_modules(&mut inst, &map);
     *guard = Some(inst);
     drop(guard);
