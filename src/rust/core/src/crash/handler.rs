@@ -230,8 +230,16 @@ fn our_action() -> libc::sigaction {
         on_signal as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
     // SA_NODEFER: a signal re-sent from the handler is delivered at once.
     a.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
-    // SAFETY: sa_mask is a valid sigset_t to clear.
-    unsafe { libc::sigemptyset(&mut a.sa_mask) };
+    // Every other signal (a profiler's SIGPROF, SIGALRM, ...) waits until
+    // the report is written; the five reported ones stay open, so that one
+    // re-sent from the handler (or a fault inside it) is delivered at once.
+    // SAFETY: sa_mask is a valid sigset_t to fill and edit.
+    unsafe {
+        libc::sigfillset(&mut a.sa_mask);
+        for &sig in SIGNALS.iter() {
+            libc::sigdelset(&mut a.sa_mask, sig);
+        }
+    }
     a
 }
 
