@@ -263,23 +263,28 @@ impl Symbolizer {
         }
     }
 
-    /// Resolves the file-relative address `probe` in module `index` of `map`.
+    /// The id of module `index` of `map` (its files read on first use).
     /// When `map` is not the one seen last, modules no longer loaded are
     /// forgotten first.
-    pub fn resolve_in(&mut self, map: &ModuleMap, index: usize, probe: u64) -> Arc<[Resolved]> {
+    fn id_in(&mut self, map: &ModuleMap, index: usize) -> u32 {
         if map.serial() != self.map_seen {
             self.retain_loaded(map);
             self.map_seen = map.serial();
             self.by_index = vec![None; map.modules().len()];
         }
-        let id = match self.by_index[index] {
+        match self.by_index[index] {
             Some(id) => id,
             None => {
                 let id = self.ensure(map.module(index));
                 self.by_index[index] = Some(id);
                 id
             }
-        };
+        }
+    }
+
+    /// Resolves the file-relative address `probe` in module `index` of `map`.
+    pub fn resolve_in(&mut self, map: &ModuleMap, index: usize, probe: u64) -> Arc<[Resolved]> {
+        let id = self.id_in(map, index);
         if self.pending.contains(&id) {
             self.try_debuginfod(id, map.module(index));
         }
@@ -306,19 +311,7 @@ impl Symbolizer {
     /// The symbol table of module `index` of `map` (read on first use), as
     /// a copy that shares the names.
     pub fn symbol_table(&mut self, map: &ModuleMap, index: usize) -> crate::symbols::SymbolTable {
-        if map.serial() != self.map_seen {
-            self.retain_loaded(map);
-            self.map_seen = map.serial();
-            self.by_index = vec![None; map.modules().len()];
-        }
-        let id = match self.by_index[index] {
-            Some(id) => id,
-            None => {
-                let id = self.ensure(map.module(index));
-                self.by_index[index] = Some(id);
-                id
-            }
-        };
+        let id = self.id_in(map, index);
         self.infos[&id].symbols.clone()
     }
 
