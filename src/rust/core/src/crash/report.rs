@@ -148,7 +148,18 @@ pub fn write<W: FnMut(&[u8])>(
         out.text("*** native frames, innermost first (R's calls are not this thread's):\n");
     }
     let shown = ips.len().min(MAX_NATIVE);
-    let mut calls = 0;
+    // R calls from `k` on owned by frames up to `upto`; the first MAX_R
+    // calls are written, the others only counted (by `k`).
+    let mut r_calls = |k: &mut usize, upto: usize, out: &mut Out<W>| {
+        while *k < owners.len() && owners[*k] <= upto {
+            if *k < MAX_R {
+                out.text("        R  ");
+                label(*k, out);
+                out.text("\n");
+            }
+            *k += 1;
+        }
+    };
     let mut k = 0;
     for (i, &ip) in ips.iter().enumerate().take(shown) {
         out.text("  #");
@@ -164,15 +175,7 @@ pub fn write<W: FnMut(&[u8])>(
         out.text("  ");
         describe(i, out);
         out.text("\n");
-        while k < owners.len() && owners[k] <= i {
-            if calls < MAX_R {
-                out.text("        R  ");
-                label(k, out);
-                out.text("\n");
-            }
-            calls += 1;
-            k += 1;
-        }
+        r_calls(&mut k, i, out);
         out.flush();
     }
     if ips.len() > shown {
@@ -181,18 +184,10 @@ pub fn write<W: FnMut(&[u8])>(
         out.text(" more native frames not shown]\n");
     }
     // R calls owned by frames not shown (or when the walk found none).
-    while k < owners.len() {
-        if calls < MAX_R {
-            out.text("        R  ");
-            label(k, out);
-            out.text("\n");
-        }
-        calls += 1;
-        k += 1;
-    }
-    if calls > MAX_R {
+    r_calls(&mut k, usize::MAX, out);
+    if k > MAX_R {
         out.text("  [");
-        out.dec(calls - MAX_R);
+        out.dec(k - MAX_R);
         out.text(" more R calls not shown]\n");
     }
     if let Some(why) = stopped {
