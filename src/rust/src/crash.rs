@@ -8,7 +8,6 @@ use crate::value::RValue;
 use winch_core::crash::{self, CStack};
 use winch_core::error::{Error, Result};
 use winch_core::profile::rheap::Symbols;
-use winch_core::rcontext::Layout;
 
 fn status_value(s: crash::Status) -> RValue {
     let name = |sig: i32| crash::signal_name(sig).0.to_string();
@@ -32,10 +31,7 @@ pub fn rs_crash_set(enable: Arg) -> Result<RValue> {
     if !crash::supported() {
         return Err(Error::Unavailable("the crash report needs x86_64 Linux".into()));
     }
-    let version = rstate::r_version().ok_or_else(|| Error::Unavailable("R's version is not known".into()))?;
-    let layout = Layout::for_r(version).ok_or_else(|| {
-        Error::Unavailable(format!("R's context layout is unknown for R {}.{}", version.0, version.1))
-    })?;
+    let layout = rstate::context_layout()?;
     // SAFETY: reading exported variables and symbol pointers of libR (set
     // at start-up), on R's main thread.
     let (cstack, symbols) = unsafe {

@@ -4,7 +4,7 @@ use crate::rapi;
 use crate::rstate;
 use winch_core::error::{Error, Result};
 use winch_core::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
-use winch_core::rcontext::{self, Layout, LiveMemory, RContext};
+use winch_core::rcontext::{self, LiveMemory, RContext};
 use winch_core::trace::{self, NativeTrace};
 use winch_core::unwind::Backend;
 use winch_core::view::{self, Class};
@@ -39,6 +39,17 @@ impl Native {
             .map(|(f, c)| NFrame { lo: f.lo, foreign: c.is_code() })
             .collect()
     }
+
+    /// The stack as placement sees it, with `frames` from
+    /// [`Native::placement_frames`].
+    fn stack<'a>(&self, frames: &'a [NFrame]) -> NativeStack<'a> {
+        NativeStack {
+            frames,
+            stack_lo: self.stack_lo,
+            stack_hi: self.stack_hi,
+            truncated: self.trace.truncated.is_some(),
+        }
+    }
 }
 
 pub struct Joint {
@@ -59,12 +70,7 @@ pub fn capture(backend: Backend, frames: &[usize], calls: &[usize], use_contexts
     let nframes = native.placement_frames();
     let placed = if use_contexts {
         contexts(native.stack_lo, frames, calls).and_then(|ctx| {
-            let stack = NativeStack {
-                frames: &nframes,
-                stack_lo: native.stack_lo,
-                stack_hi: native.stack_hi,
-                truncated: native.trace.truncated.is_some(),
-            };
+            let stack = native.stack(&nframes);
             let range = (native.stack_lo, native.stack_hi);
             let at: Vec<RFrameAt> =
                 ctx.iter().map(|c| RFrameAt { ctx: c.addr, runner: c.runner(range) }).collect();
@@ -85,11 +91,7 @@ pub fn capture(backend: Backend, frames: &[usize], calls: &[usize], use_contexts
 fn read_chain(stack_lo: usize) -> Result<Vec<RContext>> {
     let always: Vec<(usize, usize)> = rstate::node_stack_range().into_iter().collect();
     let mem = LiveMemory::new(stack_lo, always, rstate::libr_data_ranges());
-    let version = rstate::r_version()
-        .ok_or_else(|| Error::Unavailable("R's version is not known (winch was not loaded by R)".into()))?;
-    let layout = Layout::for_r(version).ok_or_else(|| {
-        Error::Unavailable(format!("R's context layout is unknown for R {}.{}", version.0, version.1))
-    })?;
+    let layout = rstate::context_layout()?;
     rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)
 }
 
@@ -157,12 +159,7 @@ pub fn innermost_loop_owner(backend: Backend) -> Result<usize> {
     let native = native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
     let chain = read_chain(native.stack_lo)?;
     let nframes = native.placement_frames();
-    let stack = NativeStack {
-        frames: &nframes,
-        stack_lo: native.stack_lo,
-        stack_hi: native.stack_hi,
-        truncated: native.trace.truncated.is_some(),
-    };
+    let stack = native.stack(&nframes);
     let ctx = chain
         .iter()
         .find(|c| c.callflag == CTXT_LOOP && c.addr >= native.stack_lo && c.addr < native.stack_hi)
@@ -203,12 +200,7 @@ pub fn loop_slots(backend: Backend) -> Result<Vec<(usize, usize)>> {
     let native = native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
     let chain = read_chain(native.stack_lo)?;
     let nframes = native.placement_frames();
-    let stack = NativeStack {
-        frames: &nframes,
-        stack_lo: native.stack_lo,
-        stack_hi: native.stack_hi,
-        truncated: native.trace.truncated.is_some(),
-    };
+    let stack = native.stack(&nframes);
     let snap = winch_core::profile::walk::Snapshot::take(rstate::libr_addr());
     let frames = &native.trace.frames;
     let mut out = Vec::new();
@@ -247,12 +239,7 @@ pub fn chain_summary(backend: Backend) -> Result<Vec<ChainEntry>> {
     let chain = read_chain(native.stack_lo)?;
     let nframes = native.placement_frames();
     let first = native.classes.iter().position(|c| !c.capture).unwrap_or(0);
-    let stack = NativeStack {
-        frames: &nframes,
-        stack_lo: native.stack_lo,
-        stack_hi: native.stack_hi,
-        truncated: native.trace.truncated.is_some(),
-    };
+    let stack = native.stack(&nframes);
     let frame_of = |addr: usize| match interleave::owner(&stack, addr) {
         interleave::Owner::Frame(i) => i.checked_sub(first),
         _ => None,

@@ -14,7 +14,6 @@ use winch_core::profile::model::{Event, FrameKind, Function, Line, Location, Mod
 use winch_core::profile::rheap::{self, LiveHeap, Symbols};
 use winch_core::profile::sampler::{BcFacts, LineFacts, LoopStarts, RFacts, Ranges, Region};
 use winch_core::profile::session::{self, Clock, Running};
-use winch_core::rcontext::Layout;
 
 /// The running session, with what `stop` needs to know.
 struct Current {
@@ -51,10 +50,7 @@ fn facts(
     loop_symbols: Option<[usize; 3]>,
     file_symbols: Option<(usize, usize)>,
 ) -> Result<RFacts> {
-    let version = rstate::r_version().ok_or_else(|| Error::Unavailable("R's version is not known".into()))?;
-    let layout = Layout::for_r(version).ok_or_else(|| {
-        Error::Unavailable(format!("R's context layout is unknown for R {}.{}", version.0, version.1))
-    })?;
+    let layout = rstate::context_layout()?;
     let stack = winch_core::stack::thread_stack_bounds()
         .ok_or_else(|| Error::Unavailable("the bounds of R's stack are unknown".into()))?;
     let mut data = [(0, 0); 4];
@@ -318,7 +314,7 @@ pub fn rs_profile_sample_cost(n: Arg, thrash: Arg) -> Result<RValue> {
             *b = b.wrapping_add(k as u8);
         }
         std::hint::black_box(&junk);
-        let regs = registers();
+        let regs = winch_core::unwind::registers();
         let t0 = now();
         let out = winch_core::profile::sampler::sample(regs, 1, t0, now, &snap, &facts, &mut scratch, &ring);
         times.push(now() - t0);
@@ -332,25 +328,6 @@ pub fn rs_profile_sample_cost(n: Arg, thrash: Arg) -> Result<RValue> {
         ("p99_ns", q(0.99).into()),
         ("entries", (frames as i32).into()),
     ]))
-}
-
-/// (rip, rsp, rbp) of the calling code.
-#[inline(always)]
-fn registers() -> (usize, usize, usize) {
-    let (ip, sp, bp): (usize, usize, usize);
-    // SAFETY: reads three registers; touches no memory.
-    unsafe {
-        std::arch::asm!(
-            "lea {ip}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            ip = out(reg) ip,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nomem, nostack, preserves_flags),
-        );
-    }
-    (ip, sp, bp)
 }
 
 fn hex(x: u64) -> Option<String> {

@@ -3,8 +3,9 @@
 
 use crate::rapi;
 use std::sync::OnceLock;
+use winch_core::error::{Error, Result};
 use winch_core::modules::ModuleMap;
-use winch_core::rcontext::RVersion;
+use winch_core::rcontext::{Layout, RVersion};
 use winch_core::view::Known;
 
 static MAIN_THREAD: OnceLock<std::thread::ThreadId> = OnceLock::new();
@@ -50,6 +51,15 @@ pub fn set_r_version(v: RVersion) {
 /// The running R's version, once `.onLoad` has said it.
 pub fn r_version() -> Option<RVersion> {
     R_VERSION.get().copied()
+}
+
+/// The layout of R's context records for the running R.
+pub fn context_layout() -> Result<Layout> {
+    let version = r_version()
+        .ok_or_else(|| Error::Unavailable("R's version is not known (winch was not loaded by R)".into()))?;
+    Layout::for_r(version).ok_or_else(|| {
+        Error::Unavailable(format!("R's context layout is unknown for R {}.{}", version.0, version.1))
+    })
 }
 
 /// An address inside winch's own shared library.

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use winch_core::debuginfo::Resolved;
 use winch_core::error::{Error, Result};
 use winch_core::modules::ModuleMap;
-use winch_core::rcontext::Layout;
 use winch_core::throws::{self, Record, ThrowKind};
 use winch_core::trace::{NativeFrame, NativeTrace};
 use winch_core::unwind::{self, Backend};
@@ -44,10 +43,7 @@ pub fn rs_throws_set(enable: Arg) -> Result<RValue> {
     if !throws::supported() {
         return Err(Error::Unavailable("capturing throws needs x86_64 Linux".into()));
     }
-    let version = rstate::r_version().ok_or_else(|| Error::Unavailable("R's version is not known".into()))?;
-    let layout = Layout::for_r(version).ok_or_else(|| {
-        Error::Unavailable(format!("R's context layout is unknown for R {}.{}", version.0, version.1))
-    })?;
+    let layout = rstate::context_layout()?;
     let facts = throws::Facts {
         // SAFETY: pthread_self reads the thread pointer.
         main_thread: unsafe { libc::pthread_self() } as usize,

@@ -321,28 +321,9 @@ fn record_throw(exc: usize, rethrow: bool) {
     });
 }
 
-/// Registers of the calling code: (rip, rsp, rbp).
-#[inline(always)]
-fn registers() -> (usize, usize, usize) {
-    let (ip, sp, bp): (usize, usize, usize);
-    // SAFETY: reads three registers; touches no memory.
-    unsafe {
-        std::arch::asm!(
-            "lea {ip}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            ip = out(reg) ip,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nomem, nostack, preserves_flags),
-        );
-    }
-    (ip, sp, bp)
-}
-
 #[inline(never)]
 fn fill_frames(facts: &HookFacts, scratch: &mut Scratch, r: &mut Record) {
-    let (ip, sp, bp) = registers();
+    let (ip, sp, bp) = crate::unwind::registers();
     let (lo, hi) = facts.stack;
     // SAFETY: a non-null TABLE is alive until capture is removed, which
     // happens on this thread, never while it is in the hook.

@@ -97,28 +97,9 @@ impl State {
     }
 }
 
-/// Registers of the calling code: (rip, rsp, rbp).
-#[inline(always)]
-fn registers() -> (usize, usize, usize) {
-    let (ip, sp, bp): (usize, usize, usize);
-    // SAFETY: reads three registers; touches no memory.
-    unsafe {
-        std::arch::asm!(
-            "lea {ip}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            ip = out(reg) ip,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nomem, nostack, preserves_flags),
-        );
-    }
-    (ip, sp, bp)
-}
-
 #[inline(never)]
 pub(super) fn walk(out: &mut Vec<RawFrame>, max: usize, want_start: bool) -> StackEnd {
-    let (ip, sp, bp) = registers();
+    let (ip, sp, bp) = super::registers();
     let bp = Some(bp);
     // Off the thread's own stack (an alternate signal stack, a coroutine),
     // the bounds are unknown: let libgcc walk.

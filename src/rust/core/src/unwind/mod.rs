@@ -20,6 +20,27 @@ pub(crate) mod rules;
 
 use std::sync::OnceLock;
 
+/// Registers of the calling code, where a walk starts: (rip, rsp, rbp).
+/// Inlined, so that they are the caller's own.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn registers() -> (usize, usize, usize) {
+    let (ip, sp, bp): (usize, usize, usize);
+    // SAFETY: reads three registers; touches no memory.
+    unsafe {
+        std::arch::asm!(
+            "lea {ip}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            ip = out(reg) ip,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    (ip, sp, bp)
+}
+
 /// A stack unwinder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
