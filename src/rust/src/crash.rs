@@ -46,8 +46,7 @@ pub fn rs_crash_set(enable: Arg) -> Result<RValue> {
         )
     };
     let facts = crash::Facts {
-        // SAFETY: pthread_self reads the thread pointer.
-        main_thread: unsafe { libc::pthread_self() } as usize,
+        main_thread: rstate::pthread_id(),
         interpreter_addr: rstate::libr_addr(),
         global_context: std::ptr::addr_of!(rapi::R_GlobalContext) as usize,
         context_next: layout.next,

@@ -87,6 +87,14 @@ pub fn rs_error_of_kind(kind: Arg) -> Result<RValue> {
 
 /// This process's resource use so far (getrusage): times in seconds, the
 /// largest resident set in bytes, and counts.
+#[cfg(not(unix))]
+pub fn rs_resource_usage() -> Result<RValue> {
+    Err(Error::Unavailable("getrusage() is not available on this system".into()))
+}
+
+/// This process's resource use so far (getrusage): times in seconds, the
+/// largest resident set in bytes, and counts.
+#[cfg(unix)]
 pub fn rs_resource_usage() -> Result<RValue> {
     // SAFETY: getrusage fills `u`.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };

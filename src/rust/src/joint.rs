@@ -152,6 +152,7 @@ pub fn validate_chain(frames: &[usize], calls: &[usize]) -> Result<()> {
 /// The instruction pointer of the native frame that holds the innermost
 /// loop record on the C stack (an AST loop running now), as a return
 /// address.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(never)]
 pub fn innermost_loop_owner(backend: Backend) -> Result<usize> {
     const CTXT_LOOP: i32 = 3;
@@ -194,6 +195,7 @@ pub fn r_profiling(method: usize) -> Result<bool> {
 /// (`bcpc`) lies on the C stack: the start of the native function holding
 /// the slot (the interpreter loop) and how far below that frame's CFA the
 /// slot is.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(never)]
 pub fn loop_slots(backend: Backend) -> Result<Vec<(usize, usize)>> {
     let local = 0u8;

@@ -14,6 +14,10 @@ mod entries;
 mod entry;
 mod frames;
 mod joint;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod profile;
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+#[path = "profile_unsupported.rs"]
 mod profile;
 mod rapi;
 mod rstate;

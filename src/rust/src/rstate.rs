@@ -53,6 +53,16 @@ pub fn r_version() -> Option<RVersion> {
     R_VERSION.get().copied()
 }
 
+/// The calling thread's `pthread_t` (what the throw hook and the crash
+/// handler compare with R's main thread); 0 where there is none.
+pub fn pthread_id() -> usize {
+    #[cfg(unix)]
+    // SAFETY: pthread_self reads the thread pointer.
+    return unsafe { libc::pthread_self() } as usize;
+    #[cfg(not(unix))]
+    return 0;
+}
+
 /// The layout of R's context records for the running R.
 pub fn context_layout() -> Result<Layout> {
     let version = r_version()

@@ -19,32 +19,12 @@ pub mod report;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod handler;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub use handler::{disable, enable, handlers, rearm, refresh, status, Facts, Status};
+pub use handler::{disable, enable, handlers, rearm, refresh, status};
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 mod unsupported {
+    use super::{Facts, Status};
     use crate::error::{Error, Result};
-
-    /// What enabling needs to know (unused here).
-    #[derive(Clone, Copy, Debug, Default)]
-    pub struct Facts {
-        pub main_thread: usize,
-        pub interpreter_addr: usize,
-        pub global_context: usize,
-        pub context_next: usize,
-        pub context_callflag: usize,
-        pub context_call: usize,
-        pub cstack: super::CStack,
-        pub cstack_vars: [usize; 3],
-        pub symbols: crate::profile::rheap::Symbols,
-    }
-
-    #[derive(Clone, Debug, Default)]
-    pub struct Status {
-        pub enabled: bool,
-        pub signals: Vec<i32>,
-        pub skipped: Vec<(i32, String)>,
-    }
 
     pub fn enable(_facts: Facts) -> Result<Status> {
         Err(Error::Unavailable("the crash report needs x86_64 Linux".into()))
@@ -62,10 +42,47 @@ mod unsupported {
     }
 }
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-pub use unsupported::{disable, enable, handlers, rearm, refresh, status, Facts, Status};
+pub use unsupported::{disable, enable, handlers, rearm, refresh, status};
+
+#[cfg(unix)]
+use libc::SIGBUS;
+/// Windows has no SIGBUS (and no crash report): a value no signal has.
+#[cfg(not(unix))]
+const SIGBUS: i32 = -1;
 
 /// The signals reported, in this order everywhere.
-pub const SIGNALS: [i32; 5] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT];
+pub const SIGNALS: [i32; 5] = [libc::SIGSEGV, SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT];
+
+/// What enabling needs to know (from R, on its main thread).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Facts {
+    /// R's main thread (`pthread_self()` there).
+    pub main_thread: usize,
+    /// An address inside R's interpreter (libR, or the R executable).
+    pub interpreter_addr: usize,
+    /// The address of the variable `R_GlobalContext`.
+    pub global_context: usize,
+    /// Offsets in R's context record: `nextcontext`, `callflag`, `call`.
+    pub context_next: usize,
+    pub context_callflag: usize,
+    pub context_call: usize,
+    pub cstack: CStack,
+    /// Where R keeps them (`R_CStackStart`, `R_CStackLimit`, `R_CStackDir`;
+    /// 0: unknown): read when a signal comes, as R's handler does, since
+    /// code that embeds R or starts threads may change them later.
+    pub cstack_vars: [usize; 3],
+    pub symbols: crate::profile::rheap::Symbols,
+}
+
+/// What the report covers.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    pub enabled: bool,
+    /// The signals whose handler is the report's.
+    pub signals: Vec<i32>,
+    /// Signals left alone, and why.
+    pub skipped: Vec<(i32, String)>,
+}
 
 /// Whether this platform has the crash report.
 pub fn supported() -> bool {
@@ -76,7 +93,7 @@ pub fn supported() -> bool {
 pub fn signal_name(sig: i32) -> (&'static str, &'static str) {
     match sig {
         libc::SIGSEGV => ("SIGSEGV", "segmentation fault"),
-        libc::SIGBUS => ("SIGBUS", "bus error"),
+        SIGBUS => ("SIGBUS", "bus error"),
         libc::SIGILL => ("SIGILL", "illegal instruction"),
         libc::SIGFPE => ("SIGFPE", "arithmetic exception"),
         libc::SIGABRT => ("SIGABRT", "abort"),

@@ -306,6 +306,7 @@ pub fn find_slots(
 
 /// The protection of the page holding `addr` (`PROT_*` bits), from the
 /// text of `/proc/self/maps`.
+#[cfg(unix)]
 pub fn page_protection(maps: &str, addr: usize) -> Option<i32> {
     maps.lines().find_map(|line| {
         let mut f = line.split_ascii_whitespace();
@@ -401,6 +402,7 @@ pub struct Patched {
 
 /// The word at `addr`, read without risking a fault where the kernel
 /// allows.
+#[cfg(target_os = "linux")]
 fn read_word(module: &crate::modules::Module, addr: usize) -> Option<usize> {
     let mut b = [0u8; 8];
     LoadedMemory { module }.read(addr, &mut b).then(|| usize::from_ne_bytes(b))

@@ -7,7 +7,9 @@
 //! (they are loaded when its `dlopen` returns), or when the loader's
 //! counters are next checked.
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+#[cfg(target_os = "linux")]
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 /// Users.
@@ -15,11 +17,14 @@ pub const THROWS: u32 = 1;
 pub const CRASH: u32 = 2;
 
 static USERS: AtomicU32 = AtomicU32::new(0);
+#[cfg(target_os = "linux")]
 static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
+#[cfg(target_os = "linux")]
 static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
 static PATCHED: Mutex<Vec<crate::got::Patched>> = Mutex::new(Vec::new());
 
 /// Tells the users that modules changed. Never unwinds.
+#[cfg(target_os = "linux")]
 fn notify() {
     let users = USERS.load(Ordering::Acquire);
     // SAFETY: errno is thread-local; saved and restored around the work.
@@ -36,10 +41,13 @@ fn notify() {
     unsafe { *libc::__errno_location() = saved };
 }
 
+#[cfg(target_os = "linux")]
 type DlOpen = unsafe extern "C-unwind" fn(*const libc::c_char, libc::c_int) -> *mut libc::c_void;
+#[cfg(target_os = "linux")]
 type DlClose = unsafe extern "C-unwind" fn(*mut libc::c_void) -> libc::c_int;
 
 /// R's `dlopen`, then the users are told.
+#[cfg(target_os = "linux")]
 unsafe extern "C-unwind" fn dlopen_hook(file: *const libc::c_char, mode: libc::c_int) -> *mut libc::c_void {
     let real = REAL_DLOPEN.load(Ordering::Acquire);
     // SAFETY: `real` is the loader's dlopen (set before the slot pointed
@@ -52,6 +60,7 @@ unsafe extern "C-unwind" fn dlopen_hook(file: *const libc::c_char, mode: libc::c
 }
 
 /// R's `dlclose`, then the users are told.
+#[cfg(target_os = "linux")]
 unsafe extern "C-unwind" fn dlclose_hook(handle: *mut libc::c_void) -> libc::c_int {
     let real = REAL_DLCLOSE.load(Ordering::Acquire);
     // SAFETY: as for `dlopen_hook`.

@@ -26,6 +26,7 @@
 //! Only x86_64 Linux has the trampolines; elsewhere [`supported`] is false
 //! and nothing is patched.
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 use crate::unwind::rules::Rule;
 
 /// Records kept.
@@ -277,6 +278,7 @@ pub enum FrameClass {
     Other,
 }
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 /// How a walk ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WalkEnd {
@@ -295,6 +297,7 @@ pub(crate) enum WalkEnd {
 /// is met); `rule` gives the unwind rule at an address (`probe`: the ip,
 /// minus one for return addresses), `read` a word of the stack. Returns the
 /// number written and how the walk ended.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub(crate) fn walk(
     regs: crate::unwind::rules::Regs,
     read: impl Fn(usize) -> Option<usize>,
@@ -459,34 +462,45 @@ pub fn epoch() -> u64 {
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod hook;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub use hook::{install, installed, records, rescan, rescan_if_changed, status, uninstall, Facts, Status};
+pub use hook::{install, installed, records, rescan, rescan_if_changed, status, uninstall};
 
 /// Whether this platform has the throw hooks.
 pub fn supported() -> bool {
     cfg!(all(target_arch = "x86_64", target_os = "linux"))
 }
 
+/// What installing needs to know.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Facts {
+    /// R's main thread (`pthread_self()` there); the caller of `install`.
+    pub main_thread: usize,
+    /// An address inside R's interpreter (libR, or the R executable).
+    pub interpreter_addr: usize,
+    /// The address of the variable `R_GlobalContext`.
+    pub global_context: usize,
+    /// Offsets in R's context record.
+    pub context: ContextOffsets,
+    /// Hook winch's own module too (tests of the hook inside a test binary,
+    /// where winch's code and the code that panics share a module).
+    pub patch_own: bool,
+    /// The functions hooked slots lead to; None: libgcc's (tests run where
+    /// another unwinder provides them).
+    pub targets: Option<[usize; 2]>,
+}
+
+/// What capture covers.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    /// GOT slots pointing to the hooks.
+    pub slots: usize,
+    /// Modules with at least one such slot.
+    pub modules: usize,
+}
+
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 mod unsupported {
-    use super::Record;
+    use super::{Facts, Record, Status};
     use crate::error::{Error, Result};
-
-    /// What installing needs to know (unused here).
-    #[derive(Clone, Copy, Debug, Default)]
-    pub struct Facts {
-        pub main_thread: usize,
-        pub interpreter_addr: usize,
-        pub global_context: usize,
-        pub context: super::ContextOffsets,
-        pub patch_own: bool,
-        pub targets: Option<[usize; 2]>,
-    }
-
-    #[derive(Clone, Debug, Default)]
-    pub struct Status {
-        pub slots: usize,
-        pub modules: usize,
-    }
 
     pub fn install(_facts: Facts) -> Result<Status> {
         Err(Error::Unavailable("capturing throws needs x86_64 Linux".into()))
@@ -507,9 +521,7 @@ mod unsupported {
     }
 }
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-pub use unsupported::{
-    install, installed, records, rescan, rescan_if_changed, status, uninstall, Facts, Status,
-};
+pub use unsupported::{install, installed, records, rescan, rescan_if_changed, status, uninstall};
 
 #[cfg(test)]
 mod tests {

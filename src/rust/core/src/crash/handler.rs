@@ -24,7 +24,7 @@
 //! alone and its signal is not reported.
 
 use super::report::{self, Header, Out};
-use super::{CStack, SIGNALS};
+use super::{CStack, Facts, Status, SIGNALS};
 use crate::error::{Error, Result};
 use crate::modules::{self, ModuleMap};
 use crate::profile::rheap::{self, Heap};
@@ -33,37 +33,6 @@ use crate::symbols::SymbolTable;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::Mutex;
-
-/// What enabling needs to know (from R, on its main thread).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Facts {
-    /// R's main thread (`pthread_self()` there).
-    pub main_thread: usize,
-    /// An address inside R's interpreter (libR, or the R executable).
-    pub interpreter_addr: usize,
-    /// The address of the variable `R_GlobalContext`.
-    pub global_context: usize,
-    /// Offsets in R's context record: `nextcontext`, `callflag`, `call`.
-    pub context_next: usize,
-    pub context_callflag: usize,
-    pub context_call: usize,
-    pub cstack: CStack,
-    /// Where R keeps them (`R_CStackStart`, `R_CStackLimit`, `R_CStackDir`;
-    /// 0: unknown): read when a signal comes, as R's handler does, since
-    /// code that embeds R or starts threads may change them later.
-    pub cstack_vars: [usize; 3],
-    pub symbols: rheap::Symbols,
-}
-
-/// What the report covers.
-#[derive(Clone, Debug, Default)]
-pub struct Status {
-    pub enabled: bool,
-    /// The signals whose handler is the report's.
-    pub signals: Vec<i32>,
-    /// Signals left alone, and why.
-    pub skipped: Vec<(i32, String)>,
-}
 
 /// Frames walked at most (one more than shown, to say there are more).
 const WALK: usize = report::MAX_NATIVE + 1;

@@ -2,8 +2,11 @@
 //! stacks with their counts (memory grows with distinct stacks, not with
 //! samples), and how long the handler took.
 
-use super::sampler::{TRUNCATED_NATIVE, TRUNCATED_R};
 use std::collections::HashMap;
+
+/// Header flags of a sample (set by the sampler).
+pub const TRUNCATED_NATIVE: u64 = 1;
+pub const TRUNCATED_R: u64 = 2;
 
 /// Counts of one distinct stack.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

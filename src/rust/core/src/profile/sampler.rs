@@ -18,6 +18,7 @@
 //!   `POS | file label id << 32 | line`.
 
 use super::bcode::{self, BcSymbols, LoopPath, OpTable};
+use super::collect::{TRUNCATED_NATIVE, TRUNCATED_R};
 use super::labels::{self, Labels};
 use super::rheap::{self, Heap, LiveHeap, Symbols};
 use super::ring::Ring;
@@ -35,10 +36,6 @@ pub const POS: u64 = 3 << 62;
 pub const EXACT_IP: u64 = 1 << 60;
 /// The bits of a native entry that hold the ip.
 pub const IP_MASK: u64 = (1 << 56) - 1;
-
-/// Header flags.
-pub const TRUNCATED_NATIVE: u64 = 1;
-pub const TRUNCATED_R: u64 = 2;
 
 const CTXT_LOOP: i32 = 3;
 

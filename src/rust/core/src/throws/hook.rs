@@ -7,7 +7,7 @@
 //! the hook reads them through atomics. Other threads pass straight
 //! through, touching nothing but two atomics.
 
-use super::{enter, identify, walk, FrameClass, Record, Ring, WalkEnd, MAX_FRAMES};
+use super::{enter, identify, walk, Facts, FrameClass, Record, Ring, Status, WalkEnd, MAX_FRAMES};
 use crate::error::{Error, Result};
 use crate::got::{self, Patched, Wanted};
 use crate::modules::{self, ModuleMap};
@@ -93,34 +93,6 @@ pub fn reset_guard() {
 /// The module table of the walk (replaced when modules change).
 static TABLE: AtomicPtr<WalkTable> = AtomicPtr::new(std::ptr::null_mut());
 static TABLE_SERIAL: AtomicU64 = AtomicU64::new(1);
-
-/// What installing needs to know.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Facts {
-    /// R's main thread (`pthread_self()` there); the caller of `install`.
-    pub main_thread: usize,
-    /// An address inside R's interpreter (libR, or the R executable).
-    pub interpreter_addr: usize,
-    /// The address of the variable `R_GlobalContext`.
-    pub global_context: usize,
-    /// Offsets in R's context record.
-    pub context: super::ContextOffsets,
-    /// Hook winch's own module too (tests of the hook inside a test binary,
-    /// where winch's code and the code that panics share a module).
-    pub patch_own: bool,
-    /// The functions hooked slots lead to; None: libgcc's (tests run where
-    /// another unwinder provides them).
-    pub targets: Option<[usize; 2]>,
-}
-
-/// What capture covers.
-#[derive(Clone, Debug, Default)]
-pub struct Status {
-    /// GOT slots pointing to the hooks.
-    pub slots: usize,
-    /// Modules with at least one such slot.
-    pub modules: usize,
-}
 
 /// What the hook uses on R's main thread; allocated once, never freed.
 struct Shared {

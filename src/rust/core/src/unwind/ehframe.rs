@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::modules::Module;
 
 pub(crate) type Slice = gimli::EndianArcSlice<LittleEndian>;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 /// Unwind tables read where the loader mapped them.
 pub(crate) type InPlace = gimli::EndianSlice<'static, LittleEndian>;
 
@@ -78,6 +79,7 @@ impl<R: gimli::Reader<Offset = usize>> EhTables<R> {
     }
 }
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 /// A module's unwind tables read in place: `.eh_frame_hdr` at `hdr_addr`
 /// (`hdr_len` bytes) and the `.eh_frame` it points to, up to the end of the
 /// readable segment holding it (`segment_end` of its address); `text` is the

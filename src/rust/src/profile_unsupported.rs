@@ -1,0 +1,64 @@
+//! The profiler's entry points where the sampler does not exist (it needs
+//! x86_64 Linux): nothing runs, starting says why, R's own profiler can
+//! still be detected.
+
+use crate::args::Arg;
+use crate::joint;
+use crate::value::RValue;
+use winch_core::error::{Error, Result};
+
+fn unavailable() -> Result<RValue> {
+    Err(Error::Unavailable("the profiler needs x86_64 Linux".into()))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn rs_profile_start(
+    _interval: Arg,
+    _event: Arg,
+    _loops: Arg,
+    _region: Arg,
+    _lines: Arg,
+    _symbols: Arg,
+    _frames: Arg,
+    _calls: Arg,
+    _probes: Arg,
+    _expected: Arg,
+) -> Result<RValue> {
+    unavailable()
+}
+
+pub fn rs_profile_active() -> Result<RValue> {
+    Ok(false.into())
+}
+
+pub fn rs_profile_stop() -> Result<RValue> {
+    unavailable()
+}
+
+pub fn rs_profile_learn_loop(_kind: Arg) -> Result<RValue> {
+    unavailable()
+}
+
+pub fn rs_profile_learn_bc(_opcodes: Arg) -> Result<RValue> {
+    unavailable()
+}
+
+pub fn rs_rprof_running(method: Arg) -> Result<RValue> {
+    let addrs = method.element_addrs()?;
+    let [fun] = addrs.as_slice() else {
+        return Err(Error::BadArgument("`method` must be a list of one function".into()));
+    };
+    Ok(joint::r_profiling(*fun)?.into())
+}
+
+pub fn rs_profile_loops_known() -> Result<RValue> {
+    Ok(false.into())
+}
+
+pub fn rs_profile_sample_cost(_n: Arg, _thrash: Arg) -> Result<RValue> {
+    unavailable()
+}
+
+pub fn rs_profile_write(_parts: Arg, _path: Arg, _format: Arg, _lines: Arg) -> Result<RValue> {
+    unavailable()
+}
