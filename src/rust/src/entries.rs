@@ -19,7 +19,7 @@ pub use crate::throws::{rs_last_throw, rs_throws_set, rs_throws_status, rs_throw
 
 pub use crate::profile::{
     rs_profile_active, rs_profile_learn_bc, rs_profile_learn_loop, rs_profile_loops_known,
-    rs_profile_sample_cost, rs_profile_start, rs_profile_stop, rs_profile_write, rs_rprof_running,
+    rs_profile_sample_cost, rs_profile_start, rs_profile_stop, rs_profile_write,
 };
 
 fn backend(x: Arg) -> Result<Backend> {
@@ -447,4 +447,14 @@ impl winch_core::debuginfod::Fetcher for NoFetcher {
     fn fetch(&mut self, _: &[u8], _: std::time::Duration) -> winch_core::debuginfod::Fetched {
         winch_core::debuginfod::Fetched::Missing("not supported here".into())
     }
+}
+
+/// Whether R's `Rprof()` is running; called from the `Ops` method `method`
+/// (see `crate::joint::r_profiling`).
+pub fn rs_rprof_running(method: Arg) -> Result<RValue> {
+    let addrs = method.element_addrs()?;
+    let [fun] = addrs.as_slice() else {
+        return Err(Error::BadArgument("`method` must be a list of one function".into()));
+    };
+    Ok(crate::joint::r_profiling(*fun)?.into())
 }

@@ -264,16 +264,6 @@ pub fn rs_profile_learn_bc(opcodes: Arg) -> Result<RValue> {
     Ok(true.into())
 }
 
-/// Whether R's `Rprof()` is running; called from the `Ops` method `method`
-/// (see `joint::r_profiling`).
-pub fn rs_rprof_running(method: Arg) -> Result<RValue> {
-    let addrs = method.element_addrs()?;
-    let [fun] = addrs.as_slice() else {
-        return Err(Error::BadArgument("`method` must be a list of one function".into()));
-    };
-    Ok(joint::r_profiling(*fun)?.into())
-}
-
 /// Whether AST loops can be named by kind.
 pub fn rs_profile_loops_known() -> Result<RValue> {
     let known = LOOPS.lock().unwrap_or_else(|e| e.into_inner()).is_some()

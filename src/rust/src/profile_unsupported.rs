@@ -1,9 +1,7 @@
 //! The profiler's entry points where the sampler does not exist (it needs
-//! x86_64 Linux): nothing runs, starting says why, R's own profiler can
-//! still be detected.
+//! x86_64 Linux): nothing runs, and starting says why.
 
 use crate::args::Arg;
-use crate::joint;
 use crate::value::RValue;
 use winch_core::error::{Error, Result};
 
@@ -41,14 +39,6 @@ pub fn rs_profile_learn_loop(_kind: Arg) -> Result<RValue> {
 
 pub fn rs_profile_learn_bc(_opcodes: Arg) -> Result<RValue> {
     unavailable()
-}
-
-pub fn rs_rprof_running(method: Arg) -> Result<RValue> {
-    let addrs = method.element_addrs()?;
-    let [fun] = addrs.as_slice() else {
-        return Err(Error::BadArgument("`method` must be a list of one function".into()));
-    };
-    Ok(joint::r_profiling(*fun)?.into())
 }
 
 pub fn rs_profile_loops_known() -> Result<RValue> {
