@@ -7,7 +7,6 @@ use crate::rstate;
 use crate::value::RValue;
 use winch_core::crash::{self, CStack};
 use winch_core::error::{Error, Result};
-use winch_core::profile::rheap::Symbols;
 
 fn status_value(s: crash::Status) -> RValue {
     let name = |sig: i32| crash::signal_name(sig).0.to_string();
@@ -31,35 +30,12 @@ pub fn rs_crash_set(enable: Arg) -> Result<RValue> {
     if !crash::supported() {
         return Err(Error::Unavailable("the crash report needs x86_64 Linux".into()));
     }
-    let layout = rstate::context_layout()?;
-    // SAFETY: reading exported variables and symbol pointers of libR (set
-    // at start-up), on R's main thread.
-    let (cstack, symbols) = unsafe {
-        (
-            CStack { start: rapi::R_CStackStart, limit: rapi::R_CStackLimit, dir: rapi::R_CStackDir },
-            Symbols {
-                double_colon: rapi::R_DoubleColonSymbol as usize,
-                triple_colon: rapi::R_TripleColonSymbol as usize,
-                dollar: rapi::R_DollarSymbol as usize,
-                bracket2: rapi::R_Bracket2Symbol as usize,
-            },
-        )
-    };
-    let facts = crash::Facts {
-        main_thread: rstate::pthread_id(),
-        interpreter_addr: rstate::libr_addr(),
-        global_context: std::ptr::addr_of!(rapi::R_GlobalContext) as usize,
-        context_next: layout.next,
-        context_callflag: layout.callflag,
-        context_call: layout.call,
-        cstack,
-        cstack_vars: [
-            std::ptr::addr_of!(rapi::R_CStackStart) as usize,
-            std::ptr::addr_of!(rapi::R_CStackLimit) as usize,
-            std::ptr::addr_of!(rapi::R_CStackDir) as usize,
-        ],
-        symbols,
-    };
+    let r = rstate::facts()?;
+    // SAFETY: reading exported variables of libR (set at start-up), on R's
+    // main thread.
+    let cstack =
+        unsafe { CStack { start: rapi::R_CStackStart, limit: rapi::R_CStackLimit, dir: rapi::R_CStackDir } };
+    let facts = crash::Facts::from_r(r, cstack);
     Ok(status_value(crash::enable(facts)?))
 }
 

@@ -4,11 +4,11 @@
 
 use crate::args::Arg;
 use crate::frames::FrameTable;
-use crate::joint;
 use crate::rstate;
 use crate::value::RValue;
 use std::path::PathBuf;
 use winch_core::error::{Error, Result};
+use winch_core::joint;
 use winch_core::symbolizer;
 use winch_core::trace;
 use winch_core::unwind::Backend;
@@ -136,7 +136,8 @@ pub fn rs_trace_back(backend_arg: Arg, libr: Arg) -> Result<RValue> {
     require_main_thread()?;
     let (backend, libr) = (backend(backend_arg)?, libr.flag()?);
     let local = 0u8;
-    let native = joint::native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
+    let native =
+        joint::native(backend, std::hint::black_box(&local) as *const u8 as usize, rstate::known_modules)?;
     let shown = view::select(&native.classes, View::TraceBack { libr });
     let resolved = native.trace.symbolize_some(&shown);
     let mut table = FrameTable::new(&native.trace, &shown, &resolved, &native.classes, None);
@@ -154,7 +155,7 @@ pub fn rs_joint(backend_arg: Arg, frames: Arg, calls: Arg, libr: Arg, use_contex
     let backend = backend(backend_arg)?;
     let (frames, calls) = (frames.element_addrs()?, calls.element_addrs()?);
     let (libr, use_contexts) = (libr.flag()?, use_contexts.flag()?);
-    let j = joint::capture(backend, &frames, &calls, use_contexts)?;
+    let j = joint::capture(rstate::facts()?, backend, &frames, &calls, use_contexts)?;
     let n = &j.native;
     let shown = view::select(&n.classes, View::Joint { libr });
     let resolved = n.trace.symbolize_some(&shown);
@@ -238,7 +239,7 @@ pub fn rs_splice_calls(n: Arg, r_frame: Arg) -> Result<RValue> {
 /// the native frames that own it and its runner (a diagnostic).
 pub fn rs_context_chain(backend_arg: Arg) -> Result<RValue> {
     require_main_thread()?;
-    let chain = joint::chain_summary(backend(backend_arg)?)?;
+    let chain = joint::chain_summary(rstate::facts()?, backend(backend_arg)?)?;
     let frame = |f: Option<usize>| f.map(|i| i as i32 + 1);
     Ok(RValue::List(vec![
         ("callflag", RValue::Int(chain.iter().map(|c| Some(c.callflag)).collect())),
@@ -450,11 +451,11 @@ impl winch_core::debuginfod::Fetcher for NoFetcher {
 }
 
 /// Whether R's `Rprof()` is running; called from the `Ops` method `method`
-/// (see `crate::joint::r_profiling`).
+/// (see `winch_core::joint::r_profiling`).
 pub fn rs_rprof_running(method: Arg) -> Result<RValue> {
     let addrs = method.element_addrs()?;
     let [fun] = addrs.as_slice() else {
         return Err(Error::BadArgument("`method` must be a list of one function".into()));
     };
-    Ok(crate::joint::r_profiling(*fun)?.into())
+    Ok(joint::r_profiling(rstate::facts()?, *fun)?.into())
 }

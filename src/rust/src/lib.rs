@@ -13,7 +13,6 @@ mod crash;
 mod entries;
 mod entry;
 mod frames;
-mod joint;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod profile;
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]

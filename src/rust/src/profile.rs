@@ -2,18 +2,18 @@
 //! profile (from its R form) in Rprof's format or as pprof.
 
 use crate::args::Arg;
-use crate::joint;
-use crate::rapi;
 use crate::rstate;
 use crate::value::RValue;
 use std::sync::{Mutex, OnceLock};
 use winch_core::error::{Error, Result};
-use winch_core::profile::bcode::{BcSymbols, OpTable};
+use winch_core::joint;
+use winch_core::memory::Objects;
 use winch_core::profile::build::{self, Stats};
 use winch_core::profile::model::{Event, FrameKind, Function, Line, Location, Module, Profile, Stack};
-use winch_core::profile::rheap::{self, LiveHeap, Symbols};
-use winch_core::profile::sampler::{BcFacts, LineFacts, LoopStarts, RFacts, Ranges, Region};
+use winch_core::profile::sampler::{BcFacts, LineFacts, LoopStarts, RFacts, Region};
 use winch_core::profile::session::{self, Clock, Running};
+use winch_core::r::bcode::{BcSymbols, OpTable};
+use winch_core::r::heap as rheap;
 
 /// The running session, with what `stop` needs to know.
 struct Current {
@@ -31,18 +31,6 @@ static BC_FRAMES: Mutex<Option<[(usize, usize); 2]>> = Mutex::new(None);
 /// for the life of the process).
 static OPS: OnceLock<OpTable> = OnceLock::new();
 
-fn symbols() -> Symbols {
-    // SAFETY: reading exported symbol pointers of libR (set at start-up).
-    unsafe {
-        Symbols {
-            double_colon: rapi::R_DoubleColonSymbol as usize,
-            triple_colon: rapi::R_TripleColonSymbol as usize,
-            dollar: rapi::R_DollarSymbol as usize,
-            bracket2: rapi::R_Bracket2Symbol as usize,
-        }
-    }
-}
-
 /// What the handler needs to know about R.
 fn facts(
     with_loops: bool,
@@ -50,38 +38,22 @@ fn facts(
     loop_symbols: Option<[usize; 3]>,
     file_symbols: Option<(usize, usize)>,
 ) -> Result<RFacts> {
-    let layout = rstate::context_layout()?;
+    let base = *rstate::facts()?;
     let stack = winch_core::stack::thread_stack_bounds()
         .ok_or_else(|| Error::Unavailable("the bounds of R's stack are unknown".into()))?;
-    let mut data = [(0, 0); 4];
-    for (slot, range) in data.iter_mut().zip(rstate::libr_data_ranges()) {
-        *slot = range;
-    }
     Ok(RFacts {
-        layout,
-        global_context: std::ptr::addr_of!(rapi::R_GlobalContext) as usize,
-        ranges: Ranges { stack, node_stack: rstate::node_stack_range().unwrap_or((0, 0)), data },
-        symbols: symbols(),
+        base,
+        ranges: base.ranges(stack),
         loops: *LOOPS.lock().unwrap_or_else(|e| e.into_inner()),
         bc: match (loop_symbols, *BC_FRAMES.lock().unwrap_or_else(|e| e.into_inner())) {
             (Some([for_, while_, repeat]), Some(loop_frames)) => Some(BcFacts {
-                // SAFETY: reading an exported symbol pointer of libR.
-                syms: BcSymbols { for_, while_, repeat, class: unsafe { rapi::R_ClassSymbol } as usize },
+                syms: BcSymbols { for_, while_, repeat, class: base.class_symbol },
                 loop_frames,
                 ops: OPS.get(),
             }),
             _ => None,
         },
-        // SAFETY: reading exported variables of libR (set at start-up).
-        lines: file_symbols.map(|(srcfile_sym, filename_sym)| unsafe {
-            LineFacts {
-                srcref_var: std::ptr::addr_of!(rapi::R_Srcref) as usize,
-                in_bc: rapi::R_InBCInterpreter as usize,
-                nil: rapi::R_NilValue as usize,
-                srcfile_sym,
-                filename_sym,
-            }
-        }),
+        lines: file_symbols.map(|(srcfile_sym, filename_sym)| LineFacts { srcfile_sym, filename_sym }),
         with_loops,
         region,
     })
@@ -92,17 +64,17 @@ fn facts(
 /// of R objects against labels R computed (`probes`: calls, `expected`:
 /// their labels as `Rprof()` writes them).
 fn check(frames: &Arg, calls: &Arg, probes: &Arg, expected: &Arg) -> Result<()> {
-    joint::validate_chain(&frames.element_addrs()?, &calls.element_addrs()?)?;
+    joint::validate_chain(rstate::facts()?, &frames.element_addrs()?, &calls.element_addrs()?)?;
     let probes = probes.element_addrs()?;
     let expected = expected.strings()?;
-    let syms = symbols();
+    let syms = rstate::facts()?.symbols;
     for (call, want) in probes.iter().zip(&expected) {
         let mut buf = rheap::Buf::default();
-        let head = match rheap::call_head(&LiveHeap, *call) {
+        let head = match rheap::call_head(&Objects, *call) {
             Some(rheap::Head::Symbol(s)) | Some(rheap::Head::Other(s)) => s,
             None => return Err(Error::Inconsistent("a probe call could not be read".into())),
         };
-        rheap::label(&LiveHeap, &syms, head, &mut buf);
+        rheap::label(&Objects, &syms, head, &mut buf);
         if Some(String::from_utf8_lossy(buf.as_bytes()).as_ref()) != want.as_deref() {
             return Err(Error::Inconsistent(format!(
                 "R objects are laid out differently than winch expects (label {:?}, expected {:?})",
@@ -205,8 +177,8 @@ pub fn rs_profile_learn_loop(kind: Arg) -> Result<RValue> {
     };
     let backend = winch_core::unwind::Backend::best()
         .ok_or_else(|| Error::Unavailable("no unwinding backend works here".into()))?;
-    let ip = joint::innermost_loop_owner(backend)?;
-    let snap = winch_core::profile::walk::Snapshot::take(rstate::libr_addr());
+    let ip = joint::innermost_loop_owner(rstate::facts()?, backend)?;
+    let snap = winch_core::unwind::walk::Snapshot::take(rstate::libr_addr());
     let start = snap
         .function_start(ip - 1)
         .ok_or_else(|| Error::Inconsistent("a loop's frame has no unwind information".into()))?;
@@ -236,13 +208,13 @@ pub fn rs_profile_learn_bc(opcodes: Arg) -> Result<RValue> {
             return Err(Error::BadArgument("`opcodes` must be a list of four".into()));
         };
         let argc: Vec<i32> = argc.ints()?.into_iter().map(|a| a.unwrap_or(-1)).collect();
-        let table = OpTable::learn(&LiveHeap, body, &argc, goto.int()?, stepfor.int()?)
+        let table = OpTable::learn(&Objects, body, &argc, goto.int()?, stepfor.int()?)
             .ok_or_else(|| Error::Inconsistent("R's byte code is not laid out as winch expects".into()))?;
         let _ = OPS.set(table);
     }
     let backend = winch_core::unwind::Backend::best()
         .ok_or_else(|| Error::Unavailable("no unwinding backend works here".into()))?;
-    let seen = joint::loop_slots(backend)?;
+    let seen = joint::loop_slots(rstate::facts()?, backend)?;
     let mut learnt: Vec<(usize, usize)> = Vec::new();
     for (start, offset) in seen {
         match learnt.iter().find(|(s, _)| *s == start) {
@@ -283,7 +255,7 @@ pub fn rs_profile_sample_cost(n: Arg, thrash: Arg) -> Result<RValue> {
     }
     let n = n.int()?.clamp(1, 1_000_000) as usize;
     let facts = facts(true, Region::All, None, None)?;
-    let snap = winch_core::profile::walk::Snapshot::take(rstate::libr_addr());
+    let snap = winch_core::unwind::walk::Snapshot::take(rstate::libr_addr());
     let mut scratch = winch_core::profile::sampler::Scratch::default();
     let ring = winch_core::profile::ring::Ring::new(1 << 16);
     let mut buf = Vec::new();

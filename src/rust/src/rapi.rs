@@ -16,7 +16,6 @@ pub const INTSXP: c_int = 13;
 pub const REALSXP: c_int = 14;
 pub const STRSXP: c_int = 16;
 pub const VECSXP: c_int = 19;
-pub const LANGSXP: c_int = 6;
 pub const EXTPTRSXP: c_int = 22;
 pub const CE_UTF8: c_int = 1;
 
@@ -50,7 +49,6 @@ extern "C" {
     // Reading objects.
     pub fn TYPEOF(x: Sexp) -> c_int;
     pub fn Rf_xlength(x: Sexp) -> isize;
-    pub fn CAR(x: Sexp) -> Sexp;
     pub fn R_ExternalPtrAddr(x: Sexp) -> *mut c_void;
     pub fn STRING_ELT(x: Sexp, i: isize) -> Sexp;
     pub fn VECTOR_ELT(x: Sexp, i: isize) -> Sexp;

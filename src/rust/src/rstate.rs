@@ -1,16 +1,19 @@
-//! Facts about the running R process: its main thread and version, its
-//! context chain head, R's node stack, and which modules are R and winch.
+//! Facts about the running R process, gathered once from R's API when
+//! winch loads into one [`Facts`] value (see `winch_core::r`), and which
+//! modules are R and winch.
 
 use crate::rapi;
 use std::sync::OnceLock;
 use winch_core::error::{Error, Result};
 use winch_core::modules::ModuleMap;
-use winch_core::rcontext::{Layout, RVersion};
+use winch_core::r::heap::Symbols;
+use winch_core::r::layout::{Layout, RVersion};
+use winch_core::r::Facts;
 use winch_core::view::Known;
 
 static MAIN_THREAD: OnceLock<std::thread::ThreadId> = OnceLock::new();
 static R_VERSION: OnceLock<RVersion> = OnceLock::new();
-static NODE_STACK: OnceLock<Option<(usize, usize)>> = OnceLock::new();
+static FACTS: OnceLock<Facts> = OnceLock::new();
 
 thread_local! {
     static LAST_PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
@@ -43,9 +46,56 @@ pub fn on_main_thread() -> bool {
     MAIN_THREAD.get() == Some(&std::thread::current().id())
 }
 
-/// Records the running R's version (from `.onLoad`).
+/// Records the running R's version and gathers the facts about it (from
+/// `.onLoad`, on R's main thread).
 pub fn set_r_version(v: RVersion) {
     let _ = R_VERSION.set(v);
+    if let Some(layout) = Layout::for_r(v) {
+        let _ = FACTS.set(gather(v, layout));
+    }
+}
+
+/// The facts about the running R, gathered once.
+fn gather(version: RVersion, layout: Layout) -> Facts {
+    // SAFETY: reading exported variables and symbol pointers of libR, set at
+    // start-up, on R's main thread; addresses of variables are only taken.
+    unsafe {
+        Facts {
+            version,
+            layout,
+            main_thread: pthread_id(),
+            interpreter_addr: libr_addr(),
+            own_addr: self_addr(),
+            global_context: std::ptr::addr_of!(rapi::R_GlobalContext) as usize,
+            cstack_vars: [
+                std::ptr::addr_of!(rapi::R_CStackStart) as usize,
+                std::ptr::addr_of!(rapi::R_CStackLimit) as usize,
+                std::ptr::addr_of!(rapi::R_CStackDir) as usize,
+            ],
+            node_stack: node_stack_range(),
+            data: Facts::pack_data(libr_data_ranges()),
+            symbols: Symbols {
+                double_colon: rapi::R_DoubleColonSymbol as usize,
+                triple_colon: rapi::R_TripleColonSymbol as usize,
+                dollar: rapi::R_DollarSymbol as usize,
+                bracket2: rapi::R_Bracket2Symbol as usize,
+            },
+            nil: rapi::R_NilValue as usize,
+            srcref_var: std::ptr::addr_of!(rapi::R_Srcref) as usize,
+            in_bc: rapi::R_InBCInterpreter as usize,
+            class_symbol: rapi::R_ClassSymbol as usize,
+        }
+    }
+}
+
+/// The facts about the running R, or why they are not known.
+pub fn facts() -> Result<&'static Facts> {
+    match FACTS.get() {
+        Some(f) => Ok(f),
+        None => context_layout().and_then(|_| {
+            Err(Error::Unavailable("the facts about R were not gathered (winch was not loaded by R)".into()))
+        }),
+    }
 }
 
 /// The running R's version, once `.onLoad` has said it.
@@ -64,7 +114,7 @@ pub fn pthread_id() -> usize {
 }
 
 /// The layout of R's context records for the running R.
-pub fn context_layout() -> Result<Layout> {
+fn context_layout() -> Result<Layout> {
     let version = r_version()
         .ok_or_else(|| Error::Unavailable("R's version is not known (winch was not loaded by R)".into()))?;
     Layout::for_r(version).ok_or_else(|| {
@@ -87,29 +137,21 @@ pub fn known_modules(map: &ModuleMap) -> Known {
     Known { own: map.module_of(self_addr()), interpreter: map.module_of(libr_addr()) }
 }
 
-/// The current innermost R context.
-pub fn global_context() -> usize {
-    // SAFETY: reading an exported pointer variable of libR on its own thread.
-    unsafe { std::ptr::read_volatile(std::ptr::addr_of!(rapi::R_GlobalContext)) as usize }
-}
-
 /// The memory that holds R's node stack, `[start, end)`: the mapping that
 /// holds its last element, up to its end. R allocates the node stack once at
 /// start-up and never frees it, so this stays readable.
-pub fn node_stack_range() -> Option<(usize, usize)> {
-    *NODE_STACK.get_or_init(|| {
-        // SAFETY: reading an exported pointer variable of libR, set at start-up.
-        let end = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(rapi::R_BCNodeStackEnd)) } as usize;
-        if end == 0 {
-            return None;
-        }
-        let (start, map_end) = winch_core::memory::mapping_containing(end - 1)?;
-        (end <= map_end).then_some((start, end))
-    })
+fn node_stack_range() -> Option<(usize, usize)> {
+    // SAFETY: reading an exported pointer variable of libR, set at start-up.
+    let end = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(rapi::R_BCNodeStackEnd)) } as usize;
+    if end == 0 {
+        return None;
+    }
+    let (start, map_end) = winch_core::memory::mapping_containing(end - 1)?;
+    (end <= map_end).then_some((start, end))
 }
 
 /// Writable data of R's library (where R keeps its top-level context).
-pub fn libr_data_ranges() -> Vec<(usize, usize)> {
+fn libr_data_ranges() -> Vec<(usize, usize)> {
     let map = winch_core::modules::current();
     match map.module_of(libr_addr()) {
         Some(m) => {

@@ -3,13 +3,12 @@
 
 use crate::args::Arg;
 use crate::frames::FrameTable;
-use crate::joint::{self, Joint};
-use crate::rapi;
 use crate::rstate;
 use crate::value::RValue;
 use std::sync::Arc;
 use winch_core::debuginfo::Resolved;
 use winch_core::error::{Error, Result};
+use winch_core::joint::{self, Joint};
 use winch_core::modules::ModuleMap;
 use winch_core::throws::{self, Record, ThrowKind};
 use winch_core::trace::{NativeFrame, NativeTrace};
@@ -43,19 +42,7 @@ pub fn rs_throws_set(enable: Arg) -> Result<RValue> {
     if !throws::supported() {
         return Err(Error::Unavailable("capturing throws needs x86_64 Linux".into()));
     }
-    let layout = rstate::context_layout()?;
-    let facts = throws::Facts {
-        main_thread: rstate::pthread_id(),
-        interpreter_addr: rstate::libr_addr(),
-        global_context: std::ptr::addr_of!(rapi::R_GlobalContext) as usize,
-        context: throws::ContextOffsets {
-            next: layout.next,
-            callflag: layout.callflag,
-            cloenv: layout.cloenv,
-        },
-        patch_own: false,
-        targets: None,
-    };
+    let facts = throws::Facts::from_r(rstate::facts()?);
     let s = throws::install(facts)?;
     Ok(status_value(true, s.slots, s.modules))
 }
@@ -259,7 +246,7 @@ pub fn branch(j: &Joint) -> Option<Branch> {
         let Some(catch) = throws::find_catch(r.frames(), &current, |a, b| same_function(t, a, b)) else {
             continue;
         };
-        if !joint::chain_holds(&r.r_contexts) {
+        if !rstate::facts().is_ok_and(|f| joint::chain_holds(f, &r.r_contexts)) {
             continue;
         }
         if type_name(&r).is_some_and(|n| throws::is_r_unwind_carrier(&n)) {

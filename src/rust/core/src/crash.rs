@@ -11,8 +11,8 @@
 //!
 //! This module holds the parts that do not touch signals, tested on
 //! synthetic data: the rule R uses to tell a C stack overflow from other
-//! faults, which native frame each R context belongs to, and the report's
-//! layout ([`report`]).
+//! faults, and the report's layout ([`report`]). Which native frame each R
+//! context belongs to is placement's ([`crate::interleave::owners`]).
 
 pub mod report;
 
@@ -60,18 +60,29 @@ pub struct Facts {
     pub main_thread: usize,
     /// An address inside R's interpreter (libR, or the R executable).
     pub interpreter_addr: usize,
-    /// The address of the variable `R_GlobalContext`.
-    pub global_context: usize,
-    /// Offsets in R's context record: `nextcontext`, `callflag`, `call`.
-    pub context_next: usize,
-    pub context_callflag: usize,
-    pub context_call: usize,
+    /// Where R's context chain is (None: the report shows no R calls).
+    pub chain: Option<crate::r::ChainAt>,
     pub cstack: CStack,
     /// Where R keeps them (`R_CStackStart`, `R_CStackLimit`, `R_CStackDir`;
     /// 0: unknown): read when a signal comes, as R's handler does, since
     /// code that embeds R or starts threads may change them later.
     pub cstack_vars: [usize; 3],
-    pub symbols: crate::profile::rheap::Symbols,
+    pub symbols: crate::r::heap::Symbols,
+}
+
+impl Facts {
+    /// What enabling needs, from the facts about the running R and its C
+    /// stack as R describes it now.
+    pub fn from_r(r: &crate::r::Facts, cstack: CStack) -> Facts {
+        Facts {
+            main_thread: r.main_thread,
+            interpreter_addr: r.interpreter_addr,
+            chain: Some(r.chain()),
+            cstack,
+            cstack_vars: r.cstack_vars,
+            symbols: r.symbols,
+        }
+    }
 }
 
 /// What the report covers.
@@ -130,38 +141,6 @@ pub fn is_c_stack_overflow(addr: usize, stack: CStack) -> bool {
     diff > 0 && (diff as usize) < upper
 }
 
-/// For each R context (addresses `contexts`, innermost first, as R's chain
-/// lists them), the native frame it belongs to: a context is a local
-/// variable of the C function that made it, so it belongs to the frame `i`
-/// with `sps[i] <= addr < sps[i + 1]` (the outermost walked frame owns
-/// everything above it, up to `stack_hi`). Contexts that are not on the C
-/// stack (R's byte-code calls keep theirs on R's node stack) go with the
-/// next context further out that is, and when none is, after the last
-/// frame. `sps` are the frames' stack pointers, innermost first. Writes
-/// into `out` (as long as `contexts`).
-pub fn owners(sps: &[usize], contexts: &[usize], stack_hi: usize, out: &mut [usize]) {
-    let n = sps.len();
-    let lo = sps.first().copied().unwrap_or(usize::MAX);
-    let last = n.saturating_sub(1);
-    let mut pending = 0;
-    let mut frame = 0;
-    for (k, &addr) in contexts.iter().enumerate() {
-        if n == 0 || addr < lo || addr >= stack_hi {
-            continue; // placed with the next one on the stack
-        }
-        while frame + 1 < n && sps[frame + 1] <= addr {
-            frame += 1;
-        }
-        for o in out.iter_mut().take(k + 1).skip(pending) {
-            *o = frame;
-        }
-        pending = k + 1;
-    }
-    for o in out.iter_mut().take(contexts.len()).skip(pending) {
-        *o = last;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,32 +164,6 @@ mod tests {
         let up = CStack { start: 0x1000_0000, limit: 1 << 20, dir: -1 };
         assert!(is_c_stack_overflow(0x1000_0000 + 100, up));
         assert!(!is_c_stack_overflow(0x1000_0000 - 100, up));
-    }
-
-    #[test]
-    fn contexts_go_to_the_frames_that_own_them() {
-        // Frames at 100, 200, 300, 400 (innermost first); the stack ends at
-        // 1000.
-        let sps = [100, 200, 300, 400];
-        let ctx = [150, 250, 260, 450, 999];
-        let mut out = [9; 5];
-        owners(&sps, &ctx, 1000, &mut out);
-        assert_eq!(out, [0, 1, 1, 3, 3]);
-        // Contexts off the C stack (node stack, at 5000) go with the next
-        // one on the stack; trailing ones after the last frame.
-        let ctx = [5000, 5008, 250, 6000];
-        let mut out = [9; 4];
-        owners(&sps, &ctx, 1000, &mut out);
-        assert_eq!(out, [1, 1, 1, 3]);
-        // Below the innermost frame (cannot happen for a live context):
-        // treated as off the stack.
-        let mut out = [9; 2];
-        owners(&sps, &[50, 350], 1000, &mut out);
-        assert_eq!(out, [2, 2]);
-        // No frames at all.
-        let mut out = [9; 2];
-        owners(&[], &[10, 20], 1000, &mut out);
-        assert_eq!(out, [0, 0]);
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! The parsing reads memory through [`Memory`], so it is tested on synthetic
 //! images.
 
-use crate::rcontext::Memory;
+use crate::memory::Memory;
 
 /// Dynamic section tags (elf.h).
 const DT_NULL: u64 = 0;

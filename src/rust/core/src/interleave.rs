@@ -29,6 +29,9 @@
 use crate::error::{Error, Result};
 use std::ops::Range;
 
+mod inplace;
+pub use inplace::{owner_index, owners, settle_anchors, BEYOND, UNKNOWN};
+
 /// A native frame as the placement sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NFrame {

@@ -1,4 +1,16 @@
-//! Reading this process's memory without risking a fault.
+//! The one memory interface: everything winch reads of a process (R's
+//! context records and objects, stacks, unwind tables) goes through
+//! [`Memory`], whatever the source:
+//!
+//! * [`Own`]: this process, fault-free (through the kernel where it allows);
+//! * [`Live`]: this process seen from the capturing thread: its live stack
+//!   and R's node stack in place, the rest fault-free;
+//! * [`Ranges`]: this process from a signal handler: in place, only inside
+//!   ranges checked beforehand (no allocation, no system call);
+//! * [`Objects`]: R objects of this process, in place (live objects only);
+//! * [`Process`]: another process, through `process_vm_readv`;
+//! * [`Image`]: bytes at addresses held in memory: synthetic images for
+//!   tests, and the segments of a core file.
 //!
 //! Loaded images are file-backed mappings: if a library's file is truncated
 //! on disk, touching a page past the new end raises SIGBUS, even for pages R
@@ -8,10 +20,94 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-/// Copies `buf.len()` bytes from `addr`; false if any byte is unreadable (or
-/// the kernel refuses the call).
-#[cfg(target_os = "linux")]
+mod image;
+mod sources;
+pub use image::Image;
+pub use sources::{Live, Objects, Own, Process, Ranges};
+
+/// Reads a process's memory. Implementations decide what may be read and
+/// how; a read that cannot be done returns false, never faults.
+pub trait Memory {
+    /// Fills `buf` from `addr`; false if any byte is unreadable.
+    fn read(&self, addr: usize, buf: &mut [u8]) -> bool;
+
+    /// The word at `addr`.
+    fn word(&self, addr: usize) -> Option<usize> {
+        let mut b = [0u8; std::mem::size_of::<usize>()];
+        self.read(addr, &mut b).then(|| usize::from_ne_bytes(b))
+    }
+
+    /// The C `int` at `addr`.
+    fn int(&self, addr: usize) -> Option<i32> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b).then(|| i32::from_ne_bytes(b))
+    }
+
+    /// `out.len()` bytes at `addr` (a string's bytes).
+    fn bytes(&self, addr: usize, out: &mut [u8]) -> Option<()> {
+        self.read(addr, out).then_some(())
+    }
+}
+
+impl<M: Memory + ?Sized> Memory for &M {
+    fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
+        (**self).read(addr, buf)
+    }
+    fn word(&self, addr: usize) -> Option<usize> {
+        (**self).word(addr)
+    }
+    fn int(&self, addr: usize) -> Option<i32> {
+        (**self).int(addr)
+    }
+}
+
+/// Asks the CPU to start loading the cache line at `addr` (any address:
+/// a prefetch never faults). A signal handler's reads depend on one another
+/// (a frame's return address gives the next frame), so each would wait for
+/// memory in turn; prefetching the addresses the last sample read lets
+/// those loads overlap.
+#[inline(always)]
+pub fn prefetch(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch hint reads nothing architecturally and cannot fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(addr as *const i8, std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
+}
+
+/// Touches every page of `v`, so that the kernel maps them now and not in
+/// a signal handler (fresh zeroed allocations are mapped on first use).
+pub fn prefault<T: Copy>(v: &mut [T]) {
+    let step = (4096 / std::mem::size_of::<T>().max(1)).max(1);
+    for i in (0..v.len()).step_by(step) {
+        let p = &mut v[i] as *mut T;
+        // SAFETY: `p` points into `v`; rewrites the element's own value.
+        unsafe { std::ptr::write_volatile(p, std::ptr::read_volatile(p)) };
+    }
+}
+
+/// Copies `buf.len()` bytes from `addr` of this process; false if any byte
+/// is unreadable (or the kernel refuses the call).
 pub fn read(addr: usize, buf: &mut [u8]) -> bool {
+    read_from(own_pid(), addr, buf)
+}
+
+#[cfg(target_os = "linux")]
+fn own_pid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn own_pid() -> i32 {
+    0
+}
+
+/// Copies `buf.len()` bytes from `addr` of process `pid`.
+#[cfg(target_os = "linux")]
+fn read_from(pid: i32, addr: usize, buf: &mut [u8]) -> bool {
     if buf.is_empty() {
         return true;
     }
@@ -21,12 +117,12 @@ pub fn read(addr: usize, buf: &mut [u8]) -> bool {
     let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
     let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
     // SAFETY: the kernel checks the remote range; the local one is `buf`.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
     n == buf.len() as isize
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn read(_addr: usize, _buf: &mut [u8]) -> bool {
+fn read_from(_pid: i32, _addr: usize, _buf: &mut [u8]) -> bool {
     false
 }
 

@@ -27,6 +27,8 @@
 //! and nothing is patched.
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+use crate::memory::Memory;
+use crate::r::ChainAt;
 use crate::unwind::rules::Rule;
 
 /// Records kept.
@@ -168,7 +170,7 @@ pub struct Ring {
 impl Default for Ring {
     fn default() -> Ring {
         let mut records = vec![Record::default(); RING].into_boxed_slice();
-        crate::profile::prefault(&mut records);
+        crate::memory::prefault(&mut records);
         Ring { records, next: 0, seq: 0 }
     }
 }
@@ -217,20 +219,12 @@ pub fn enter(ring: &mut Ring, id: Identity, rethrow: bool, fill: impl FnOnce(&mu
     true
 }
 
-/// Offsets in R's context record (`RCNTXT`) the hook reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ContextOffsets {
-    pub next: usize,
-    pub callflag: usize,
-    pub cloenv: usize,
-}
-
 /// Contexts looked at for the innermost function context.
 const ACTIVATION_DEPTH: usize = 64;
 
 /// Which activation of R code a throw happened in: R's innermost context
-/// (`first`, the value of `R_GlobalContext`) and the innermost context of a
-/// closure call, each as (address, environment), read with `word`.
+/// (the value of `R_GlobalContext`) and the innermost context of a closure
+/// call, each as (address, environment), read from `mem`.
 ///
 /// The innermost context alone does not tell two calls apart: a `.Call`
 /// made twice from the same place gets a builtin context at the same
@@ -238,31 +232,16 @@ const ACTIVATION_DEPTH: usize = 64;
 /// is new for every call, so a record whose closure context is no longer
 /// in R's chain with the same environment belongs to an activation that
 /// has ended.
-pub fn r_activation(
-    first: usize,
-    off: ContextOffsets,
-    word: impl Fn(usize) -> Option<usize>,
-) -> [(usize, usize); 2] {
+pub fn r_activation(mem: &impl Memory, chain: &ChainAt) -> [(usize, usize); 2] {
     let mut out = [(0, 0); 2];
-    let mut ctx = first;
-    for k in 0..ACTIVATION_DEPTH {
-        if ctx == 0 {
-            break;
-        }
-        let cloenv = word(ctx + off.cloenv).unwrap_or(0);
+    for (k, c) in chain.read(mem, ACTIVATION_DEPTH).map_while(|c| c.ok()).enumerate() {
         if k == 0 {
-            out[0] = (ctx, cloenv);
+            out[0] = (c.addr, c.cloenv);
         }
-        let flag = word(ctx + off.callflag).unwrap_or(0) as u32 as i32;
-        if flag & crate::rcontext::CTXT_FUNCTION != 0 {
-            out[1] = (ctx, cloenv);
+        if c.is_function() {
+            out[1] = (c.addr, c.cloenv);
             break;
         }
-        let next = word(ctx + off.next).unwrap_or(0);
-        if next == ctx {
-            break;
-        }
-        ctx = next;
     }
     out
 }
@@ -476,16 +455,29 @@ pub struct Facts {
     pub main_thread: usize,
     /// An address inside R's interpreter (libR, or the R executable).
     pub interpreter_addr: usize,
-    /// The address of the variable `R_GlobalContext`.
-    pub global_context: usize,
-    /// Offsets in R's context record.
-    pub context: ContextOffsets,
+    /// Where R's context chain is (None: throws are recorded without R's
+    /// activation).
+    pub chain: Option<ChainAt>,
     /// Hook winch's own module too (tests of the hook inside a test binary,
     /// where winch's code and the code that panics share a module).
     pub patch_own: bool,
     /// The functions hooked slots lead to; None: libgcc's (tests run where
     /// another unwinder provides them).
     pub targets: Option<[usize; 2]>,
+}
+
+impl Facts {
+    /// What installing needs, from the facts about the running R (called on
+    /// R's main thread).
+    pub fn from_r(r: &crate::r::Facts) -> Facts {
+        Facts {
+            main_thread: r.main_thread,
+            interpreter_addr: r.interpreter_addr,
+            chain: Some(r.chain()),
+            patch_own: false,
+            targets: None,
+        }
+    }
 }
 
 /// What capture covers.
@@ -552,27 +544,41 @@ mod tests {
 
     #[test]
     fn the_activation_is_the_innermost_and_the_closure_context() {
-        let off = ContextOffsets { next: 0, callflag: 8, cloenv: 72 };
-        let mut mem = HashMap::new();
-        fn put(mem: &mut HashMap<usize, usize>, addr: usize, next: usize, flag: i32, cloenv: usize) {
-            mem.insert(addr, next);
-            // callflag is an int: the high half of the word is padding.
-            mem.insert(addr + 8, 0xdead_0000_0000 | flag as u32 as usize);
-            mem.insert(addr + 72, cloenv);
-        }
+        use crate::memory::Image;
+        use crate::r::layout::{Layout, CTXT_BUILTIN, CTXT_FUNCTION, CTXT_TOPLEVEL};
+        let layout = Layout::for_r((4, 5)).unwrap();
+        let mut mem = Image::new();
+        let put = |mem: &mut Image, addr: usize, next: usize, flag: i32, cloenv: usize| {
+            mem.put(addr, vec![0; layout.size]);
+            mem.put_word(addr + layout.next, next);
+            mem.put_bytes(addr + layout.callflag, &flag.to_ne_bytes());
+            mem.put_word(addr + layout.cloenv, cloenv);
+        };
+        let at = |first: usize, mem: &mut Image| {
+            mem.put_word(0x100, first);
+            ChainAt { global_context: 0x100, layout }
+        };
         // A builtin context (.Call) inside a closure call inside top level.
-        put(&mut mem, 0x1000, 0x2000, 64, 0xba5e);
-        put(&mut mem, 0x2000, 0x3000, crate::rcontext::CTXT_FUNCTION, 0xe1);
-        put(&mut mem, 0x3000, 0, 0, 0x610b);
-        let a = r_activation(0x1000, off, |x| mem.get(&x).copied());
-        assert_eq!(a, [(0x1000, 0xba5e), (0x2000, 0xe1)]);
+        put(&mut mem, 0x1000, 0x2000, CTXT_BUILTIN, 0xba5e);
+        put(&mut mem, 0x2000, 0x3000, CTXT_FUNCTION, 0xe1);
+        put(&mut mem, 0x3000, 0, CTXT_TOPLEVEL, 0x610b);
+        let c = at(0x1000, &mut mem);
+        assert_eq!(r_activation(&mem, &c), [(0x1000, 0xba5e), (0x2000, 0xe1)]);
         // The closure context itself innermost.
-        assert_eq!(r_activation(0x2000, off, |x| mem.get(&x).copied()), [(0x2000, 0xe1), (0x2000, 0xe1)]);
-        // Top level only; no context; a loop in the chain.
-        assert_eq!(r_activation(0x3000, off, |x| mem.get(&x).copied()), [(0x3000, 0x610b), (0, 0)]);
-        assert_eq!(r_activation(0, off, |x| mem.get(&x).copied()), [(0, 0); 2]);
-        put(&mut mem, 0x4000, 0x4000, 0, 1);
-        assert_eq!(r_activation(0x4000, off, |x| mem.get(&x).copied()), [(0x4000, 1), (0, 0)]);
+        let c = at(0x2000, &mut mem);
+        assert_eq!(r_activation(&mem, &c), [(0x2000, 0xe1), (0x2000, 0xe1)]);
+        // Top level only; no context; a loop in the chain; a torn record
+        // (an implausible callflag) ends the search.
+        let c = at(0x3000, &mut mem);
+        assert_eq!(r_activation(&mem, &c), [(0x3000, 0x610b), (0, 0)]);
+        let c = at(0, &mut mem);
+        assert_eq!(r_activation(&mem, &c), [(0, 0); 2]);
+        put(&mut mem, 0x4000, 0x4000, CTXT_BUILTIN, 1);
+        let c = at(0x4000, &mut mem);
+        assert_eq!(r_activation(&mem, &c), [(0x4000, 1), (0, 0)]);
+        put(&mut mem, 0x5000, 0x2000, 9999, 1);
+        let c = at(0x5000, &mut mem);
+        assert_eq!(r_activation(&mem, &c), [(0, 0); 2]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The crash report's signal handler (x86_64 Linux), and installing it.
 //!
 //! Prepared outside the handler, on R's main thread: a snapshot of the
-//! loaded modules with their unwind tables (`profile::walk`, the profiler's
+//! loaded modules with their unwind tables (`unwind::walk`, the profiler's
 //! signal-safe walker) and a copy of every module's symbol table, replaced
 //! when libraries load; a buffer for frames and contexts; an alternate
 //! signal stack if the thread has none. The handler reads memory (R's
@@ -26,10 +26,12 @@
 use super::report::{self, Header, Out};
 use super::{CStack, Facts, Status, SIGNALS};
 use crate::error::{Error, Result};
+use crate::memory::{Memory, Own};
 use crate::modules::{self, ModuleMap};
-use crate::profile::rheap::{self, Heap};
-use crate::profile::walk::{Frame, Snapshot};
+use crate::r::heap as rheap;
+use crate::r::layout::{CTXT_BUILTIN, CTXT_FUNCTION};
 use crate::symbols::SymbolTable;
+use crate::unwind::walk::{Frame, Snapshot};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::Mutex;
@@ -39,8 +41,6 @@ const WALK: usize = report::MAX_NATIVE + 1;
 /// R contexts read at most.
 const CONTEXTS: usize = 4 * report::MAX_R;
 /// R's context kinds shown (closure calls and builtins such as `.Call`).
-const CTXT_FUNCTION: i32 = 4;
-const CTXT_BUILTIN: i32 = 64;
 /// The alternate stack made when the thread has none (or a small one).
 const ALT_STACK: usize = 256 << 10;
 const ALT_STACK_MIN: usize = 64 << 10;
@@ -457,26 +457,6 @@ pub fn handlers() -> Vec<(i32, usize, u64, usize, u64)> {
         .collect()
 }
 
-/// R's objects, read through the kernel where it allows (a damaged pointer
-/// then ends a label instead of faulting), else in place.
-struct CrashHeap;
-
-impl Heap for CrashHeap {
-    fn word(&self, addr: usize) -> Option<usize> {
-        let mut b = [0u8; 8];
-        self.bytes(addr, &mut b)?;
-        Some(usize::from_ne_bytes(b))
-    }
-
-    fn bytes(&self, addr: usize, out: &mut [u8]) -> Option<()> {
-        if crate::memory::available() {
-            crate::memory::read(addr, out).then_some(())
-        } else {
-            rheap::LiveHeap.bytes(addr, out)
-        }
-    }
-}
-
 /// A word of a stack: in place inside R's main stack, else through the
 /// kernel.
 fn stack_word(stack: (usize, usize), addr: usize) -> Option<usize> {
@@ -487,7 +467,7 @@ fn stack_word(stack: (usize, usize), addr: usize) -> Option<usize> {
         // SAFETY: an aligned word inside R's main thread's stack.
         return Some(unsafe { std::ptr::read_volatile(addr as *const usize) });
     }
-    CrashHeap.word(addr)
+    Own.word(addr)
 }
 
 fn errno() -> i32 {
@@ -597,7 +577,7 @@ fn report(header: Header, uc: *mut libc::c_void) {
     let stack = if header.main_thread { p.stack } else { (0, 0) };
     let (n, end) = p.snap.walk(regs, |a| stack_word(stack, a), &mut s.frames);
     let stopped = match end {
-        crate::profile::walk::End::Stopped(why) => Some(why),
+        crate::unwind::walk::End::Stopped(why) => Some(why),
         _ => None,
     };
     for (sp, fr) in s.sps.iter_mut().zip(&s.frames[..n]) {
@@ -606,28 +586,21 @@ fn report(header: Header, uc: *mut libc::c_void) {
     // R's calls (main thread only): closure calls and builtins, innermost
     // first.
     let mut m = 0;
-    if header.main_thread {
-        let mut ctx = CrashHeap.word(f.global_context).unwrap_or(0);
-        let mut seen = 0;
-        while ctx != 0 && m < CONTEXTS && seen < 100_000 {
-            seen += 1;
-            let flag = CrashHeap.int(ctx + f.context_callflag).unwrap_or(0);
-            let call = CrashHeap.word(ctx + f.context_call).unwrap_or(0);
-            if flag & (CTXT_FUNCTION | CTXT_BUILTIN) != 0
-                && rheap::type_of(&CrashHeap, call) == Some(rheap::LANGSXP)
-            {
-                s.ctx_addr[m] = ctx;
-                s.ctx_call[m] = call;
-                m += 1;
-            }
-            let next = CrashHeap.word(ctx + f.context_next).unwrap_or(0);
-            if next == ctx {
+    if let (true, Some(chain)) = (header.main_thread, &f.chain) {
+        for c in chain.read(&Own, 100_000).map_while(|c| c.ok()) {
+            if m >= CONTEXTS {
                 break;
             }
-            ctx = next;
+            if c.callflag & (CTXT_FUNCTION | CTXT_BUILTIN) != 0
+                && rheap::type_of(&Own, c.call) == Some(rheap::LANGSXP)
+            {
+                s.ctx_addr[m] = c.addr;
+                s.ctx_call[m] = c.call;
+                m += 1;
+            }
         }
     }
-    super::owners(&s.sps[..n], &s.ctx_addr[..m], p.stack.1, &mut s.owners[..m]);
+    crate::interleave::owners(&s.sps[..n], &s.ctx_addr[..m], p.stack.1, &mut s.owners[..m]);
     let ips: [usize; WALK] = std::array::from_fn(|i| if i < n { s.frames[i].ip } else { 0 });
     let frames = &s.frames;
     let calls = &s.ctx_call;
@@ -640,8 +613,8 @@ fn report(header: Header, uc: *mut libc::c_void) {
         &s.owners[..m],
         |k, out| {
             let mut buf = rheap::Buf::default();
-            match rheap::car(&CrashHeap, calls[k]) {
-                Some(fun) => rheap::label(&CrashHeap, &f.symbols, fun, &mut buf),
+            match rheap::car(&Own, calls[k]) {
+                Some(fun) => rheap::label(&Own, &f.symbols, fun, &mut buf),
                 None => buf.len = 0,
             }
             out.name(buf.as_bytes());

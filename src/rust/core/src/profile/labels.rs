@@ -54,10 +54,10 @@ impl Labels {
             count: 0,
             symbols: vec![(0, 0); SYMBOL_SLOTS].into_boxed_slice(),
         };
-        super::prefault(&mut l.arena);
-        super::prefault(&mut l.slots);
-        super::prefault(&mut l.by_id);
-        super::prefault(&mut l.symbols);
+        crate::memory::prefault(&mut l.arena);
+        crate::memory::prefault(&mut l.slots);
+        crate::memory::prefault(&mut l.by_id);
+        crate::memory::prefault(&mut l.symbols);
         for s in FIXED {
             l.intern(s.as_bytes());
         }

@@ -17,13 +17,15 @@
 //! * under line profiling, after an R entry whose position is known:
 //!   `POS | file label id << 32 | line`.
 
-use super::bcode::{self, BcSymbols, LoopPath, OpTable};
 use super::collect::{TRUNCATED_NATIVE, TRUNCATED_R};
 use super::labels::{self, Labels};
-use super::rheap::{self, Heap, LiveHeap, Symbols};
 use super::ring::Ring;
-use super::walk::{End, Frame, Snapshot};
-use crate::rcontext::{Layout, CTXT_FUNCTION};
+use crate::interleave;
+use crate::memory::{Memory, Objects, Ranges};
+use crate::r::bcode::{self, BcSymbols, LoopPath, OpTable};
+use crate::r::heap as rheap;
+use crate::r::layout::CTXT_LOOP;
+use crate::unwind::walk::{End, Frame, Snapshot};
 
 pub const NATIVE: u64 = 1 << 62;
 pub const R: u64 = 2 << 62;
@@ -37,34 +39,9 @@ pub const EXACT_IP: u64 = 1 << 60;
 /// The bits of a native entry that hold the ip.
 pub const IP_MASK: u64 = (1 << 56) - 1;
 
-const CTXT_LOOP: i32 = 3;
-
 /// Frames and contexts a sample holds at most.
 pub const MAX_FRAMES: usize = 4096;
 pub const MAX_CONTEXTS: usize = 8192;
-
-/// Where R's context records may be read in place.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Ranges {
-    /// The main thread's stack.
-    pub stack: (usize, usize),
-    /// R's node stack (R >= 4.4 keeps byte-code calls' records there).
-    pub node_stack: (usize, usize),
-    /// R's writable data (the top-level context), up to four segments.
-    pub data: [(usize, usize); 4],
-}
-
-impl Ranges {
-    fn holds(&self, addr: usize, len: usize) -> bool {
-        let Some(end) = addr.checked_add(len) else { return false };
-        let inside = |&(lo, hi): &(usize, usize)| addr >= lo && end <= hi;
-        inside(&self.stack) || inside(&self.node_stack) || self.data.iter().any(inside)
-    }
-
-    fn on_stack(&self, addr: usize) -> bool {
-        addr >= self.stack.0 && addr < self.stack.1
-    }
-}
 
 /// The function starts of R's AST loops (`do_for`, `do_while`,
 /// `do_repeat`), learnt by watching them (see the glue's calibration).
@@ -101,15 +78,12 @@ pub enum Region {
     Outside { callfun: usize },
 }
 
-/// What reading R frames' source positions needs.
+/// What reading R frames' source positions needs besides the [`Facts`]
+/// (R's current srcref, its marker for byte code, NULL).
+///
+/// [`Facts`]: crate::r::Facts
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LineFacts {
-    /// The address of the variable `R_Srcref` (the AST's current srcref).
-    pub srcref_var: usize,
-    /// R's marker `R_InBCInterpreter` (the srcref is the byte code's), and
-    /// R's NULL.
-    pub in_bc: usize,
-    pub nil: usize,
     /// The symbols `srcfile` and `filename`.
     pub srcfile_sym: usize,
     pub filename_sym: usize,
@@ -118,11 +92,10 @@ pub struct LineFacts {
 /// What the handler knows about R, prepared (and checked) before sampling.
 #[derive(Clone, Copy, Debug)]
 pub struct RFacts {
-    pub layout: Layout,
-    /// The address of the variable `R_GlobalContext`.
-    pub global_context: usize,
+    /// The facts about the running R (where its chain is, its symbols).
+    pub base: crate::r::Facts,
+    /// Where R's context records may be read in place.
     pub ranges: Ranges,
-    pub symbols: Symbols,
     pub loops: Option<LoopStarts>,
     /// How to find byte-code positions (None: byte code's loops and lines
     /// are not known).
@@ -194,7 +167,7 @@ impl Default for Memo {
     fn default() -> Memo {
         let buf = || {
             let mut b = vec![Seen::default(); MAX_CONTEXTS].into_boxed_slice();
-            super::prefault(&mut b);
+            crate::memory::prefault(&mut b);
             b
         };
         Memo { last: [buf(), buf()], len: [0, 0], which: 0 }
@@ -214,10 +187,10 @@ impl Default for Scratch {
             bodies: bcode::BodyTables::default(),
             files: vec![(0, 0, 0); 1024].into_boxed_slice(),
         };
-        super::prefault(&mut s.frames);
-        super::prefault(&mut s.sps);
-        super::prefault(&mut s.ctx);
-        super::prefault(&mut s.record);
+        crate::memory::prefault(&mut s.frames);
+        crate::memory::prefault(&mut s.sps);
+        crate::memory::prefault(&mut s.ctx);
+        crate::memory::prefault(&mut s.record);
         s
     }
 }
@@ -280,14 +253,8 @@ pub fn sample(
     ring: &Ring,
 ) -> Outcome {
     let mut flags = 0;
-    prefetch_last_contexts(&s.memo, r.layout.call);
-    let (lo, hi) = r.ranges.stack;
-    let read_stack = |a: usize| {
-        (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
-            // SAFETY: an aligned word inside the main thread's stack, which
-            // is mapped for the life of the thread.
-            .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
-    };
+    prefetch_last_contexts(&s.memo, r.base.layout.call);
+    let read_stack = |a: usize| r.ranges.stack_word(a);
     // A signal that arrived while R ran on another stack (a signal
     // handler's alternate stack): no native frames, R's chain only.
     let (n, end) = if r.ranges.on_stack(regs.1) {
@@ -400,15 +367,6 @@ fn loop_label(r: &RFacts, frames: &[Frame], owner: usize) -> u32 {
     }
 }
 
-/// The native frame whose stack memory holds `addr` (`sps` innermost
-/// first, ascending), as the index the record puts the R frame before:
-/// `Some(i)` for frame `i`, `None` when the address is beyond the frames
-/// walked.
-fn owner(sps: &[usize], addr: usize) -> Option<usize> {
-    let i = sps.partition_point(|&sp| sp <= addr);
-    (i > 0 && i < sps.len()).then(|| i - 1)
-}
-
 /// What [`read_contexts`] found.
 struct Chain {
     /// Records kept in `ctx`.
@@ -422,146 +380,101 @@ struct Chain {
     outside: bool,
 }
 
-/// Reads the chain from `R_GlobalContext`, keeps the function records (and
-/// AST loop records) with their labels and anchors in `ctx`, innermost
-/// first. None if the chain could not be read.
+/// Reads the chain from `R_GlobalContext` (through the one chain reader,
+/// in place inside the ranges where R keeps its records), keeps the
+/// function records (and AST loop records) with their labels and anchors
+/// in `ctx`, innermost first. None if the chain could not be read.
 fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> Option<Chain> {
-    let l = &r.layout;
-    let word = |addr: usize| -> Option<usize> {
-        r.ranges.holds(addr, 8).then(|| {
-            // SAFETY: inside a range where R keeps context records, mapped
-            // while R runs (checked just above).
-            unsafe { std::ptr::read_volatile(addr as *const usize) }
-        })
-    };
-    let int = |addr: usize| -> Option<i32> {
-        r.ranges.holds(addr, 4).then(|| {
-            // SAFETY: as for `word`.
-            unsafe { std::ptr::read_volatile(addr as *const i32) }
-        })
-    };
-    let mut addr = word(r.global_context)?;
+    let mem = &r.ranges;
     let mut n = 0;
     let mut cut = usize::MAX;
     let mut outside = matches!(r.region, Region::Under { .. });
     // The srcref saved by the last record read that is not a loop's.
     let mut newer_srcref = None;
-    // The anchor of the previous (newer) record: anchors only grow outwards.
-    for _ in 0..MAX_CONTEXTS * 4 {
-        if addr == 0 {
-            return None; // a chain always ends at the top level
+    let chain = crate::r::Chain::from_global(mem, &r.base.layout, r.base.global_context, MAX_CONTEXTS * 4);
+    let mut reached_top = false;
+    for c in chain {
+        let c = c.ok()?;
+        if c.next == 0 {
+            reached_top = true; // the top-level context
+            break;
         }
-        if !r.ranges.holds(addr, l.size) || !addr.is_multiple_of(8) {
-            return None;
-        }
-        let next = word(addr + l.next)?;
-        let callflag = int(addr + l.callflag)?;
-        if !(0..=255).contains(&callflag) {
-            return None;
-        }
-        if next == 0 {
-            break; // the top-level context
-        }
-        let function = callflag & CTXT_FUNCTION != 0;
-        let ast_loop = callflag == CTXT_LOOP && r.ranges.on_stack(addr);
+        let function = c.is_function();
+        let ast_loop = c.callflag == CTXT_LOOP && mem.on_stack(c.addr);
         let srcref_in = newer_srcref;
-        if callflag != CTXT_LOOP {
-            newer_srcref = Some(word(addr + l.srcref)?);
+        if c.callflag != CTXT_LOOP {
+            newer_srcref = Some(c.srcref);
         }
         if function {
-            let callfun = word(addr + l.callfun)?;
             match r.region {
                 Region::Under { callfun: f, sysparent }
-                    if cut == usize::MAX && callfun == f && word(addr + l.sysparent) == Some(sysparent) =>
+                    if cut == usize::MAX && c.callfun == f && c.sysparent == sysparent =>
                 {
                     cut = n;
                     outside = false;
                 }
-                Region::Outside { callfun: f } if callfun == f => outside = true,
+                Region::Outside { callfun: f } if c.callfun == f => outside = true,
                 _ => {}
             }
         }
-        if function || ast_loop {
-            if n >= ctx.len() {
-                return None;
-            }
-            // Where the record sits among native frames: its own address on
-            // the C stack, or (a byte-code call's record) the slot of the
-            // loop running it.
-            let at = if r.ranges.on_stack(addr) {
-                Some(addr)
-            } else {
-                let bcpc = word(addr + l.bcpc)?;
-                let active = int(addr + l.bcintactive)? == 1;
-                (active && r.ranges.on_stack(bcpc)).then_some(bcpc)
-            };
-            let (anchor, owner_frame) = match at {
-                Some(a) => match owner(sps, a) {
-                    Some(i) => (i, i),
-                    None if complete => return None, // inside the capture: impossible
-                    None => (usize::MAX, usize::MAX),
-                },
-                // Unknown: like its older neighbour (set below).
-                None => (usize::MAX - 1, usize::MAX),
-            };
-            let call = if function { word(addr + l.call)? } else { 0 };
-            let relpc = match l.relpc {
-                Some(o) if function => word(addr + o)? as isize,
-                _ => -1,
-            };
-            ctx[n] = Ctx {
-                label: labels::LOOP,
-                addr,
-                call,
-                anchor,
-                is_loop: !function,
-                owner: owner_frame,
-                on_stack: r.ranges.on_stack(addr),
-                callfun: if function { word(addr + l.callfun)? } else { 0 },
-                bcintactive: function && int(addr + l.bcintactive)? == 1,
-                bcbody: if function { word(addr + l.bcbody)? } else { 0 },
-                bcpc: if function { word(addr + l.bcpc)? } else { 0 },
-                relpc,
-                srcref_in,
-                loops: LoopPath::default(),
-                outer_loops: LoopPath::default(),
-                pos: None,
-            };
-            n += 1;
+        if !(function || ast_loop) {
+            continue;
         }
-        addr = next;
-    }
-    // Records with an unknown position take their older neighbour's (the
-    // deepest frame that may own what lies below it).
-    let mut older = usize::MAX;
-    for c in ctx[..n].iter_mut().rev() {
-        if c.anchor == usize::MAX - 1 {
-            c.anchor = older;
+        if n >= ctx.len() {
+            return None;
         }
-        older = c.anchor;
+        // Where the record sits among native frames: its own address on
+        // the C stack, or (a byte-code call's record) the slot of the loop
+        // running it.
+        let at = if mem.on_stack(c.addr) {
+            Some(c.addr)
+        } else {
+            (c.bcintactive == 1 && mem.on_stack(c.bcpc)).then_some(c.bcpc)
+        };
+        let (anchor, owner_frame) = match at {
+            Some(a) => match interleave::owner_index(sps, a) {
+                Some(i) => (i, i),
+                None if complete => return None, // inside the capture: impossible
+                None => (interleave::BEYOND, interleave::BEYOND),
+            },
+            None => (interleave::UNKNOWN, interleave::BEYOND),
+        };
+        ctx[n] = Ctx {
+            label: labels::LOOP,
+            addr: c.addr,
+            call: if function { c.call } else { 0 },
+            anchor,
+            is_loop: !function,
+            owner: owner_frame,
+            on_stack: mem.on_stack(c.addr),
+            callfun: if function { c.callfun } else { 0 },
+            bcintactive: function && c.bcintactive == 1,
+            bcbody: if function { c.bcbody } else { 0 },
+            bcpc: if function { c.bcpc } else { 0 },
+            relpc: if function { c.relpc.unwrap_or(-1) } else { -1 },
+            srcref_in,
+            loops: LoopPath::default(),
+            outer_loops: LoopPath::default(),
+            pos: None,
+        };
+        n += 1;
     }
-    // A record is never newer than the record of the frame it called.
-    let mut consistent = true;
-    let mut newer = 0;
-    for c in ctx[..n].iter_mut() {
-        if c.anchor < newer {
-            consistent = false;
-            c.anchor = newer;
-        }
-        newer = c.anchor;
+    if !reached_top {
+        return None; // a chain always ends at the top level
     }
+    let consistent = interleave::settle_anchors(&mut ctx[..n], |c| &mut c.anchor);
     Some(Chain { len: n, consistent, cut, outside })
 }
 
 /// Starts loading what the last sample's R frames were described from:
-/// their records and calls (see [`super::prefetch`]).
+/// their records and calls (see [`crate::memory::prefetch`]).
 fn prefetch_last_contexts(memo: &Memo, call_offset: usize) {
     for seen in &memo.last[memo.which][..memo.len[memo.which]] {
         let k = &seen.key;
-        super::prefetch(k.addr);
-        super::prefetch(k.addr + call_offset);
-        super::prefetch(k.call);
-        super::prefetch(k.callfun);
+        crate::memory::prefetch(k.addr);
+        crate::memory::prefetch(k.addr + call_offset);
+        crate::memory::prefetch(k.call);
+        crate::memory::prefetch(k.callfun);
     }
 }
 
@@ -599,14 +512,9 @@ struct Describe<'a> {
 /// out (a loop the JIT compiled at top level, a promise's code, `eval()` of
 /// byte code) also gets the loops of that code around the call.
 fn describe_frames(r: &RFacts, frames: &[Frame], ctx: &mut [Ctx], d: &mut Describe, memo: &mut Memo) {
-    let h = LiveHeap;
-    let stack_word = |a: usize| {
-        let (lo, hi) = r.ranges.stack;
-        (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
-            // SAFETY: an aligned word inside the main thread's stack.
-            .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
-    };
-    let current_srcref = r.lines.as_ref().and_then(|lf| h.word(lf.srcref_var)).unwrap_or(0);
+    let h = Objects;
+    let stack_word = |a: usize| r.ranges.stack_word(a);
+    let current_srcref = r.lines.as_ref().and_then(|_| h.word(r.base.srcref_var)).unwrap_or(0);
     let this = 1 - memo.which;
     let mut i = 0; // outermost-first index
                    // The body of the function record further out (0: none).
@@ -686,7 +594,7 @@ fn describe_frames(r: &RFacts, frames: &[Frame], ctx: &mut [Ctx], d: &mut Descri
 impl Seen {
     /// Fills in the loops and position of a frame with key `k`.
     fn described(mut self, r: &RFacts, k: &FrameKey, d: &mut Describe) -> Seen {
-        let h = LiveHeap;
+        let h = Objects;
         let at = r.bc.as_ref().and_then(|bc| {
             let body = bcode::closure_code(&h, k.callfun)?;
             Some((bc, body, position(&h, body, k.from_body != 0, k.pc)?))
@@ -702,14 +610,14 @@ impl Seen {
                 .unwrap_or_default();
         }
         if let Some(lf) = &r.lines {
-            let ast = Some(k.srcref).filter(|&s| s != lf.in_bc && s != lf.nil && s != 0);
+            let ast = Some(k.srcref).filter(|&s| s != r.base.in_bc && s != r.base.nil && s != 0);
             let srcref = ast.or_else(|| {
                 let (bc, body, relpc) = at?;
                 bcode::located(&h, &bc.syms, body, b"srcrefsIndex", relpc)
             });
             self.pos = srcref.and_then(|s| {
                 let (line, srcfile) = bcode::srcref_parts(&h, s, lf.srcfile_sym)?;
-                let file = file_label(lf, srcfile, d.labels, d.files)?;
+                let file = file_label(lf, r.base.nil, srcfile, d.labels, d.files)?;
                 Some((file, u32::try_from(line).ok()?))
             });
         }
@@ -720,7 +628,7 @@ impl Seen {
 /// The code unit of compiled `body` a position is at: `pc` a relative
 /// position when `recorded` (R >= 4.4 records one) and small, else an
 /// address in the code.
-fn position(h: &impl Heap, body: usize, recorded: bool, pc: usize) -> Option<usize> {
+fn position(h: &impl Memory, body: usize, recorded: bool, pc: usize) -> Option<usize> {
     if recorded && pc < (1 << 32) {
         Some(pc)
     } else {
@@ -732,11 +640,12 @@ fn position(h: &impl Heap, body: usize, recorded: bool, pc: usize) -> Option<usi
 /// frame, to tell it from a later environment at the same address).
 fn file_label(
     lf: &LineFacts,
+    nil: usize,
     srcfile: usize,
     labels: &mut Labels,
     files: &mut [(usize, usize, u32)],
 ) -> Option<u32> {
-    let h = LiveHeap;
+    let h = Objects;
     let frame = h.word(srcfile + 32)?;
     let slot = (srcfile.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) & (files.len() - 1);
     if let Some(&(env, f, id)) = files.get(slot) {
@@ -744,7 +653,7 @@ fn file_label(
             return Some(id);
         }
     }
-    let name = bcode::env_value(&h, srcfile, lf.filename_sym, lf.nil)?;
+    let name = bcode::env_value(&h, srcfile, lf.filename_sym, nil)?;
     if rheap::type_of(&h, name)? != rheap::STRSXP || rheap::length(&h, name)? == 0 {
         return None;
     }
@@ -771,13 +680,13 @@ fn loop_slot(bc: &BcFacts, frames: &[Frame], limit: usize) -> Option<usize> {
 
 /// The label id of a function record's call.
 fn label_of(r: &RFacts, call: usize, table: &mut Labels, buf: &mut rheap::Buf) -> u32 {
-    let h = LiveHeap;
+    let h = Objects;
     match rheap::call_head(&h, call) {
         Some(rheap::Head::Symbol(sym)) => {
             if let Some(id) = table.symbol(sym) {
                 return id;
             }
-            rheap::label(&h, &r.symbols, sym, buf);
+            rheap::label(&h, &r.base.symbols, sym, buf);
             let id = table.intern(buf.as_bytes());
             if id != labels::FULL {
                 table.remember_symbol(sym, id);
@@ -785,24 +694,9 @@ fn label_of(r: &RFacts, call: usize, table: &mut Labels, buf: &mut rheap::Buf) -
             id
         }
         Some(rheap::Head::Other(fun)) => {
-            rheap::label(&h, &r.symbols, fun, buf);
+            rheap::label(&h, &r.base.symbols, fun, buf);
             table.intern(buf.as_bytes())
         }
         None => labels::ANONYMOUS,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn owner_of_an_address() {
-        let sps = [100, 200, 300];
-        assert_eq!(owner(&sps, 150), Some(0));
-        assert_eq!(owner(&sps, 200), Some(1));
-        assert_eq!(owner(&sps, 299), Some(1));
-        assert_eq!(owner(&sps, 300), None, "beyond the frames walked");
-        assert_eq!(owner(&sps, 50), None, "inside the capture");
     }
 }

@@ -21,8 +21,8 @@
 use super::collect::Collected;
 use super::ring::Ring;
 use super::sampler::{self, RFacts, Scratch};
-use super::walk::Snapshot;
 use crate::error::{Error, Result};
+use crate::unwind::walk::Snapshot;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -110,8 +110,7 @@ unsafe impl Send for Shared {}
 
 #[derive(Clone, Copy, Debug, Default)]
 struct HookFacts {
-    global_context: usize,
-    context: super::ContextOffsets,
+    chain: Option<crate::r::ChainAt>,
     /// The main thread's stack.
     stack: (usize, usize),
     /// The trampolines (frames inside them and they are not recorded) and
@@ -151,9 +150,9 @@ struct Scratch {
 impl Scratch {
     fn new() -> Scratch {
         let mut keys = vec![0usize; CACHE].into_boxed_slice();
-        crate::profile::prefault(&mut keys);
+        crate::memory::prefault(&mut keys);
         let mut rules = vec![Rule::Unsupported; CACHE].into_boxed_slice();
-        crate::profile::prefault(&mut rules);
+        crate::memory::prefault(&mut rules);
         Scratch { keys, rules, ctx: Box::new(UnwindContext::new_in()), serial: 0 }
     }
 
@@ -283,8 +282,10 @@ fn record_throw(exc: usize, rethrow: bool) {
     let id = identify(exc, object_word);
     // R's context records are live (on the C stack, R's node stack or R's
     // data) while R runs on this thread.
-    let first = object_word(facts.global_context).unwrap_or(0);
-    let contexts = super::r_activation(first, facts.context, object_word);
+    let contexts = match &facts.chain {
+        Some(chain) => super::r_activation(&crate::memory::Objects, chain),
+        None => [(0, 0); 2],
+    };
     let epoch = super::epoch();
     enter(ring, id, rethrow, |r| {
         r.epoch = epoch;
@@ -430,8 +431,7 @@ pub fn install(facts: Facts) -> Result<Status> {
     // is R's main thread.
     unsafe {
         *s.facts.get() = HookFacts {
-            global_context: facts.global_context,
-            context: facts.context,
+            chain: facts.chain,
             stack,
             trampolines: trampolines(),
             interpreter: interp,
@@ -603,13 +603,11 @@ mod tests {
     #[test]
     fn a_panic_in_this_process_is_recorded() {
         // The test's own thread stands for R's main thread; no R here.
-        let anchor = 0usize;
         let facts = Facts {
             // SAFETY: pthread_self reads the thread pointer.
             main_thread: unsafe { libc::pthread_self() } as usize,
             interpreter_addr: 0,
-            global_context: std::hint::black_box(&anchor) as *const usize as usize,
-            context: super::super::ContextOffsets::default(),
+            chain: None,
             patch_own: true,
             // The test binary's panics go through whichever unwinder its
             // unversioned reference bound to (the system libunwind, linked

@@ -8,6 +8,10 @@
 //! against the address of a local variable and its values are normalized to
 //! "the low end of the frame": the owner of a stack address `a` is the frame
 //! `i` with `lo[i] <= a < lo[i + 1]`.
+//!
+//! [`walk`] is the one walker for signal handlers and hooks (the profiler,
+//! throw capture, the crash report): rules prepared beforehand, no
+//! allocation, no lock.
 
 mod backtrace;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -17,6 +21,8 @@ pub mod ehframe;
 mod libunwind;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub(crate) mod rules;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub mod walk;
 
 use std::sync::OnceLock;
 

@@ -1,13 +1,21 @@
-//! The joint capture: native stack, R's context chain, and their placement.
+//! The joint capture: the native stack, R's context chain read and
+//! validated against R's own view of its frames, and their placement; and
+//! the diagnostics and learning probes that read the chain the same way.
+//!
+//! Every function here is called on R's main thread by the glue, which
+//! passes the [`Facts`] gathered when winch loaded and, where the chain is
+//! validated, `sys.frames()`/`sys.calls()` of an R caller further out. The
+//! chain is read as seen from the capturing frame ([`Facts::live_memory`]).
 
-use crate::rapi;
-use crate::rstate;
-use winch_core::error::{Error, Result};
-use winch_core::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
-use winch_core::rcontext::{self, LiveMemory, RContext};
-use winch_core::trace::{self, NativeTrace};
-use winch_core::unwind::Backend;
-use winch_core::view::{self, Class};
+use crate::error::{Error, Result};
+use crate::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
+use crate::memory::Objects;
+use crate::r::context::{self as rcontext, RContext};
+use crate::r::heap::{self, Head};
+use crate::r::{layout as rlayout, Facts};
+use crate::trace::{self, NativeTrace};
+use crate::unwind::Backend;
+use crate::view::{self, Class, Known};
 
 /// A native stack with its frames classified, and the live part of the C
 /// stack as seen from the capturing frame.
@@ -20,12 +28,15 @@ pub struct Native {
 
 /// Captures and classifies the native stack. `here` is the address of a
 /// local variable of the caller: the live stack starts there.
-pub fn native(backend: Backend, here: usize) -> Result<Native> {
+pub fn native(
+    backend: Backend,
+    here: usize,
+    known: impl Fn(&crate::modules::ModuleMap) -> Known,
+) -> Result<Native> {
     let trace = trace::capture(backend)?;
     let modules: Vec<Option<usize>> = trace.frames.iter().map(|f| f.module).collect();
-    let classes =
-        view::classify(&trace.map, &modules, rstate::known_modules(&trace.map), trace.truncated.is_none());
-    let (stack_lo, stack_hi) = winch_core::stack::live_range(here)
+    let classes = view::classify(&trace.map, &modules, known(&trace.map), trace.truncated.is_none());
+    let (stack_lo, stack_hi) = crate::stack::live_range(here)
         .ok_or_else(|| Error::Unavailable("not running on the thread's own stack".into()))?;
     Ok(Native { trace, classes, stack_lo, stack_hi })
 }
@@ -64,12 +75,18 @@ pub struct Joint {
 /// further out; R frames deeper than those (winch's own R code) are placed
 /// too, with higher numbers.
 #[inline(never)]
-pub fn capture(backend: Backend, frames: &[usize], calls: &[usize], use_contexts: bool) -> Result<Joint> {
+pub fn capture(
+    facts: &Facts,
+    backend: Backend,
+    frames: &[usize],
+    calls: &[usize],
+    use_contexts: bool,
+) -> Result<Joint> {
     let local = 0u8;
-    let native = native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
+    let native = native(backend, std::hint::black_box(&local) as *const u8 as usize, known(facts))?;
     let nframes = native.placement_frames();
     let placed = if use_contexts {
-        contexts(native.stack_lo, frames, calls).and_then(|ctx| {
+        contexts(facts, native.stack_lo, frames, calls).and_then(|ctx| {
             let stack = native.stack(&nframes);
             let range = (native.stack_lo, native.stack_hi);
             let at: Vec<RFrameAt> =
@@ -86,22 +103,27 @@ pub fn capture(backend: Backend, frames: &[usize], calls: &[usize], use_contexts
     Ok(Joint { native, placement, fallback_reason })
 }
 
+/// The modules that decide what views show: winch's own and R's.
+pub fn known(facts: &Facts) -> impl Fn(&crate::modules::ModuleMap) -> Known + '_ {
+    |map| Known { own: map.module_of(facts.own_addr), interpreter: map.module_of(facts.interpreter_addr) }
+}
+
 /// R's whole context chain, innermost first, read as seen from `stack_lo`
 /// (an address in the reader's frame).
-fn read_chain(stack_lo: usize) -> Result<Vec<RContext>> {
-    let always: Vec<(usize, usize)> = rstate::node_stack_range().into_iter().collect();
-    let mem = LiveMemory::new(stack_lo, always, rstate::libr_data_ranges());
-    let layout = rstate::context_layout()?;
-    rcontext::read_chain(&mem, rstate::global_context(), &layout, 1_000_000)
+fn read_chain(facts: &Facts, stack_lo: usize) -> Result<Vec<RContext>> {
+    let mem = facts.live_memory(stack_lo);
+    let first = crate::memory::Memory::word(&mem, facts.global_context)
+        .ok_or_else(|| Error::Unreadable("R_GlobalContext could not be read".into()))?;
+    rcontext::read_chain(&mem, first, &facts.layout, 1_000_000)
 }
 
 /// Whether R's context chain, read from the caller's frame, holds every
 /// record (address, environment) of `contexts` with a non-zero address
 /// (false when the chain cannot be read).
 #[inline(never)]
-pub fn chain_holds(contexts: &[(usize, usize)]) -> bool {
+pub fn chain_holds(facts: &Facts, contexts: &[(usize, usize)]) -> bool {
     let local = 0u8;
-    match read_chain(std::hint::black_box(&local) as *const u8 as usize) {
+    match read_chain(facts, std::hint::black_box(&local) as *const u8 as usize) {
         Ok(chain) => contexts
             .iter()
             .filter(|c| c.0 != 0)
@@ -110,20 +132,17 @@ pub fn chain_holds(contexts: &[(usize, usize)]) -> bool {
     }
 }
 
-/// The function part of a call object, if `call` is a call.
-///
-/// # Safety
-/// `call` must be a live R object.
-unsafe fn call_head(call: usize) -> Option<usize> {
-    let call = call as rapi::Sexp;
-    // SAFETY: the caller's contract; reading does not allocate.
-    unsafe { (rapi::TYPEOF(call) == rapi::LANGSXP).then(|| rapi::CAR(call) as usize) }
+/// The function part of a call object, if `call` is a (live) call.
+fn call_head(call: usize) -> Option<usize> {
+    match heap::call_head(&Objects, call)? {
+        Head::Symbol(f) | Head::Other(f) => Some(f),
+    }
 }
 
 /// Reads and validates the function contexts of frames 1..=n against
 /// `sys.frames()` (`frames`) and `sys.calls()` (`calls`).
-fn contexts(stack_lo: usize, frames: &[usize], calls: &[usize]) -> Result<Vec<RContext>> {
-    let chain = read_chain(stack_lo)?;
+fn contexts(facts: &Facts, stack_lo: usize, frames: &[usize], calls: &[usize]) -> Result<Vec<RContext>> {
+    let chain = read_chain(facts, stack_lo)?;
     let numbered = rcontext::check_frames(&chain, frames)?;
     if calls.len() != frames.len() {
         return Err(Error::Inconsistent("sys.calls() and sys.frames() disagree in length".into()));
@@ -132,9 +151,9 @@ fn contexts(stack_lo: usize, frames: &[usize], calls: &[usize]) -> Result<Vec<RC
     // real R objects; their function parts must be those of sys.calls()
     // (which returns copies of the call cells, sharing their contents).
     for ((k, ctx), &call) in numbered.iter().zip(calls) {
-        // SAFETY: both are live call objects: `ctx.call` of a validated
-        // context, `call` an element of sys.calls() held by the caller.
-        if unsafe { call_head(ctx.call) != call_head(call) } {
+        // Both are live call objects: `ctx.call` of a validated context,
+        // `call` an element of sys.calls() held by the caller.
+        if call_head(ctx.call) != call_head(call) {
             return Err(Error::Inconsistent(format!("context of frame {k} does not hold sys.call({k})")));
         }
     }
@@ -144,9 +163,9 @@ fn contexts(stack_lo: usize, frames: &[usize], calls: &[usize]) -> Result<Vec<RC
 /// Reads R's context chain and checks it against `sys.frames()` (`frames`)
 /// and `sys.calls()` (`calls`) of an R caller further out.
 #[inline(never)]
-pub fn validate_chain(frames: &[usize], calls: &[usize]) -> Result<()> {
+pub fn validate_chain(facts: &Facts, frames: &[usize], calls: &[usize]) -> Result<()> {
     let local = 0u8;
-    contexts(std::hint::black_box(&local) as *const u8 as usize, frames, calls).map(|_| ())
+    contexts(facts, std::hint::black_box(&local) as *const u8 as usize, frames, calls).map(|_| ())
 }
 
 /// The instruction pointer of the native frame that holds the innermost
@@ -154,16 +173,15 @@ pub fn validate_chain(frames: &[usize], calls: &[usize]) -> Result<()> {
 /// address.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(never)]
-pub fn innermost_loop_owner(backend: Backend) -> Result<usize> {
-    const CTXT_LOOP: i32 = 3;
+pub fn innermost_loop_owner(facts: &Facts, backend: Backend) -> Result<usize> {
     let local = 0u8;
-    let native = native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
-    let chain = read_chain(native.stack_lo)?;
+    let native = native(backend, std::hint::black_box(&local) as *const u8 as usize, known(facts))?;
+    let chain = read_chain(facts, native.stack_lo)?;
     let nframes = native.placement_frames();
     let stack = native.stack(&nframes);
     let ctx = chain
         .iter()
-        .find(|c| c.callflag == CTXT_LOOP && c.addr >= native.stack_lo && c.addr < native.stack_hi)
+        .find(|c| c.callflag == rlayout::CTXT_LOOP && c.addr >= native.stack_lo && c.addr < native.stack_hi)
         .ok_or_else(|| Error::Inconsistent("no loop record on the C stack".into()))?;
     match interleave::owner(&stack, ctx.addr) {
         interleave::Owner::Frame(i) if i > 0 => Ok(native.trace.frames[i].ip),
@@ -177,15 +195,15 @@ pub fn innermost_loop_owner(backend: Backend) -> Result<usize> {
 /// of their own only while its profiler runs. (R's flag is not exported,
 /// and with `event = "elapsed"` R >= 4.4 arms no timer.)
 #[inline(never)]
-pub fn r_profiling(method: usize) -> Result<bool> {
+pub fn r_profiling(facts: &Facts, method: usize) -> Result<bool> {
     let local = 0u8;
-    let chain = read_chain(std::hint::black_box(&local) as *const u8 as usize)?;
+    let chain = read_chain(facts, std::hint::black_box(&local) as *const u8 as usize)?;
     let i = chain
         .iter()
         .position(|c| c.is_function() && c.callfun == method)
         .ok_or_else(|| Error::Inconsistent("the record of the profiler probe was not found".into()))?;
     match chain.get(i + 1) {
-        Some(c) if c.callflag == rcontext::CTXT_BUILTIN => Ok(true),
+        Some(c) if c.callflag == rlayout::CTXT_BUILTIN => Ok(true),
         Some(c) if c.is_function() => Ok(false),
         _ => Err(Error::Inconsistent("the profiler probe was not called from `+`".into())),
     }
@@ -197,13 +215,13 @@ pub fn r_profiling(method: usize) -> Result<bool> {
 /// slot is.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(never)]
-pub fn loop_slots(backend: Backend) -> Result<Vec<(usize, usize)>> {
+pub fn loop_slots(facts: &Facts, backend: Backend) -> Result<Vec<(usize, usize)>> {
     let local = 0u8;
-    let native = native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
-    let chain = read_chain(native.stack_lo)?;
+    let native = native(backend, std::hint::black_box(&local) as *const u8 as usize, known(facts))?;
+    let chain = read_chain(facts, native.stack_lo)?;
     let nframes = native.placement_frames();
     let stack = native.stack(&nframes);
-    let snap = winch_core::profile::walk::Snapshot::take(rstate::libr_addr());
+    let snap = crate::unwind::walk::Snapshot::take(facts.interpreter_addr);
     let frames = &native.trace.frames;
     let mut out = Vec::new();
     for c in chain.iter().filter(|c| c.is_function()) {
@@ -235,10 +253,10 @@ pub struct ChainEntry {
 /// numbered from the innermost frame R's code can see (the first one that is
 /// not winch's capture).
 #[inline(never)]
-pub fn chain_summary(backend: Backend) -> Result<Vec<ChainEntry>> {
+pub fn chain_summary(facts: &Facts, backend: Backend) -> Result<Vec<ChainEntry>> {
     let local = 0u8;
-    let native = native(backend, std::hint::black_box(&local) as *const u8 as usize)?;
-    let chain = read_chain(native.stack_lo)?;
+    let native = native(backend, std::hint::black_box(&local) as *const u8 as usize, known(facts))?;
+    let chain = read_chain(facts, native.stack_lo)?;
     let nframes = native.placement_frames();
     let first = native.classes.iter().position(|c| !c.capture).unwrap_or(0);
     let stack = native.stack(&nframes);
@@ -246,7 +264,7 @@ pub fn chain_summary(backend: Backend) -> Result<Vec<ChainEntry>> {
         interleave::Owner::Frame(i) => i.checked_sub(first),
         _ => None,
     };
-    let node = rstate::node_stack_range();
+    let node = facts.node_stack;
     let range = (native.stack_lo, native.stack_hi);
     Ok(chain
         .iter()

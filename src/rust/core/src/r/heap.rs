@@ -8,9 +8,10 @@
 //! an object header (`SEXPREC`) has been the same since R 3.5; it is checked
 //! against R's API before sampling starts (`Layout::check`, from the glue).
 //!
-//! Every read goes through [`Heap`], which refuses null, misaligned or
-//! implausible addresses, so a damaged pointer ends a label, not the
-//! process, in the cases that can be detected.
+//! Every read goes through a [`Memory`]: in a signal handler
+//! [`crate::memory::Objects`], which refuses null, misaligned or implausible
+//! addresses, so a damaged pointer ends a label, not the process, in the
+//! cases that can be detected.
 
 /// R's type codes (Rinternals.h).
 pub const SYMSXP: u8 = 1;
@@ -30,67 +31,28 @@ const PRINTNAME: usize = 32;
 const VEC_LENGTH: usize = 32;
 const VEC_DATA: usize = 48;
 
-/// Reads words of R objects in place.
-pub trait Heap {
-    /// The word at `addr`, if it may be read.
-    fn word(&self, addr: usize) -> Option<usize>;
-
-    /// Up to `out.len()` bytes at `addr` (a string's bytes).
-    fn bytes(&self, addr: usize, out: &mut [u8]) -> Option<()>;
-
-    /// The int at `addr` (4-byte aligned).
-    fn int(&self, addr: usize) -> Option<i32> {
-        let mut b = [0u8; 4];
-        self.bytes(addr, &mut b)?;
-        Some(i32::from_ne_bytes(b))
-    }
-}
-
-/// Objects of this process, read directly.
-pub struct LiveHeap;
-
-/// Addresses user space can hold on x86_64 Linux (47 bits).
-const USER_TOP: usize = 1 << 47;
-
-impl Heap for LiveHeap {
-    fn word(&self, addr: usize) -> Option<usize> {
-        if addr < 4096 || !addr.is_multiple_of(8) || addr >= USER_TOP {
-            return None;
-        }
-        // SAFETY: an aligned address of a live R object (see module docs).
-        Some(unsafe { std::ptr::read_volatile(addr as *const usize) })
-    }
-
-    fn bytes(&self, addr: usize, out: &mut [u8]) -> Option<()> {
-        if addr < 4096 || addr.checked_add(out.len()).is_none_or(|e| e > USER_TOP) {
-            return None;
-        }
-        // SAFETY: the bytes of a live CHARSXP (see module docs).
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
-        Some(())
-    }
-}
+use crate::memory::Memory;
 
 /// An object's type code.
-pub fn type_of(h: &impl Heap, x: usize) -> Option<u8> {
+pub fn type_of(h: &impl Memory, x: usize) -> Option<u8> {
     Some((h.word(x)? & 0x1f) as u8)
 }
 
 /// Whether the object is an ALTREP object (its data is not in place).
-fn is_altrep(h: &impl Heap, x: usize) -> Option<bool> {
+fn is_altrep(h: &impl Memory, x: usize) -> Option<bool> {
     Some(h.word(x)? & (1 << 7) != 0)
 }
 
-pub fn car(h: &impl Heap, x: usize) -> Option<usize> {
+pub fn car(h: &impl Memory, x: usize) -> Option<usize> {
     h.word(x + CAR)
 }
 
-pub fn cdr(h: &impl Heap, x: usize) -> Option<usize> {
+pub fn cdr(h: &impl Memory, x: usize) -> Option<usize> {
     h.word(x + CDR)
 }
 
 /// The length of a vector (not ALTREP).
-pub fn length(h: &impl Heap, x: usize) -> Option<usize> {
+pub fn length(h: &impl Memory, x: usize) -> Option<usize> {
     if is_altrep(h, x)? {
         return None;
     }
@@ -98,7 +60,7 @@ pub fn length(h: &impl Heap, x: usize) -> Option<usize> {
 }
 
 /// The address of a vector's data (not ALTREP).
-pub fn data(h: &impl Heap, x: usize) -> Option<usize> {
+pub fn data(h: &impl Memory, x: usize) -> Option<usize> {
     if is_altrep(h, x)? {
         return None;
     }
@@ -106,7 +68,7 @@ pub fn data(h: &impl Heap, x: usize) -> Option<usize> {
 }
 
 /// Appends the bytes of a CHARSXP to `out` (as many as fit).
-pub fn push_chars(h: &impl Heap, c: usize, out: &mut Buf) -> Option<()> {
+pub fn push_chars(h: &impl Memory, c: usize, out: &mut Buf) -> Option<()> {
     if type_of(h, c)? != CHARSXP {
         return None;
     }
@@ -118,7 +80,7 @@ pub fn push_chars(h: &impl Heap, c: usize, out: &mut Buf) -> Option<()> {
 }
 
 /// Appends a symbol's name.
-fn push_symbol(h: &impl Heap, s: usize, out: &mut Buf) -> Option<()> {
+fn push_symbol(h: &impl Memory, s: usize, out: &mut Buf) -> Option<()> {
     if type_of(h, s)? != SYMSXP {
         return None;
     }
@@ -195,7 +157,7 @@ pub enum Head {
 
 /// The function part of a call, or None if `call` is not a call (R's
 /// profiler leaves such frames out).
-pub fn call_head(h: &impl Heap, call: usize) -> Option<Head> {
+pub fn call_head(h: &impl Memory, call: usize) -> Option<Head> {
     if type_of(h, call)? != LANGSXP {
         return None;
     }
@@ -207,7 +169,7 @@ pub fn call_head(h: &impl Heap, call: usize) -> Option<Head> {
 /// (R's `doprof()`): a symbol's name; `pkg::f`, `pkg:::f` and `obj$f` as
 /// written when both sides are symbols; `x[[i]]` when `x` is a symbol and
 /// `i` a symbol, string, integer or double; `<Anonymous>` otherwise.
-pub fn label(h: &impl Heap, syms: &Symbols, fun: usize, out: &mut Buf) {
+pub fn label(h: &impl Memory, syms: &Symbols, fun: usize, out: &mut Buf) {
     out.len = 0;
     if build_label(h, syms, fun, out).is_none() {
         out.len = 0;
@@ -215,7 +177,7 @@ pub fn label(h: &impl Heap, syms: &Symbols, fun: usize, out: &mut Buf) {
     }
 }
 
-fn build_label(h: &impl Heap, syms: &Symbols, fun: usize, out: &mut Buf) -> Option<()> {
+fn build_label(h: &impl Memory, syms: &Symbols, fun: usize, out: &mut Buf) -> Option<()> {
     match type_of(h, fun)? {
         SYMSXP => return push_symbol(h, fun, out),
         LANGSXP => {}
@@ -289,15 +251,24 @@ pub mod tests {
         next: usize,
     }
 
-    impl Heap for FakeHeap {
+    impl Memory for FakeHeap {
+        fn read(&self, addr: usize, out: &mut [u8]) -> bool {
+            if out.len() == 8 {
+                if let Some(w) = self.words.get(&addr) {
+                    out.copy_from_slice(&w.to_ne_bytes());
+                    return true;
+                }
+            }
+            match self.strings.iter().find(|(&b, s)| addr >= b && addr + out.len() <= b + s.len()) {
+                Some((&base, s)) => {
+                    out.copy_from_slice(&s[addr - base..addr - base + out.len()]);
+                    true
+                }
+                None => false,
+            }
+        }
         fn word(&self, addr: usize) -> Option<usize> {
             self.words.get(&addr).copied()
-        }
-        fn bytes(&self, addr: usize, out: &mut [u8]) -> Option<()> {
-            let (base, s) =
-                self.strings.iter().find(|(&b, s)| addr >= b && addr + out.len() <= b + s.len())?;
-            out.copy_from_slice(&s[addr - base..addr - base + out.len()]);
-            Some(())
         }
     }
 
@@ -444,14 +415,5 @@ pub mod tests {
         assert_eq!(text(f64::NEG_INFINITY), "-Inf");
         assert_eq!(text(f64::from_bits(0x7ff0_0000_0000_07a2)), "NA");
         assert_eq!(text(f64::NAN), "NaN");
-    }
-
-    #[test]
-    fn live_heap_refuses_bad_addresses() {
-        assert_eq!(LiveHeap.word(0), None);
-        assert_eq!(LiveHeap.word(4097), None);
-        assert_eq!(LiveHeap.word(usize::MAX - 7), None);
-        let x = Box::new(0x1234usize);
-        assert_eq!(LiveHeap.word(&*x as *const usize as usize), Some(0x1234));
     }
 }

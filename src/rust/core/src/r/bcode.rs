@@ -1,14 +1,15 @@
 //! Where byte code is: from a compiled body and a position in its code to
 //! the expression being evaluated there (R's "expressionsIndex", which the
 //! compiler always records), and from that expression to the loops around
-//! it in the body. Read in place from the signal handler, through `Heap`.
+//! it in the body. Read in place from the signal handler, through `Memory`.
 //!
 //! The compiler keeps the body it compiled as the first constant and puts
 //! its location tables at the end of the constants, each an integer vector
 //! with one entry per code unit (the index of a constant) and a class
 //! attribute naming it.
 
-use super::rheap::{self, Heap, INTSXP, LANGSXP, STRSXP};
+use super::heap::{self as rheap, INTSXP, LANGSXP, STRSXP};
+use crate::memory::Memory;
 
 pub const CLOSXP: u8 = 3;
 pub const LISTSXP: u8 = 2;
@@ -69,7 +70,7 @@ impl LoopPath {
 }
 
 /// The body of a closure, if it is byte code.
-pub fn closure_code(h: &impl Heap, closure: usize) -> Option<usize> {
+pub fn closure_code(h: &impl Memory, closure: usize) -> Option<usize> {
     if rheap::type_of(h, closure)? != CLOSXP {
         return None;
     }
@@ -78,7 +79,7 @@ pub fn closure_code(h: &impl Heap, closure: usize) -> Option<usize> {
 }
 
 /// Where a compiled body's code starts, and how many units it has.
-pub fn code_range(h: &impl Heap, body: usize) -> Option<(usize, usize)> {
+pub fn code_range(h: &impl Memory, body: usize) -> Option<(usize, usize)> {
     if rheap::type_of(h, body)? != BCODESXP {
         return None;
     }
@@ -93,14 +94,14 @@ pub fn code_range(h: &impl Heap, body: usize) -> Option<(usize, usize)> {
 
 /// The code unit `pc` (an address in the body's code) is at, if it lies in
 /// it.
-pub fn relative_pc(h: &impl Heap, body: usize, pc: usize) -> Option<usize> {
+pub fn relative_pc(h: &impl Memory, body: usize, pc: usize) -> Option<usize> {
     let (base, units) = code_range(h, body)?;
     let off = pc.checked_sub(base)?;
     (off.is_multiple_of(UNIT) && off / UNIT < units).then_some(off / UNIT)
 }
 
 /// Element `i` of a list.
-fn element(h: &impl Heap, list: usize, i: usize) -> Option<usize> {
+fn element(h: &impl Memory, list: usize, i: usize) -> Option<usize> {
     if rheap::type_of(h, list)? != VECSXP || i >= rheap::length(h, list)? {
         return None;
     }
@@ -108,7 +109,7 @@ fn element(h: &impl Heap, list: usize, i: usize) -> Option<usize> {
 }
 
 /// Whether `x` has the class attribute `name` (its first class).
-fn has_class(h: &impl Heap, syms: &BcSymbols, x: usize, name: &[u8]) -> Option<bool> {
+fn has_class(h: &impl Memory, syms: &BcSymbols, x: usize, name: &[u8]) -> Option<bool> {
     let mut a = h.word(x + ATTRIB)?;
     for _ in 0..8 {
         if rheap::type_of(h, a)? != LISTSXP {
@@ -136,7 +137,7 @@ fn has_class(h: &impl Heap, syms: &BcSymbols, x: usize, name: &[u8]) -> Option<b
 
 /// The constant that a location table (`name`: "expressionsIndex" or
 /// "srcrefsIndex") of `body` gives for code unit `relpc`.
-pub fn located(h: &impl Heap, syms: &BcSymbols, body: usize, name: &[u8], relpc: usize) -> Option<usize> {
+pub fn located(h: &impl Memory, syms: &BcSymbols, body: usize, name: &[u8], relpc: usize) -> Option<usize> {
     let consts = rheap::cdr(h, body)?;
     let n = rheap::length(h, consts)?;
     // The tables are the last constants (R's findLocTable looks there).
@@ -153,7 +154,7 @@ pub fn located(h: &impl Heap, syms: &BcSymbols, body: usize, name: &[u8], relpc:
 
 /// The value bound to `sym` in environment `env` (hashed or not), if it is
 /// an ordinary binding. `nil`: R's NULL.
-pub fn env_value(h: &impl Heap, env: usize, sym: usize, nil: usize) -> Option<usize> {
+pub fn env_value(h: &impl Memory, env: usize, sym: usize, nil: usize) -> Option<usize> {
     const ENVSXP: u8 = 4;
     const FRAME: usize = 32;
     const HASHTAB: usize = 48;
@@ -182,7 +183,7 @@ pub fn env_value(h: &impl Heap, env: usize, sym: usize, nil: usize) -> Option<us
 
 /// The line and srcfile of a srcref (an integer vector with a `srcfile`
 /// attribute).
-pub fn srcref_parts(h: &impl Heap, srcref: usize, srcfile_sym: usize) -> Option<(i32, usize)> {
+pub fn srcref_parts(h: &impl Memory, srcref: usize, srcfile_sym: usize) -> Option<(i32, usize)> {
     if rheap::type_of(h, srcref)? != INTSXP || rheap::length(h, srcref)? < 6 {
         return None;
     }
@@ -215,7 +216,7 @@ pub struct OpTable {
 }
 
 /// The word of a code unit (8 bytes: R's `BCODE` union).
-fn unit(h: &impl Heap, addr: usize) -> Option<usize> {
+fn unit(h: &impl Memory, addr: usize) -> Option<usize> {
     let mut b = [0u8; UNIT];
     h.bytes(addr, &mut b)?;
     Some(usize::from_ne_bytes(b))
@@ -227,7 +228,7 @@ impl OpTable {
     /// the opcodes of `GOTO` and `STEPFOR`. None if the code is not laid
     /// out that way (R built without threaded code: 4-byte units) or two
     /// opcodes share a word.
-    pub fn learn(h: &impl Heap, encoded: usize, argc: &[i32], goto: i32, stepfor: i32) -> Option<OpTable> {
+    pub fn learn(h: &impl Memory, encoded: usize, argc: &[i32], goto: i32, stepfor: i32) -> Option<OpTable> {
         let (base, units) = code_range(h, encoded)?;
         let argc: Vec<u8> = argc.iter().map(|&a| u8::try_from(a).ok()).collect::<Option<_>>()?;
         if argc.is_empty() || argc.len() > 256 {
@@ -299,9 +300,9 @@ impl Default for BodyTables {
             loops: vec![(0, 0, 0); LOOPS].into_boxed_slice(),
             stack: vec![(0, LoopPath::default()); LoopPath::MAX + 1].into_boxed_slice(),
         };
-        super::prefault(&mut t.entries);
-        super::prefault(&mut t.units);
-        super::prefault(&mut t.loops);
+        crate::memory::prefault(&mut t.entries);
+        crate::memory::prefault(&mut t.units);
+        crate::memory::prefault(&mut t.loops);
         t
     }
 }
@@ -310,7 +311,7 @@ impl BodyTables {
     /// The loops around code unit `relpc` of compiled `body`.
     pub fn loops_at(
         &mut self,
-        h: &impl Heap,
+        h: &impl Memory,
         syms: &BcSymbols,
         ops: &OpTable,
         body: usize,
@@ -350,7 +351,7 @@ impl BodyTables {
     /// cannot be decoded or its loops do not nest.
     fn fill(
         &mut self,
-        h: &impl Heap,
+        h: &impl Memory,
         syms: &BcSymbols,
         ops: &OpTable,
         body: usize,
@@ -433,7 +434,7 @@ impl BodyTables {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::rheap::tests::FakeHeap;
+    use crate::r::heap::tests::FakeHeap;
 
     struct Fixture {
         h: FakeHeap,

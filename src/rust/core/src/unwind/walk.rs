@@ -159,7 +159,7 @@ impl Slot {
 
 fn walk_buffer() -> Box<[(usize, usize, Slot)]> {
     let mut b = vec![(0, 0, Slot::default()); 4096].into_boxed_slice();
-    super::prefault(&mut b);
+    crate::memory::prefault(&mut b);
     b
 }
 
@@ -265,11 +265,11 @@ impl Snapshot {
         let mut funcs = vec![Func::default(); FUNCS].into_boxed_slice();
         let mut interrupted = vec![Slot::default(); INTERRUPTED].into_boxed_slice();
         let mut blocks = vec![FuncRange::default(); BLOCKS].into_boxed_slice();
-        super::prefault(&mut interrupted);
-        super::prefault(&mut blocks);
-        super::prefault(&mut slots);
-        super::prefault(&mut rows);
-        super::prefault(&mut funcs);
+        crate::memory::prefault(&mut interrupted);
+        crate::memory::prefault(&mut blocks);
+        crate::memory::prefault(&mut slots);
+        crate::memory::prefault(&mut rows);
+        crate::memory::prefault(&mut funcs);
         let interpreter = (0..map.modules().len())
             .map(|i| Some(i) == libr || crate::view::is_r_executable(map.module(i)))
             .collect();
@@ -384,7 +384,7 @@ impl Snapshot {
         // next frame's stack pointer) and saved RBPs are what this walk
         // will read if the outer stack did not change.
         for w in scratch.walks[scratch.last][..scratch.walked[scratch.last]].windows(2) {
-            super::prefetch(w[1].1.wrapping_sub(16));
+            crate::memory::prefetch(w[1].1.wrapping_sub(16));
         }
         let mut c = 0; // cursor into the last walk (stack pointers ascend)
         let end = loop {

@@ -1,0 +1,19 @@
+//! Everything winch knows about R's process, in one place: the layout of
+//! R's context records per R version ([`layout`]), the context chain read
+//! through any [`crate::memory::Memory`] ([`context`]), R objects
+//! ([`heap`]) and byte code ([`bcode`]), and the [`Facts`] about the running
+//! R that joint traces, the profiler, throw capture and the crash report
+//! share ([`facts`]).
+//!
+//! Nothing here calls R: what needs R's API (the addresses of its variables)
+//! is filled in once by the glue when winch loads.
+
+pub mod bcode;
+pub mod context;
+pub mod facts;
+pub mod heap;
+pub mod layout;
+
+pub use context::{Chain, RContext};
+pub use facts::{ChainAt, Facts};
+pub use layout::{Layout, RVersion};
