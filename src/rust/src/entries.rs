@@ -144,7 +144,7 @@ pub fn rs_trace_back(backend_arg: Arg, libr: Arg) -> Result<RValue> {
     table
         .attrs
         .push((c"debug_files_would_help", native.trace.debug_files_would_help(&shown, &resolved).into()));
-    Ok(RValue::Frames(Box::new(table)))
+    Ok(RValue::Built(Box::new(table)))
 }
 
 /// The native stack placed among the caller's R frames `frames` (its
@@ -180,7 +180,7 @@ pub fn rs_joint(backend_arg: Arg, frames: Arg, calls: Arg, libr: Arg, use_contex
     table.attrs.push((c"placement", RValue::from(mode.to_string())));
     table.attrs.push((c"fallback_reason", RValue::from(j.fallback_reason.as_ref().map(|e| e.to_string()))));
     table.attrs.push((c"beyond_end", RValue::from(j.placement.beyond_end as i32)));
-    Ok(RValue::Frames(Box::new(table)))
+    Ok(RValue::Built(Box::new(table)))
 }
 
 fn int_col(v: impl Iterator<Item = Option<usize>>) -> RValue {
@@ -266,7 +266,7 @@ pub fn rs_thread_capture(backend_arg: Arg) -> Result<RValue> {
     let (on_main, mut table) =
         handle.join().map_err(|_| Error::Internal("the capture thread panicked".into()))??;
     table.attrs.push((c"main_thread", RValue::from(on_main)));
-    Ok(RValue::Frames(Box::new(table)))
+    Ok(RValue::Built(Box::new(table)))
 }
 
 /// Nanoseconds per iteration of each stage of a capture at the caller's

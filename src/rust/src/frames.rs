@@ -2,7 +2,9 @@
 //! frame, plus one per inlined call inside it. `value.rs` makes the R data
 //! frame from it.
 
-use crate::value::RValue;
+use crate::rapi::{self, Sexp};
+use crate::value::{fill, set_attr, set_names, Build, RValue, StringCache};
+use std::ffi::c_void;
 use std::ffi::CStr;
 use std::sync::Arc;
 use winch_core::debuginfo::Resolved;
@@ -134,24 +136,106 @@ fn trace_attrs(t: &NativeTrace) -> Vec<(&'static CStr, RValue)> {
     ]
 }
 
-/// `value` as 16 lowercase hex digits, or as "0x..." without leading zeros
-/// (`prefixed`), written into `buf`.
-pub fn hex(value: usize, prefixed: bool, buf: &mut [u8; 18]) -> &str {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let len = if prefixed {
-        let digits = ((usize::BITS - value.leading_zeros()).div_ceil(4)).max(1) as usize;
-        buf[0] = b'0';
-        buf[1] = b'x';
-        for k in 0..digits {
-            buf[2 + k] = DIGITS[(value >> (4 * (digits - 1 - k))) & 0xf];
+impl Build for FrameTable {
+    unsafe fn build(&self, strings: &mut StringCache) -> Sexp {
+        // SAFETY: the trait's contract.
+        unsafe { build_frames(self, strings) }
+    }
+}
+
+/// The data frame of a frame table.
+///
+/// # Safety
+/// As for [`Build::build`].
+unsafe fn build_frames(t: &FrameTable, strings: &mut StringCache) -> Sexp {
+    let n = t.rows.len();
+    let names = t.column_names();
+    // SAFETY: the caller's contract; `df` is protected throughout and every
+    // column is stored into it right after it is allocated.
+    unsafe {
+        let df = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, names.len() as isize));
+        for (j, name) in names.iter().enumerate() {
+            build_column(t, name, strings, df, j);
         }
-        2 + digits
-    } else {
-        for (k, b) in buf.iter_mut().take(16).enumerate() {
-            *b = DIGITS[(value >> (60 - 4 * k)) & 0xf];
+        set_names(df, names.len(), |j| names[j]);
+        let class = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
+        rapi::SET_STRING_ELT(class, 0, rapi::mkchar("data.frame"));
+        rapi::Rf_setAttrib(df, rapi::sym(c"class"), class);
+        rapi::Rf_unprotect(1);
+        // Compact row names: c(NA, -n).
+        let row_names = rapi::Rf_protect(rapi::Rf_allocVector(rapi::INTSXP, 2));
+        *rapi::INTEGER(row_names) = rapi::R_NaInt;
+        *rapi::INTEGER(row_names).add(1) = -(n as i32);
+        rapi::Rf_setAttrib(df, rapi::sym(c"row.names"), row_names);
+        rapi::Rf_unprotect(1);
+        for (name, value) in &t.attrs {
+            set_attr(df, name, value, strings);
         }
-        16
-    };
-    // Only ASCII digits were written.
-    std::str::from_utf8(&buf[..len]).unwrap_or("")
+        rapi::Rf_unprotect(1);
+        df
+    }
+}
+
+/// Column `name` of `t`, stored as element `j` of the protected `df`.
+///
+/// # Safety
+/// As for [`Build::build`]; `df` protected, a list with more than `j` elements.
+unsafe fn build_column(t: &FrameTable, name: &str, strings: &mut StringCache, df: Sexp, j: usize) {
+    let rows = &t.rows;
+    let n = rows.len();
+    // SAFETY: the caller's contract. Numeric columns are filled within
+    // their length; string columns are stored into `df` before their
+    // CHARSXPs are made, so they are protected while R allocates.
+    unsafe {
+        let col = match name {
+            "is_libr" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.is_libr as i32))),
+            "inlined" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.inlined as i32))),
+            "approximate" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.approximate as i32))),
+            "at_throw" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.at_throw as i32))),
+            "line" => fill(rapi::INTSXP, n, |p| ints(p, rows.iter().map(|r| opt_int(r.line)))),
+            "column" => fill(rapi::INTSXP, n, |p| ints(p, rows.iter().map(|r| opt_int(r.column)))),
+            "r_frame" => fill(rapi::INTSXP, n, |p| {
+                ints(
+                    p,
+                    rows.iter()
+                        .map(|r| r.r_frame.and_then(|k| i32::try_from(k).ok()).unwrap_or(rapi::R_NaInt)),
+                )
+            }),
+            _ => {
+                let col = rapi::Rf_allocVector(rapi::STRSXP, n as isize);
+                rapi::SET_VECTOR_ELT(df, j as isize, col);
+                for (i, r) in rows.iter().enumerate() {
+                    let c = match name {
+                        "func" => strings.arc(r.func.as_ref()),
+                        "ip" => strings.hex(r.ip, false),
+                        "pathname" => {
+                            r.module.map_or(rapi::R_NaString, |m| strings.module(m, &t.map.module(m).path))
+                        }
+                        "file" => strings.arc(r.file.as_ref()),
+                        "source" => r.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),
+                        "start" => r.start.map_or(rapi::R_NaString, |a| strings.hex(a as usize, true)),
+                        _ => strings.hex(r.offset, true),
+                    };
+                    rapi::SET_STRING_ELT(col, i as isize, c);
+                }
+                return;
+            }
+        };
+        rapi::SET_VECTOR_ELT(df, j as isize, col);
+    }
+}
+
+/// Writes `values` to the int data at `p`.
+///
+/// # Safety
+/// `p` points to at least as many ints as `values` yields.
+unsafe fn ints(p: *mut c_void, values: impl Iterator<Item = i32>) {
+    let p = p as *mut i32;
+    // SAFETY: the caller's contract.
+    values.enumerate().for_each(|(i, x)| unsafe { *p.add(i) = x });
+}
+
+fn opt_int(x: Option<u32>) -> i32 {
+    // SAFETY: reading R's NA_integer_ constant.
+    x.and_then(|v| i32::try_from(v).ok()).unwrap_or(unsafe { rapi::R_NaInt })
 }

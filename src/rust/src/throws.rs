@@ -157,7 +157,7 @@ pub fn rs_last_throw() -> Result<RValue> {
         let t = NativeTrace { backend: Backend::Cfi, map, frames: Vec::new(), truncated: None };
         let mut table = FrameTable::new(&t, &[], &[], &[], None);
         push_throw_attrs(&mut table, None, None, None, 0);
-        return Ok(RValue::Frames(Box::new(table)));
+        return Ok(RValue::Built(Box::new(table)));
     };
     let t = record_trace(&r, map);
     let modules: Vec<Option<usize>> = t.frames.iter().map(|f| f.module).collect();
@@ -168,7 +168,7 @@ pub fn rs_last_throw() -> Result<RValue> {
     let mut table = FrameTable::new(&t, &shown, &picked, &classes, None);
     let loc = location(&resolved, &shown);
     push_throw_attrs(&mut table, Some(r.id.kind), type_name(&r), loc, r.rethrows);
-    Ok(RValue::Frames(Box::new(table)))
+    Ok(RValue::Built(Box::new(table)))
 }
 
 fn push_throw_attrs(

@@ -9,7 +9,6 @@
 //! references and plain values only (strings are formatted on the stack, the
 //! string cache is owned by `to_r`, outside the jump).
 
-use crate::frames::FrameTable;
 use crate::rapi::{self, Sexp};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -25,8 +24,18 @@ pub enum RValue {
     List(Vec<(&'static str, RValue)>),
     /// A list without names.
     Unnamed(Vec<RValue>),
-    /// A data frame of native frames.
-    Frames(Box<FrameTable>),
+    /// A value that makes itself (a data frame of native frames).
+    Built(Box<dyn Build + Send>),
+}
+
+/// A value that knows how to make itself in R.
+pub trait Build {
+    /// Makes the value; R may raise an error at any allocation.
+    ///
+    /// # Safety
+    /// As for [`build`]: R's main thread, inside `R_ToplevelExec`; the
+    /// result is unprotected.
+    unsafe fn build(&self, strings: &mut StringCache) -> Sexp;
 }
 
 impl From<bool> for RValue {
@@ -153,7 +162,7 @@ unsafe fn build(value: &RValue, strings: &mut StringCache) -> Sexp {
                 rapi::Rf_unprotect(1);
                 x
             }
-            RValue::Frames(t) => build_frames(t, strings),
+            RValue::Built(b) => b.build(strings),
         }
     }
 }
@@ -162,7 +171,7 @@ unsafe fn build(value: &RValue, strings: &mut StringCache) -> Sexp {
 ///
 /// # Safety
 /// As for [`build`]; `write` must stay within `n` elements of `kind`.
-unsafe fn fill(kind: i32, n: usize, write: impl FnOnce(*mut c_void)) -> Sexp {
+pub unsafe fn fill(kind: i32, n: usize, write: impl FnOnce(*mut c_void)) -> Sexp {
     // SAFETY: the caller's contract; `write` allocates nothing.
     unsafe {
         let x = rapi::Rf_allocVector(kind, n as isize);
@@ -180,7 +189,7 @@ unsafe fn fill(kind: i32, n: usize, write: impl FnOnce(*mut c_void)) -> Sexp {
 ///
 /// # Safety
 /// As for [`build`]; `x` protected.
-unsafe fn set_names<'a>(x: Sexp, n: usize, name: impl Fn(usize) -> &'a str) {
+pub unsafe fn set_names<'a>(x: Sexp, n: usize, name: impl Fn(usize) -> &'a str) {
     // SAFETY: the caller's contract; `v` is protected while CHARSXPs are
     // made and stored one at a time.
     unsafe {
@@ -197,7 +206,7 @@ unsafe fn set_names<'a>(x: Sexp, n: usize, name: impl Fn(usize) -> &'a str) {
 ///
 /// # Safety
 /// As for [`build`]; `x` protected.
-unsafe fn set_attr(x: Sexp, name: &std::ffi::CStr, value: &RValue, strings: &mut StringCache) {
+pub unsafe fn set_attr(x: Sexp, name: &std::ffi::CStr, value: &RValue, strings: &mut StringCache) {
     // SAFETY: the caller's contract; the value is protected while the
     // symbol is looked up (which may allocate).
     unsafe {
@@ -205,101 +214,6 @@ unsafe fn set_attr(x: Sexp, name: &std::ffi::CStr, value: &RValue, strings: &mut
         rapi::Rf_setAttrib(x, rapi::sym(name), v);
         rapi::Rf_unprotect(1);
     }
-}
-
-/// The data frame of a frame table.
-///
-/// # Safety
-/// As for [`build`].
-unsafe fn build_frames(t: &FrameTable, strings: &mut StringCache) -> Sexp {
-    let n = t.rows.len();
-    let names = t.column_names();
-    // SAFETY: the caller's contract; `df` is protected throughout and every
-    // column is stored into it right after it is allocated.
-    unsafe {
-        let df = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, names.len() as isize));
-        for (j, name) in names.iter().enumerate() {
-            build_column(t, name, strings, df, j);
-        }
-        set_names(df, names.len(), |j| names[j]);
-        let class = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
-        rapi::SET_STRING_ELT(class, 0, rapi::mkchar("data.frame"));
-        rapi::Rf_setAttrib(df, rapi::sym(c"class"), class);
-        rapi::Rf_unprotect(1);
-        // Compact row names: c(NA, -n).
-        let row_names = rapi::Rf_protect(rapi::Rf_allocVector(rapi::INTSXP, 2));
-        *rapi::INTEGER(row_names) = rapi::R_NaInt;
-        *rapi::INTEGER(row_names).add(1) = -(n as i32);
-        rapi::Rf_setAttrib(df, rapi::sym(c"row.names"), row_names);
-        rapi::Rf_unprotect(1);
-        for (name, value) in &t.attrs {
-            set_attr(df, name, value, strings);
-        }
-        rapi::Rf_unprotect(1);
-        df
-    }
-}
-
-/// Column `name` of `t`, stored as element `j` of the protected `df`.
-///
-/// # Safety
-/// As for [`build`]; `df` protected, a list with more than `j` elements.
-unsafe fn build_column(t: &FrameTable, name: &str, strings: &mut StringCache, df: Sexp, j: usize) {
-    let rows = &t.rows;
-    let n = rows.len();
-    // SAFETY: the caller's contract. Numeric columns are filled within
-    // their length; string columns are stored into `df` before their
-    // CHARSXPs are made, so they are protected while R allocates.
-    unsafe {
-        let col = match name {
-            "is_libr" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.is_libr as i32))),
-            "inlined" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.inlined as i32))),
-            "approximate" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.approximate as i32))),
-            "at_throw" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.at_throw as i32))),
-            "line" => fill(rapi::INTSXP, n, |p| ints(p, rows.iter().map(|r| opt_int(r.line)))),
-            "column" => fill(rapi::INTSXP, n, |p| ints(p, rows.iter().map(|r| opt_int(r.column)))),
-            "r_frame" => fill(rapi::INTSXP, n, |p| {
-                ints(
-                    p,
-                    rows.iter()
-                        .map(|r| r.r_frame.and_then(|k| i32::try_from(k).ok()).unwrap_or(rapi::R_NaInt)),
-                )
-            }),
-            _ => {
-                let col = rapi::Rf_allocVector(rapi::STRSXP, n as isize);
-                rapi::SET_VECTOR_ELT(df, j as isize, col);
-                for (i, r) in rows.iter().enumerate() {
-                    let c = match name {
-                        "func" => strings.arc(r.func.as_ref()),
-                        "ip" => strings.hex(r.ip, false),
-                        "pathname" => strings.module(t, r.module),
-                        "file" => strings.arc(r.file.as_ref()),
-                        "source" => r.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),
-                        "start" => r.start.map_or(rapi::R_NaString, |a| strings.hex(a as usize, true)),
-                        _ => strings.hex(r.offset, true),
-                    };
-                    rapi::SET_STRING_ELT(col, i as isize, c);
-                }
-                return;
-            }
-        };
-        rapi::SET_VECTOR_ELT(df, j as isize, col);
-    }
-}
-
-/// Writes `values` to the int data at `p`.
-///
-/// # Safety
-/// `p` points to at least as many ints as `values` yields.
-unsafe fn ints(p: *mut c_void, values: impl Iterator<Item = i32>) {
-    let p = p as *mut i32;
-    // SAFETY: the caller's contract.
-    values.enumerate().for_each(|(i, x)| unsafe { *p.add(i) = x });
-}
-
-fn opt_int(x: Option<u32>) -> i32 {
-    // SAFETY: reading R's NA_integer_ constant.
-    x.and_then(|v| i32::try_from(v).ok()).unwrap_or(unsafe { rapi::R_NaInt })
 }
 
 /// CHARSXPs made so far in one result, by what they were made from:
@@ -320,7 +234,7 @@ impl StringCache {
     ///
     /// # Safety
     /// As for [`build`]; the result is stored before R allocates again.
-    unsafe fn arc(&mut self, s: Option<&Arc<str>>) -> Sexp {
+    pub unsafe fn arc(&mut self, s: Option<&Arc<str>>) -> Sexp {
         // SAFETY: the caller's contract.
         unsafe {
             let Some(s) = s else { return rapi::R_NaString };
@@ -338,14 +252,14 @@ impl StringCache {
     ///
     /// # Safety
     /// As for [`StringCache::arc`].
-    unsafe fn hex(&mut self, value: usize, prefixed: bool) -> Sexp {
+    pub unsafe fn hex(&mut self, value: usize, prefixed: bool) -> Sexp {
         let cache = if prefixed { &mut self.offsets } else { &mut self.ips };
         if let Some(&c) = cache.get(&value) {
             return c;
         }
         // Formatted on the stack: nothing to drop if R's allocation jumps.
         let mut buf = [0u8; 18];
-        let text = crate::frames::hex(value, prefixed, &mut buf);
+        let text = hex(value, prefixed, &mut buf);
         // SAFETY: the caller's contract.
         let c = unsafe { rapi::mkchar(text) };
         cache.insert(value, c);
@@ -356,7 +270,7 @@ impl StringCache {
     ///
     /// # Safety
     /// As for [`StringCache::arc`].
-    unsafe fn text(&mut self, s: &'static str) -> Sexp {
+    pub unsafe fn text(&mut self, s: &'static str) -> Sexp {
         let key = s.as_ptr() as usize;
         if let Some(&c) = self.arcs.get(&key) {
             return c;
@@ -367,18 +281,39 @@ impl StringCache {
         c
     }
 
+    /// The CHARSXP of a module's path, cached by the module's index.
+    ///
     /// # Safety
     /// As for [`StringCache::arc`].
-    unsafe fn module(&mut self, t: &FrameTable, m: Option<usize>) -> Sexp {
-        // SAFETY: the caller's contract.
-        unsafe {
-            let Some(m) = m else { return rapi::R_NaString };
-            if let Some(&c) = self.modules.get(&m) {
-                return c;
-            }
-            let c = rapi::mkchar(&t.map.module(m).path);
-            self.modules.insert(m, c);
-            c
+    pub unsafe fn module(&mut self, m: usize, path: &str) -> Sexp {
+        if let Some(&c) = self.modules.get(&m) {
+            return c;
         }
+        // SAFETY: the caller's contract.
+        let c = unsafe { rapi::mkchar(path) };
+        self.modules.insert(m, c);
+        c
     }
+}
+
+/// `value` as 16 lowercase hex digits, or as "0x..." without leading zeros
+/// (`prefixed`), written into `buf`.
+pub fn hex(value: usize, prefixed: bool, buf: &mut [u8; 18]) -> &str {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let len = if prefixed {
+        let digits = ((usize::BITS - value.leading_zeros()).div_ceil(4)).max(1) as usize;
+        buf[0] = b'0';
+        buf[1] = b'x';
+        for k in 0..digits {
+            buf[2 + k] = DIGITS[(value >> (4 * (digits - 1 - k))) & 0xf];
+        }
+        2 + digits
+    } else {
+        for (k, b) in buf.iter_mut().take(16).enumerate() {
+            *b = DIGITS[(value >> (60 - 4 * k)) & 0xf];
+        }
+        16
+    };
+    // Only ASCII digits were written.
+    std::str::from_utf8(&buf[..len]).unwrap_or("")
 }
