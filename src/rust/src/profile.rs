@@ -4,16 +4,18 @@
 use crate::args::Arg;
 use crate::rstate;
 use crate::value::RValue;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use winch_core::error::{Error, Result};
 use winch_core::joint;
 use winch_core::memory::Objects;
 use winch_core::profile::build::{self, Stats};
+use winch_core::profile::cost;
 use winch_core::profile::model::{Event, FrameKind, Function, Line, Location, Module, Profile, Stack};
-use winch_core::profile::sampler::{BcFacts, LineFacts, LoopStarts, RFacts, Region};
+use winch_core::profile::sampler::{BcFacts, LineFacts, RFacts, Region};
 use winch_core::profile::session::{self, Clock, Running};
-use winch_core::r::bcode::{BcSymbols, OpTable};
+use winch_core::r::bcode::BcSymbols;
 use winch_core::r::heap as rheap;
+use winch_core::r::learn::{self, LoopKind};
 
 /// The running session, with what `stop` needs to know.
 struct Current {
@@ -22,14 +24,6 @@ struct Current {
 }
 
 static CURRENT: Mutex<Option<Current>> = Mutex::new(None);
-
-/// Loop functions learnt by `rs_profile_learn_loop`.
-static LOOPS: Mutex<Option<LoopStarts>> = Mutex::new(None);
-/// Interpreter loop frames learnt by `rs_profile_learn_bc`.
-static BC_FRAMES: Mutex<Option<[(usize, usize); 2]>> = Mutex::new(None);
-/// R's instructions, learnt by `rs_profile_learn_bc` (once: they are fixed
-/// for the life of the process).
-static OPS: OnceLock<OpTable> = OnceLock::new();
 
 /// What the handler needs to know about R.
 fn facts(
@@ -44,12 +38,12 @@ fn facts(
     Ok(RFacts {
         base,
         ranges: base.ranges(stack),
-        loops: *LOOPS.lock().unwrap_or_else(|e| e.into_inner()),
-        bc: match (loop_symbols, *BC_FRAMES.lock().unwrap_or_else(|e| e.into_inner())) {
+        loops: learn::loops(),
+        bc: match (loop_symbols, learn::bc_frames()) {
             (Some([for_, while_, repeat]), Some(loop_frames)) => Some(BcFacts {
                 syms: BcSymbols { for_, while_, repeat, class: base.class_symbol },
                 loop_frames,
-                ops: OPS.get(),
+                ops: learn::ops(),
             }),
             _ => None,
         },
@@ -161,134 +155,60 @@ pub fn rs_profile_stop() -> Result<RValue> {
     Ok(to_r(&profile, &stats))
 }
 
-/// Loop functions seen so far (for, while, repeat).
-static LEARNT: Mutex<[usize; 3]> = Mutex::new([0; 3]);
-
 /// Learns which native function of R runs an AST loop of `kind` ("for",
-/// "while", "repeat"): called from inside such a loop (R/profile.R runs
-/// one of each), it finds the frame that holds the loop's record. Once all
-/// three are known and distinct, samples name AST loops by kind.
+/// "while", "repeat"), called from inside such a loop (see
+/// `winch_core::r::learn`).
 pub fn rs_profile_learn_loop(kind: Arg) -> Result<RValue> {
-    let k = match kind.string()?.as_str() {
-        "for" => 0,
-        "while" => 1,
-        "repeat" => 2,
+    let kind = match kind.string()?.as_str() {
+        "for" => LoopKind::For,
+        "while" => LoopKind::While,
+        "repeat" => LoopKind::Repeat,
         _ => return Err(Error::BadArgument("`kind` must be \"for\", \"while\" or \"repeat\"".into())),
     };
-    let backend = winch_core::unwind::Backend::best()
-        .ok_or_else(|| Error::Unavailable("no unwinding backend works here".into()))?;
-    let ip = joint::innermost_loop_owner(rstate::facts()?, backend)?;
-    let snap = winch_core::unwind::walk::Snapshot::take(rstate::libr_addr());
-    let start = snap
-        .function_start(ip - 1)
-        .ok_or_else(|| Error::Inconsistent("a loop's frame has no unwind information".into()))?;
-    let mut learnt = LEARNT.lock().unwrap_or_else(|e| e.into_inner());
-    learnt[k] = start;
-    let [f, w, r] = *learnt;
-    if f != 0 && w != 0 && r != 0 {
-        if f == w || f == r || w == r {
-            return Err(Error::Inconsistent("R's loops did not run in distinct functions".into()));
-        }
-        *LOOPS.lock().unwrap_or_else(|e| e.into_inner()) = Some(LoopStarts { for_: f, while_: w, repeat: r });
-    }
+    learn::learn_loop(rstate::facts()?, kind)?;
     Ok(true.into()) // NULL would read as "out of memory"
 }
 
-/// Learns where R's byte-code interpreter loop keeps its program counter:
-/// called from byte code (R/profile.R), it looks at the records made while
-/// byte code ran and at the native frames holding their loop slots. And
-/// learns R's instructions from `opcodes`: a list of a body whose code is
-/// every opcode in order, the operand counts, and the opcodes of `GOTO`
-/// and `STEPFOR` (NULL: not known).
+/// Learns where R's byte-code interpreter loop keeps its program counter,
+/// called from byte code, and R's instructions from `opcodes`: a list of a
+/// body whose code is every opcode in order, the operand counts, and the
+/// opcodes of `GOTO` and `STEPFOR` (NULL: not known).
 pub fn rs_profile_learn_bc(opcodes: Arg) -> Result<RValue> {
-    if OPS.get().is_none() && !opcodes.is_null() {
+    let opcodes = if learn::ops().is_none() && !opcodes.is_null() {
         let parts = opcodes.elements()?;
         let addrs = opcodes.element_addrs()?;
         let (Some(&body), [_, argc, goto, stepfor]) = (addrs.first(), parts.as_slice()) else {
             return Err(Error::BadArgument("`opcodes` must be a list of four".into()));
         };
         let argc: Vec<i32> = argc.ints()?.into_iter().map(|a| a.unwrap_or(-1)).collect();
-        let table = OpTable::learn(&Objects, body, &argc, goto.int()?, stepfor.int()?)
-            .ok_or_else(|| Error::Inconsistent("R's byte code is not laid out as winch expects".into()))?;
-        let _ = OPS.set(table);
-    }
-    let backend = winch_core::unwind::Backend::best()
-        .ok_or_else(|| Error::Unavailable("no unwinding backend works here".into()))?;
-    let seen = joint::loop_slots(rstate::facts()?, backend)?;
-    let mut learnt: Vec<(usize, usize)> = Vec::new();
-    for (start, offset) in seen {
-        match learnt.iter().find(|(s, _)| *s == start) {
-            Some(&(_, o)) if o != offset => {
-                return Err(Error::Inconsistent(
-                    "R's interpreter loop keeps its counter at different places".into(),
-                ))
-            }
-            Some(_) => {}
-            None => learnt.push((start, offset)),
-        }
-    }
-    if learnt.is_empty() || learnt.len() > 2 {
-        return Err(Error::Inconsistent("R's interpreter loop frames could not be told".into()));
-    }
-    let mut frames = [(0, 0); 2];
-    frames[..learnt.len()].copy_from_slice(&learnt);
-    *BC_FRAMES.lock().unwrap_or_else(|e| e.into_inner()) = Some(frames);
+        Some(learn::Opcodes { body, argc, goto: goto.int()?, stepfor: stepfor.int()? })
+    } else {
+        None
+    };
+    learn::learn_bc(rstate::facts()?, opcodes)?;
     Ok(true.into())
 }
 
 /// Whether AST loops can be named by kind.
 pub fn rs_profile_loops_known() -> Result<RValue> {
-    let known = LOOPS.lock().unwrap_or_else(|e| e.into_inner()).is_some()
-        && BC_FRAMES.lock().unwrap_or_else(|e| e.into_inner()).is_some()
-        && OPS.get().is_some();
-    Ok(known.into())
+    Ok(learn::loops_known().into())
 }
 
 /// The cost of taking one sample of the caller's stack, as the signal
 /// handler takes it, measured `n` times in a row (no signal, no timer):
 /// nanoseconds per sample (median, 99th percentile) and the entries a
 /// sample had. For bench/profile.R.
-#[inline(never)]
 pub fn rs_profile_sample_cost(n: Arg, thrash: Arg) -> Result<RValue> {
     if !rstate::on_main_thread() {
         return Err(Error::WrongThread);
     }
     let n = n.int()?.clamp(1, 1_000_000) as usize;
     let facts = facts(true, Region::All, None, None)?;
-    let snap = winch_core::unwind::walk::Snapshot::take(rstate::libr_addr());
-    let mut scratch = winch_core::profile::sampler::Scratch::default();
-    let ring = winch_core::profile::ring::Ring::new(1 << 16);
-    let mut buf = Vec::new();
-    let mut times = Vec::with_capacity(n);
-    let mut frames = 0;
-    // Between samples, a workload evicts winch's data from the CPU caches:
-    // `thrash` MB written between samples simulates that.
-    let mut junk = vec![0u8; (thrash.int()?.max(0) as usize) << 20];
-    let now = || {
-        // SAFETY: clock_gettime writes into `ts`.
-        let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    };
-    for k in 0..n {
-        for b in junk.iter_mut().step_by(64) {
-            *b = b.wrapping_add(k as u8);
-        }
-        std::hint::black_box(&junk);
-        let regs = winch_core::unwind::registers();
-        let t0 = now();
-        let out = winch_core::profile::sampler::sample(regs, 1, t0, now, &snap, &facts, &mut scratch, &ring);
-        times.push(now() - t0);
-        frames = out.frames;
-        ring.drain(&mut buf, |_| {});
-    }
-    times.sort_unstable();
-    let q = |p: f64| times[((p * n as f64).ceil() as usize).clamp(1, n) - 1] as f64;
+    let c = cost::sample_cost(&facts, n, thrash.int()?.max(0) as usize);
     Ok(RValue::List(vec![
-        ("median_ns", q(0.5).into()),
-        ("p99_ns", q(0.99).into()),
-        ("entries", (frames as i32).into()),
+        ("median_ns", c.median_ns.into()),
+        ("p99_ns", c.p99_ns.into()),
+        ("entries", (c.entries as i32).into()),
     ]))
 }
 

@@ -6,6 +6,8 @@
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub mod build;
 pub mod collect;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub mod cost;
 pub mod labels;
 pub mod model;
 pub mod pprof;

@@ -43,14 +43,7 @@ pub const IP_MASK: u64 = (1 << 56) - 1;
 pub const MAX_FRAMES: usize = 4096;
 pub const MAX_CONTEXTS: usize = 8192;
 
-/// The function starts of R's AST loops (`do_for`, `do_while`,
-/// `do_repeat`), learnt by watching them (see the glue's calibration).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LoopStarts {
-    pub for_: usize,
-    pub while_: usize,
-    pub repeat: usize,
-}
+pub use crate::r::learn::LoopStarts;
 
 /// What finding the loops of byte code needs: the symbols, and the native
 /// functions that run R's byte-code interpreter loop with where each keeps

@@ -1,0 +1,154 @@
+//! What winch learns about the running R by watching it, once per session
+//! (R's calibration in `R/calibrate.R` runs the probes): which native
+//! functions of R run its AST loops, where R's byte-code interpreter loop
+//! keeps its program counter, and R's byte-code instructions. The profiler
+//! names loops with these; without them, loops are labelled generically.
+
+use super::bcode::OpTable;
+use super::Facts;
+use crate::error::{Error, Result};
+use crate::memory::Objects;
+use crate::unwind::walk::Snapshot;
+use crate::unwind::Backend;
+use std::sync::{Mutex, OnceLock};
+
+/// The function starts of R's AST loops (`do_for`, `do_while`,
+/// `do_repeat`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoopStarts {
+    pub for_: usize,
+    pub while_: usize,
+    pub repeat: usize,
+}
+
+/// An AST loop's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoopKind {
+    For,
+    While,
+    Repeat,
+}
+
+/// Loop functions seen so far (for, while, repeat), and all three once they
+/// are known and distinct.
+static SEEN: Mutex<[usize; 3]> = Mutex::new([0; 3]);
+static LOOPS: Mutex<Option<LoopStarts>> = Mutex::new(None);
+/// Interpreter loop frames: (function start, bytes below the CFA of the
+/// program-counter slot), up to two.
+static BC_FRAMES: Mutex<Option<[(usize, usize); 2]>> = Mutex::new(None);
+/// R's instructions (fixed for the life of the process: learnt once).
+static OPS: OnceLock<OpTable> = OnceLock::new();
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn best_backend() -> Result<Backend> {
+    Backend::best().ok_or_else(|| Error::Unavailable("no unwinding backend works here".into()))
+}
+
+/// Learns which native function of R runs an AST loop of `kind`: called
+/// from inside such a loop, it finds the frame that holds the loop's record.
+/// Once all three are known and distinct, samples name AST loops by kind.
+pub fn learn_loop(facts: &Facts, kind: LoopKind) -> Result<()> {
+    let ip = crate::joint::innermost_loop_owner(facts, best_backend()?)?;
+    let snap = Snapshot::take(facts.interpreter_addr);
+    let start = snap
+        .function_start(ip - 1)
+        .ok_or_else(|| Error::Inconsistent("a loop's frame has no unwind information".into()))?;
+    let mut seen = lock(&SEEN);
+    seen[kind as usize] = start;
+    let [f, w, r] = *seen;
+    if f != 0 && w != 0 && r != 0 {
+        if f == w || f == r || w == r {
+            return Err(Error::Inconsistent("R's loops did not run in distinct functions".into()));
+        }
+        *lock(&LOOPS) = Some(LoopStarts { for_: f, while_: w, repeat: r });
+    }
+    Ok(())
+}
+
+/// R's instructions as the calibration shows them: a body whose code is
+/// every opcode in order, the operand counts, and the opcodes of `GOTO` and
+/// `STEPFOR`.
+pub struct Opcodes {
+    pub body: usize,
+    pub argc: Vec<i32>,
+    pub goto: i32,
+    pub stepfor: i32,
+}
+
+/// Learns where R's byte-code interpreter loop keeps its program counter:
+/// called from byte code, it looks at the records made while byte code ran
+/// and at the native frames holding their loop slots. Learns R's
+/// instructions from `opcodes` the first time they are given.
+pub fn learn_bc(facts: &Facts, opcodes: Option<Opcodes>) -> Result<()> {
+    if let (None, Some(o)) = (OPS.get(), opcodes) {
+        let table = OpTable::learn(&Objects, o.body, &o.argc, o.goto, o.stepfor)
+            .ok_or_else(|| Error::Inconsistent("R's byte code is not laid out as winch expects".into()))?;
+        let _ = OPS.set(table);
+    }
+    let seen = crate::joint::loop_slots(facts, best_backend()?)?;
+    *lock(&BC_FRAMES) = Some(interpreter_frames(&seen)?);
+    Ok(())
+}
+
+/// The distinct interpreter loop frames among `seen` (function start, slot
+/// offset): at most two, each keeping its counter at one place.
+fn interpreter_frames(seen: &[(usize, usize)]) -> Result<[(usize, usize); 2]> {
+    let mut learnt: Vec<(usize, usize)> = Vec::new();
+    for &(start, offset) in seen {
+        match learnt.iter().find(|(s, _)| *s == start) {
+            Some(&(_, o)) if o != offset => {
+                return Err(Error::Inconsistent(
+                    "R's interpreter loop keeps its counter at different places".into(),
+                ))
+            }
+            Some(_) => {}
+            None => learnt.push((start, offset)),
+        }
+    }
+    if learnt.is_empty() || learnt.len() > 2 {
+        return Err(Error::Inconsistent("R's interpreter loop frames could not be told".into()));
+    }
+    let mut frames = [(0, 0); 2];
+    frames[..learnt.len()].copy_from_slice(&learnt);
+    Ok(frames)
+}
+
+/// The AST loops' functions, if learnt.
+pub fn loops() -> Option<LoopStarts> {
+    *lock(&LOOPS)
+}
+
+/// The interpreter loop frames, if learnt.
+pub fn bc_frames() -> Option<[(usize, usize); 2]> {
+    *lock(&BC_FRAMES)
+}
+
+/// R's instructions, if learnt.
+pub fn ops() -> Option<&'static OpTable> {
+    OPS.get()
+}
+
+/// Whether loops can be named by kind (everything learnt).
+pub fn loops_known() -> bool {
+    loops().is_some() && bc_frames().is_some() && ops().is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interpreter_frames_are_told_apart() {
+        assert_eq!(interpreter_frames(&[(10, 8), (20, 16), (10, 8)]).unwrap(), [(10, 8), (20, 16)]);
+        assert_eq!(interpreter_frames(&[(10, 8)]).unwrap(), [(10, 8), (0, 0)]);
+        assert!(interpreter_frames(&[]).is_err());
+        assert!(interpreter_frames(&[(10, 8), (10, 16)])
+            .unwrap_err()
+            .to_string()
+            .contains("different places"));
+        assert!(interpreter_frames(&[(1, 8), (2, 8), (3, 8)]).is_err());
+    }
+}
