@@ -49,7 +49,7 @@ pub struct FrameTable {
 
 const COLUMNS: [&str; 11] =
     ["func", "ip", "pathname", "is_libr", "file", "line", "inlined", "offset", "column", "start", "source"];
-const JOINT_COLUMNS: [&str; 14] = [
+const JOINT_COLUMNS: [&str; 15] = [
     "func",
     "ip",
     "pathname",
@@ -64,6 +64,7 @@ const JOINT_COLUMNS: [&str; 14] = [
     "r_frame",
     "approximate",
     "at_throw",
+    "label",
 ];
 
 impl FrameTable {
@@ -214,6 +215,10 @@ unsafe fn build_column(t: &FrameTable, name: &str, strings: &mut StringCache, df
                         "file" => strings.arc(r.file.as_ref()),
                         "source" => r.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),
                         "start" => r.start.map_or(rapi::R_NaString, |a| strings.hex(a as usize, true)),
+                        "label" => match &r.func {
+                            Some(f) => strings.arc(Some(f)),
+                            None => strings.unnamed(r.start.map(|a| a as usize), r.offset),
+                        },
                         _ => strings.hex(r.offset, true),
                     };
                     rapi::SET_STRING_ELT(col, i as isize, c);

@@ -266,6 +266,24 @@ impl StringCache {
         c
     }
 
+    /// The CHARSXP of the label of an unnamed native frame (see
+    /// `winch_core::view::unnamed_label`).
+    ///
+    /// # Safety
+    /// As for [`StringCache::arc`].
+    pub unsafe fn unnamed(&mut self, start: Option<usize>, offset: usize) -> Sexp {
+        // Formatted on the stack: nothing to drop if R's allocation jumps.
+        let mut buf = [0u8; 24];
+        let mut len = 0;
+        winch_core::view::write_unnamed_label(start, offset, |b| {
+            let n = b.len().min(buf.len() - len);
+            buf[len..len + n].copy_from_slice(&b[..n]);
+            len += n;
+        });
+        // SAFETY: the caller's contract; the label is ASCII.
+        unsafe { rapi::mkchar(std::str::from_utf8(&buf[..len]).unwrap_or("")) }
+    }
+
     /// The CHARSXP of a static string.
     ///
     /// # Safety

@@ -7,9 +7,7 @@
 //! (they are loaded when its `dlopen` returns), or when the loader's
 //! counters are next checked.
 
-#[cfg(target_os = "linux")]
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Users.
@@ -23,6 +21,27 @@ static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
 static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
 static PATCHED: Mutex<Vec<crate::got::Patched>> = Mutex::new(Vec::new());
 
+/// What each user wants done when modules change (a `fn()` as an address,
+/// 0 for nothing), by user bit: throw capture and the crash report register
+/// theirs with [`listen`], so this module calls them without knowing them.
+static LISTENERS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+fn slot(user: u32) -> Option<&'static AtomicUsize> {
+    match user {
+        THROWS => Some(&LISTENERS[0]),
+        CRASH => Some(&LISTENERS[1]),
+        _ => None,
+    }
+}
+
+/// Registers what `user` wants done after a library is loaded or unloaded
+/// (called while it is a user: see [`acquire`]).
+pub fn listen(user: u32, on_change: fn()) {
+    if let Some(s) = slot(user) {
+        s.store(on_change as usize, Ordering::Release);
+    }
+}
+
 /// Tells the users that modules changed. Never unwinds.
 #[cfg(target_os = "linux")]
 fn notify() {
@@ -30,11 +49,13 @@ fn notify() {
     // SAFETY: errno is thread-local; saved and restored around the work.
     let saved = unsafe { *libc::__errno_location() };
     let _ = std::panic::catch_unwind(|| {
-        if users & THROWS != 0 {
-            crate::throws::rescan();
-        }
-        if users & CRASH != 0 {
-            crate::crash::refresh();
+        for user in [THROWS, CRASH] {
+            let f = slot(user).map_or(0, |s| s.load(Ordering::Acquire));
+            if users & user != 0 && f != 0 {
+                // SAFETY: only `listen` stores here, and it stores a `fn()`.
+                let f = unsafe { std::mem::transmute::<usize, fn()>(f) };
+                f();
+            }
         }
     });
     // SAFETY: as above.

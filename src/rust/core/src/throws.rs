@@ -443,7 +443,15 @@ pub mod shown;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod hook;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub use hook::{install, installed, records, rescan, rescan_if_changed, status, uninstall};
+pub use hook::{installed, records, rescan, rescan_if_changed, status, uninstall};
+
+/// Turns capture on (see `hook`), and has the loader hook rescan modules
+/// for it when libraries load.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub fn install(facts: Facts) -> crate::error::Result<Status> {
+    crate::loadhook::listen(crate::loadhook::THROWS, rescan);
+    hook::install(facts)
+}
 
 /// Whether this platform has the throw hooks.
 pub fn supported() -> bool {

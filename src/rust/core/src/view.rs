@@ -102,6 +102,36 @@ pub fn select(classes: &[Class], view: View) -> Vec<usize> {
     }
 }
 
+/// The label of a native frame that has no name, the same in traces,
+/// profiles and crash reports: the start of its function relative to its
+/// module (`+0x1a20`, from the unwind information: one label for every
+/// frame in that function), or, where that start is not known, the frame's
+/// own offset in its module marked `?` (`+0x1a2b?`). Writes the label's
+/// bytes to `out` without allocating (the crash report's handler uses it).
+pub fn write_unnamed_label(start: Option<usize>, offset: usize, mut out: impl FnMut(&[u8])) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let value = start.unwrap_or(offset);
+    let mut buf = [0u8; 22];
+    buf[..3].copy_from_slice(b"+0x");
+    let digits = ((usize::BITS - value.leading_zeros()).div_ceil(4)).max(1) as usize;
+    for k in 0..digits {
+        buf[3 + k] = DIGITS[(value >> (4 * (digits - 1 - k))) & 0xf];
+    }
+    let mut len = 3 + digits;
+    if start.is_none() {
+        buf[len] = b'?';
+        len += 1;
+    }
+    out(&buf[..len]);
+}
+
+/// [`write_unnamed_label`] as a string.
+pub fn unnamed_label(start: Option<usize>, offset: usize) -> String {
+    let mut s = String::new();
+    write_unnamed_label(start, offset, |b| s.push_str(std::str::from_utf8(b).unwrap_or("")));
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +233,13 @@ mod tests {
         assert_eq!(c[0], Class::default());
         assert!(c[1].is_code() && c[2].interpreter);
         assert_eq!(select(&c, View::Joint { libr: false }), vec![1, 0]);
+    }
+
+    #[test]
+    fn unnamed_frames_are_labelled_by_function_start_or_own_offset() {
+        assert_eq!(unnamed_label(Some(0x1a20), 0x1a2b), "+0x1a20");
+        assert_eq!(unnamed_label(None, 0x1a2b), "+0x1a2b?");
+        assert_eq!(unnamed_label(Some(0), 5), "+0x0");
+        assert_eq!(unnamed_label(None, usize::MAX), "+0xffffffffffffffff?");
     }
 }

@@ -364,6 +364,7 @@ pub fn enable(f: Facts) -> Result<Status> {
         }
     }
     drop(guard);
+    crate::loadhook::listen(crate::loadhook::CRASH, refresh);
     crate::loadhook::acquire(crate::loadhook::CRASH, f.interpreter_addr);
     Ok(status())
 }
@@ -641,10 +642,7 @@ fn describe<W: FnMut(&[u8])>(p: &Prepared, fr: &Frame, first: bool, out: &mut Ou
             out.text(" + ");
             out.short_hex(fr.ip.wrapping_sub(module.bias).wrapping_sub(sym.start as usize));
         }
-        None => {
-            out.text("+");
-            out.short_hex(fr.ip.wrapping_sub(module.bias));
-        }
+        None => crate::view::write_unnamed_label(None, fr.ip.wrapping_sub(module.bias), |b| out.name(b)),
     }
 }
 

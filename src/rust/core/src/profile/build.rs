@@ -269,12 +269,12 @@ impl<'a> Builder<'a> {
     /// the address looked up, is inside the call for return addresses).
     fn unnamed_function(&self, index: Option<usize>, probe: usize, ip: usize) -> (String, String) {
         let map = &self.fin.snapshot.map;
-        let Some(m) = index else { return ("?".into(), format!("/?::+{ip:#x}?")) };
-        let module = map.module(m);
-        let name = match self.fin.snapshot.function_start(probe) {
-            Some(start) => format!("+{:#x}", start.wrapping_sub(module.bias)),
-            None => format!("+{:#x}?", ip.wrapping_sub(module.bias)),
+        let Some(m) = index else {
+            return ("?".into(), format!("/?::{}", crate::view::unnamed_label(None, ip)));
         };
+        let module = map.module(m);
+        let start = self.fin.snapshot.function_start(probe).map(|s| s.wrapping_sub(module.bias));
+        let name = crate::view::unnamed_label(start, ip.wrapping_sub(module.bias));
         (format!("/{}::{name}", module.basename()), format!("/{}::{name}", module.basename()))
     }
 }
