@@ -19,6 +19,8 @@ pub mod report;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod handler;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod signals;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub use handler::{disable, enable, handlers, rearm, refresh, status};
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]

@@ -24,6 +24,9 @@
 //! alone and its signal is not reported.
 
 use super::report::{self, Header, Out};
+use super::signals::{
+    ensure_alt_stack, errno, kernel_get, kernel_set, restore_alt_stack, set_errno, write_all, KernelAction,
+};
 use super::{CStack, Facts, Status, SIGNALS};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, Own};
@@ -40,10 +43,6 @@ use std::sync::Mutex;
 const WALK: usize = report::MAX_NATIVE + 1;
 /// R contexts read at most.
 const CONTEXTS: usize = 4 * report::MAX_R;
-/// R's context kinds shown (closure calls and builtins such as `.Call`).
-/// The alternate stack made when the thread has none (or a small one).
-const ALT_STACK: usize = 256 << 10;
-const ALT_STACK_MIN: usize = 64 << 10;
 
 /// The loaded modules with their unwind and symbol tables.
 struct Prepared {
@@ -61,50 +60,6 @@ struct Scratch {
     ctx_call: [usize; CONTEXTS],
     owners: [usize; CONTEXTS],
     sps: [usize; WALK],
-}
-
-/// The kernel's `struct sigaction` on x86_64 (what `rt_sigaction` reads
-/// and writes): saved and restored as the kernel holds it, so that turning
-/// the report off restores every bit (the C library's `sigaction()` adds
-/// its own restorer flag to whatever it installs).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct KernelAction {
-    handler: usize,
-    flags: u64,
-    restorer: usize,
-    mask: u64,
-}
-
-fn kernel_get(sig: i32) -> Option<KernelAction> {
-    let mut k = KernelAction::default();
-    // SAFETY: rt_sigaction with a null new action only fills `k`, whose
-    // layout is the kernel's (8-byte signal set).
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigaction,
-            sig,
-            std::ptr::null::<KernelAction>(),
-            &mut k as *mut KernelAction,
-            8,
-        )
-    };
-    (r == 0).then_some(k)
-}
-
-/// Async-signal-safe (one system call).
-fn kernel_set(sig: i32, k: &KernelAction) -> bool {
-    // SAFETY: installs an action saved from the kernel before.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigaction,
-            sig,
-            k as *const KernelAction,
-            std::ptr::null_mut::<KernelAction>(),
-            8,
-        )
-    };
-    r == 0
 }
 
 struct Cell<T>(UnsafeCell<T>);
@@ -272,67 +227,6 @@ fn give_back(k: usize) {
     OURS[k].store(false, Ordering::Release);
 }
 
-/// Makes sure this thread (R's main thread) has an alternate signal stack
-/// of a useful size; returns the one made, with the previous setting.
-fn ensure_alt_stack() -> Option<(usize, usize, libc::stack_t)> {
-    // SAFETY: a zeroed stack_t is a valid buffer; the query changes nothing.
-    let mut cur: libc::stack_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::sigaltstack(std::ptr::null(), &mut cur) } != 0 {
-        return None;
-    }
-    if cur.ss_flags & libc::SS_DISABLE == 0 && cur.ss_size >= ALT_STACK_MIN {
-        return None; // R's own (or another) is there and large enough
-    }
-    // SAFETY: a fresh private anonymous mapping.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            ALT_STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    let new = libc::stack_t { ss_sp: p, ss_flags: 0, ss_size: ALT_STACK };
-    // SAFETY: installs the mapping just made as this thread's alternate stack.
-    if unsafe { libc::sigaltstack(&new, std::ptr::null_mut()) } != 0 {
-        // SAFETY: unmaps what was just mapped.
-        unsafe { libc::munmap(p, ALT_STACK) };
-        return None;
-    }
-    Some((p as usize, ALT_STACK, cur))
-}
-
-fn restore_alt_stack(alt: (usize, usize, libc::stack_t)) {
-    let (p, size, prev) = alt;
-    // SAFETY: a zeroed stack_t is a valid buffer.
-    let mut cur: libc::stack_t = unsafe { std::mem::zeroed() };
-    // SAFETY: a query.
-    if unsafe { libc::sigaltstack(std::ptr::null(), &mut cur) } != 0 || cur.ss_sp as usize != p {
-        return; // replaced since by someone else: theirs stays, ours leaks
-    }
-    if cur.ss_flags & libc::SS_ONSTACK != 0 {
-        return;
-    }
-    let back = if prev.ss_flags & libc::SS_DISABLE != 0 {
-        libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 }
-    } else {
-        prev
-    };
-    // SAFETY: restores the previous setting, then unmaps ours (no longer
-    // the alternate stack, and not in use: this thread is not on it).
-    unsafe {
-        if libc::sigaltstack(&back, std::ptr::null_mut()) == 0 {
-            libc::munmap(p as *mut libc::c_void, size);
-        }
-    }
-}
-
 /// Turns the report on (R's main thread).
 pub fn enable(f: Facts) -> Result<Status> {
     if thread_id() != f.main_thread {
@@ -469,33 +363,6 @@ fn stack_word(stack: (usize, usize), addr: usize) -> Option<usize> {
         return Some(unsafe { std::ptr::read_volatile(addr as *const usize) });
     }
     Own.word(addr)
-}
-
-fn errno() -> i32 {
-    // SAFETY: errno is thread-local.
-    unsafe { *libc::__errno_location() }
-}
-
-fn set_errno(v: i32) {
-    // SAFETY: errno is thread-local.
-    unsafe { *libc::__errno_location() = v };
-}
-
-fn write_all(bytes: &[u8]) {
-    let mut rest = bytes;
-    let mut tries = 0;
-    while !rest.is_empty() && tries < 64 {
-        tries += 1;
-        // SAFETY: write(2) of a valid buffer to standard error.
-        let n = unsafe { libc::write(2, rest.as_ptr() as *const libc::c_void, rest.len()) };
-        if n > 0 {
-            rest = &rest[n as usize..];
-        } else if n < 0 && errno() == libc::EINTR {
-            continue;
-        } else {
-            break;
-        }
-    }
 }
 
 /// R's C stack as R's variables say now (plain reads: safe in a handler).
