@@ -213,7 +213,7 @@ pub fn sample(
     for i in 0..n {
         s.sps[i] = s.frames[i].sp;
     }
-    let (nctx, cut) = match read_contexts(r, &s.sps[..n], complete, &mut s.ctx) {
+    let (nctx, cut) = match read_contexts(r, &r.ranges, &s.sps[..n], complete, &mut s.ctx) {
         Some(Chain { outside: true, .. }) => {
             return Outcome { flags, frames: 0, pushed: false, outside: true };
         }
@@ -325,11 +325,18 @@ struct Chain {
 }
 
 /// Reads the chain from `R_GlobalContext` (through the one chain reader,
-/// in place inside the ranges where R keeps its records), keeps the
-/// function records (and AST loop records) with their labels and anchors
-/// in `ctx`, innermost first. None if the chain could not be read.
-fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> Option<Chain> {
-    let mem = &r.ranges;
+/// from `mem`: in the handler, in place inside the ranges where R keeps its
+/// records), keeps the function records (and AST loop records) with their
+/// labels and anchors in `ctx`, innermost first. None if the chain could
+/// not be read.
+fn read_contexts(
+    r: &RFacts,
+    mem: &impl crate::memory::Memory,
+    sps: &[usize],
+    complete: bool,
+    ctx: &mut [Ctx],
+) -> Option<Chain> {
+    let on_stack = |a: usize| r.ranges.on_stack(a);
     let mut n = 0;
     let mut cut = usize::MAX;
     let mut outside = matches!(r.region, Region::Under { .. });
@@ -344,7 +351,7 @@ fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> 
             break;
         }
         let function = c.is_function();
-        let ast_loop = c.callflag == CTXT_LOOP && mem.on_stack(c.addr);
+        let ast_loop = c.callflag == CTXT_LOOP && on_stack(c.addr);
         let srcref_in = newer_srcref;
         if c.callflag != CTXT_LOOP {
             newer_srcref = Some(c.srcref);
@@ -370,10 +377,10 @@ fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> 
         // Where the record sits among native frames: its own address on
         // the C stack, or (a byte-code call's record) the slot of the loop
         // running it.
-        let at = if mem.on_stack(c.addr) {
+        let at = if on_stack(c.addr) {
             Some(c.addr)
         } else {
-            (c.bcintactive == 1 && mem.on_stack(c.bcpc)).then_some(c.bcpc)
+            (c.bcintactive == 1 && on_stack(c.bcpc)).then_some(c.bcpc)
         };
         let (anchor, owner_frame) = match at {
             Some(a) => match interleave::owner_index(sps, a) {
@@ -390,7 +397,7 @@ fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> 
             anchor,
             is_loop: !function,
             owner: owner_frame,
-            on_stack: mem.on_stack(c.addr),
+            on_stack: on_stack(c.addr),
             callfun: if function { c.callfun } else { 0 },
             bcintactive: function && c.bcintactive == 1,
             bcbody: if function { c.bcbody } else { 0 },
@@ -408,4 +415,132 @@ fn read_contexts(r: &RFacts, sps: &[usize], complete: bool, ctx: &mut [Ctx]) -> 
     }
     let consistent = interleave::settle_anchors(&mut ctx[..n], |c| &mut c.anchor);
     Some(Chain { len: n, consistent, cut, outside })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::Image;
+    use crate::r::layout::{Layout, CTXT_BUILTIN, CTXT_FUNCTION, CTXT_TOPLEVEL};
+
+    /// A synthetic R: a main stack at 0x7000..0x9000, a node stack at
+    /// 0x20000.., R_GlobalContext at 0x100.
+    fn facts(layout: Layout, region: Region) -> RFacts {
+        let base = crate::r::Facts {
+            version: (4, 5),
+            layout,
+            main_thread: 0,
+            interpreter_addr: 0,
+            own_addr: 0,
+            global_context: 0x100,
+            cstack_vars: [0; 3],
+            node_stack: Some((0x20000, 0x30000)),
+            data: [(0x100, 0x108), (0, 0), (0, 0), (0, 0)],
+            symbols: Default::default(),
+            nil: 0,
+            srcref_var: 0,
+            in_bc: 0,
+            class_symbol: 0,
+        };
+        RFacts {
+            base,
+            ranges: base.ranges((0x7000, 0x9000)),
+            loops: None,
+            bc: None,
+            lines: None,
+            with_loops: true,
+            region,
+        }
+    }
+
+    /// Writes a record; returns its address.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        m: &mut Image,
+        l: &Layout,
+        addr: usize,
+        next: usize,
+        flag: i32,
+        callfun: usize,
+        bc: (i32, usize),
+    ) {
+        m.put(addr, vec![0; l.size]);
+        m.put_word(addr + l.next, next);
+        m.put_bytes(addr + l.callflag, &flag.to_ne_bytes());
+        m.put_word(addr + l.callfun, callfun);
+        m.put_word(addr + l.sysparent, 0xe0);
+        m.put_bytes(addr + l.bcintactive, &bc.0.to_ne_bytes());
+        m.put_word(addr + l.bcpc, bc.1);
+    }
+
+    /// R's stack, innermost first: a byte-code call on the node stack run
+    /// by the loop whose counter is at 0x7810, a builtin, a closure call on
+    /// the C stack, top level.
+    fn chain(l: &Layout) -> Image {
+        let mut m = Image::new();
+        m.put_word(0x100, 0x20040);
+        record(&mut m, l, 0x20040, 0x7400, CTXT_FUNCTION, 0xf2, (1, 0x7810));
+        record(&mut m, l, 0x7400, 0x7c00, CTXT_BUILTIN, 0, (0, 0));
+        record(&mut m, l, 0x7c00, 0x8800, CTXT_FUNCTION, 0xf1, (0, 0));
+        record(&mut m, l, 0x8800, 0, CTXT_TOPLEVEL, 0, (0, 0));
+        m
+    }
+
+    #[test]
+    fn a_sample_places_records_among_the_frames_walked() {
+        let l = Layout::for_r((4, 5)).unwrap();
+        let r = facts(l, Region::All);
+        let m = chain(&l);
+        // Native frames (innermost first) with their stack pointers.
+        let sps = [0x7000, 0x7800, 0x7a00, 0x8000, 0x8c00];
+        let mut ctx = vec![Ctx::default(); 8];
+        let c = read_contexts(&r, &m, &sps, true, &mut ctx).unwrap();
+        assert_eq!((c.len, c.consistent, c.cut, c.outside), (2, true, usize::MAX, false));
+        // The byte-code call goes with the loop frame holding its counter
+        // (frame 1: 0x7800 <= 0x7810 < 0x7a00); the closure call with the
+        // frame holding its record (frame 2: 0x7a00 <= 0x7c00 < 0x8000).
+        assert_eq!((ctx[0].addr, ctx[0].anchor, ctx[0].callfun), (0x20040, 1, 0xf2));
+        assert_eq!((ctx[1].addr, ctx[1].anchor, ctx[1].callfun), (0x7c00, 2, 0xf1));
+        assert!(ctx[0].bcintactive && !ctx[0].on_stack && ctx[1].on_stack);
+    }
+
+    #[test]
+    fn a_sample_keeps_only_the_profiled_region() {
+        let l = Layout::for_r((4, 5)).unwrap();
+        let m = chain(&l);
+        let sps = [0x7000, 0x7800, 0x7a00, 0x8000, 0x8c00];
+        let mut ctx = vec![Ctx::default(); 8];
+        let under = facts(l, Region::Under { callfun: 0xf1, sysparent: 0xe0 });
+        let c = read_contexts(&under, &m, &sps, true, &mut ctx).unwrap();
+        assert_eq!((c.cut, c.outside), (1, false), "frames from the region's own record on are cut");
+        let elsewhere = facts(l, Region::Under { callfun: 0xf9, sysparent: 0xe0 });
+        assert!(read_contexts(&elsewhere, &m, &sps, true, &mut ctx).unwrap().outside);
+        let outside = facts(l, Region::Outside { callfun: 0xf2 });
+        assert!(read_contexts(&outside, &m, &sps, true, &mut ctx).unwrap().outside);
+    }
+
+    #[test]
+    fn a_torn_or_unfinished_chain_gives_no_r_frames() {
+        let l = Layout::for_r((4, 5)).unwrap();
+        let r = facts(l, Region::All);
+        let sps = [0x7000, 0x7800, 0x7a00, 0x8000, 0x8c00];
+        let mut ctx = vec![Ctx::default(); 8];
+        // A record being written when the signal came (an implausible
+        // callflag), a chain that ends without the top level, a record
+        // outside the memory: no R frames rather than wrong ones.
+        let mut torn = chain(&l);
+        torn.put_bytes(0x7400 + l.callflag, &0x7fff_0000i32.to_ne_bytes());
+        assert!(read_contexts(&r, &torn, &sps, true, &mut ctx).is_none());
+        let mut unfinished = chain(&l);
+        unfinished.put_word(0x7c00 + l.next, 0);
+        assert!(read_contexts(&r, &unfinished, &sps, true, &mut ctx).is_none());
+        let mut dangling = chain(&l);
+        dangling.put_word(0x7c00 + l.next, 0x5_0000);
+        assert!(read_contexts(&r, &dangling, &sps, true, &mut ctx).is_none());
+        // A record inside the capture itself (below the innermost frame) on
+        // a complete stack is impossible: refused.
+        assert!(read_contexts(&r, &chain(&l), &[0x7d00, 0x8c00], true, &mut ctx).is_none());
+        // More records than room: refused, not truncated.
+        assert!(read_contexts(&r, &chain(&l), &sps, true, &mut ctx[..1]).is_none());
+    }
 }

@@ -296,4 +296,29 @@ mod tests {
             assert_eq!(chain[0].relpc.is_some(), v >= (4, 4));
         }
     }
+
+    #[test]
+    fn the_iterator_yields_records_then_one_error_for_a_torn_record() {
+        let l = Layout::for_r((4, 5)).unwrap();
+        let mut mem = Image::new();
+        put(&mut mem, &l, &ctx(0x1000, 0x2000, CTXT_FUNCTION, 0xe2));
+        put(&mut mem, &l, &ctx(0x2000, 0x3000, CTXT_BUILTIN, 0));
+        put(&mut mem, &l, &ctx(0x3000, 0, CTXT_TOPLEVEL, 0));
+        let all: Vec<_> = Chain::new(&mem, &l, 0x1000, 10).collect();
+        assert_eq!(all.iter().map(|c| c.unwrap().addr).collect::<Vec<_>>(), vec![0x1000, 0x2000, 0x3000]);
+        // The middle record torn while it was read (half a word written).
+        put(&mut mem, &l, &RContext { callflag: -5, ..ctx(0x2000, 0x3000, CTXT_BUILTIN, 0) });
+        let got: Vec<_> = Chain::new(&mem, &l, 0x1000, 10).collect();
+        assert_eq!(got.len(), 2, "stops after the error");
+        assert!(got[0].is_ok());
+        assert_eq!(got[1], Err(Broken::Callflag(0x2000, -5)));
+        // Reading from R_GlobalContext; an unreadable variable gives nothing.
+        mem.put_word(0x10, 0x3000);
+        assert_eq!(Chain::from_global(&mem, &l, 0x10, 10).count(), 1);
+        assert_eq!(Chain::from_global(&mem, &l, 0x99_0000, 10).count(), 0);
+        // A limit reached is an error of its own.
+        put(&mut mem, &l, &ctx(0x4000, 0x4000, CTXT_BUILTIN, 0));
+        let looped: Vec<_> = Chain::new(&mem, &l, 0x4000, 3).collect();
+        assert_eq!(looped.last(), Some(&Err(Broken::TooLong(3))));
+    }
 }
