@@ -1,7 +1,20 @@
 //! The core of winch: native stack capture, module lookup, symbolization,
 //! reading R's context chain and interleaving R and native frames.
 //!
-//! Nothing here calls R; the R glue lives in the `winch` crate.
+//! Nothing here calls R; the R glue lives in the `winch` crate. The parts,
+//! from the ground up:
+//! * [`memory`]: the one interface every read of a process goes through;
+//! * [`r`]: everything known about R's process (context records per R
+//!   version, the chain reader, R objects, byte code, the facts gathered
+//!   at load, what is learnt by watching R);
+//! * [`unwind`], [`modules`], [`symbolizer`] and the naming modules: native
+//!   stacks (with the one signal-safe walker, [`unwind::walk`]) and names;
+//! * [`interleave`]: placement of native frames among R frames, allocating
+//!   for joint views and in place for signal handlers;
+//! * [`joint`], [`view`], [`splice`]: the joint capture and what views show;
+//! * [`profile`], [`throws`], [`crash`]: the profiler, throw capture and the
+//!   crash report, each built on the parts above ([`loadhook`] tells the
+//!   last two when libraries load, through callbacks they register).
 //!
 //! Only Linux is supported. Elsewhere the crate compiles, but the module map
 //! is empty, no backend is available and nothing is captured.
