@@ -29,7 +29,6 @@
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 use crate::memory::Memory;
 use crate::r::ChainAt;
-use crate::unwind::rules::Rule;
 
 /// Records kept.
 pub const RING: usize = 16;
@@ -271,45 +270,62 @@ pub(crate) enum WalkEnd {
     Failed,
 }
 
-/// Walks from registers `regs`, writing (ip, sp) of the frames outside the
-/// `Marker` frame into `out` (those inside it, and it, are dropped when it
-/// is met); `rule` gives the unwind rule at an address (`probe`: the ip,
-/// minus one for return addresses), `read` a word of the stack. Returns the
-/// number written and how the walk ended.
+/// What the throw hook keeps of a walk: (ip, sp) of the frames outside the
+/// `Marker` frame (those inside it, and it, are dropped when it is met), up
+/// to and including the first frame of R's interpreter.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub(crate) fn walk(
-    regs: crate::unwind::rules::Regs,
-    read: impl Fn(usize) -> Option<usize>,
-    mut rule: impl FnMut(usize) -> Rule,
-    class: impl Fn(usize) -> FrameClass,
-    out: &mut [(usize, usize)],
-) -> (usize, WalkEnd) {
-    use crate::unwind::rules::{step, Step};
-    let mut regs = regs;
-    let mut n = 0;
-    let mut first = true;
-    loop {
-        let probe = if first { regs.ip } else { regs.ip.wrapping_sub(1) };
-        match class(probe) {
-            FrameClass::Marker => n = 0,
+pub(crate) struct Keep<'a, C> {
+    /// The class of a frame from its `probe` (its ip, minus one for return
+    /// addresses).
+    pub class: C,
+    pub out: &'a mut [(usize, usize)],
+    pub n: usize,
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+impl<C: Fn(usize) -> FrameClass> crate::unwind::walk::Visitor for Keep<'_, C> {
+    type Stop = WalkEnd;
+
+    fn frame(&mut self, frame: &crate::unwind::walk::Frame, probe: usize) -> std::ops::ControlFlow<WalkEnd> {
+        use std::ops::ControlFlow::{Break, Continue};
+        match (self.class)(probe) {
+            FrameClass::Marker => self.n = 0,
             c => {
-                if n >= out.len() {
-                    return (n, WalkEnd::Full);
-                }
-                out[n] = (regs.ip, regs.sp);
-                n += 1;
+                let Some(slot) = self.out.get_mut(self.n) else { return Break(WalkEnd::Full) };
+                *slot = (frame.ip, frame.sp);
+                self.n += 1;
                 if c == FrameClass::Interpreter {
-                    return (n, WalkEnd::ReachedR);
+                    return Break(WalkEnd::ReachedR);
                 }
             }
         }
-        first = false;
-        match step(rule(probe), regs, &read) {
-            Step::Caller(next) => regs = next,
-            Step::Outermost => return (n, WalkEnd::Outermost),
-            Step::Stop(_) => return (n, WalkEnd::Failed),
-        }
+        Continue(())
     }
+}
+
+/// Walks from registers `regs` with the rules of `modules` (cached in
+/// `caches`), writing (ip, sp) of the frames [`Keep`] keeps into `out`;
+/// `class` classifies a frame from its probe address, `read` reads a word
+/// of the stack. Returns the number written and how the walk ended
+/// (`Failed`: a frame the rules do not model, for libgcc's unwinder).
+/// Async-signal-safe.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) fn walk<T: crate::unwind::rules::Source>(
+    modules: &crate::unwind::walk::Modules<T>,
+    caches: &mut crate::unwind::walk::Caches,
+    regs: crate::unwind::rules::Regs,
+    read: impl Fn(usize) -> Option<usize>,
+    class: impl Fn(usize) -> FrameClass,
+    out: &mut [(usize, usize)],
+) -> (usize, WalkEnd) {
+    use crate::unwind::walk::Ended;
+    let mut keep = Keep { class, out, n: 0 };
+    let end = match crate::unwind::walk::walk(modules, caches, regs, read, &mut keep) {
+        Ended::By(end) => end,
+        Ended::Outermost => WalkEnd::Outermost,
+        Ended::Stopped(_) => WalkEnd::Failed,
+    };
+    (keep.n, end)
 }
 
 /// Where a recorded throw was caught, in a stack captured later.
@@ -528,7 +544,9 @@ pub use unsupported::{install, installed, records, rescan, rescan_if_changed, st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::rules::{Base, Regs, SavedBp};
+    use crate::unwind::rules::{Base, Regs, Rule, SavedBp};
+    use crate::unwind::walk::synthetic::Made;
+    use crate::unwind::walk::{Caches, Modules, Sizes};
     use std::collections::HashMap;
 
     #[test]
@@ -637,18 +655,21 @@ mod tests {
         mem
     }
 
+    /// One made-up module of code from 0x1000 to 0x6000, functions of 0x1000
+    /// bytes, each with the one rule `rule`.
+    fn made_up(rule: Rule) -> Modules<Made> {
+        let m = crate::modules::Module::synthetic("/made/up.so", 0x1000, 0x6000, false);
+        Modules::synthetic(vec![(m, Some(Made::uniform(0x1000, 0x6000, 0x1000, rule)))], None)
+    }
+
     #[test]
     fn walks_drop_the_hook_and_stop_at_r() {
         // The recording (0x1010), the trampoline (0x1020), the thrower...
         let ips = [0x1010, 0x1020, 0x2010, 0x3010, 0x4010, 0x5010];
         let mem = synthetic_stack(&ips, 0x10000);
-        let rule = |_probe: usize| Rule::Step {
-            cfa: Base::Sp,
-            cfa_offset: 16,
-            ra_offset: -8,
-            bp: SavedBp::Same,
-            start: 0,
-        };
+        let step = Rule::Step { cfa: Base::Sp, cfa_offset: 16, ra_offset: -8, bp: SavedBp::Same, start: 0 };
+        let modules = made_up(step);
+        let mut caches = Caches::new(Sizes::THROWS);
         let class = |ip: usize| match ip >> 12 {
             1 if ip & 0xfff == 0x1f => FrameClass::Marker,
             4 => FrameClass::Interpreter,
@@ -656,17 +677,42 @@ mod tests {
         };
         let mut out = [(0, 0); 8];
         let regs = Regs { ip: ips[0], sp: 0x10000, bp: None };
-        let (n, end) = walk(regs, |a| mem.get(&a).copied(), rule, class, &mut out);
-        assert_eq!(end, WalkEnd::ReachedR);
-        assert_eq!(&out[..n], &[(0x2010, 0x10020), (0x3010, 0x10030), (0x4010, 0x10040)]);
+        let read = |a: usize| mem.get(&a).copied();
+        // Twice: the second walk runs on cached rules.
+        for _ in 0..2 {
+            let (n, end) = walk(&modules, &mut caches, regs, read, class, &mut out);
+            assert_eq!(end, WalkEnd::ReachedR);
+            assert_eq!(&out[..n], &[(0x2010, 0x10020), (0x3010, 0x10030), (0x4010, 0x10040)]);
+        }
         // Without an interpreter frame the walk goes to the end.
-        let (n, end) = walk(regs, |a| mem.get(&a).copied(), rule, |_| FrameClass::Other, &mut out);
+        let (n, end) = walk(&modules, &mut caches, regs, read, |_| FrameClass::Other, &mut out);
         assert_eq!((n, end), (6, WalkEnd::Outermost));
         // A full buffer, and a frame without a rule.
-        let (n, end) = walk(regs, |a| mem.get(&a).copied(), rule, |_| FrameClass::Other, &mut out[..2]);
+        let (n, end) = walk(&modules, &mut caches, regs, read, |_| FrameClass::Other, &mut out[..2]);
         assert_eq!((n, end), (2, WalkEnd::Full));
-        let (n, end) = walk(regs, |a| mem.get(&a).copied(), |_| Rule::Unsupported, class, &mut out);
+        let unsupported = made_up(Rule::Unsupported);
+        let (n, end) = walk(&unsupported, &mut caches, regs, read, class, &mut out);
         assert_eq!((n, end), (1, WalkEnd::Failed));
+        // The same caches serve the first modules again, from scratch.
+        let (n, end) = walk(&modules, &mut caches, regs, read, class, &mut out);
+        assert_eq!((n, end), (3, WalkEnd::ReachedR));
+    }
+
+    #[test]
+    fn a_marker_past_a_full_buffer_starts_it_again() {
+        // Frames 0x2010 and 0x3010 fill the buffer; the marker (0x4010)
+        // drops them, and the frame outside it fits.
+        let ips = [0x2010, 0x3010, 0x4010, 0x5010];
+        let mem = synthetic_stack(&ips, 0x10000);
+        let step = Rule::Step { cfa: Base::Sp, cfa_offset: 16, ra_offset: -8, bp: SavedBp::Same, start: 0 };
+        let modules = made_up(step);
+        let mut caches = Caches::new(Sizes::THROWS);
+        let class = |ip: usize| if ip >> 12 == 4 { FrameClass::Marker } else { FrameClass::Other };
+        let mut out = [(0, 0); 2];
+        let regs = Regs { ip: ips[0], sp: 0x10000, bp: None };
+        let (n, end) = walk(&modules, &mut caches, regs, |a| mem.get(&a).copied(), class, &mut out);
+        assert_eq!((n, end), (1, WalkEnd::Outermost));
+        assert_eq!(out[0], (0x5010, 0x10030));
     }
 
     /// Record: __cxa_throw, level3, level2, level1, entry (the catcher),

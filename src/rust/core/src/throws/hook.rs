@@ -2,19 +2,19 @@
 //! them, and installing them into the loaded modules' GOTs.
 //!
 //! Inside a hook (on R's main thread only) nothing allocates, locks or
-//! calls R: the ring, the rule cache and the unwind context are allocated
-//! when capture is installed, the module table when modules are scanned;
-//! the hook reads them through atomics. Other threads pass straight
+//! calls R: the ring and the walker's caches (`unwind::walk`) are allocated
+//! when capture is installed, the modules with their unwind tables (read in
+//! place) when modules are scanned; the hook reads them through atomics. Other threads pass straight
 //! through, touching nothing but two atomics.
 
 use super::{enter, identify, walk, Facts, FrameClass, Record, Ring, Status, WalkEnd, MAX_FRAMES};
 use crate::error::{Error, Result};
 use crate::got::{self, Patched, Wanted};
 use crate::modules::{self, ModuleMap};
-use crate::unwind::rules::{self, InLine, InPlace, Regs, Rule, Tables};
-use gimli::UnwindContext;
+use crate::unwind::rules::{InPlace, Regs, Tables};
+use crate::unwind::walk::{Caches, Modules, Sizes};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// The hooked functions, in the order of `REAL` and of the trampolines.
@@ -90,15 +90,16 @@ static IN_HOOK: AtomicBool = AtomicBool::new(false);
 pub fn reset_guard() {
     IN_HOOK.store(false, Ordering::Release);
 }
-/// The module table of the walk (replaced when modules change).
+/// The modules of the walk, their tables read in place (replaced when
+/// modules change).
+type WalkTable = Modules<Tables<InPlace>>;
 static TABLE: AtomicPtr<WalkTable> = AtomicPtr::new(std::ptr::null_mut());
-static TABLE_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 /// What the hook uses on R's main thread; allocated once, never freed.
 struct Shared {
     facts: UnsafeCell<HookFacts>,
     ring: UnsafeCell<Ring>,
-    scratch: UnsafeCell<Scratch>,
+    scratch: UnsafeCell<Caches>,
 }
 
 // SAFETY: only R's main thread touches the cells: inside the hook (which
@@ -136,109 +137,12 @@ impl HookFacts {
     }
 }
 
-const CACHE: usize = 4096;
-const PROBES: usize = 4;
-
-struct Scratch {
-    keys: Box<[usize]>,
-    rules: Box<[Rule]>,
-    ctx: Box<UnwindContext<usize, InLine>>,
-    /// The table the cached rules were computed from.
-    serial: u64,
-}
-
-impl Scratch {
-    fn new() -> Scratch {
-        let mut keys = vec![0usize; CACHE].into_boxed_slice();
-        crate::memory::prefault(&mut keys);
-        let mut rules = vec![Rule::Unsupported; CACHE].into_boxed_slice();
-        crate::memory::prefault(&mut rules);
-        Scratch { keys, rules, ctx: Box::new(UnwindContext::new_in()), serial: 0 }
-    }
-
-    /// The rule at `probe`, cached.
-    fn rule(&mut self, table: &WalkTable, probe: usize) -> Rule {
-        if self.serial != table.serial {
-            self.keys.iter_mut().for_each(|k| *k = 0);
-            self.serial = table.serial;
-        }
-        let home = (probe.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) & (CACHE - 1);
-        let mut free = home;
-        for k in 0..PROBES {
-            let i = (home + k) & (CACHE - 1);
-            if self.keys[i] == probe {
-                return self.rules[i];
-            }
-            if self.keys[i] == 0 {
-                free = i;
-                break;
-            }
-        }
-        let rule = match table.entry(probe) {
-            Some(Entry { tables: Some(t), .. }) => t.rule(&mut self.ctx, probe),
-            Some(_) => Rule::Unsupported,
-            None => Rule::NotCode,
-        };
-        self.keys[free] = probe;
-        self.rules[free] = rule;
-        rule
-    }
-}
-
-/// Code ranges of the loaded modules with their unwind tables, read in
-/// place.
-struct WalkTable {
-    serial: u64,
-    generation: (u64, u64),
-    /// Sorted by `lo`.
-    entries: Vec<Entry>,
-}
-
-struct Entry {
-    lo: usize,
-    hi: usize,
-    tables: Option<Tables<InPlace>>,
-}
-
-impl WalkTable {
-    fn build(map: &ModuleMap, generation: (u64, u64)) -> WalkTable {
-        let mut entries = Vec::new();
-        for m in map.modules() {
-            let tables = m.eh_frame_hdr.and_then(|(hdr, len)| {
-                let readable = |a: usize, n: usize| {
-                    m.segments.iter().find(|s| s.read && s.start <= a && a.saturating_add(n) <= s.end)
-                };
-                readable(hdr, len)?;
-                let text = m.segments.iter().find(|s| s.exec).map_or(0, |s| s.start);
-                let end = |a: usize| readable(a, 4).map(|s| s.end);
-                // SAFETY: the module's own unwind tables, in readable
-                // segments (checked); a table is used only while the loader
-                // reports the generation it was built at, so its module is
-                // still loaded.
-                unsafe { rules::tables_in_place(hdr, len, &end, text) }
-            });
-            let exec: Vec<_> = m.segments.iter().filter(|s| s.exec && s.start < s.end).collect();
-            for s in exec {
-                entries.push(Entry { lo: s.start, hi: s.end, tables: tables.clone() });
-            }
-        }
-        entries.sort_by_key(|e| e.lo);
-        WalkTable { serial: TABLE_SERIAL.fetch_add(1, Ordering::Relaxed), generation, entries }
-    }
-
-    fn entry(&self, addr: usize) -> Option<&Entry> {
-        let i = self.entries.partition_point(|e| e.lo <= addr);
-        let e = self.entries.get(i.checked_sub(1)?)?;
-        (addr < e.hi).then_some(e)
-    }
-}
-
 fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
     SHARED.get_or_init(|| Shared {
         facts: UnsafeCell::new(HookFacts::default()),
         ring: UnsafeCell::new(Ring::default()),
-        scratch: UnsafeCell::new(Scratch::new()),
+        scratch: UnsafeCell::new(Caches::new(Sizes::THROWS)),
     })
 }
 
@@ -295,7 +199,7 @@ fn record_throw(exc: usize, rethrow: bool) {
 }
 
 #[inline(never)]
-fn fill_frames(facts: &HookFacts, scratch: &mut Scratch, r: &mut Record) {
+fn fill_frames(facts: &HookFacts, scratch: &mut Caches, r: &mut Record) {
     let (ip, sp, bp) = crate::unwind::registers();
     let (lo, hi) = facts.stack;
     // SAFETY: a non-null TABLE is alive until capture is removed, which
@@ -309,8 +213,7 @@ fn fill_frames(facts: &HookFacts, scratch: &mut Scratch, r: &mut Record) {
                 .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
         };
         let regs = Regs { ip, sp, bp: Some(bp) };
-        let (n, end) =
-            walk(regs, read, |probe| scratch.rule(table, probe), |ip| facts.class(ip), &mut r.frames);
+        let (n, end) = walk(table, scratch, regs, read, |probe| facts.class(probe), &mut r.frames);
         if end != WalkEnd::Failed {
             r.n = n;
             r.reached_r = end == WalkEnd::ReachedR;
@@ -321,7 +224,7 @@ fn fill_frames(facts: &HookFacts, scratch: &mut Scratch, r: &mut Record) {
     libgcc_walk(facts, r);
 }
 
-/// The walk by libgcc's unwinder: for frames the cached rules do not model,
+/// The walk by libgcc's unwinder: for frames the rules do not model,
 /// or when modules changed since the table was built.
 fn libgcc_walk(facts: &HookFacts, r: &mut Record) {
     let mut n = 0;
@@ -439,7 +342,7 @@ pub fn install(facts: Facts) -> Result<Status> {
         };
     }
     let mut inst = Installed { active: true, facts, ..Installed::default() };
-    publish_table(&mut inst, &map);
+    publish_table(&mut inst);
     MAIN.store(facts.main_thread, Ordering::Release);
     crate::loadhook::pin_self();
     patch_new_modules(&mut inst, &map);
@@ -474,8 +377,10 @@ fn resolve_targets(facts: &Facts) {
     }
 }
 
-fn publish_table(inst: &mut Installed, map: &ModuleMap) {
-    let table = Box::new(WalkTable::build(map, modules::loader_generation()));
+fn publish_table(inst: &mut Installed) {
+    // SAFETY: the hook uses a table only while the loader reports the
+    // generation it was built at (see `fill_frames`).
+    let table = Box::new(unsafe { WalkTable::in_place(inst.facts.interpreter_addr) });
     let old = TABLE.swap(Box::into_raw(table), Ordering::AcqRel);
     if !old.is_null() {
         // SAFETY: `old` came from Box::into_raw; the hook may still be
@@ -521,7 +426,7 @@ pub fn rescan() {
     let mut guard = lock();
     let Some(inst) = guard.as_mut().filter(|i| i.active) else { return };
     let map = modules::current();
-    publish_table(inst, &map);
+    publish_table(inst);
     patch_new_modules(inst, &map);
 }
 
@@ -640,5 +545,56 @@ mod tests {
         let last = records().first().map_or(0, |r| r.seq);
         let _ = std::panic::catch_unwind(|| panic_three_deep(1));
         assert_eq!(records().first().map_or(0, |r| r.seq), last);
+    }
+
+    fn resident_kib() -> usize {
+        let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+        s.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap() * 4
+    }
+
+    /// What the hook's walk state costs to build and hold, and a walk with
+    /// it (figures printed; run alone, in release:
+    /// `cargo test --release -- --ignored --nocapture --test-threads=1 walk_state`).
+    #[test]
+    #[ignore]
+    fn walk_state_costs() {
+        let map = modules::current();
+        let r0 = resident_kib();
+        let t = std::time::Instant::now();
+        // SAFETY: used below, while no module is loaded or unloaded (the
+        // generation is checked).
+        let table = unsafe { WalkTable::in_place(0) };
+        let mut caches = Caches::new(Sizes::THROWS);
+        let dt = t.elapsed();
+        let r1 = resident_kib();
+        eprintln!(
+            "walk state: {} modules, built in {dt:?}, resident +{} KiB (caches {} KiB)",
+            map.modules().len(),
+            r1 - r0,
+            caches.heap_bytes() / 1024
+        );
+        let t = std::time::Instant::now();
+        for _ in 0..100 {
+            // SAFETY: as above (never walked).
+            std::hint::black_box(unsafe { WalkTable::in_place(0) });
+        }
+        eprintln!("walk state: tables alone {:?} per build", t.elapsed() / 100);
+        let (lo, hi) = crate::stack::thread_stack_bounds().unwrap();
+        let read = |a: usize| {
+            (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
+                // SAFETY: an aligned word of this thread's stack.
+                .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
+        };
+        let mut out = [(0usize, 0usize); MAX_FRAMES];
+        let (ip, sp, bp) = crate::unwind::registers();
+        let regs = Regs { ip, sp, bp: Some(bp) };
+        assert_eq!(table.generation, modules::loader_generation());
+        let (mut n, mut end) = (0, WalkEnd::Failed);
+        let t = std::time::Instant::now();
+        for _ in 0..100_000 {
+            (n, end) = walk(&table, &mut caches, regs, read, |_| FrameClass::Other, &mut out);
+        }
+        eprintln!("walk state: a walk of {n} frames ({end:?}) in {:?}", t.elapsed() / 100_000);
+        assert_eq!(end, WalkEnd::Outermost);
     }
 }

@@ -114,6 +114,28 @@ pub(crate) unsafe fn tables_in_place(
     Some(EhTables { hdr, eh_frame: EhFrame::new(eh, LittleEndian), bases, bytes: 0 })
 }
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+impl EhTables<InPlace> {
+    /// The loaded module's own unwind tables, read in place (see
+    /// [`tables_in_place`]); None when it has none or they are not in
+    /// readable segments.
+    ///
+    /// # Safety
+    /// The module must stay loaded for as long as the tables are used.
+    pub(crate) unsafe fn of_loaded_in_place(m: &Module) -> Option<EhTables<InPlace>> {
+        let (hdr, len) = m.eh_frame_hdr?;
+        let readable = |a: usize, n: usize| {
+            m.segments.iter().find(|s| s.read && s.start <= a && a.checked_add(n).is_some_and(|e| e <= s.end))
+        };
+        readable(hdr, len)?;
+        let text = m.segments.iter().find(|s| s.exec).map_or(0, |s| s.start);
+        let end = |a: usize| readable(a, 4).map(|s| s.end);
+        // SAFETY: the module's own tables, in readable segments (checked),
+        // used while it stays loaded (the caller's contract).
+        unsafe { tables_in_place(hdr, len, &end, text) }
+    }
+}
+
 /// Length of an `.eh_frame` section: its entries up to the zero terminator.
 fn eh_frame_len(bytes: &[u8]) -> usize {
     let mut at = 0usize;

@@ -68,7 +68,7 @@ impl UnwindContextStorage<usize> for InLine {
 
 /// A module's unwind tables: copies (the default), or the loaded image's own
 /// bytes read in place (`InPlace`, see [`tables_in_place`]).
-pub(crate) use super::ehframe::{tables_in_place, EhTables as Tables, InPlace};
+pub(crate) use super::ehframe::{EhTables as Tables, InPlace};
 
 impl<R: gimli::Reader<Offset = usize>> Tables<R> {
     /// The rule at `probe` (an address in this module).
@@ -120,6 +120,43 @@ impl<R: gimli::Reader<Offset = usize>> Tables<R> {
             each(row.start_address() as usize, row.end_address() as usize, rule_from_row(row, start));
         }
         Some((start, fde.end_address() as usize))
+    }
+}
+
+/// The unwind context of a walk that must not allocate.
+pub(crate) type Context = UnwindContext<usize, InLine>;
+
+/// Where a walk's rules come from: a module's unwind tables (copied or read
+/// in place), or, in tests, rules made up for made-up code.
+pub(crate) trait Source {
+    /// The rule at `probe` (an address in this module).
+    fn rule(&self, ctx: &mut Context, probe: usize) -> Rule;
+    /// A key (never 0) of the function holding `probe`.
+    fn fde_key(&self, probe: usize) -> Option<usize>;
+    /// Calls `each(start, end, rule)` for every row of the function with key
+    /// `fde`, in address order; returns the function's start and end.
+    fn rows(
+        &self,
+        ctx: &mut Context,
+        fde: usize,
+        each: impl FnMut(usize, usize, Rule),
+    ) -> Option<(usize, usize)>;
+}
+
+impl<R: gimli::Reader<Offset = usize>> Source for Tables<R> {
+    fn rule(&self, ctx: &mut Context, probe: usize) -> Rule {
+        Tables::rule(self, ctx, probe)
+    }
+    fn fde_key(&self, probe: usize) -> Option<usize> {
+        Tables::fde_key(self, probe)
+    }
+    fn rows(
+        &self,
+        ctx: &mut Context,
+        fde: usize,
+        each: impl FnMut(usize, usize, Rule),
+    ) -> Option<(usize, usize)> {
+        Tables::rows(self, ctx, fde, each)
     }
 }
 

@@ -1,181 +1,100 @@
-//! Unwinding inside a signal handler: no allocation, no lock, no call into
-//! the dynamic loader. Everything it reads is prepared beforehand on an
-//! ordinary thread: a [`Snapshot`] of the loaded modules with copies of
-//! their unwind tables, a cache of the rule at each address, and the gimli
-//! unwind context with in-line storage. The handler is the only user of a
-//! snapshot's cache and context while sampling runs (it never runs twice at
-//! once: see `sampler`).
+//! The one stack walker for signal handlers and hooks (the profiler, the
+//! crash report, throw capture): no allocation, no lock, no call into the
+//! dynamic loader. Everything it reads is prepared beforehand on an
+//! ordinary thread: [`Modules`], the loaded modules with their unwind
+//! tables (copies, or the loaded images' own bytes read in place), and
+//! [`Caches`] of the rule at each address plus the gimli unwind context
+//! with in-line storage, in sizes the user chooses.
+//!
+//! [`walk`] visits each frame in turn and lets a [`Visitor`] keep it, drop
+//! it or end the walk. [`Snapshot`] bundles copied tables with the
+//! profiler's caches and writes every frame out (the profiler's signal
+//! handler and the crash report's); the throw hook reads its tables in
+//! place and classifies frames (see `throws`). A snapshot's caches are used
+//! by one walk at a time (the handler never runs twice at once: see
+//! `sampler`).
 
-use crate::modules::{self, ModuleMap};
-use crate::unwind::rules::{self, Base, InLine, Regs, Rule, SavedBp, Step, Tables};
-use gimli::UnwindContext;
+mod cache;
+#[cfg(test)]
+pub(crate) mod synthetic;
+
+pub use cache::{Caches, Sizes};
+
+use crate::modules::{self, Module, ModuleMap};
+use crate::unwind::rules::{self, Regs, Source, Step, Tables};
 use std::cell::UnsafeCell;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Rules cached per snapshot (addresses of code that ran, not samples);
-/// small slots, so that the cache stays in the CPU's caches between samples.
-const CACHE_SLOTS: usize = 1 << 14;
-/// Slots probed before a rule is computed again and overwrites one.
-const PROBES: usize = 8;
-/// Rows of unwind tables kept whole, for functions sampled at arbitrary
-/// instructions (the interrupted frame): evaluating a large function's
-/// table up to one address costs as much as reading all of it, so it is
-/// read once and searched afterwards.
-const ROWS: usize = 1 << 16;
-const FUNCS: usize = 1 << 12;
-
-/// The loaded modules at one moment, with their unwind tables.
-pub struct Snapshot {
+/// The loaded modules at one moment, with their unwind tables (`T`: copied
+/// [`Tables`], the default, or `Tables<InPlace>` read in place).
+pub struct Modules<T = Tables> {
     pub map: Arc<ModuleMap>,
-    /// The loader's counters when the snapshot was taken.
+    /// The loader's counters when the modules were listed.
     pub generation: (u64, u64),
     /// Per module: R's interpreter (R's library or executable).
     pub interpreter: Vec<bool>,
     /// The module of R's library (the executable if R is linked statically).
     pub libr: Option<usize>,
-    tables: Vec<Option<Tables>>,
-    scratch: UnsafeCell<Scratch>,
+    tables: Vec<Option<T>>,
+    /// Tells [`Caches`] filled from other modules apart.
+    serial: u64,
 }
 
-/// What the handler changes: touched by one thread at a time (see the
-/// module docs).
-struct Scratch {
-    slots: Box<[Slot]>,
-    ctx: Box<UnwindContext<usize, InLine>>,
-    /// Functions whose rows are in `rows`, open addressing by FDE address.
-    funcs: Box<[Func]>,
-    /// Rows: `key` the row's first address, `start` one past its last.
-    rows: Box<[Slot]>,
-    rows_used: usize,
-    /// The last two walks' frames (ip, sp, rule): the outer part of the
-    /// stack rarely changes between samples, and reading a frame's rule
-    /// from here (in order) is far cheaper than from the cache (at random)
-    /// when the workload has pushed both out of the CPU's caches.
-    walks: [Box<[(usize, usize, Slot)]>; 2],
-    walked: [usize; 2],
-    last: usize,
-    /// Interrupted instructions: a sample interrupts code at any
-    /// instruction, so its first frame would crowd the rule cache of return
-    /// addresses out; these have caches of their own, direct-mapped: the
-    /// rule of an instruction interrupted before, and the function of a
-    /// 64-byte block of code interrupted before.
-    interrupted: Box<[Slot]>,
-    blocks: Box<[FuncRange]>,
-}
+static SERIAL: AtomicU64 = AtomicU64::new(1);
 
-/// A function whose rows are cached, with the addresses they cover.
-#[derive(Clone, Copy, Debug, Default)]
-struct FuncRange {
-    lo: usize,
-    hi: usize,
-    func: Func,
-    module: Option<usize>,
-}
-
-const INTERRUPTED: usize = 1 << 12;
-const BLOCKS: usize = 1 << 12;
-
-/// A function whose rows are cached.
-#[derive(Clone, Copy, Debug, Default)]
-struct Func {
-    fde: usize,
-    start: usize,
-    first: u32,
-    count: u32,
-}
-
-/// A cached rule, packed: the rule's fields, the function's start and the
-/// module of the address.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Slot {
-    key: usize,
-    start: usize,
-    cfa_offset: i32,
-    ra_offset: i32,
-    bp_offset: i32,
-    /// Bits 0-2: kind (1 step, 2 outermost, 3 unsupported, 4 not code);
-    /// bit 3: CFA from RBP; bits 4-5: RBP (0 same, 1 saved, 2 lost).
-    flags: u16,
-    /// The module's index, or u16::MAX.
-    module: u16,
-}
-
-impl Slot {
-    fn pack(key: usize, rule: Rule, module: Option<usize>) -> Slot {
-        let module =
-            module.and_then(|m| u16::try_from(m).ok()).filter(|&m| m != u16::MAX).unwrap_or(u16::MAX);
-        let small = |x: i64| i32::try_from(x).ok();
-        let packed = match rule {
-            Rule::Step { cfa, cfa_offset, ra_offset, bp, start } => {
-                let (bp_kind, bp_offset) = match bp {
-                    SavedBp::Same => (0, Some(0)),
-                    SavedBp::At(o) => (1, small(o)),
-                    SavedBp::Lost => (2, Some(0)),
-                };
-                match (small(cfa_offset), small(ra_offset), bp_offset) {
-                    (Some(c), Some(r), Some(b)) => Some(Slot {
-                        key,
-                        start,
-                        cfa_offset: c,
-                        ra_offset: r,
-                        bp_offset: b,
-                        flags: 1 | ((cfa == Base::Bp) as u16) << 3 | bp_kind << 4,
-                        module,
-                    }),
-                    _ => None,
-                }
-            }
-            Rule::Outermost { start } => Some(Slot { key, start, flags: 2, module, ..Slot::default() }),
-            Rule::Unsupported => None,
-            Rule::NotCode => Some(Slot { key, flags: 4, module, ..Slot::default() }),
-        };
-        // Offsets beyond 2 GiB: not modelled.
-        packed.unwrap_or(Slot { key, flags: 3, module, ..Slot::default() })
-    }
-
-    fn rule(&self) -> Rule {
-        match self.flags & 7 {
-            1 => Rule::Step {
-                cfa: if self.flags & 8 != 0 { Base::Bp } else { Base::Sp },
-                cfa_offset: self.cfa_offset as i64,
-                ra_offset: self.ra_offset as i64,
-                bp: match (self.flags >> 4) & 3 {
-                    0 => SavedBp::Same,
-                    1 => SavedBp::At(self.bp_offset as i64),
-                    _ => SavedBp::Lost,
-                },
-                start: self.start,
-            },
-            2 => Rule::Outermost { start: self.start },
-            4 => Rule::NotCode,
-            _ => Rule::Unsupported,
-        }
-    }
-
-    fn module(&self) -> Option<usize> {
-        (self.module != u16::MAX).then_some(self.module as usize)
+impl<T> Modules<T> {
+    /// The modules of `map` with the tables `tables` makes for each.
+    fn build(
+        map: Arc<ModuleMap>,
+        generation: (u64, u64),
+        interpreter_addr: usize,
+        tables: impl Fn(&Module) -> Option<T>,
+    ) -> Modules<T> {
+        let tables = map.modules().iter().map(tables).collect();
+        let libr = map.module_of(interpreter_addr);
+        let interpreter = (0..map.modules().len())
+            .map(|i| Some(i) == libr || crate::view::is_r_executable(map.module(i)))
+            .collect();
+        let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+        Modules { map, generation, interpreter, libr, tables, serial }
     }
 }
 
-fn walk_buffer() -> Box<[(usize, usize, Slot)]> {
-    let mut b = vec![(0, 0, Slot::default()); 4096].into_boxed_slice();
-    crate::memory::prefault(&mut b);
-    b
+impl<R: gimli::Reader<Offset = usize>> Modules<Tables<R>> {
+    /// The start of the function containing `addr` according to its
+    /// module's unwind information (not signal-safe use is fine too).
+    pub fn function_start(&self, addr: usize) -> Option<usize> {
+        let hit = self.map.lookup(addr).filter(|h| h.exec)?;
+        self.tables.get(hit.module)?.as_ref()?.function_start(addr)
+    }
 }
 
-/// The rule at `probe` in a function's cached rows.
-fn rule_in(rows: &[Slot], f: &Func, probe: usize) -> Rule {
-    let rows = &rows[f.first as usize..(f.first + f.count) as usize];
-    let i = rows.partition_point(|r| r.key <= probe);
-    match i.checked_sub(1).map(|i| rows[i]) {
-        Some(r) if probe < r.start => match r.rule() {
-            Rule::Step { cfa, cfa_offset, ra_offset, bp, .. } => {
-                Rule::Step { cfa, cfa_offset, ra_offset, bp, start: f.start }
-            }
-            Rule::Outermost { .. } => Rule::Outermost { start: f.start },
-            other => other,
-        },
-        _ => Rule::Unsupported,
+impl Modules<Tables> {
+    /// The loaded modules now, with copies of their unwind tables (on an
+    /// ordinary thread: this allocates and reads). `interpreter_addr` is an
+    /// address inside R's interpreter.
+    pub fn copied(interpreter_addr: usize) -> Modules {
+        let generation = modules::loader_generation();
+        let map = modules::current();
+        Modules::build(map, generation, interpreter_addr, Tables::of_loaded)
+    }
+}
+
+impl Modules<Tables<rules::InPlace>> {
+    /// The loaded modules now, with their unwind tables read in place:
+    /// nothing copied, nothing parsed beyond the headers.
+    ///
+    /// # Safety
+    /// The tables are used only while the loader reports `generation` (no
+    /// module loaded or unloaded since: every table's module is loaded).
+    pub unsafe fn in_place(interpreter_addr: usize) -> Modules<Tables<rules::InPlace>> {
+        let generation = modules::loader_generation();
+        let map = modules::current();
+        // SAFETY: the caller's contract keeps each module loaded while its
+        // tables are used.
+        Modules::build(map, generation, interpreter_addr, |m| unsafe { Tables::of_loaded_in_place(m) })
     }
 }
 
@@ -188,6 +107,122 @@ pub struct Frame {
     pub start: usize,
     /// The module of its code.
     pub module: Option<usize>,
+}
+
+/// Decides, frame by frame, what a walk keeps and where it ends.
+pub trait Visitor {
+    /// Why the visitor ended a walk.
+    type Stop;
+    /// Called for each frame in turn, innermost first, with `probe` the
+    /// address its rule is looked up at (the ip of the first frame, the
+    /// return address minus one of the others). Async-signal-safe.
+    fn frame(&mut self, frame: &Frame, probe: usize) -> ControlFlow<Self::Stop>;
+}
+
+/// How a [`walk`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended<S> {
+    /// The visitor ended it.
+    By(S),
+    /// At the outermost frame.
+    Outermost,
+    /// A frame could not be unwound (why; [`rules::UNSUPPORTED`] for a rule
+    /// the walk does not model, where libgcc's unwinder may do better).
+    Stopped(&'static str),
+}
+
+/// Walks the stack from registers `start` through `modules`' rules, cached
+/// in `caches`, showing each frame to `visitor`; `read` reads a word of the
+/// stack (it must check bounds).
+///
+/// Async-signal-safe: no allocation, no lock, no system call. `caches` is
+/// used by one walk at a time.
+pub(crate) fn walk<T: Source, V: Visitor>(
+    modules: &Modules<T>,
+    caches: &mut Caches,
+    start: Regs,
+    read: impl Fn(usize) -> Option<usize>,
+    visitor: &mut V,
+) -> Ended<V::Stop> {
+    caches.sync(modules.serial);
+    let mut regs = start;
+    let mut k = 0; // frames visited
+    let this = 1 - caches.last;
+    // The last walk's frames: their return addresses (just below the
+    // next frame's stack pointer) and saved RBPs are what this walk
+    // will read if the outer stack did not change.
+    for w in caches.walks[caches.last][..caches.walked[caches.last]].windows(2) {
+        crate::memory::prefetch(w[1].1.wrapping_sub(16));
+    }
+    let mut c = 0; // cursor into the last walk (stack pointers ascend)
+    let end = loop {
+        // A frame with the same return address at the same stack
+        // address as in the last walk has the same rule. (The
+        // interrupted frame's ip is exact, the others' are return
+        // addresses, whose call lies just before them.)
+        let previous = &caches.walks[caches.last][..caches.walked[caches.last]];
+        while c < previous.len() && previous[c].1 < regs.sp {
+            c += 1;
+        }
+        let probe = if k == 0 { regs.ip } else { regs.ip.wrapping_sub(1) };
+        let slot = match previous.get(c) {
+            Some(&(ip, sp, slot)) if k > 0 && c > 0 && sp == regs.sp && ip == regs.ip => slot,
+            _ if k == 0 => caches.interrupted_rule(modules, regs.ip),
+            _ => caches.rule(modules, probe),
+        };
+        if let Some(w) = caches.walks[this].get_mut(k) {
+            *w = (regs.ip, regs.sp, slot);
+        }
+        k += 1;
+        let frame = Frame { ip: regs.ip, sp: regs.sp, start: slot.start, module: slot.module() };
+        if let ControlFlow::Break(stop) = visitor.frame(&frame, probe) {
+            break Ended::By(stop);
+        }
+        match rules::step(slot.rule(), regs, &read) {
+            Step::Caller(next) => regs = next,
+            Step::Outermost => break Ended::Outermost,
+            Step::Stop(why) => break Ended::Stopped(why),
+        }
+    };
+    caches.walked[this] = k.min(caches.walks[this].len());
+    caches.last = this;
+    end
+}
+
+/// Writes every frame into a buffer; stops when it is full.
+struct Fill<'a> {
+    out: &'a mut [Frame],
+    n: usize,
+}
+
+impl Visitor for Fill<'_> {
+    type Stop = ();
+
+    #[inline(always)]
+    fn frame(&mut self, frame: &Frame, _probe: usize) -> ControlFlow<()> {
+        match self.out.get_mut(self.n) {
+            Some(o) => {
+                *o = *frame;
+                self.n += 1;
+                ControlFlow::Continue(())
+            }
+            None => ControlFlow::Break(()),
+        }
+    }
+}
+
+/// The loaded modules at one moment with copies of their unwind tables, and
+/// caches for the profiler's and the crash report's signal handlers.
+pub struct Snapshot {
+    modules: Modules,
+    scratch: UnsafeCell<Caches>,
+}
+
+impl std::ops::Deref for Snapshot {
+    type Target = Modules;
+    fn deref(&self) -> &Modules {
+        &self.modules
+    }
 }
 
 // SAFETY: `scratch` is only used by the thread running the signal handler,
@@ -205,160 +240,16 @@ pub enum End {
     Stopped(&'static str),
 }
 
-/// The rule at `probe` from its function's rows, read whole the first time;
-/// None when they do not fit (then one row is computed).
-fn rule_from_rows(scratch: &mut Scratch, t: &Tables, probe: usize) -> Option<Rule> {
-    let f = func_of(scratch, t, probe)?;
-    Some(rule_in(&scratch.rows, &f, probe))
-}
-
-/// The function around `probe` with its rows cached; None when they do not
-/// fit.
-fn func_of(scratch: &mut Scratch, t: &Tables, probe: usize) -> Option<Func> {
-    let fde = t.fde_key(probe)?;
-    let home = (fde.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) & (FUNCS - 1);
-    let mut free = None;
-    for k in 0..PROBES {
-        let i = (home + k) & (FUNCS - 1);
-        let f = scratch.funcs[i];
-        if f.fde == fde {
-            return Some(f);
-        }
-        if f.fde == 0 && free.is_none() {
-            free = Some(i);
-        }
-    }
-    let slot = free?;
-    let first = scratch.rows_used;
-    let mut n = 0;
-    let mut fits = true;
-    let Scratch { ctx, rows, .. } = scratch;
-    let (start, _end) = t.rows(ctx, fde, |row_start, row_end, rule| match rows.get_mut(first + n) {
-        Some(r) => {
-            let mut packed = Slot::pack(row_start, rule, None);
-            packed.start = row_end;
-            *r = packed;
-            n += 1;
-        }
-        None => fits = false,
-    })?;
-    if !fits || n == 0 {
-        return None;
-    }
-    scratch.rows_used = first + n;
-    let f = Func { fde, start, first: first as u32, count: n as u32 };
-    scratch.funcs[slot] = f;
-    Some(f)
-}
-
 impl Snapshot {
     /// Takes a snapshot of the loaded modules and copies every module's
     /// unwind tables (on an ordinary thread: this allocates and reads).
     /// `interpreter_addr` is an address inside R's interpreter.
     pub fn take(interpreter_addr: usize) -> Snapshot {
-        let generation = modules::loader_generation();
-        let map = modules::current();
-        let tables = (0..map.modules().len()).map(|i| rules::tables_for(&map, i)).collect();
-        let libr = map.module_of(interpreter_addr);
-        let mut slots = vec![Slot::default(); CACHE_SLOTS].into_boxed_slice();
-        let mut rows = vec![Slot::default(); ROWS].into_boxed_slice();
-        let mut funcs = vec![Func::default(); FUNCS].into_boxed_slice();
-        let mut interrupted = vec![Slot::default(); INTERRUPTED].into_boxed_slice();
-        let mut blocks = vec![FuncRange::default(); BLOCKS].into_boxed_slice();
-        crate::memory::prefault(&mut interrupted);
-        crate::memory::prefault(&mut blocks);
-        crate::memory::prefault(&mut slots);
-        crate::memory::prefault(&mut rows);
-        crate::memory::prefault(&mut funcs);
-        let interpreter = (0..map.modules().len())
-            .map(|i| Some(i) == libr || crate::view::is_r_executable(map.module(i)))
-            .collect();
-        Snapshot {
-            map,
-            generation,
-            interpreter,
-            libr,
-            tables,
-            scratch: UnsafeCell::new(Scratch {
-                slots,
-                ctx: Box::new(UnwindContext::new_in()),
-                funcs,
-                rows,
-                rows_used: 0,
-                walks: [walk_buffer(), walk_buffer()],
-                walked: [0, 0],
-                last: 0,
-                interrupted,
-                blocks,
-            }),
-        }
+        Snapshot::of(Modules::copied(interpreter_addr))
     }
 
-    /// The rule at `probe` and the module of that address, cached.
-    fn rule(&self, scratch: &mut Scratch, probe: usize) -> Slot {
-        let home = (probe.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 50) & (CACHE_SLOTS - 1);
-        for k in 0..PROBES {
-            let slot = (home + k) & (CACHE_SLOTS - 1);
-            let cached = scratch.slots[slot];
-            if cached.key == probe {
-                return cached;
-            }
-            if cached.key == 0 {
-                return self.fill(scratch, slot, probe);
-            }
-        }
-        self.fill(scratch, home, probe)
-    }
-
-    /// The rule at an interrupted instruction `ip`: cached for the
-    /// instruction, else from the rows of the function cached for its block
-    /// of code, else from its function's rows (then cached), else as any
-    /// address.
-    fn interrupted_rule(&self, scratch: &mut Scratch, ip: usize) -> Slot {
-        let at = (ip.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) & (INTERRUPTED - 1);
-        if scratch.interrupted[at].key == ip && ip != 0 {
-            return scratch.interrupted[at];
-        }
-        let block = ((ip >> 6).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) & (BLOCKS - 1);
-        let cached = scratch.blocks[block];
-        let slot = if cached.lo <= ip && ip < cached.hi {
-            Slot::pack(ip, rule_in(&scratch.rows, &cached.func, ip), cached.module)
-        } else {
-            let hit = self.map.lookup(ip).filter(|h| h.exec);
-            let found = hit.and_then(|h| {
-                let t = self.tables.get(h.module)?.as_ref()?;
-                Some((h.module, func_of(scratch, t, ip)?))
-            });
-            let Some((module, func)) = found else { return self.rule(scratch, ip) };
-            let (first, last) = (func.first as usize, (func.first + func.count) as usize - 1);
-            let r = FuncRange {
-                lo: scratch.rows[first].key,
-                hi: scratch.rows[last].start,
-                func,
-                module: Some(module),
-            };
-            scratch.blocks[block] = r;
-            Slot::pack(ip, rule_in(&scratch.rows, &func, ip), Some(module))
-        };
-        scratch.interrupted[at] = slot;
-        slot
-    }
-
-    fn fill(&self, scratch: &mut Scratch, slot: usize, probe: usize) -> Slot {
-        let hit = self.map.lookup(probe);
-        let rule = match hit.filter(|h| h.exec) {
-            Some(h) => match self.tables.get(h.module) {
-                Some(Some(t)) => match rule_from_rows(scratch, t, probe) {
-                    Some(rule) => rule,
-                    None => t.rule(&mut scratch.ctx, probe),
-                },
-                _ => Rule::Unsupported,
-            },
-            None => Rule::NotCode,
-        };
-        let packed = Slot::pack(probe, rule, hit.map(|h| h.module));
-        scratch.slots[slot] = packed;
-        packed
+    fn of(modules: Modules) -> Snapshot {
+        Snapshot { modules, scratch: UnsafeCell::new(Caches::new(Sizes::SAMPLES)) }
     }
 
     /// Walks the stack from the registers of an interrupted frame, writing
@@ -377,60 +268,22 @@ impl Snapshot {
         // SAFETY: the only user of `scratch` at this moment (see above).
         let scratch = unsafe { &mut *self.scratch.get() };
         let (ip, sp, bp) = start;
-        let mut regs = Regs { ip, sp, bp: Some(bp) };
-        let mut n = 0;
-        let this = 1 - scratch.last;
-        // The last walk's frames: their return addresses (just below the
-        // next frame's stack pointer) and saved RBPs are what this walk
-        // will read if the outer stack did not change.
-        for w in scratch.walks[scratch.last][..scratch.walked[scratch.last]].windows(2) {
-            crate::memory::prefetch(w[1].1.wrapping_sub(16));
-        }
-        let mut c = 0; // cursor into the last walk (stack pointers ascend)
-        let end = loop {
-            if n >= out.len() {
-                break End::Full;
-            }
-            // A frame with the same return address at the same stack
-            // address as in the last walk has the same rule. (The
-            // interrupted frame's ip is exact, the others' are return
-            // addresses, whose call lies just before them.)
-            let previous = &scratch.walks[scratch.last][..scratch.walked[scratch.last]];
-            while c < previous.len() && previous[c].1 < regs.sp {
-                c += 1;
-            }
-            let slot = match previous.get(c) {
-                Some(&(ip, sp, slot)) if n > 0 && c > 0 && sp == regs.sp && ip == regs.ip => slot,
-                _ if n == 0 => self.interrupted_rule(scratch, regs.ip),
-                _ => self.rule(scratch, regs.ip.wrapping_sub(1)),
-            };
-            if let Some(w) = scratch.walks[this].get_mut(n) {
-                *w = (regs.ip, regs.sp, slot);
-            }
-            out[n] = Frame { ip: regs.ip, sp: regs.sp, start: slot.start, module: slot.module() };
-            n += 1;
-            match rules::step(slot.rule(), regs, &read) {
-                Step::Caller(next) => regs = next,
-                Step::Outermost => break End::Outermost,
-                Step::Stop(why) => break End::Stopped(why),
-            }
+        let mut fill = Fill { out, n: 0 };
+        let end = walk(&self.modules, scratch, Regs { ip, sp, bp: Some(bp) }, read, &mut fill);
+        let end = match end {
+            Ended::By(()) => End::Full,
+            Ended::Outermost => End::Outermost,
+            Ended::Stopped(why) => End::Stopped(why),
         };
-        scratch.walked[this] = n.min(scratch.walks[this].len());
-        scratch.last = this;
-        (n, end)
-    }
-
-    /// The start of the function containing `addr` according to its
-    /// module's unwind information (not signal-safe use is fine too).
-    pub fn function_start(&self, addr: usize) -> Option<usize> {
-        let hit = self.map.lookup(addr).filter(|h| h.exec)?;
-        self.tables.get(hit.module)?.as_ref()?.function_start(addr)
+        (fill.n, end)
     }
 }
 
 #[cfg(all(test, target_arch = "x86_64", target_os = "linux"))]
 mod tests {
+    use super::cache::Slot;
     use super::*;
+    use crate::unwind::rules::{Base, Rule, SavedBp};
 
     #[inline(never)]
     fn here() -> (usize, usize, usize) {
@@ -491,12 +344,13 @@ mod tests {
         let snap = Snapshot::take(0);
         // SAFETY: this test is the snapshot's only user.
         let scratch = unsafe { &mut *snap.scratch.get() };
+        let modules = &snap.modules;
         let base = nested as *const () as usize;
         let module = snap.map.lookup(base).unwrap().module;
         for ip in base..base + 160 {
-            let first = snap.interrupted_rule(scratch, ip); // its block's function, or computed
-            let again = snap.interrupted_rule(scratch, ip); // the instruction's own entry
-            let t = snap.tables[module].as_ref().unwrap();
+            let first = scratch.interrupted_rule(modules, ip); // its block's function, or computed
+            let again = scratch.interrupted_rule(modules, ip); // the instruction's own entry
+            let t = modules.tables[module].as_ref().unwrap();
             let direct = t.rule(&mut scratch.ctx, ip); // evaluated from the table itself
             assert_eq!(first.rule(), direct, "at +{:#x}", ip - base);
             assert_eq!(again, first);
@@ -536,5 +390,194 @@ mod tests {
         let (n, end) = snap.walk((16, start.1, start.2), |_| None, &mut frames);
         assert_eq!(n, 1);
         assert!(matches!(end, End::Stopped(_)));
+    }
+
+    #[inline(never)]
+    fn bench_nested(depth: usize, snap: &Snapshot, iters: usize) -> std::time::Duration {
+        if depth > 0 {
+            let d = bench_nested(depth - 1, snap, iters);
+            std::hint::black_box(depth);
+            return d;
+        }
+        let (lo, hi) = crate::stack::thread_stack_bounds().unwrap();
+        let read = |a: usize| {
+            (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
+                // SAFETY: an aligned word of this thread's stack.
+                .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
+        };
+        let mut frames = vec![Frame::default(); 512];
+        let start = here();
+        let t = std::time::Instant::now();
+        let mut total = 0;
+        for _ in 0..iters {
+            total += snap.walk(start, read, &mut frames).0;
+        }
+        std::hint::black_box(total);
+        t.elapsed()
+    }
+
+    #[test]
+    #[ignore]
+    fn bench_profiler_walk() {
+        let snap = Snapshot::take(0);
+        bench_nested(30, &snap, 1000);
+        let iters = 200_000;
+        let mut best = std::time::Duration::MAX;
+        for _ in 0..5 {
+            best = best.min(bench_nested(30, &snap, iters));
+        }
+        eprintln!("WALK: {:?} per walk (best of 5)", best / iters as u32);
+    }
+
+    mod made_up {
+        use super::super::synthetic::{Function, Made};
+        use super::super::*;
+        use crate::memory::{Image, Memory};
+        use crate::modules::Module;
+        use crate::unwind::rules::{Base, Rule, SavedBp, UNSUPPORTED};
+
+        fn step(cfa: Base, cfa_offset: i64, bp: SavedBp) -> Rule {
+            Rule::Step { cfa, cfa_offset, ra_offset: -8, bp, start: 0 }
+        }
+
+        /// Module 0 (0x1000-0x3000): `a` at 0x1000 (entry: CFA = sp + 8;
+        /// after `push rbp`: sp + 16, RBP saved at CFA - 16; after `mov rbp,
+        /// rsp`: rbp + 16) and `b` at 0x2000 (CFA = sp + 32); module 1 (R,
+        /// 0x3000-0x4000): `c`, the outermost frame; module 2 (0x5000-0x6000)
+        /// has no tables.
+        fn modules(b_rule: Rule) -> Modules<Made> {
+            let a = Function {
+                start: 0x1000,
+                end: 0x1100,
+                rows: vec![
+                    (0x1000, 0x1001, step(Base::Sp, 8, SavedBp::Same)),
+                    (0x1001, 0x1004, step(Base::Sp, 16, SavedBp::At(-16))),
+                    (0x1004, 0x1100, step(Base::Bp, 16, SavedBp::At(-16))),
+                ],
+            };
+            let b = Function { start: 0x2000, end: 0x2200, rows: vec![(0x2000, 0x2200, b_rule)] };
+            let c = Made::uniform(0x3000, 0x4000, 0x1000, Rule::Outermost { start: 0 });
+            Modules::synthetic(
+                vec![
+                    (
+                        Module::synthetic("/made/a.so", 0x1000, 0x3000, false),
+                        Some(Made { functions: vec![a, b] }),
+                    ),
+                    (Module::synthetic("/made/libR.so", 0x3000, 0x4000, false), Some(c)),
+                    (Module::synthetic("/made/bare.so", 0x5000, 0x6000, false), None),
+                ],
+                Some(1),
+            )
+        }
+
+        /// The stack of a walk interrupted in `a` at 0x1010 (rbp 0x8010):
+        /// `a` returns to `b` at `ra` (0x2105), which returns to `c` at 0x3005.
+        fn stack(ra: usize) -> Image {
+            let mut img = Image::new();
+            img.put(0x8000, vec![0; 0x80]);
+            img.put_word(0x8010, 0x8040); // a's saved RBP
+            img.put_word(0x8018, ra); // a's return address
+            img.put_word(0x8038, 0x3005); // b's return address (CFA 0x8040)
+            img
+        }
+
+        fn walk_all(
+            m: &Modules<Made>,
+            c: &mut Caches,
+            img: &Image,
+            ip: usize,
+            out: &mut [Frame],
+        ) -> (usize, End) {
+            let regs = Regs { ip, sp: 0x8000, bp: Some(0x8010) };
+            let mut fill = Fill { out, n: 0 };
+            let end = match walk(m, c, regs, |a| img.word(a), &mut fill) {
+                Ended::By(()) => End::Full,
+                Ended::Outermost => End::Outermost,
+                Ended::Stopped(why) => End::Stopped(why),
+            };
+            (fill.n, end)
+        }
+
+        #[test]
+        fn a_walk_over_made_up_tables_finds_every_frame() {
+            let m = modules(step(Base::Sp, 32, SavedBp::Same));
+            assert_eq!(m.interpreter, vec![false, true, false]);
+            assert_eq!(m.libr, Some(1));
+            let img = stack(0x2105);
+            let want = [
+                Frame { ip: 0x1010, sp: 0x8000, start: 0x1000, module: Some(0) },
+                Frame { ip: 0x2105, sp: 0x8020, start: 0x2000, module: Some(0) },
+                Frame { ip: 0x3005, sp: 0x8040, start: 0x3000, module: Some(1) },
+            ];
+            for sizes in [Sizes::SAMPLES, Sizes::THROWS, tiny()] {
+                let mut c = Caches::new(sizes);
+                // Three times: then from the caches and the last walk.
+                for _ in 0..3 {
+                    let mut out = [Frame::default(); 8];
+                    let (n, end) = walk_all(&m, &mut c, &img, 0x1010, &mut out);
+                    assert_eq!((&out[..n], end), (&want[..], End::Outermost), "{sizes:?}");
+                }
+                // A full buffer.
+                let mut out = [Frame::default(); 2];
+                assert_eq!(walk_all(&m, &mut c, &img, 0x1010, &mut out), (2, End::Full));
+                assert_eq!(out, want[..2]);
+                assert_eq!(walk_all(&m, &mut c, &img, 0x1010, &mut []), (0, End::Full));
+            }
+        }
+
+        fn tiny() -> Sizes {
+            Sizes { rules: 2, rows: 2, funcs: 2, walk: 2, interrupted: 2, blocks: 2 }
+        }
+
+        #[test]
+        fn interrupted_instructions_get_their_row() {
+            // Interrupted at the entry of `a` (return address at sp), after
+            // its push (at sp + 8, RBP at sp): the same caller either way.
+            let m = modules(step(Base::Sp, 32, SavedBp::Same));
+            for sizes in [Sizes::SAMPLES, tiny()] {
+                let mut c = Caches::new(sizes);
+                for (ip, sp_of_b) in [(0x1000, 0x8008), (0x1002, 0x8010), (0x1000, 0x8008), (0x1010, 0x8020)]
+                {
+                    let mut img = Image::new();
+                    img.put(0x8000, vec![0; 0x80]);
+                    let ra_at = sp_of_b - 8;
+                    img.put_word(ra_at, 0x2105);
+                    img.put_word(sp_of_b + 24, 0x3005);
+                    if ip == 0x1010 {
+                        img.put_word(0x8010, 0x8040);
+                    }
+                    let mut out = [Frame::default(); 8];
+                    let (n, end) = walk_all(&m, &mut c, &img, ip, &mut out);
+                    assert_eq!((n, end), (3, End::Outermost), "at {ip:#x}");
+                    assert_eq!((out[1].ip, out[1].sp), (0x2105, sp_of_b), "at {ip:#x}");
+                }
+            }
+        }
+
+        #[test]
+        fn rules_it_cannot_follow_stop_the_walk() {
+            let img = stack(0x2105);
+            let mut c = Caches::new(Sizes::THROWS);
+            let mut out = [Frame::default(); 8];
+            // An unsupported rule: the caller falls back to libgcc.
+            let m = modules(Rule::Unsupported);
+            assert_eq!(walk_all(&m, &mut c, &img, 0x1010, &mut out), (2, End::Stopped(UNSUPPORTED)));
+            // A module without tables: the same.
+            let m = modules(step(Base::Sp, 32, SavedBp::Same));
+            let img = stack(0x5010);
+            assert_eq!(walk_all(&m, &mut c, &img, 0x1010, &mut out), (2, End::Stopped(UNSUPPORTED)));
+            assert_eq!(out[1], Frame { ip: 0x5010, sp: 0x8020, start: 0, module: Some(2) });
+            // A return address outside every module.
+            let img = stack(0x9010);
+            let (n, end) = walk_all(&m, &mut c, &img, 0x1010, &mut out);
+            assert_eq!((n, out[1].module), (2, None));
+            assert!(matches!(end, End::Stopped(why) if why != UNSUPPORTED));
+            // A CFA from RBP when RBP is lost.
+            let m = modules(step(Base::Sp, 32, SavedBp::Lost));
+            let mut img = stack(0x2105);
+            img.put_word(0x8038, 0x1010); // b returns into a's body
+            let (n, end) = walk_all(&m, &mut c, &img, 0x1010, &mut out);
+            assert_eq!((n, end), (3, End::Stopped(UNSUPPORTED)));
+        }
     }
 }
