@@ -446,7 +446,10 @@ static EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1
 pub fn next_epoch() {
     EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    hook::reset_guard();
+    {
+        hook::reset_guard();
+        hook::free_retired();
+    }
 }
 
 /// The current epoch.

@@ -278,7 +278,8 @@ struct Installed {
     /// Modules scanned: (path, bias).
     scanned: Vec<(String, usize)>,
     /// Tables replaced while capture was on (the hook may have been using
-    /// them); freed when capture is removed.
+    /// them); freed at top level (`free_retired`) or when capture is
+    /// removed.
     // Boxed: the hook may still hold a pointer to one; it must not move.
     #[allow(clippy::vec_box)]
     retired: Vec<Box<WalkTable>>,
@@ -417,6 +418,19 @@ fn patch_new_modules(inst: &mut Installed, map: &ModuleMap) {
         }
         let wanted: &[Wanted] = if targets[1] == 0 { &WANTED[..1] } else { &WANTED };
         inst.patched.extend(got::patch_module(m, wanted, &targets, &values, &maps));
+    }
+}
+
+/// Frees the walk tables replaced since the last call. R's main thread at
+/// top level only: the hook walks on that thread alone, so none of them is
+/// in use there.
+pub fn free_retired() {
+    let mut guard = lock();
+    if let Some(inst) = guard.as_mut() {
+        // SAFETY: pthread_self reads the thread pointer.
+        if unsafe { libc::pthread_self() } as usize == inst.facts.main_thread {
+            inst.retired.clear();
+        }
     }
 }
 
