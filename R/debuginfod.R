@@ -12,7 +12,7 @@ sync_debuginfod <- function(call = rlang::caller_env()) {
   }
   on <- isTRUE(opt)
   if (!identical(on, the$debuginfod)) {
-    res <- check_result(.Call(C_rs_set_debuginfod, on), call = call)
+    res <- check_result(rs_set_debuginfod(on), call = call)
     the$debuginfod <- on
     if (on && !isTRUE(res$available)) {
       say_once("debuginfod_unavailable", paste0(
@@ -59,13 +59,13 @@ say_once <- function(id, text) {
 # What the session fetched: fetches started and, per build-id, what came of
 # it (for tests and diagnostics).
 debuginfod_info <- function() {
-  check_result(.Call(C_rs_debuginfod_info))
+  check_result(rs_debuginfod_info())
 }
 
 # Whether libdebuginfod can be loaded here (turns fetching on and back off,
 # as the option says).
 debuginfod_available <- function() {
-  res <- check_result(.Call(C_rs_set_debuginfod, TRUE))
+  res <- check_result(rs_set_debuginfod(TRUE))
   the$debuginfod <- NULL
   sync_debuginfod()
   isTRUE(res$available)

@@ -22,7 +22,7 @@ joint_capture <- function(frames, calls, libr = FALSE,
   sync_debuginfod(call = call)
   sync_capture_throws()
   res <- check_result(
-    .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr, use_contexts()),
+    rs_joint(backend, as.list(frames), as.list(calls), libr, use_contexts()),
     call = call
   )
   debuginfod_hint(res)

@@ -62,32 +62,33 @@ native_call <- function(func, pathname, start, offset) {
 
 # Names of the unwinding backends that work in this build, preferred first.
 winch_backends <- function() {
-  check_result(.Call(C_rs_backends))
+  check_result(rs_backends())
 }
 
 # The Rust entry points and their numbers of arguments (test-registration.R
 # compares them with R's registration table).
 rust_entry_points <- function() {
-  check_result(.Call(C_rs_entry_points))
+  check_result(rs_entry_points())
 }
 
 # Captures on a fresh thread (the Rust side does not touch R there): shows
 # that capture away from R's main thread is safe.
 capture_on_thread <- function(backend = "auto") {
   check_backend(backend)
-  check_result(.Call(C_rs_thread_capture, backend))
+  check_result(rs_thread_capture(backend))
 }
 
 # Nanoseconds per capture spent unwinding, checking frames and symbolizing,
 # at the caller's depth (bench/stages.R).
 stage_times <- function(backend = "auto", n = 200L) {
   check_backend(backend)
+  # Called here, not through a wrapper in R/low-level.R: at the caller's depth.
   unlist(check_result(.Call(C_rs_stage_times, backend, as.integer(n))))
 }
 
 # Figures about winch's symbol caches (bench/first_capture.R).
 cache_info <- function() {
-  check_result(.Call(C_rs_cache_info))
+  check_result(rs_cache_info())
 }
 
 # Passes the `winch.debug_dirs` option to the Rust side when it changed.
@@ -97,7 +98,7 @@ sync_debug_dirs <- function(call = rlang::caller_env()) {
     if (!is.character(dirs) || anyNA(dirs)) {
       abort_bad_argument("The `winch.debug_dirs` option must be a character vector of directories.", call = call)
     }
-    check_result(.Call(C_rs_set_debug_dirs, dirs), call = call)
+    check_result(rs_set_debug_dirs(dirs), call = call)
     the$debug_dirs <- dirs
   }
   invisible(dirs)
@@ -110,6 +111,8 @@ sync_debug_dirs <- function(call = rlang::caller_env()) {
 # running it), numbered innermost first. For diagnosing placement problems.
 context_chain <- function(backend = "auto") {
   check_backend(backend)
+  # Called here, not through a wrapper in R/low-level.R: the chain starts
+  # with this function's own record.
   res <- check_result(.Call(C_rs_context_chain, backend))
   attr(res, "row.names") <- .set_row_names(length(res$callflag))
   class(res) <- "data.frame"

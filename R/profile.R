@@ -141,7 +141,7 @@ check_profile_args <- function(file, interval, event, loops, lines, call = rlang
 }
 
 profile_active <- function() {
-  isTRUE(check_result(.Call(C_rs_profile_active)))
+  isTRUE(check_result(rs_profile_active()))
 }
 
 # Calls whose labels R's profiler writes known ways: the Rust side checks it
@@ -164,9 +164,11 @@ profile_begin <- function(opts, call = rlang::caller_env()) {
   gc_time <- gc.time()
   gc_counter <- new_gc_counter()
   check_result(
-    .Call(C_rs_profile_start, as.double(opts$interval), opts$event, opts$loops, opts$region,
+    rs_profile_start(
+      as.double(opts$interval), opts$event, opts$loops, opts$region,
       opts$lines, list(quote(`for`), quote(`while`), quote(`repeat`), quote(srcfile), quote(filename)),
-      as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels),
+      as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels
+    ),
     call = call
   )
   list(opts = opts, usage = usage, gc_time = gc_time, gc_counter = gc_counter)
@@ -177,7 +179,7 @@ profile_end <- function(session, call = rlang::caller_env()) {
   # Names for the samples: R's registered routines as they are now (DLLs
   # loaded while profiling included). Never raises an error.
   sync_registrations()
-  raw <- check_result(.Call(C_rs_profile_stop), call = call)
+  raw <- check_result(rs_profile_stop(), call = call)
   session$gc_counter$stop()
   new_winch_profile(raw, session)
 }
@@ -186,7 +188,7 @@ profile_end <- function(session, call = rlang::caller_env()) {
 # the profiled code): nothing is returned, the timer and signal are restored.
 profile_abandon <- function(session) {
   if (profile_active()) {
-    .Call(C_rs_profile_stop)
+    rs_profile_stop()
     session$gc_counter$stop()
   }
 }
@@ -194,7 +196,7 @@ profile_abandon <- function(session) {
 # AST loops are named by the native function of R that runs them; learn
 # which is which once per session by running one loop of each kind.
 learn_loops <- function() {
-  if (isTRUE(check_result(.Call(C_rs_profile_loops_known)))) {
+  if (isTRUE(check_result(rs_profile_loops_known()))) {
     return(invisible(TRUE))
   }
   old <- compiler::enableJIT(0L)
@@ -213,8 +215,7 @@ learn_loops <- function() {
       break
     }
   }), baseenv())
-  learn <- function(kind) .Call(C_rs_profile_learn_loop, kind)
-  res <- tryCatch(run(learn), winch_error = function(e) e)
+  res <- tryCatch(run(rs_profile_learn_loop), winch_error = function(e) e)
   # Byte code: this package's functions are compiled; learn_bc() is called
   # from them, so R's interpreter loop holds the slots of their records.
   bc <- tryCatch(learn_bc(), winch_error = function(e) e)
@@ -222,7 +223,7 @@ learn_loops <- function() {
 }
 
 learn_bc <- function() {
-  check_result(.Call(C_rs_profile_learn_bc, opcode_probe()))
+  check_result(rs_profile_learn_bc(opcode_probe()))
 }
 
 # A body whose code is every instruction of R's byte code in order, as this
@@ -259,11 +260,11 @@ rprof_running <- function() {
 
 #' @export
 Ops.winch_rprof_probe <- function(e1, e2) {
-  check_result(.Call(C_rs_rprof_running, list(Ops.winch_rprof_probe)))
+  check_result(rs_rprof_running(list(Ops.winch_rprof_probe)))
 }
 
 resource_usage <- function() {
-  check_result(.Call(C_rs_resource_usage))
+  check_result(rs_resource_usage())
 }
 
 # Counts garbage collections: a finalizer of an unreachable environment runs
@@ -387,7 +388,7 @@ winch_write_rprof <- function(profile, path, lines = profile$options$lines) {
   check_profile(profile)
   check_path(path)
   check_flag(lines)
-  check_result(.Call(C_rs_profile_write, profile_parts(profile), normalizePath(path, mustWork = FALSE), "rprof", lines))
+  check_result(rs_profile_write(profile_parts(profile), normalizePath(path, mustWork = FALSE), "rprof", lines))
   invisible(path)
 }
 
@@ -396,6 +397,6 @@ winch_write_rprof <- function(profile, path, lines = profile$options$lines) {
 winch_write_pprof <- function(profile, path) {
   check_profile(profile)
   check_path(path)
-  check_result(.Call(C_rs_profile_write, profile_parts(profile), normalizePath(path, mustWork = FALSE), "pprof", FALSE))
+  check_result(rs_profile_write(profile_parts(profile), normalizePath(path, mustWork = FALSE), "pprof", FALSE))
   invisible(path)
 }

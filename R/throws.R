@@ -65,7 +65,7 @@
 #' winch_last_throw()
 winch_last_throw <- function() {
   sync_capture_throws()
-  check_result(.Call(C_rs_last_throw))
+  check_result(rs_last_throw())
 }
 
 # The state of the `winch.capture_throws` option: TRUE (also when unset),
@@ -97,7 +97,7 @@ sync_capture_throws <- function() {
   }
   the$bad_throws_option <- NULL
   if (!identical(want, the$throws_on)) {
-    res <- .Call(C_rs_throws_set, want)
+    res <- rs_throws_set(want)
     if (is.list(res) && !is.null(res[["error"]])) {
       # Not available here (another platform): remembered, not retried.
       the$throws_on <- want
@@ -111,13 +111,13 @@ sync_capture_throws <- function() {
 
 # What throw capture covers now: supported, installed, slots, modules.
 throw_capture_status <- function() {
-  check_result(.Call(C_rs_throws_status))
+  check_result(rs_throws_status())
 }
 
 # Removes throw capture (at unload).
 uninstall_capture_throws <- function() {
   if (isTRUE(the$throws_on)) {
-    .Call(C_rs_throws_set, FALSE)
+    rs_throws_set(FALSE)
   }
   the$throws_on <- NULL
   invisible()
@@ -131,7 +131,7 @@ uninstall_capture_throws <- function() {
 winch_task_callback <- function(...) {
   tryCatch(
     {
-      .Call(C_rs_throws_tick)
+      rs_throws_tick()
       sync_capture_throws()
       crash_report_rearm()
     },

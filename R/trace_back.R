@@ -9,7 +9,7 @@
 #' @examples
 #' winch_available()
 winch_available <- function() {
-  isTRUE(.Call(C_rs_available))
+  isTRUE(rs_available())
 }
 
 #' The native stack as a data frame
@@ -67,5 +67,7 @@ winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr 
   sync_debug_dirs()
   sync_registrations()
   sync_debuginfod()
+  # Called here, not through a wrapper in R/low-level.R: the frames of R's
+  # interpreter evaluating this call are part of the result (libr = TRUE).
   debuginfod_hint(check_result(.Call(C_rs_trace_back, backend, libr)))
 }
