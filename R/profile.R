@@ -118,14 +118,7 @@ check_profile_args <- function(file, interval, event, loops, lines, call = rlang
   }
   check_flag(loops, call = call)
   check_flag(lines, call = call)
-  if (!is.null(file)) {
-    if (!is.character(file) || length(file) != 1L || is.na(file) || !nzchar(file)) {
-      abort_bad_argument("`file` must be `NULL` or a single file name.", call = call)
-    }
-    if (!dir.exists(dirname(file))) {
-      abort_bad_argument(sprintf("The directory of `file` does not exist: %s", dirname(file)), call = call)
-    }
-  }
+  check_path(file, null_ok = TRUE, call = call)
   if (!winch_available()) {
     abort_winch("Profiling needs native unwinding, which is not available on this platform.",
       class = "winch_error_unavailable", call = call
@@ -346,16 +339,6 @@ profile_parts <- function(p) {
     as.character(p$files),
     m$path, m$build_id, m$start, m$limit, m$offset
   )
-}
-
-check_path <- function(path, call = rlang::caller_env()) {
-  if (!is.character(path) || length(path) != 1L || is.na(path) || !nzchar(path)) {
-    abort_bad_argument("`path` must be a single file name.", call = call)
-  }
-  if (!dir.exists(dirname(path))) {
-    abort_bad_argument(sprintf("The directory of `path` does not exist: %s", dirname(path)), call = call)
-  }
-  invisible(path)
 }
 
 #' Write a profile in Rprof's format or as pprof

@@ -51,8 +51,6 @@ sync_registrations <- function() {
   invisible(TRUE)
 }
 
-`%||%` <- function(x, y) if (is.null(x)) y else x
-
 # The registered routines of one DLL: names and `NativeSymbol` pointers.
 # Anything unexpected leaves the DLL out (its frames stay unnamed).
 registered_routines <- function(dll) {
