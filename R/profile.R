@@ -324,20 +324,33 @@ check_profile <- function(profile, call = rlang::caller_env()) {
   invisible(profile)
 }
 
-# The profile in the order the Rust writers read it (src/rust/src/profile.rs).
+# The profile as the Rust writers read it (from_r() in
+# src/rust/src/profile.rs): a named list with the fields, names and nesting
+# of what the profiler returns (its to_r(), turned into a winch_profile by
+# new_winch_profile()), tables as lists of columns. Fields are looked up by
+# name: their order does not matter.
 profile_parts <- function(p) {
   f <- p$functions
   l <- p$locations
   x <- p$lines
   m <- p$modules
   list(
-    p$event, as.double(p$interval), as.double(p$start), as.double(p$duration),
-    f$name, f$label, f$kind, as.integer(f$module), as.integer(f$file),
-    as.integer(l$module), l$address,
-    as.integer(x$location), as.integer(x$`function`), as.integer(x$file), as.integer(x$line),
-    as.double(p$stacks$count), lapply(p$stacks$locations, as.integer),
-    as.character(p$files),
-    m$path, m$build_id, m$start, m$limit, m$offset
+    event = p$event,
+    interval = as.double(p$interval),
+    start = as.double(p$start),
+    duration = as.double(p$duration),
+    functions = list(
+      name = f$name, label = f$label, kind = f$kind,
+      module = as.integer(f$module), file = as.integer(f$file)
+    ),
+    locations = list(module = as.integer(l$module), address = l$address),
+    lines = list(
+      location = as.integer(x$location), `function` = as.integer(x$`function`),
+      file = as.integer(x$file), line = as.integer(x$line)
+    ),
+    stacks = list(count = as.double(p$stacks$count), locations = lapply(p$stacks$locations, as.integer)),
+    files = as.character(p$files),
+    modules = list(path = m$path, build_id = m$build_id, start = m$start, limit = m$limit, offset = m$offset)
   )
 }
 

@@ -455,6 +455,63 @@ test_that("go tool pprof reads the pprof file, with R and native frames in one c
   expect_true(path("burn_a", "r_a", "outer") %in% stacks)
 })
 
+# The writers read the profile from a named list (profile_parts(), read by
+# from_r() in src/rust/src/profile.rs): every field by its name.
+test_that("the writers read the profile's fields by name: order is free, a missing field is a clear error", {
+  p <- winch_profile(outer(), interval = 0.002)
+  write <- function(parts, format = "rprof") {
+    out <- tempfile()
+    winch:::check_result(winch:::rs_profile_write(parts, out, format, FALSE))
+    readBin(out, "raw", file.size(out))
+  }
+  parts <- winch:::profile_parts(p)
+  expect_named(parts, c(
+    "event", "interval", "start", "duration", "functions", "locations", "lines",
+    "stacks", "files", "modules"
+  ))
+  # The same bytes whatever the order of the fields (and of the columns).
+  shuffled <- rev(parts)
+  shuffled$functions <- rev(shuffled$functions)
+  shuffled$modules <- rev(shuffled$modules)
+  for (format in c("rprof", "pprof")) {
+    expect_identical(write(shuffled, format), write(parts, format))
+  }
+  # A field that is missing, misnamed or not where it belongs: an error of
+  # class winch_error_bad_argument that names it, and nothing is written.
+  expect_missing <- function(parts, field) {
+    out <- tempfile()
+    err <- tryCatch(
+      winch:::check_result(winch:::rs_profile_write(parts, out, "rprof", FALSE)),
+      error = function(e) e
+    )
+    expect_s3_class(err, "winch_error_bad_argument")
+    expect_identical(conditionMessage(err), sprintf("`profile` has no field `%s`", field))
+    expect_false(file.exists(out))
+  }
+  no_event <- parts
+  no_event$event <- NULL
+  expect_missing(no_event, "event")
+  misnamed <- parts
+  names(misnamed)[names(misnamed) == "stacks"] <- "stack"
+  expect_missing(misnamed, "stacks")
+  no_column <- parts
+  no_column$lines$`function` <- NULL
+  expect_missing(no_column, "lines$function")
+  unnamed <- unname(parts)
+  expect_missing(unnamed, "event")
+  # A field of the wrong type names its path too.
+  wrong <- parts
+  wrong$functions$label <- 1
+  expect_error(write(wrong), "`functions$label` must be a character vector", fixed = TRUE,
+    class = "winch_error_bad_argument"
+  )
+  flat <- parts
+  flat$modules <- "x"
+  expect_error(write(flat), "`modules` must be a list", fixed = TRUE, class = "winch_error_bad_argument")
+  expect_error(write(list()), "`profile` has no field `event`", fixed = TRUE, class = "winch_error_bad_argument")
+  expect_error(write(1), "`profile` must be a list", fixed = TRUE, class = "winch_error_bad_argument")
+})
+
 test_that("event = \"elapsed\" samples sleeping, event = \"cpu\" does not", {
   work <- function() {
     Sys.sleep(0.25)
