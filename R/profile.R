@@ -137,15 +137,6 @@ profile_active <- function() {
   isTRUE(check_result(rs_profile_active()))
 }
 
-# Calls whose labels R's profiler writes known ways: the Rust side checks it
-# reads R objects the way R lays them out before it samples.
-label_probes <- function() {
-  list(
-    calls = list(quote(f()), quote(stats::median(x)), quote(obj$fit()), quote(x[["a"]](1))),
-    labels = c("f", "stats::median", "obj$fit", 'x[["a"]]')
-  )
-}
-
 # Starts sampling; returns the session's bookkeeping (resource use at the
 # start, a GC counter).
 profile_begin <- function(opts, call = rlang::caller_env()) {
@@ -184,62 +175,6 @@ profile_abandon <- function(session) {
     rs_profile_stop()
     session$gc_counter$stop()
   }
-}
-
-# AST loops are named by the native function of R that runs them; learn
-# which is which once per session by running one loop of each kind.
-learn_loops <- function() {
-  if (isTRUE(check_result(rs_profile_loops_known()))) {
-    return(invisible(TRUE))
-  }
-  old <- compiler::enableJIT(0L)
-  on.exit(compiler::enableJIT(old), add = TRUE)
-  # Made from a quoted expression, so that it is not byte-compiled with the
-  # package: these must be the AST interpreter's loops.
-  run <- eval(quote(function(learn) {
-    for (i in 1L) learn("for")
-    i <- 0L
-    while (i < 1L) {
-      i <- i + 1L
-      learn("while")
-    }
-    repeat {
-      learn("repeat")
-      break
-    }
-  }), baseenv())
-  res <- tryCatch(run(rs_profile_learn_loop), winch_error = function(e) e)
-  # Byte code: this package's functions are compiled; learn_bc() is called
-  # from them, so R's interpreter loop holds the slots of their records.
-  bc <- tryCatch(learn_bc(), winch_error = function(e) e)
-  invisible(!inherits(res, "winch_error") && !inherits(bc, "winch_error"))
-}
-
-learn_bc <- function() {
-  check_result(rs_profile_learn_bc(opcode_probe()))
-}
-
-# A body whose code is every instruction of R's byte code in order, as this
-# R encodes it, with the number of operands of each and the opcodes of GOTO
-# and STEPFOR: the sampler decodes byte code to find its loops. Made with
-# the compiler's code buffer (never run). NULL if the compiler's internals
-# are not as expected.
-opcode_probe <- function() {
-  tryCatch(
-    {
-      ns <- asNamespace("compiler")
-      argc <- vapply(get("Opcodes.argc", ns), as.integer, 1L)
-      gen <- function(cb, cntxt) {
-        for (op in seq_along(argc) - 1L) {
-          do.call(cb$putcode, as.list(c(op, integer(argc[[op + 1L]]))))
-        }
-      }
-      cntxt <- get("make.toplevelContext", ns)(get("makeCenv", ns)(baseenv()), NULL)
-      code <- get("genCode", ns)(NULL, cntxt, gen = gen)
-      list(code, unname(argc), as.integer(get("GOTO.OP", ns)), as.integer(get("STEPFOR.OP", ns)))
-    },
-    error = function(e) NULL
-  )
 }
 
 # Whether R's Rprof() is running: R gives builtins a context record only
