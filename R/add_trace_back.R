@@ -123,7 +123,7 @@ insert_native_rows <- function(trace, row_frames, native, first = 1L) {
   tr <- unclass(trace)
   nat <- unclass(native)
   at_throw <- nat$at_throw %||% logical(length(nat$r_frame))
-  plan <- .Call(C_rs_splice_trace, as.integer(row_frames), as.integer(tr$parent), nat$r_frame, at_throw, as.integer(first))
+  plan <- rs_splice_trace(as.integer(row_frames), as.integer(tr$parent), nat$r_frame, at_throw, as.integer(first))
   n <- length(plan$kind)
   added <- sum(plan$kind == 2L)
   if (!added) {

@@ -25,6 +25,8 @@ winch_call <- function(fun, env = parent.frame()) {
   if (!is.environment(env)) {
     abort_bad_argument("`env` must be an environment.")
   }
+  # Called here, not through a wrapper in R/low-level.R: this frame is the
+  # R frame right above the native one in joint traces.
   .Call(C_winch_call, fun, env)
 }
 
@@ -39,6 +41,7 @@ winch_stop <- function(message) {
   if (!is.character(message) || length(message) != 1L || is.na(message)) {
     abort_bad_argument("`message` must be a single string.")
   }
+  # Called here, not through a wrapper in R/low-level.R (see winch_call()).
   .Call(C_winch_stop, message, sys.call())
 }
 

@@ -51,19 +51,19 @@
 #' }
 winch_crash_report <- function(enable) {
   check_flag(enable)
-  res <- check_result(.Call(C_rs_crash_set, enable))
+  res <- check_result(rs_crash_set(enable))
   the$crash_on <- enable
   invisible(res)
 }
 
 # What the crash report covers now.
 crash_report_status <- function() {
-  check_result(.Call(C_rs_crash_status))
+  check_result(rs_crash_status())
 }
 
 # The handlers installed for the report's signals (to check exact restore).
 crash_handlers <- function() {
-  check_result(.Call(C_rs_crash_handlers))
+  check_result(rs_crash_handlers())
 }
 
 # At load: the option `winch.crash_report`. A value other than TRUE/FALSE
@@ -81,7 +81,7 @@ crash_report_at_load <- function() {
     )
     return(invisible(FALSE))
   }
-  res <- .Call(C_rs_crash_set, TRUE)
+  res <- rs_crash_set(TRUE)
   if (is.list(res) && !is.null(res[["error"]])) {
     rlang::warn(
       c("The crash report could not be turned on.", i = res[["error"]]),
@@ -97,7 +97,7 @@ crash_report_at_load <- function() {
 # (C stack overflow recovery) are taken again.
 crash_report_rearm <- function() {
   if (isTRUE(the$crash_on)) {
-    .Call(C_rs_crash_rearm)
+    rs_crash_rearm()
   }
   invisible()
 }
@@ -105,7 +105,7 @@ crash_report_rearm <- function() {
 # At unload: nothing may point into winch's library afterwards.
 crash_report_off_at_unload <- function() {
   if (isTRUE(the$crash_on)) {
-    .Call(C_rs_crash_set, FALSE)
+    rs_crash_set(FALSE)
   }
   the$crash_on <- NULL
   invisible()

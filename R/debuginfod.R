@@ -1,27 +1,9 @@
 # debuginfod: separate debug files fetched by build-id from the servers in
 # DEBUGINFOD_URLS, only with `options(winch.debuginfod = TRUE)` (never a
 # network request otherwise). The fetching, its time limits and the checks
-# are in the core (src/rust/core/src/debuginfod.rs); here the option is
-# passed on, and the once-per-session hint is given.
-
-# Passes the `winch.debuginfod` option to the core when it changed.
-sync_debuginfod <- function(call = rlang::caller_env()) {
-  opt <- getOption("winch.debuginfod")
-  if (!is.null(opt) && !(is.logical(opt) && length(opt) == 1L && !is.na(opt))) {
-    abort_bad_argument("The `winch.debuginfod` option must be `TRUE` or `FALSE`.", call = call)
-  }
-  on <- isTRUE(opt)
-  if (!identical(on, the$debuginfod)) {
-    res <- check_result(.Call(C_rs_set_debuginfod, on), call = call)
-    the$debuginfod <- on
-    if (on && !isTRUE(res$available)) {
-      say_once("debuginfod_unavailable", paste0(
-        "winch cannot fetch debug files from debuginfod servers: ", res$why, "."
-      ))
-    }
-  }
-  invisible(on)
-}
+# are in the core (src/rust/core/src/debuginfod.rs); the option is passed
+# on by sync_debuginfod() (R/utils.R), and here the once-per-session hint
+# is given.
 
 # After a capture `x`: if debug files could name frames it shows without a
 # name, debuginfod servers are configured and the option is not set, says
@@ -59,13 +41,13 @@ say_once <- function(id, text) {
 # What the session fetched: fetches started and, per build-id, what came of
 # it (for tests and diagnostics).
 debuginfod_info <- function() {
-  check_result(.Call(C_rs_debuginfod_info))
+  check_result(rs_debuginfod_info())
 }
 
 # Whether libdebuginfod can be loaded here (turns fetching on and back off,
 # as the option says).
 debuginfod_available <- function() {
-  res <- check_result(.Call(C_rs_set_debuginfod, TRUE))
+  res <- check_result(rs_set_debuginfod(TRUE))
   the$debuginfod <- NULL
   sync_debuginfod()
   isTRUE(res$available)

@@ -17,12 +17,9 @@ joint_capture <- function(frames, calls, libr = FALSE,
                           backend = getOption("winch.backend", "auto"),
                           call = rlang::caller_env()) {
   check_backend(backend, call = call)
-  sync_debug_dirs(call = call)
-  sync_registrations()
-  sync_debuginfod(call = call)
-  sync_capture_throws()
+  sync_options(call = call)
   res <- check_result(
-    .Call(C_rs_joint, backend, as.list(frames), as.list(calls), libr, use_contexts()),
+    rs_joint(backend, as.list(frames), as.list(calls), libr, use_contexts()),
     call = call
   )
   debuginfod_hint(res)

@@ -118,14 +118,7 @@ check_profile_args <- function(file, interval, event, loops, lines, call = rlang
   }
   check_flag(loops, call = call)
   check_flag(lines, call = call)
-  if (!is.null(file)) {
-    if (!is.character(file) || length(file) != 1L || is.na(file) || !nzchar(file)) {
-      abort_bad_argument("`file` must be `NULL` or a single file name.", call = call)
-    }
-    if (!dir.exists(dirname(file))) {
-      abort_bad_argument(sprintf("The directory of `file` does not exist: %s", dirname(file)), call = call)
-    }
-  }
+  check_path(file, null_ok = TRUE, call = call)
   if (!winch_available()) {
     abort_winch("Profiling needs native unwinding, which is not available on this platform.",
       class = "winch_error_unavailable", call = call
@@ -141,16 +134,7 @@ check_profile_args <- function(file, interval, event, loops, lines, call = rlang
 }
 
 profile_active <- function() {
-  isTRUE(check_result(.Call(C_rs_profile_active)))
-}
-
-# Calls whose labels R's profiler writes known ways: the Rust side checks it
-# reads R objects the way R lays them out before it samples.
-label_probes <- function() {
-  list(
-    calls = list(quote(f()), quote(stats::median(x)), quote(obj$fit()), quote(x[["a"]](1))),
-    labels = c("f", "stats::median", "obj$fit", 'x[["a"]]')
-  )
+  isTRUE(check_result(rs_profile_active()))
 }
 
 # Starts sampling; returns the session's bookkeeping (resource use at the
@@ -164,9 +148,11 @@ profile_begin <- function(opts, call = rlang::caller_env()) {
   gc_time <- gc.time()
   gc_counter <- new_gc_counter()
   check_result(
-    .Call(C_rs_profile_start, as.double(opts$interval), opts$event, opts$loops, opts$region,
+    rs_profile_start(
+      as.double(opts$interval), opts$event, opts$loops, opts$region,
       opts$lines, list(quote(`for`), quote(`while`), quote(`repeat`), quote(srcfile), quote(filename)),
-      as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels),
+      as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels
+    ),
     call = call
   )
   list(opts = opts, usage = usage, gc_time = gc_time, gc_counter = gc_counter)
@@ -177,7 +163,7 @@ profile_end <- function(session, call = rlang::caller_env()) {
   # Names for the samples: R's registered routines as they are now (DLLs
   # loaded while profiling included). Never raises an error.
   sync_registrations()
-  raw <- check_result(.Call(C_rs_profile_stop), call = call)
+  raw <- check_result(rs_profile_stop(), call = call)
   session$gc_counter$stop()
   new_winch_profile(raw, session)
 }
@@ -186,66 +172,9 @@ profile_end <- function(session, call = rlang::caller_env()) {
 # the profiled code): nothing is returned, the timer and signal are restored.
 profile_abandon <- function(session) {
   if (profile_active()) {
-    .Call(C_rs_profile_stop)
+    rs_profile_stop()
     session$gc_counter$stop()
   }
-}
-
-# AST loops are named by the native function of R that runs them; learn
-# which is which once per session by running one loop of each kind.
-learn_loops <- function() {
-  if (isTRUE(check_result(.Call(C_rs_profile_loops_known)))) {
-    return(invisible(TRUE))
-  }
-  old <- compiler::enableJIT(0L)
-  on.exit(compiler::enableJIT(old), add = TRUE)
-  # Made from a quoted expression, so that it is not byte-compiled with the
-  # package: these must be the AST interpreter's loops.
-  run <- eval(quote(function(learn) {
-    for (i in 1L) learn("for")
-    i <- 0L
-    while (i < 1L) {
-      i <- i + 1L
-      learn("while")
-    }
-    repeat {
-      learn("repeat")
-      break
-    }
-  }), baseenv())
-  learn <- function(kind) .Call(C_rs_profile_learn_loop, kind)
-  res <- tryCatch(run(learn), winch_error = function(e) e)
-  # Byte code: this package's functions are compiled; learn_bc() is called
-  # from them, so R's interpreter loop holds the slots of their records.
-  bc <- tryCatch(learn_bc(), winch_error = function(e) e)
-  invisible(!inherits(res, "winch_error") && !inherits(bc, "winch_error"))
-}
-
-learn_bc <- function() {
-  check_result(.Call(C_rs_profile_learn_bc, opcode_probe()))
-}
-
-# A body whose code is every instruction of R's byte code in order, as this
-# R encodes it, with the number of operands of each and the opcodes of GOTO
-# and STEPFOR: the sampler decodes byte code to find its loops. Made with
-# the compiler's code buffer (never run). NULL if the compiler's internals
-# are not as expected.
-opcode_probe <- function() {
-  tryCatch(
-    {
-      ns <- asNamespace("compiler")
-      argc <- vapply(get("Opcodes.argc", ns), as.integer, 1L)
-      gen <- function(cb, cntxt) {
-        for (op in seq_along(argc) - 1L) {
-          do.call(cb$putcode, as.list(c(op, integer(argc[[op + 1L]]))))
-        }
-      }
-      cntxt <- get("make.toplevelContext", ns)(get("makeCenv", ns)(baseenv()), NULL)
-      code <- get("genCode", ns)(NULL, cntxt, gen = gen)
-      list(code, unname(argc), as.integer(get("GOTO.OP", ns)), as.integer(get("STEPFOR.OP", ns)))
-    },
-    error = function(e) NULL
-  )
 }
 
 # Whether R's Rprof() is running: R gives builtins a context record only
@@ -259,11 +188,11 @@ rprof_running <- function() {
 
 #' @export
 Ops.winch_rprof_probe <- function(e1, e2) {
-  check_result(.Call(C_rs_rprof_running, list(Ops.winch_rprof_probe)))
+  check_result(rs_rprof_running(list(Ops.winch_rprof_probe)))
 }
 
 resource_usage <- function() {
-  check_result(.Call(C_rs_resource_usage))
+  check_result(rs_resource_usage())
 }
 
 # Counts garbage collections: a finalizer of an unreachable environment runs
@@ -330,31 +259,34 @@ check_profile <- function(profile, call = rlang::caller_env()) {
   invisible(profile)
 }
 
-# The profile in the order the Rust writers read it (src/rust/src/profile.rs).
+# The profile as the Rust writers read it (from_r() in
+# src/rust/src/profile.rs): a named list with the fields, names and nesting
+# of what the profiler returns (its to_r(), turned into a winch_profile by
+# new_winch_profile()), tables as lists of columns. Fields are looked up by
+# name: their order does not matter.
 profile_parts <- function(p) {
   f <- p$functions
   l <- p$locations
   x <- p$lines
   m <- p$modules
   list(
-    p$event, as.double(p$interval), as.double(p$start), as.double(p$duration),
-    f$name, f$label, f$kind, as.integer(f$module), as.integer(f$file),
-    as.integer(l$module), l$address,
-    as.integer(x$location), as.integer(x$`function`), as.integer(x$file), as.integer(x$line),
-    as.double(p$stacks$count), lapply(p$stacks$locations, as.integer),
-    as.character(p$files),
-    m$path, m$build_id, m$start, m$limit, m$offset
+    event = p$event,
+    interval = as.double(p$interval),
+    start = as.double(p$start),
+    duration = as.double(p$duration),
+    functions = list(
+      name = f$name, label = f$label, kind = f$kind,
+      module = as.integer(f$module), file = as.integer(f$file)
+    ),
+    locations = list(module = as.integer(l$module), address = l$address),
+    lines = list(
+      location = as.integer(x$location), `function` = as.integer(x$`function`),
+      file = as.integer(x$file), line = as.integer(x$line)
+    ),
+    stacks = list(count = as.double(p$stacks$count), locations = lapply(p$stacks$locations, as.integer)),
+    files = as.character(p$files),
+    modules = list(path = m$path, build_id = m$build_id, start = m$start, limit = m$limit, offset = m$offset)
   )
-}
-
-check_path <- function(path, call = rlang::caller_env()) {
-  if (!is.character(path) || length(path) != 1L || is.na(path) || !nzchar(path)) {
-    abort_bad_argument("`path` must be a single file name.", call = call)
-  }
-  if (!dir.exists(dirname(path))) {
-    abort_bad_argument(sprintf("The directory of `path` does not exist: %s", dirname(path)), call = call)
-  }
-  invisible(path)
 }
 
 #' Write a profile in Rprof's format or as pprof
@@ -387,7 +319,7 @@ winch_write_rprof <- function(profile, path, lines = profile$options$lines) {
   check_profile(profile)
   check_path(path)
   check_flag(lines)
-  check_result(.Call(C_rs_profile_write, profile_parts(profile), normalizePath(path, mustWork = FALSE), "rprof", lines))
+  check_result(rs_profile_write(profile_parts(profile), normalizePath(path, mustWork = FALSE), "rprof", lines))
   invisible(path)
 }
 
@@ -396,6 +328,6 @@ winch_write_rprof <- function(profile, path, lines = profile$options$lines) {
 winch_write_pprof <- function(profile, path) {
   check_profile(profile)
   check_path(path)
-  check_result(.Call(C_rs_profile_write, profile_parts(profile), normalizePath(path, mustWork = FALSE), "pprof", FALSE))
+  check_result(rs_profile_write(profile_parts(profile), normalizePath(path, mustWork = FALSE), "pprof", FALSE))
   invisible(path)
 }

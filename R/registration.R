@@ -15,13 +15,13 @@
 # keeps the addresses of its previous load.
 
 sync_registrations <- function() {
-  generation <- .Call(C_rs_loader_state, character())$generation
+  generation <- rs_loader_state(character())$generation
   if (identical(generation, the$registration_generation)) {
     return(invisible(FALSE))
   }
   dlls <- getLoadedDLLs()
   paths <- vapply(dlls, function(d) as.character(d[["path"]])[1L], "")
-  state <- .Call(C_rs_loader_state, paths)
+  state <- rs_loader_state(paths)
   if (!is.list(state) || length(state$identity) != length(dlls)) {
     return(invisible(FALSE))
   }
@@ -39,7 +39,7 @@ sync_registrations <- function() {
     }
     names <- unlist(lapply(fresh, `[[`, "names"), use.names = FALSE)
     addresses <- unlist(lapply(fresh, `[[`, "addresses"), recursive = FALSE, use.names = FALSE)
-    res <- .Call(C_rs_set_registered, as.character(names), as.list(addresses))
+    res <- rs_set_registered(as.character(names), as.list(addresses))
     # Busy (re-entered) or failed: try again at the next capture.
     if (!is.numeric(res)) {
       return(invisible(FALSE))
@@ -50,8 +50,6 @@ sync_registrations <- function() {
   the$registration_generation <- state$generation
   invisible(TRUE)
 }
-
-`%||%` <- function(x, y) if (is.null(x)) y else x
 
 # The registered routines of one DLL: names and `NativeSymbol` pointers.
 # Anything unexpected leaves the DLL out (its frames stay unnamed).

@@ -14,8 +14,6 @@
 # failure leaves the trace as it was), and does not recurse (an rlang error
 # inside it would make a backtrace of its own).
 
-the <- new.env(parent = emptyenv())
-
 rlang_hook_is_disabled <- function(fn) {
   body <- body(fn)
   is.function(fn) && is.call(body) && identical(body[[1L]], quote(`{`)) &&

@@ -64,7 +64,7 @@ caller_frame_number <- function(frames, caller) {
 # of `native` (a joint capture, outermost first) in their places.
 new_winch_calls <- function(calls, native, n) {
   nat <- unclass(native)
-  order <- check_result(.Call(C_rs_splice_calls, n, nat$r_frame))
+  order <- check_result(rs_splice_calls(n, nat$r_frame))
   is_r <- order > 0L
   which_native <- -order[!is_r]
   out <- vector("list", length(order))

@@ -65,59 +65,18 @@
 #' winch_last_throw()
 winch_last_throw <- function() {
   sync_capture_throws()
-  check_result(.Call(C_rs_last_throw))
-}
-
-# The state of the `winch.capture_throws` option: TRUE (also when unset),
-# FALSE, or NA for a value that is neither.
-capture_throws_option <- function() {
-  opt <- getOption("winch.capture_throws", TRUE)
-  if (isTRUE(opt) || isFALSE(opt)) opt else NA
-}
-
-# Turns throw capture on or off as the option says (at load, after each
-# top-level expression, and when winch's functions are used). A bad value
-# is warned about (once per value) and changes nothing.
-sync_capture_throws <- function() {
-  want <- capture_throws_option()
-  if (is.na(want)) {
-    opt <- getOption("winch.capture_throws")
-    key <- paste(deparse(opt, nlines = 1L), collapse = "")
-    if (!identical(key, the$bad_throws_option)) {
-      the$bad_throws_option <- key
-      rlang::warn(
-        c(
-          "The option `winch.capture_throws` must be `TRUE` or `FALSE`.",
-          i = sprintf("It is %s; throw capture stays %s.", key, if (isTRUE(the$throws_on)) "on" else "off")
-        ),
-        class = c("winch_warning_bad_option", "winch_warning")
-      )
-    }
-    return(invisible(isTRUE(the$throws_on)))
-  }
-  the$bad_throws_option <- NULL
-  if (!identical(want, the$throws_on)) {
-    res <- .Call(C_rs_throws_set, want)
-    if (is.list(res) && !is.null(res[["error"]])) {
-      # Not available here (another platform): remembered, not retried.
-      the$throws_on <- want
-      the$throws_unavailable <- res[["error"]]
-      return(invisible(FALSE))
-    }
-    the$throws_on <- want
-  }
-  invisible(want)
+  check_result(rs_last_throw())
 }
 
 # What throw capture covers now: supported, installed, slots, modules.
 throw_capture_status <- function() {
-  check_result(.Call(C_rs_throws_status))
+  check_result(rs_throws_status())
 }
 
 # Removes throw capture (at unload).
 uninstall_capture_throws <- function() {
   if (isTRUE(the$throws_on)) {
-    .Call(C_rs_throws_set, FALSE)
+    rs_throws_set(FALSE)
   }
   the$throws_on <- NULL
   invisible()
@@ -131,7 +90,7 @@ uninstall_capture_throws <- function() {
 winch_task_callback <- function(...) {
   tryCatch(
     {
-      .Call(C_rs_throws_tick)
+      rs_throws_tick()
       sync_capture_throws()
       crash_report_rearm()
     },

@@ -9,7 +9,7 @@
 #' @examples
 #' winch_available()
 winch_available <- function() {
-  isTRUE(.Call(C_rs_available))
+  isTRUE(rs_available())
 }
 
 #' The native stack as a data frame
@@ -64,8 +64,8 @@ winch_available <- function() {
 winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr = TRUE) {
   check_backend(backend)
   check_flag(libr)
-  sync_debug_dirs()
-  sync_registrations()
-  sync_debuginfod()
+  sync_options(capture_throws = FALSE)
+  # Called here, not through a wrapper in R/low-level.R: the frames of R's
+  # interpreter evaluating this call are part of the result (libr = TRUE).
   debuginfod_hint(check_result(.Call(C_rs_trace_back, backend, libr)))
 }

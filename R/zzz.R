@@ -4,7 +4,7 @@
 
 .onLoad <- function(libname, pkgname) {
   # Which R this is decides the layout of R's context records.
-  .Call(C_rs_init, as.integer(unclass(getRversion())[[1L]]))
+  rs_init(as.integer(unclass(getRversion())[[1L]]))
   rlang_hook_install()
   # Throw capture follows the option `winch.capture_throws` (default TRUE);
   # the crash report is turned on at load by `winch.crash_report = TRUE`.

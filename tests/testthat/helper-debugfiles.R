@@ -1,5 +1,6 @@
 # Helpers for the tests of source locations, separate debug files and damaged
-# module files (test-srcloc.R, test-debugfiles.R, test-faults.R).
+# module files (test-names-srcloc.R, test-names-debugfiles.R,
+# test-names-damaged.R).
 #
 # Libraries whose files are modified (split, stripped, deleted, replaced) are
 # built here, not with compile_clib(): each needs a fresh build under its own

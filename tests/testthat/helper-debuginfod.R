@@ -1,5 +1,5 @@
 # A real debuginfod server (Debian package `debuginfod`) for
-# test-debuginfod.R: started on 127.0.0.1 serving the files of one
+# test-names-debuginfod.R: started on 127.0.0.1 serving the files of one
 # directory, its requests logged. No other test talks to any server:
 # whatever the environment says, DEBUGINFOD_URLS is unset for the suite.
 Sys.unsetenv("DEBUGINFOD_URLS")

@@ -1,5 +1,6 @@
 # Fixtures built as installed binaries are: hidden visibility, routines
-# registered with R, stripped (tests of test-names.R and test-debuginfod.R).
+# registered with R, stripped (tests of test-names-stripped.R and
+# test-names-debuginfod.R).
 # The unstripped copy is kept aside as `<dir>/unstripped.so`.
 
 # Builds clib/stripped.c as library `name` (its R_init_<name> registers

@@ -6,6 +6,13 @@
 use crate::rapi::{self, Sexp};
 use winch_core::error::{Error, Result};
 
+// Reading the names of a list. Not (yet) in rapi.rs, which another change
+// is reorganising; move them there when it lands.
+extern "C" {
+    static R_NamesSymbol: Sexp;
+    fn Rf_getAttrib(x: Sexp, name: Sexp) -> Sexp;
+}
+
 /// One argument of an entry point.
 #[derive(Clone, Copy)]
 pub struct Arg {
@@ -169,6 +176,55 @@ impl Arg {
         }
         // SAFETY: `i` < length of a list; reading elements does not allocate.
         Ok((0..n).map(|i| Arg::new(unsafe { rapi::VECTOR_ELT(self.sexp, i as isize) }, self.name)).collect())
+    }
+
+    /// The same object under another name (in the messages of errors).
+    pub fn renamed(&self, name: &'static str) -> Arg {
+        Arg { sexp: self.sexp, name }
+    }
+
+    /// The element of a named list at `path`: a name, or names joined by
+    /// `$` for lists inside lists (`"functions$label"`), found by name (the
+    /// first element of that name), whatever the order. The element is an
+    /// argument named after its path; a missing one is a `BadArgument`
+    /// error naming the path.
+    pub fn field(&self, path: &'static str) -> Result<Arg> {
+        let mut at = *self;
+        let mut end = 0;
+        for part in path.split('$') {
+            let (kind, n) = at.shape();
+            if kind != rapi::VECSXP {
+                return Err(at.bad("a list"));
+            }
+            end += part.len();
+            // SAFETY: `at` is a list: the names attribute of a vector is read
+            // without allocating; it is NULL or a character vector.
+            let names = unsafe { Rf_getAttrib(at.sexp, R_NamesSymbol) };
+            // SAFETY: reading the type and length of an R object.
+            let named =
+                unsafe { rapi::TYPEOF(names) == rapi::STRSXP && rapi::Rf_xlength(names) as usize == n };
+            let found = named
+                .then(|| {
+                    (0..n).find(|&i| {
+                        // SAFETY: `i` < length of a STRSXP; its elements are
+                        // CHARSXPs whose R_CHAR is NUL-terminated.
+                        unsafe {
+                            let c = rapi::STRING_ELT(names, i as isize);
+                            c != rapi::R_NaString
+                                && std::ffi::CStr::from_ptr(rapi::R_CHAR(c)).to_bytes() == part.as_bytes()
+                        }
+                    })
+                })
+                .flatten();
+            let Some(i) = found else {
+                return Err(Error::BadArgument(format!("`{}` has no field `{}`", self.name, &path[..end])));
+            };
+            // SAFETY: `i` < length of a list; reading an element does not
+            // allocate.
+            at = Arg { sexp: unsafe { rapi::VECTOR_ELT(at.sexp, i as isize) }, name: &path[..end] };
+            end += 1; // the `$` before the next part
+        }
+        Ok(at)
     }
 
     /// The addresses of the elements of a list (for identity comparisons).

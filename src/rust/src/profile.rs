@@ -221,7 +221,8 @@ fn index(x: Option<usize>) -> Option<i32> {
 }
 
 /// The R form of a profile (R/profile.R turns the tables into data
-/// frames): indices 1-based, addresses as hex strings.
+/// frames): indices 1-based, addresses as hex strings. `from_r()` reads
+/// the same fields by the same names.
 fn to_r(p: &Profile, s: &Stats) -> RValue {
     let f = &p.functions;
     let functions = RValue::List(vec![
@@ -306,28 +307,42 @@ fn one_based(v: Option<i32>, n: usize, what: &str) -> Result<Option<usize>> {
     }
 }
 
-/// A profile from its R form (the parts of R/profile.R's `profile_parts()`,
-/// in order), checked.
+/// A profile from its R form: the named list of R/profile.R's
+/// `profile_parts()`, with the fields `to_r()` makes (tables as lists of
+/// columns), each looked up by name, in any order (other fields are
+/// ignored); checked.
 fn from_r(parts: &Arg) -> Result<Profile> {
-    let a = parts.elements()?;
-    if a.len() != 23 {
-        return Err(Error::BadArgument("`profile` is not a winch profile".into()));
-    }
+    let p = parts.renamed("profile");
     let bad = |what: &str| Error::BadArgument(format!("`profile` has an invalid {what}"));
-    let event = match a[0].string()?.as_str() {
+    let event = match p.field("event")?.string()?.as_str() {
         "cpu" => Event::Cpu,
         "elapsed" => Event::Elapsed,
         _ => return Err(bad("event")),
     };
     let ns = |x: f64| (x * 1e9).round().max(0.0) as u64;
-    let (names, labels, kinds) = (a[4].strings()?, a[5].strings()?, a[6].strings()?);
-    let (fmod, ffile) = (a[7].ints()?, a[8].ints()?);
-    let (lmod, laddr) = (a[9].ints()?, a[10].strings()?);
-    let (xloc, xfun, xfile, xline) = (a[11].ints()?, a[12].ints()?, a[13].ints()?, a[14].ints()?);
-    let (scount, slocs) = (a[15].doubles()?, a[16].elements()?);
-    let files: Vec<String> = a[17].strings()?.into_iter().map(|f| f.unwrap_or_default()).collect();
-    let (mpath, mbuild, mstart, mlimit, moffset) =
-        (a[18].strings()?, a[19].strings()?, a[20].strings()?, a[21].strings()?, a[22].strings()?);
+    let (names, labels, kinds) = (
+        p.field("functions$name")?.strings()?,
+        p.field("functions$label")?.strings()?,
+        p.field("functions$kind")?.strings()?,
+    );
+    let (fmod, ffile) = (p.field("functions$module")?.ints()?, p.field("functions$file")?.ints()?);
+    let (lmod, laddr) = (p.field("locations$module")?.ints()?, p.field("locations$address")?.strings()?);
+    let (xloc, xfun, xfile, xline) = (
+        p.field("lines$location")?.ints()?,
+        p.field("lines$function")?.ints()?,
+        p.field("lines$file")?.ints()?,
+        p.field("lines$line")?.ints()?,
+    );
+    let (scount, slocs) = (p.field("stacks$count")?.doubles()?, p.field("stacks$locations")?.elements()?);
+    let files: Vec<String> =
+        p.field("files")?.strings()?.into_iter().map(|f| f.unwrap_or_default()).collect();
+    let (mpath, mbuild, mstart, mlimit, moffset) = (
+        p.field("modules$path")?.strings()?,
+        p.field("modules$build_id")?.strings()?,
+        p.field("modules$start")?.strings()?,
+        p.field("modules$limit")?.strings()?,
+        p.field("modules$offset")?.strings()?,
+    );
     let nm = mpath.len();
     let nf = names.len();
     let nl = lmod.len();
@@ -393,9 +408,9 @@ fn from_r(parts: &Arg) -> Result<Profile> {
         .collect::<Result<_>>()?;
     Ok(Profile {
         event,
-        interval_ns: ns(a[1].number()?),
-        start_unix_ns: ns(a[2].number()?),
-        duration_ns: ns(a[3].number()?),
+        interval_ns: ns(p.field("interval")?.number()?),
+        start_unix_ns: ns(p.field("start")?.number()?),
+        duration_ns: ns(p.field("duration")?.number()?),
         functions,
         locations,
         stacks,

@@ -1,0 +1,168 @@
+# One home for winch's package state and the small helpers every part
+# uses: argument checks, errors, and the options passed on to the native
+# side.
+
+# Package state ------------------------------------------------------------
+
+# What winch remembers in a session: the rlang hook (R/rlang_hook.R), the
+# option values last passed to the native side (below), the registered
+# routines read (R/registration.R), throw capture and the crash report
+# (R/throws.R, R/crash.R), the profile started by winch_rprof()
+# (R/profile.R), messages already given (say_once()).
+the <- new.env(parent = emptyenv())
+
+`%||%` <- function(x, y) if (is.null(x)) y else x
+
+# Errors and argument checks ----------------------------------------------
+
+# Every entry point of the Rust glue (src/rust/src, called in
+# R/low-level.R) returns its result, or `list(error = <message>, class =
+# <class>)`, or NULL when R could not allocate the result; errors are
+# raised here, in R, with the user's call and a class (see ?winch for the
+# classes).
+
+abort_winch <- function(message, class = NULL, call = rlang::caller_env()) {
+  rlang::abort(message, class = unique(c(class, "winch_error")), call = call)
+}
+
+# A bad argument from the user (checked in R before reaching native code).
+abort_bad_argument <- function(message, call = rlang::caller_env()) {
+  abort_winch(message, class = "winch_error_bad_argument", call = call)
+}
+
+check_result <- function(x, call = rlang::caller_env()) {
+  if (is.null(x)) {
+    abort_winch("winch could not allocate its result (out of memory?).",
+      class = "winch_error_out_of_memory", call = call
+    )
+  }
+  if (is.list(x) && !is.data.frame(x) && !is.null(x[["error"]])) {
+    abort_winch(x[["error"]], class = x[["class"]], call = call)
+  }
+  x
+}
+
+check_backend <- function(backend, call = rlang::caller_env()) {
+  ok <- c("auto", "cfi", "libunwind", "backtrace")
+  if (!is.character(backend) || length(backend) != 1L || is.na(backend) || !backend %in% ok) {
+    abort_bad_argument(
+      sprintf("`backend` must be one of %s.", paste0('"', ok, '"', collapse = ", ")),
+      call = call
+    )
+  }
+  invisible(backend)
+}
+
+check_flag <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env()) {
+  if (!is.logical(x) || length(x) != 1L || is.na(x)) {
+    abort_bad_argument(sprintf("`%s` must be `TRUE` or `FALSE`.", arg), call = call)
+  }
+  invisible(x)
+}
+
+# A file to write: one name, in a directory that exists (or NULL, with
+# `null_ok`).
+check_path <- function(path, arg = rlang::caller_arg(path), null_ok = FALSE, call = rlang::caller_env()) {
+  if (null_ok && is.null(path)) {
+    return(invisible(path))
+  }
+  if (!is.character(path) || length(path) != 1L || is.na(path) || !nzchar(path)) {
+    what <- if (null_ok) "`NULL` or a single file name" else "a single file name"
+    abort_bad_argument(sprintf("`%s` must be %s.", arg, what), call = call)
+  }
+  if (!dir.exists(dirname(path))) {
+    abort_bad_argument(sprintf("The directory of `%s` does not exist: %s", arg, dirname(path)), call = call)
+  }
+  invisible(path)
+}
+
+# Options ------------------------------------------------------------------
+
+# Passes winch's options on to the native side, each only when it changed
+# since it was last passed: `winch.debug_dirs`, `winch.debuginfod` and
+# `winch.capture_throws` (skipped with `capture_throws = FALSE`), and with
+# them R's table of registered routines when DLLs were loaded or unloaded
+# (R/registration.R). Before every capture; code that needs one part only
+# calls that part.
+sync_options <- function(call = rlang::caller_env(), capture_throws = TRUE) {
+  sync_debug_dirs(call = call)
+  sync_registrations()
+  sync_debuginfod(call = call)
+  if (capture_throws) {
+    sync_capture_throws()
+  }
+  invisible()
+}
+
+# Passes the `winch.debug_dirs` option to the Rust side when it changed.
+sync_debug_dirs <- function(call = rlang::caller_env()) {
+  dirs <- getOption("winch.debug_dirs", "/usr/lib/debug")
+  if (!identical(dirs, the$debug_dirs)) {
+    if (!is.character(dirs) || anyNA(dirs)) {
+      abort_bad_argument("The `winch.debug_dirs` option must be a character vector of directories.", call = call)
+    }
+    check_result(rs_set_debug_dirs(dirs), call = call)
+    the$debug_dirs <- dirs
+  }
+  invisible(dirs)
+}
+
+# Passes the `winch.debuginfod` option to the core when it changed.
+sync_debuginfod <- function(call = rlang::caller_env()) {
+  opt <- getOption("winch.debuginfod")
+  if (!is.null(opt) && !(is.logical(opt) && length(opt) == 1L && !is.na(opt))) {
+    abort_bad_argument("The `winch.debuginfod` option must be `TRUE` or `FALSE`.", call = call)
+  }
+  on <- isTRUE(opt)
+  if (!identical(on, the$debuginfod)) {
+    res <- check_result(rs_set_debuginfod(on), call = call)
+    the$debuginfod <- on
+    if (on && !isTRUE(res$available)) {
+      say_once("debuginfod_unavailable", paste0(
+        "winch cannot fetch debug files from debuginfod servers: ", res$why, "."
+      ))
+    }
+  }
+  invisible(on)
+}
+
+# The state of the `winch.capture_throws` option: TRUE (also when unset),
+# FALSE, or NA for a value that is neither.
+capture_throws_option <- function() {
+  opt <- getOption("winch.capture_throws", TRUE)
+  if (isTRUE(opt) || isFALSE(opt)) opt else NA
+}
+
+# Turns throw capture on or off as the option says (at load, after each
+# top-level expression, and when winch's functions are used). A bad value
+# is warned about (once per value) and changes nothing.
+sync_capture_throws <- function() {
+  want <- capture_throws_option()
+  if (is.na(want)) {
+    opt <- getOption("winch.capture_throws")
+    key <- paste(deparse(opt, nlines = 1L), collapse = "")
+    if (!identical(key, the$bad_throws_option)) {
+      the$bad_throws_option <- key
+      rlang::warn(
+        c(
+          "The option `winch.capture_throws` must be `TRUE` or `FALSE`.",
+          i = sprintf("It is %s; throw capture stays %s.", key, if (isTRUE(the$throws_on)) "on" else "off")
+        ),
+        class = c("winch_warning_bad_option", "winch_warning")
+      )
+    }
+    return(invisible(isTRUE(the$throws_on)))
+  }
+  the$bad_throws_option <- NULL
+  if (!identical(want, the$throws_on)) {
+    res <- rs_throws_set(want)
+    if (is.list(res) && !is.null(res[["error"]])) {
+      # Not available here (another platform): remembered, not retried.
+      the$throws_on <- want
+      the$throws_unavailable <- res[["error"]]
+      return(invisible(FALSE))
+    }
+    the$throws_on <- want
+  }
+  invisible(want)
+}

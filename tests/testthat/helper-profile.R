@@ -1,0 +1,61 @@
+# Shared by the profiler's tests (test-profile-*.R), each of which starts
+# with `profile_fixture()`.
+#
+# The fixture library clib/burn.c burns known amounts of CPU time of the
+# calling thread (measured with CLOCK_THREAD_CPUTIME_ID) in known functions
+# and calls back into R, so the truth of every profile is known. Sampling
+# with event = "cpu" counts CPU time of R's main thread, so a busy machine
+# makes the runs longer but leaves the proportions alone. Intervals are
+# short (2-5 ms) and workloads small (0.1-0.8 s of CPU), with a few points
+# of slack.
+
+BURN <- "/wtest_burn.so::"
+A <- paste0(BURN, "burn_a")
+B <- paste0(BURN, "burn_b")
+CHILD <- paste0(BURN, "burn_child")
+CALL <- paste0(BURN, "burn_call")
+NEST <- paste0(BURN, "burn_nest")
+
+# R functions around the burns: each native burn runs under the R function
+# that .Call()s it.
+r_a <- function(t) .Call("burn_a", t, PACKAGE = "wtest_burn")
+r_b <- function(t) .Call("burn_b", t, PACKAGE = "wtest_burn")
+r_child <- function(t) .Call("burn_child", t, PACKAGE = "wtest_burn")
+
+# The labels of every stack of `p`, innermost first: every line of every
+# location (a native frame lists its inlined calls first), computed here
+# from the profile's tables rather than with the package's own helpers.
+stack_labels <- function(p) {
+  lines <- p$lines
+  by_location <- split(lines$`function`, factor(lines$location, levels = seq_len(nrow(p$locations))))
+  lapply(p$stacks$locations, function(locs) p$functions$label[unlist(by_location[locs], use.names = FALSE)])
+}
+
+# Seconds sampled in stacks that hold a frame labelled `label`.
+seconds_in <- function(p, label) {
+  hit <- vapply(stack_labels(p), function(s) label %in% s, NA)
+  sum(p$stacks$count[hit]) * p$interval
+}
+
+# The distinct paths, from the innermost frame labelled `leaf` outwards, of
+# the stacks that hold one, each as one string "leaf < caller < ...".
+paths_from <- function(p, leaf) {
+  paths <- lapply(stack_labels(p), function(s) {
+    i <- match(leaf, s)
+    if (is.na(i)) NULL else paste(s[i:length(s)], collapse = " < ")
+  })
+  sort(unique(unlist(paths)))
+}
+
+path <- function(...) paste(c(...), collapse = " < ")
+
+# Compiles and loads the fixture (once per session; returns it) and warms up:
+# the first profile of the session learns R's loop functions, and the first
+# calls of these R functions may be compiled by the JIT.
+profile_fixture <- function() {
+  bl <- compile_clib("wtest_burn", "burn.c")
+  invisible(winch_profile(for (i in 1:2) r_a(0.001), interval = 0.002))
+  r_b(0.001)
+  r_child(0.001)
+  invisible(bl)
+}

@@ -1,0 +1,155 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+
+# The writers: Rprof files read by summaryRprof() and profvis, pprof files
+# read by go tool pprof, and the profile as they read it.
+
+profile_fixture()
+
+# A workload R -> C -> R -> C: `outer` burns 0.1 s itself, then calls back
+# through burn_call into `cb`, which burns 0.2 s. burn_call evaluates the
+# call `cb()`, so R labels that frame "cb".
+cb <- function() r_b(0.2)
+outer <- function() {
+  r_a(0.1)
+  .Call("burn_call", quote(cb), environment(), PACKAGE = "wtest_burn")
+}
+
+# Go's pprof. Recent Go releases build pprof on first use (about 20 s on
+# 2 cores) into Go's build cache: the default cache under HOME when HOME is
+# writable (as go would use it anyway), else one temporary cache for this
+# session (R CMD check may run with HOME unset or read-only).
+go_env <- local({
+  env <- NULL
+  function() {
+    if (is.null(env)) {
+      home <- Sys.getenv("HOME")
+      env <<- "GOTOOLCHAIN=local"
+      if (!nzchar(home) || file.access(home, 2L) != 0L) {
+        home <- tempfile("winch-go-home-")
+        dir.create(home)
+        env <<- c(env, paste0("HOME=", home), paste0("GOCACHE=", file.path(home, "cache")),
+          paste0("GOPATH=", file.path(home, "go")))
+      }
+    }
+    env
+  }
+})
+run_pprof <- function(args) {
+  out <- suppressWarnings(system2("go", c("tool", "pprof", args), stdout = TRUE, stderr = TRUE, env = go_env()))
+  structure(out, status = attr(out, "status") %||% 0L)
+}
+
+test_that("summaryRprof() and profvis read the Rprof file", {
+  out <- tempfile(fileext = ".out")
+  p <- winch_profile(outer(), file = out, interval = 0.002)
+  lines <- readLines(out)
+  expect_identical(lines[[1L]], "sample.interval=2000")
+  # One line per sample with frames (R writes no line for an empty sample).
+  with_frames <- sum(p$stacks$count[lengths(p$stacks$locations) > 0L])
+  expect_length(lines, 1L + with_frames)
+
+  s <- summaryRprof(out)
+  expect_equal(s$sampling.time, with_frames * p$interval)
+  total <- stats::setNames(s$by.total$total.time, gsub('"', "", rownames(s$by.total), fixed = TRUE))
+  expect_true(all(c(A, B, CALL, "r_a", "r_b", "cb", "outer") %in% names(total)))
+  # Nearly every sample is under `outer` (a sample may land in the profiler
+  # starting or stopping: see "the profiler's own frames" below).
+  expect_gte(total[["outer"]], 0.95 * s$sampling.time)
+  expect_equal(total[[A]], seconds_in(p, A))
+  expect_equal(total[[B]], seconds_in(p, B))
+  expect_equal(total[["cb"]], seconds_in(p, "cb"))
+
+  skip_if_not_installed("profvis")
+  parse_rprof <- getFromNamespace("parse_rprof", "profvis")
+  pv <- parse_rprof(out)
+  expect_equal(pv$interval, 2)
+  expect_identical(max(pv$prof$time), length(lines) - 1L)
+  expect_true(all(c(A, B, CALL, "r_a", "r_b", "cb", "outer") %in% pv$prof$label))
+  # profvis's depth counts from the outermost frame: `outer` is depth 1 in
+  # (nearly) every sample.
+  expect_gte(mean(pv$prof$label[pv$prof$depth == 1L] == "outer"), 0.95)
+})
+
+test_that("go tool pprof reads the pprof file, with R and native frames in one call graph", {
+  skip_if(!nzchar(Sys.which("go")), "go is not on the PATH (Debian: golang-go)")
+  p <- winch_profile(outer(), interval = 0.002)
+  pb <- tempfile(fileext = ".pb.gz")
+  res <- withVisible(winch_write_pprof(p, pb))
+  expect_identical(res$value, pb)
+  expect_false(res$visible)
+
+  top <- run_pprof(c("-top", pb))
+  expect_identical(attr(top, "status"), 0L, info = paste(top, collapse = "\n"))
+  fn <- function(x) sub("^.* ", "", trimws(x))
+  rows <- fn(top[grepl("%", top, fixed = TRUE) & !grepl("total", top, fixed = TRUE)])
+  expect_true(all(c("burn_a", "burn_b", "burn_call", "r_a", "r_b", "cb", "outer") %in% rows))
+  expect_true(any(grepl("Type: cpu", top, fixed = TRUE)))
+
+  traces <- run_pprof(c("-traces", pb))
+  expect_identical(attr(traces, "status"), 0L, info = paste(traces, collapse = "\n"))
+  # Traces are blocks separated by lines of dashes; the first line of a
+  # block has the time and the leaf, the next ones the callers.
+  sep <- grepl("^-+\\+-+$", traces)
+  block <- cumsum(sep)
+  stacks <- lapply(split(traces[!sep], block[!sep])[-1L], fn)
+  stacks <- unique(vapply(stacks, paste, "", collapse = " < "))
+  expect_true(path("burn_b", "r_b", "cb", "burn_call", "outer") %in% stacks)
+  expect_true(path("burn_a", "r_a", "outer") %in% stacks)
+})
+
+# The writers read the profile from a named list (profile_parts(), read by
+# from_r() in src/rust/src/profile.rs): every field by its name.
+test_that("the writers read the profile's fields by name: order is free, a missing field is a clear error", {
+  p <- winch_profile(outer(), interval = 0.002)
+  write <- function(parts, format = "rprof") {
+    out <- tempfile()
+    winch:::check_result(winch:::rs_profile_write(parts, out, format, FALSE))
+    readBin(out, "raw", file.size(out))
+  }
+  parts <- winch:::profile_parts(p)
+  expect_named(parts, c(
+    "event", "interval", "start", "duration", "functions", "locations", "lines",
+    "stacks", "files", "modules"
+  ))
+  # The same bytes whatever the order of the fields (and of the columns).
+  shuffled <- rev(parts)
+  shuffled$functions <- rev(shuffled$functions)
+  shuffled$modules <- rev(shuffled$modules)
+  for (format in c("rprof", "pprof")) {
+    expect_identical(write(shuffled, format), write(parts, format))
+  }
+  # A field that is missing, misnamed or not where it belongs: an error of
+  # class winch_error_bad_argument that names it, and nothing is written.
+  expect_missing <- function(parts, field) {
+    out <- tempfile()
+    err <- tryCatch(
+      winch:::check_result(winch:::rs_profile_write(parts, out, "rprof", FALSE)),
+      error = function(e) e
+    )
+    expect_s3_class(err, "winch_error_bad_argument")
+    expect_identical(conditionMessage(err), sprintf("`profile` has no field `%s`", field))
+    expect_false(file.exists(out))
+  }
+  no_event <- parts
+  no_event$event <- NULL
+  expect_missing(no_event, "event")
+  misnamed <- parts
+  names(misnamed)[names(misnamed) == "stacks"] <- "stack"
+  expect_missing(misnamed, "stacks")
+  no_column <- parts
+  no_column$lines$`function` <- NULL
+  expect_missing(no_column, "lines$function")
+  unnamed <- unname(parts)
+  expect_missing(unnamed, "event")
+  # A field of the wrong type names its path too.
+  wrong <- parts
+  wrong$functions$label <- 1
+  expect_error(write(wrong), "`functions$label` must be a character vector", fixed = TRUE,
+    class = "winch_error_bad_argument"
+  )
+  flat <- parts
+  flat$modules <- "x"
+  expect_error(write(flat), "`modules` must be a list", fixed = TRUE, class = "winch_error_bad_argument")
+  expect_error(write(list()), "`profile` has no field `event`", fixed = TRUE, class = "winch_error_bad_argument")
+  expect_error(write(1), "`profile` must be a list", fixed = TRUE, class = "winch_error_bad_argument")
+})

@@ -1,0 +1,269 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+
+# How frames are labelled: loops as frames, R frames as Rprof() labels them,
+# source lines of R and native frames (lines = TRUE).
+
+bl <- profile_fixture()
+
+# Runs `make(compile)` (which defines the functions of a scenario and
+# returns its entry function) and then the entry with `...`, in `mode`:
+# "ast" (JIT off, not compiled), "bytecode" (compiler::cmpfun()) or "jit"
+# (JIT level 3, R's default, not compiled beforehand). Since R 4.4 a
+# compiled closure called from byte code runs inline in its caller's
+# interpreter loop; the assertions below hold either way.
+in_mode <- function(mode, make, ...) {
+  old <- compiler::enableJIT(if (mode == "jit") 3L else 0L)
+  on.exit(compiler::enableJIT(old), add = TRUE)
+  entry <- make(compile = mode == "bytecode")
+  entry(...)
+}
+maybe_cmp <- function(f, compile) if (compile) compiler::cmpfun(f) else f
+
+# Loops of a function are frames between the function and what the body
+# calls, in the AST interpreter and in byte code.
+for (mode in c("ast", "bytecode", "jit")) {
+  test_that(paste0("loops are frames: for, while, repeat and nested (", mode, ")"), {
+    make <- function(compile) {
+      in_for <- function(t) r_a(t)
+      in_while <- function(t) r_a(t)
+      in_repeat <- function(t) r_a(t)
+      in_nested <- function(t) r_a(t)
+      maybe_cmp(function(t) {
+        for (i in 1:2) in_for(t)
+        i <- 0
+        while (i < 2) {
+          i <- i + 1
+          in_while(t)
+        }
+        repeat {
+          in_repeat(t)
+          break
+        }
+        for (j in 1:2) {
+          k <- 0
+          while (k < 1) {
+            k <- k + 1
+            in_nested(t)
+          }
+        }
+      }, compile)
+    }
+    p <- in_mode(mode, function(compile) {
+      loops <- make(compile)
+      function() winch_profile(loops(0.04), interval = 0.002)
+    })
+    expect_identical(paths_from(p, A), sort(c(
+      path(A, "r_a", "in_for", "[for]", "loops"),
+      path(A, "r_a", "in_while", "[while]", "loops"),
+      path(A, "r_a", "in_repeat", "[repeat]", "loops"),
+      path(A, "r_a", "in_nested", "[while]", "[for]", "loops")
+    )))
+    expect_gt(seconds_in(p, "in_nested"), 0.05)
+    expect_gt(seconds_in(p, "in_repeat"), 0.025)
+    # A loop is a function of its own for each R function running one.
+    loop_rows <- p$functions[p$functions$kind == "loop", ]
+    expect_setequal(loop_rows$name, c("loops [for]", "loops [while]", "loops [repeat]"))
+    expect_setequal(loop_rows$label, c("[for]", "[while]", "[repeat]"))
+  })
+
+  test_that(paste0("the same call in different loops of one function is under each loop (", mode, ")"), {
+    # The three calls `in_loop(t)` are identical expressions: the byte-code
+    # compiler stores them once in the constant pool.
+    p <- in_mode(mode, function(compile) {
+      in_loop <- function(t) r_a(t)
+      loops <- maybe_cmp(function(t) {
+        for (i in 1:2) in_loop(t)
+        repeat {
+          in_loop(t)
+          break
+        }
+        for (j in 1:2) {
+          while (TRUE) {
+            in_loop(t)
+            break
+          }
+        }
+      }, compile)
+      function() winch_profile(loops(0.05), interval = 0.002)
+    })
+    expect_identical(paths_from(p, A), sort(c(
+      path(A, "r_a", "in_loop", "[for]", "loops"),
+      path(A, "r_a", "in_loop", "[repeat]", "loops"),
+      path(A, "r_a", "in_loop", "[while]", "[for]", "loops")
+    )))
+  })
+}
+
+test_that("loops of the profiled expression itself are frames", {
+  # The expression is evaluated in the test's environment (not the global
+  # one), where R runs top-level loops in the AST interpreter at any JIT
+  # level; the owner of such a loop is "<top level>".
+  for (jit in c(0L, 3L)) {
+    old <- compiler::enableJIT(jit)
+    p_for <- winch_profile(for (i in 1:3) r_a(0.03), interval = 0.002)
+    p_while <- winch_profile(
+      {
+        i <- 0
+        while (i < 3) {
+          i <- i + 1
+          r_a(0.03)
+        }
+      },
+      interval = 0.002
+    )
+    p_repeat <- winch_profile(
+      repeat {
+        r_a(0.06)
+        break
+      },
+      interval = 0.002
+    )
+    compiler::enableJIT(old)
+    expect_identical(paths_from(p_for, A), path(A, "r_a", "[for]"), label = paste("for, JIT", jit))
+    expect_identical(paths_from(p_while, A), path(A, "r_a", "[while]"), label = paste("while, JIT", jit))
+    expect_identical(paths_from(p_repeat, A), path(A, "r_a", "[repeat]"), label = paste("repeat, JIT", jit))
+    expect_identical(p_for$functions$name[p_for$functions$kind == "loop"], "<top level> [for]")
+  }
+})
+
+test_that("a loop of the profiled expression is a frame at top level of the global environment", {
+  # There, with the JIT at level 3 (R's default), R compiles a top-level
+  # loop before running it (R_compileAndExecute): no function runs it.
+  assign(".winch_test_r_a", r_a, envir = globalenv())
+  on.exit(rm(list = intersect(c(".winch_test_r_a", ".winch_test_i"), ls(globalenv(), all.names = TRUE)),
+    envir = globalenv()), add = TRUE)
+  for (jit in c(0L, 3L)) {
+    old <- compiler::enableJIT(jit)
+    p <- eval(quote(winch::winch_profile(for (.winch_test_i in 1:3) .winch_test_r_a(0.03), interval = 0.002)),
+      globalenv())
+    compiler::enableJIT(old)
+    expect_identical(paths_from(p, A), path(A, ".winch_test_r_a", "[for]"), label = paste("JIT level", jit))
+  }
+})
+
+test_that("R frames are labelled as Rprof() labels them", {
+  # An R-only workload: each labelled function spins in R code for about
+  # 0.1 s of CPU, and calls no other closure but spin().
+  spin <- function(n) {
+    x <- 0
+    for (i in seq_len(n)) x <- x + i
+    x
+  }
+  spin(1e4) # compiled by the JIT, if it is on, before timing
+  took <- system.time(spin(2e5))[["user.self"]]
+  n <- max(2e4, round(2e5 * 0.1 / max(took, 0.005)))
+  f_plain <- function() spin(n)
+  obj <- list(f = function() spin(n))
+  x <- list(f = function() spin(n))
+  workload <- function() {
+    f_plain()
+    base::lapply(1L, function(i) spin(n))
+    obj$f()
+    x[["f"]]()
+    (function() spin(n))()
+  }
+  workload() # compiled by the JIT, if it is on, before either profiler runs
+
+  rprof_out <- tempfile()
+  Rprof(rprof_out, interval = 0.01) # 10 ms: the minimum on Linux since R 4.3
+  workload()
+  Rprof(NULL)
+  winch_out <- tempfile()
+  p <- winch_profile(workload(), file = winch_out, interval = 0.002, loops = FALSE)
+
+  # Labels of Rprof's samples, innermost first, up to `workload` (Rprof's
+  # samples also hold its caller's frames). R writes x[["f"]] with its
+  # quotes, so tokens end at a quote followed by a space.
+  tokens <- function(line) {
+    t <- regmatches(line, gregexpr('"(.*?)" ', line))[[1L]]
+    substr(t, 2L, nchar(t) - 2L)
+  }
+  rprof_samples <- lapply(readLines(rprof_out)[-1L], tokens)
+  rprof_samples <- lapply(Filter(function(s) "workload" %in% s, rprof_samples), function(s) {
+    s[seq_len(match("workload", s))]
+  })
+  rprof_labels <- unique(unlist(rprof_samples))
+  # While it profiles, R gives builtins (primitives such as seq_len, and
+  # builtin .Internal()s) a context of their own, so Rprof() shows them;
+  # winch samples R's ordinary contexts, of closures (and of dispatch), so
+  # it shows R frames only where R has them without profiling.
+  is_builtin <- function(label) {
+    f <- get0(label, envir = baseenv(), mode = "function", inherits = FALSE)
+    (is.primitive(f) && typeof(f) == "builtin") ||
+      (make.names(label) == label && .Internal(is.builtin.internal(as.name(label))))
+  }
+  rprof_closures <- rprof_labels[!vapply(rprof_labels, is_builtin, NA)]
+
+  winch_r <- unique(unlist(lapply(stack_labels(p), function(s) {
+    s[s %in% p$functions$label[p$functions$kind == "r"]]
+  })))
+  forms <- c("f_plain", "base::lapply", "FUN", "obj$f", 'x[["f"]]', "<Anonymous>", "spin", "workload")
+  expect_setequal(rprof_closures, forms)
+  expect_setequal(winch_r, rprof_closures)
+  # In the file, the quotes of x[["f"]] become underscores (profvis cannot
+  # read quotes inside labels); every other R label is written as is.
+  # (Native labels start with "/".)
+  winch_file <- unique(unlist(lapply(readLines(winch_out)[-1L], tokens)))
+  winch_file <- winch_file[!startsWith(winch_file, "/")]
+  expect_setequal(winch_file, gsub('"', "_", winch_r, fixed = TRUE))
+  expect_true('x[[_f_]]' %in% winch_file)
+})
+
+# lines = TRUE: an R file sourced with keep.source = TRUE that calls the
+# fixture (compiled with -g) from known lines.
+for (mode in c("ast", "bytecode")) {
+  test_that(paste0("lines = TRUE gives the C line of a native hot spot and the R lines (", mode, ")"), {
+    src <- tempfile(fileext = ".R")
+    writeLines(c(
+      "hot <- function(t) {",
+      "  x <- 1",
+      "  .Call(\"burn_a\", t, PACKAGE = \"wtest_burn\") # line 3",
+      "}",
+      "caller <- function(t) {",
+      "  hot(t) # line 6",
+      "}"
+    ), src)
+    old <- compiler::enableJIT(0L)
+    on.exit(compiler::enableJIT(old), add = TRUE)
+    e <- new.env()
+    sys.source(src, envir = e, keep.source = TRUE)
+    if (mode == "bytecode") {
+      e$hot <- compiler::cmpfun(e$hot)
+      e$caller <- compiler::cmpfun(e$caller)
+    }
+    caller <- e$caller
+    out <- tempfile(fileext = ".out")
+    p <- winch_profile(caller(0.2), file = out, interval = 0.002, lines = TRUE)
+    hot_line <- marker_line("burn.c", "hot_a")
+
+    # The profile object: burn_a's hot spot at its line of burn.c.
+    c_file <- match(normalizePath(bl$source), normalizePath(p$files, mustWork = FALSE))
+    expect_false(is.na(c_file))
+    fa <- match(A, p$functions$label)
+    at <- p$lines[p$lines$`function` == fa & p$lines$location %in% which(p$locations$address != "0x0"), ]
+    expect_true(hot_line %in% at$line[at$file == c_file])
+
+    # The file: header, #File lines for the C and the R file, and samples
+    # `C#L "burn_a" R#3 "hot" R#6 "caller"`: the line running in burn_a,
+    # then for each frame the line of its caller it was called from.
+    lines <- readLines(out)
+    expect_identical(lines[[1L]], "line profiling: sample.interval=2000")
+    files <- lines[startsWith(lines, "#File ")]
+    nums <- sub("^#File ([0-9]+): .*$", "\\1", files)
+    paths <- normalizePath(sub("^#File [0-9]+: ", "", files), mustWork = FALSE)
+    cn <- nums[paths == normalizePath(bl$source)]
+    rn <- nums[paths == normalizePath(src)]
+    expect_length(cn, 1L)
+    expect_length(rn, 1L)
+    samples <- lines[-1L][!startsWith(lines[-1L], "#")]
+    # Nearly all of burn_a's self time is on its hot line.
+    self_a <- samples[grepl(paste0('^([0-9]+#[0-9]+ )?"', A, '"'), samples)]
+    in_a <- samples[startsWith(samples, paste0(cn, "#", hot_line, " \"", A, "\""))]
+    expect_gt(length(self_a), 50)
+    expect_gt(length(in_a), 0.8 * length(self_a))
+    expect_identical(
+      unique(in_a),
+      sprintf('%s#%d "%s" %s#3 "hot" %s#6 "caller" ', cn, hot_line, A, rn, rn)
+    )
+  })
+}

@@ -1,0 +1,87 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+
+# print(), summary() and plot() of a winch_profile.
+
+profile_fixture()
+
+# A workload R -> C -> R -> C: `outer` burns 0.1 s itself, then calls back
+# through burn_call into `cb`, which burns 0.2 s. burn_call evaluates the
+# call `cb()`, so R labels that frame "cb".
+cb <- function() r_b(0.2)
+outer <- function() {
+  r_a(0.1)
+  .Call("burn_call", quote(cb), environment(), PACKAGE = "wtest_burn")
+}
+
+test_that("print(), summary() and plot() describe the profile", {
+  p <- winch_profile(outer(), interval = 0.002)
+  total <- sum(p$stacks$count)
+
+  out <- capture.output(res <- withVisible(print(p)))
+  expect_false(res$visible)
+  expect_identical(res$value, p)
+  expect_match(out[[1L]], sprintf(
+    "^<winch_profile> %d samples of CPU time of R's main thread, every 2.0 ms: [0-9.]+ m?s sampled over [0-9.]+ m?s$",
+    total
+  ))
+  expect_true(any(grepl(B, out, fixed = TRUE)))
+
+  s <- summary(p)
+  expect_s3_class(s, "summary.winch_profile")
+  expect_identical(s$samples, total)
+  expect_lte(s$handler_runs, total) # a run stands for the intervals that expired
+  expect_identical(s$truncated, 0)
+  expect_identical(s$dropped, 0)
+  expect_equal(s$distinct_stacks, length(p$stacks$count))
+
+  f <- s$by_function
+  expect_named(f, c("label", "kind", "module", "self", "total"))
+  expect_setequal(f$label, p$functions$label)
+  # Every sample has one innermost frame: self times add up to the total.
+  expect_equal(sum(f$self), total * p$interval)
+  expect_equal(f$total[f$label == B], seconds_in(p, B))
+  expect_gte(f$total[f$label == "outer"], 0.9 * total * p$interval)
+  expect_identical(f$kind[f$label == "outer"], "r")
+  expect_identical(f$kind[f$label == A], "native")
+  expect_identical(f$module[f$label == A], "wtest_burn.so")
+  expect_false(is.unsorted(-f$self))
+
+  m <- s$by_module
+  expect_named(m, c("module", "self", "total"))
+  burn <- basename(m$module) == "wtest_burn.so"
+  # Nearly every sample is under burn_call or burn_a.
+  expect_gte(m$total[burn], 0.9 * total * p$interval)
+  expect_gt(m$self[burn], 0.2)
+
+  u <- s$usage
+  expect_named(u, c(
+    "user", "system", "max_rss", "minor_faults", "major_faults", "block_input", "block_output",
+    "voluntary_switches", "involuntary_switches", "gc_count", "gc_time"
+  ), ignore.order = TRUE)
+  expect_gte(u$user + u$system, 0.27) # 0.3 s burned, CPU time measured by the burns
+  expect_gt(u$max_rss, 0)
+
+  k <- s$cost
+  expect_named(k, c("handler_total", "handler_median", "handler_p99", "share"))
+  expect_gt(k$handler_median, 0)
+  expect_lte(k$handler_median, k$handler_p99)
+  expect_lt(k$handler_median, p$interval)
+  expect_gt(k$handler_total, 0)
+  expect_gt(k$share, 0)
+  expect_lt(k$share, 0.5)
+
+  out <- capture.output(res <- withVisible(print(s)))
+  expect_false(res$visible)
+  expect_true(all(c("By function:", "By native module:", "Resource use over the run:") %in% out))
+  expect_true(any(startsWith(out, "Profiler's own cost:")))
+
+  png(tempfile(fileext = ".png"))
+  on.exit(grDevices::dev.off(), add = TRUE)
+  res <- withVisible(plot(p))
+  expect_false(res$visible)
+  expect_identical(res$value, p)
+  empty <- winch_profile(NULL)
+  expect_identical(sum(empty$stacks$count), 0)
+  expect_invisible(plot(empty))
+  expect_output(print(empty), "<winch_profile> 0 samples")
+})

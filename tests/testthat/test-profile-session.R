@@ -1,0 +1,198 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+
+# A profiling session: arguments checked before `expr` runs, one profile at
+# a time, errors, interrupts and forks in `expr`, starting and stopping by
+# hand with winch_rprof().
+
+profile_fixture()
+
+test_that("bad arguments are errors before `expr` runs, and the session goes on", {
+  ran <- FALSE
+  bad <- list(
+    list(interval = 0), list(interval = -0.01), list(interval = NA), list(interval = NA_real_),
+    list(interval = "0.01"), list(interval = TRUE), list(interval = c(0.01, 0.02)),
+    list(interval = numeric()), list(interval = Inf), list(interval = 0.0005), list(interval = 0.00099),
+    list(event = "wall"), list(event = NA_character_), list(event = character()), list(event = 1),
+    list(file = file.path(tempfile("no-such-dir-"), "prof.out")), list(file = NA_character_),
+    list(file = c("a", "b")), list(loops = NA), list(lines = "yes")
+  )
+  for (args in bad) {
+    what <- paste(deparse(args), collapse = "")
+    expect_error(do.call(winch_profile, c(list(quote(ran <- TRUE)), args)),
+      class = "winch_error_bad_argument", label = what
+    )
+    expect_false(ran, label = what)
+  }
+  expect_error(winch_profile(ran <- TRUE, unknown = 1))
+  expect_false(ran)
+
+  p <- winch_profile(r_a(0.01), interval = 0.002)
+  for (f in list(winch_write_rprof, winch_write_pprof)) {
+    expect_error(f(list(), tempfile()), class = "winch_error_bad_argument")
+    expect_error(f(unclass(p), tempfile()), class = "winch_error_bad_argument")
+    expect_error(f(p, file.path(tempfile("no-such-dir-"), "out")), class = "winch_error_bad_argument")
+  }
+  expect_error(winch_rprof(NULL), class = "winch_error_bad_argument")
+
+  # The minimum interval works.
+  p <- winch_profile(r_a(0.05), interval = 0.001)
+  expect_gt(seconds_in(p, A), 0.03)
+})
+
+test_that("a profile cannot start while another one or Rprof() runs", {
+  ran <- FALSE
+  inner <- NULL
+  p <- winch_profile(
+    {
+      r_a(0.05)
+      inner <- tryCatch(winch_profile(ran <- TRUE), error = identity)
+      r_a(0.05)
+    },
+    interval = 0.002
+  )
+  expect_s3_class(inner, "winch_error_busy")
+  expect_false(ran)
+  # The outer profile went on after the refusal.
+  expect_gt(seconds_in(p, A), 0.07)
+
+  out <- tempfile()
+  winch_rprof(out, interval = 0.002)
+  err <- tryCatch(winch_profile(ran <- TRUE), error = identity)
+  err2 <- tryCatch(winch_rprof(tempfile()), error = identity)
+  q <- winch_rprof(NULL)
+  expect_s3_class(err, "winch_error_busy")
+  expect_s3_class(err2, "winch_error_busy")
+  expect_false(ran)
+  expect_s3_class(q, "winch_profile")
+
+  events <- if (getRversion() >= "4.4.0") c("cpu", "elapsed") else "default"
+  for (event in events) {
+    rp <- tempfile()
+    if (event == "default") Rprof(rp, interval = 0.01) else Rprof(rp, interval = 0.01, event = event)
+    err <- tryCatch(winch_profile(ran <- TRUE), error = identity)
+    err2 <- tryCatch(winch_rprof(tempfile()), error = identity)
+    Rprof(NULL)
+    if (!inherits(err2, "error")) winch_rprof(NULL)
+    what <- sprintf("Rprof(event = \"%s\") running:", event)
+    expect_true(inherits(err, "winch_error_busy"), label = paste(what, "winch_profile() is a winch_error_busy"))
+    expect_true(inherits(err2, "winch_error_busy"), label = paste(what, "winch_rprof() is a winch_error_busy"))
+    expect_false(ran, label = paste(what, "`expr` ran"))
+  }
+  # And afterwards profiles work again.
+  p <- winch_profile(r_a(0.05), interval = 0.002)
+  expect_gt(seconds_in(p, A), 0.03)
+})
+
+test_that("an error in `expr` propagates with its class and stops the profiler", {
+  err <- tryCatch(
+    winch_profile({
+      r_a(0.05)
+      stop(errorCondition("boom", class = "winch_test_error"))
+    }, interval = 0.002),
+    error = identity
+  )
+  expect_s3_class(err, "winch_test_error")
+  expect_identical(conditionMessage(err), "boom")
+  expect_false(winch:::profile_active())
+
+  # An error raised in a callback unwinds through native frames (burn_call).
+  thrower <- function() {
+    r_b(0.05)
+    stop(errorCondition("deep", class = "winch_test_error"))
+  }
+  err <- tryCatch(
+    winch_profile(.Call("burn_call", quote(thrower), environment(), PACKAGE = "wtest_burn"), interval = 0.002),
+    error = identity
+  )
+  expect_s3_class(err, "winch_test_error")
+  expect_false(winch:::profile_active())
+
+  # A new profile starts, and holds nothing of the abandoned ones.
+  p <- winch_profile(r_a(0.1), interval = 0.002)
+  expect_identical(paths_from(p, A), path(A, "r_a"))
+  expect_false(any(c(B, "thrower", CALL) %in% p$functions$label))
+  expect_gt(seconds_in(p, A), 0.07)
+})
+
+test_that("an interrupt in `expr` stops the profiler, and the next profile works", {
+  res <- tryCatch(
+    winch_profile(
+      {
+        r_a(0.02)
+        tools::pskill(Sys.getpid(), tools::SIGINT)
+        Sys.sleep(2)
+        "not interrupted"
+      },
+      interval = 0.002
+    ),
+    interrupt = function(e) "interrupted"
+  )
+  expect_identical(res, "interrupted")
+  expect_false(winch:::profile_active())
+  p <- winch_profile(r_a(0.05), interval = 0.002)
+  expect_identical(paths_from(p, A), path(A, "r_a"))
+})
+
+test_that("fork children (mclapply) are not sampled, do not crash, and the parent's profile goes on", {
+  skip_if_not_installed("parallel")
+  loadNamespace("parallel")
+  before <- function() r_a(0.15)
+  after <- function() r_a(0.15)
+  res <- NULL
+  p <- winch_profile(
+    {
+      before()
+      res <- parallel::mclapply(1:2, function(i) r_child(0.2), mc.cores = 2)
+      after()
+    },
+    interval = 0.002
+  )
+  # The children ran to the end and burned what they were asked to.
+  expect_length(res, 2L)
+  expect_true(all(vapply(res, is.numeric, NA)))
+  expect_true(all(unlist(res) >= 0.2))
+  # burn_child runs only in the children: no sample of the parent's
+  # profile can be in it, nor in the R function around it.
+  expect_false(CHILD %in% p$functions$label)
+  expect_false("r_child" %in% p$functions$label)
+  # The parent was sampled before and after the fork.
+  expect_gt(seconds_in(p, "before"), 0.1)
+  expect_gt(seconds_in(p, "after"), 0.1)
+  expect_identical(paths_from(p, A), sort(c(path(A, "r_a", "before"), path(A, "r_a", "after"))))
+  # Only the parent's own CPU time is in the profile.
+  expect_lt(sum(p$stacks$count) * p$interval, 0.3 + 0.15)
+})
+
+test_that("winch_rprof() starts and stops by hand and writes the file", {
+  out <- tempfile(fileext = ".out")
+  expect_null(winch_rprof(out, interval = 0.002))
+  r_a(0.2)
+  p <- winch_rprof(NULL)
+  expect_s3_class(p, "winch_profile")
+  expect_false(winch:::profile_active())
+  # Started by hand, the profile holds the caller's frames too.
+  expect_true(all(startsWith(paths_from(p, A), path(A, "r_a"))))
+  expect_lt(abs(seconds_in(p, A) - 0.2), 0.03)
+  s <- summaryRprof(out)
+  expect_equal(s$sampling.time, sum(p$stacks$count[lengths(p$stacks$locations) > 0]) * p$interval)
+  expect_true(paste0('"', A, '"') %in% rownames(s$by.self))
+
+  # Writing again gives the same file; the writers return the path invisibly.
+  again <- tempfile(fileext = ".out")
+  res <- withVisible(winch_write_rprof(p, again))
+  expect_identical(res$value, again)
+  expect_false(res$visible)
+  expect_identical(readLines(again), readLines(out))
+  res <- withVisible(winch_write_pprof(p, tempfile(fileext = ".pb.gz")))
+  expect_false(res$visible)
+  expect_true(file.exists(res$value))
+  # The pprof file is gzipped.
+  con <- file(res$value, "rb")
+  magic <- readBin(con, "raw", 2L)
+  close(con)
+  expect_identical(magic, as.raw(c(0x1f, 0x8b)))
+})
+
+# An interrupt (Ctrl-C) inside `expr` should stop the profiler as an error
+# does (profile_abandon() runs on exit), but an interrupt cannot be raised
+# reliably from a test, so it is not tested here.
