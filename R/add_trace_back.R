@@ -193,7 +193,7 @@ trace_rows_from <- function(tr, kind, src, frames, nat) {
 # `fn()` for native frames (rlang prefixes the namespace), with a srcref
 # pointing at the frame's file and line when the debug info has them.
 native_row_calls <- function(nat, frames) {
-  name <- native_label(nat$func[frames], nat$start[frames], nat$offset[frames])
+  name <- nat$label[frames]
   calls <- lapply(name, function(x) as.call(list(as.symbol(x))))
   file <- nat$file[frames]
   line <- nat$line[frames]

@@ -1,19 +1,15 @@
 # Native frames in joint views, and diagnostics of the native side.
 
-# What stands for a native frame's function in joint traces: its name, or
-# for a frame without one the start of its function relative to the module
-# (`+0x1a20`, from the unwind information: the same for every frame in that
-# function), or where no unwind entry covers the frame its own offset marked
-# `?` (`+0x1a2b?`).
-native_label <- function(func, start, offset) {
-  ifelse(!is.na(func), func, ifelse(!is.na(start), paste0("+", start), paste0("+", offset, "?")))
-}
-
 # The call that stands for a native frame in joint traces:
-# `/libfoo.so`::fn(), or `/libfoo.so`::`+0x1a20`() when the frame has no name.
-native_call <- function(func, pathname, start, offset) {
+# `/libfoo.so`::fn(), or `/libfoo.so`::`+0x1a20`() when the frame has no
+# name. `label` is the joint table's column: the function's name, or the
+# label the core gives every unnamed frame, in traces, profiles and crash
+# reports alike: the start of its function relative to the module
+# (`+0x1a20`, the same for every frame in that function), or where no unwind
+# entry covers the frame its own offset marked `?` (`+0x1a2b?`).
+native_call <- function(label, pathname) {
   module <- paste0("/", basename(pathname))
-  as.call(list(call("::", as.symbol(module), as.symbol(native_label(func, start, offset)))))
+  as.call(list(call("::", as.symbol(module), as.symbol(label))))
 }
 
 # Names of the unwinding backends that work in this build, preferred first.

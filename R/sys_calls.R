@@ -69,10 +69,7 @@ new_winch_calls <- function(calls, native, n) {
   which_native <- -order[!is_r]
   out <- vector("list", length(order))
   out[is_r] <- calls[order[is_r]]
-  out[!is_r] <- .mapply(native_call, list(
-    nat$func[which_native], nat$pathname[which_native],
-    nat$start[which_native], nat$offset[which_native]
-  ), NULL)
+  out[!is_r] <- .mapply(native_call, list(nat$label[which_native], nat$pathname[which_native]), NULL)
   status <- rep("r", length(order))
   status[!is_r] <- "exact"
   status[!is_r][nat$approximate[which_native]] <- "approximate"

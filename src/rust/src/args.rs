@@ -6,13 +6,6 @@
 use crate::rapi::{self, Sexp};
 use winch_core::error::{Error, Result};
 
-// Reading the names of a list. Not (yet) in rapi.rs, which another change
-// is reorganising; move them there when it lands.
-extern "C" {
-    static R_NamesSymbol: Sexp;
-    fn Rf_getAttrib(x: Sexp, name: Sexp) -> Sexp;
-}
-
 /// One argument of an entry point.
 #[derive(Clone, Copy)]
 pub struct Arg {
@@ -199,7 +192,7 @@ impl Arg {
             end += part.len();
             // SAFETY: `at` is a list: the names attribute of a vector is read
             // without allocating; it is NULL or a character vector.
-            let names = unsafe { Rf_getAttrib(at.sexp, R_NamesSymbol) };
+            let names = unsafe { rapi::Rf_getAttrib(at.sexp, rapi::R_NamesSymbol) };
             // SAFETY: reading the type and length of an R object.
             let named =
                 unsafe { rapi::TYPEOF(names) == rapi::STRSXP && rapi::Rf_xlength(names) as usize == n };

@@ -35,6 +35,7 @@ extern "C" {
     pub static R_DollarSymbol: Sexp;
     pub static R_Bracket2Symbol: Sexp;
     pub static R_ClassSymbol: Sexp;
+    pub static R_NamesSymbol: Sexp;
     /// The marker R_Srcref holds while byte code runs.
     pub static R_InBCInterpreter: Sexp;
     /// R's C stack as R measured it at start-up (Rinterface.h; -1 where
@@ -48,6 +49,7 @@ extern "C" {
 
     // Reading objects.
     pub fn TYPEOF(x: Sexp) -> c_int;
+    pub fn Rf_getAttrib(x: Sexp, name: Sexp) -> Sexp;
     pub fn Rf_xlength(x: Sexp) -> isize;
     pub fn R_ExternalPtrAddr(x: Sexp) -> *mut c_void;
     pub fn STRING_ELT(x: Sexp, i: isize) -> Sexp;
