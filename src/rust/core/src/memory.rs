@@ -47,6 +47,13 @@ pub trait Memory {
     fn bytes(&self, addr: usize, out: &mut [u8]) -> Option<()> {
         self.read(addr, out).then_some(())
     }
+
+    /// Whether each read has a fixed cost worth saving (a system call):
+    /// readers of records then read a whole record at once rather than
+    /// field by field.
+    fn bulk(&self) -> bool {
+        false
+    }
 }
 
 impl<M: Memory + ?Sized> Memory for &M {
@@ -58,6 +65,9 @@ impl<M: Memory + ?Sized> Memory for &M {
     }
     fn int(&self, addr: usize) -> Option<i32> {
         (**self).int(addr)
+    }
+    fn bulk(&self) -> bool {
+        (**self).bulk()
     }
 }
 

@@ -41,6 +41,10 @@ impl Memory for Own {
             Objects.read(addr, buf)
         }
     }
+
+    fn bulk(&self) -> bool {
+        true
+    }
 }
 
 /// R objects of this process, read in place: only objects alive while the
@@ -183,6 +187,10 @@ impl Memory for Live {
         }
         false
     }
+
+    fn bulk(&self) -> bool {
+        true
+    }
 }
 
 /// Another process (or this one), read through `process_vm_readv`: needs
@@ -196,6 +204,10 @@ pub struct Process {
 impl Memory for Process {
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
         super::read_from(self.pid, addr, buf)
+    }
+
+    fn bulk(&self) -> bool {
+        true
     }
 }
 

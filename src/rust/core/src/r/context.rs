@@ -119,37 +119,75 @@ impl<'a, M: Memory + ?Sized> Chain<'a, M> {
     }
 
     fn record(&self, addr: usize) -> std::result::Result<RContext, Broken> {
-        let (m, l) = (self.mem, self.layout);
-        let word = |off: usize| m.word(addr + off).ok_or(Broken::Unreadable(addr));
-        let int = |off: usize| m.int(addr + off).ok_or(Broken::Unreadable(addr));
-        let callflag = int(l.callflag)?;
-        if !(0..=CTXT_MAX).contains(&callflag) {
-            return Err(Broken::Callflag(addr, callflag));
+        // Where each read costs a system call, the record is copied at once
+        // (on the stack: the signal handlers use this too) and its fields
+        // read from the copy; elsewhere field by field, in place.
+        let mut copy = [0u8; RECORD_MAX];
+        if self.mem.bulk() && self.layout.size <= RECORD_MAX {
+            let bytes = &mut copy[..self.layout.size];
+            if !self.mem.read(addr, bytes) {
+                return Err(Broken::Unreadable(addr));
+            }
+            return decode(&Copied { base: addr, bytes }, self.layout, addr);
         }
-        // R_BCIntActive is 0 or 1; anything else means the layout is wrong.
-        let bcintactive = int(l.bcintactive)?;
-        if !(0..=1).contains(&bcintactive) {
-            return Err(Broken::Bcintactive(addr, bcintactive));
-        }
-        Ok(RContext {
-            addr,
-            next: word(l.next)?,
-            callflag,
-            evaldepth: int(l.evaldepth)?,
-            callfun: word(l.callfun)?,
-            sysparent: word(l.sysparent)?,
-            call: word(l.call)?,
-            cloenv: word(l.cloenv)?,
-            bcintactive,
-            bcbody: word(l.bcbody)?,
-            bcpc: word(l.bcpc)?,
-            relpc: match l.relpc {
-                Some(o) => Some(word(o)? as isize),
-                None => None,
-            },
-            srcref: word(l.srcref)?,
-        })
+        decode(self.mem, self.layout, addr)
     }
+}
+
+/// The bytes of a record as large as this are copied at once (R's are
+/// under 400 bytes).
+const RECORD_MAX: usize = 1024;
+
+/// A copied record, read as memory at its own address.
+struct Copied<'a> {
+    base: usize,
+    bytes: &'a [u8],
+}
+
+impl Memory for Copied<'_> {
+    fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
+        let Some(at) = addr.checked_sub(self.base) else { return false };
+        match self.bytes.get(at..at + buf.len()) {
+            Some(b) => {
+                buf.copy_from_slice(b);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Reads the record at `addr` field by field from `m`.
+fn decode<M: Memory + ?Sized>(m: &M, l: &Layout, addr: usize) -> std::result::Result<RContext, Broken> {
+    let word = |off: usize| m.word(addr + off).ok_or(Broken::Unreadable(addr));
+    let int = |off: usize| m.int(addr + off).ok_or(Broken::Unreadable(addr));
+    let callflag = int(l.callflag)?;
+    if !(0..=CTXT_MAX).contains(&callflag) {
+        return Err(Broken::Callflag(addr, callflag));
+    }
+    // R_BCIntActive is 0 or 1; anything else means the layout is wrong.
+    let bcintactive = int(l.bcintactive)?;
+    if !(0..=1).contains(&bcintactive) {
+        return Err(Broken::Bcintactive(addr, bcintactive));
+    }
+    Ok(RContext {
+        addr,
+        next: word(l.next)?,
+        callflag,
+        evaldepth: int(l.evaldepth)?,
+        callfun: word(l.callfun)?,
+        sysparent: word(l.sysparent)?,
+        call: word(l.call)?,
+        cloenv: word(l.cloenv)?,
+        bcintactive,
+        bcbody: word(l.bcbody)?,
+        bcpc: word(l.bcpc)?,
+        relpc: match l.relpc {
+            Some(o) => Some(word(o)? as isize),
+            None => None,
+        },
+        srcref: word(l.srcref)?,
+    })
 }
 
 impl<M: Memory + ?Sized> Iterator for Chain<'_, M> {
@@ -320,5 +358,38 @@ mod tests {
         put(&mut mem, &l, &ctx(0x4000, 0x4000, CTXT_BUILTIN, 0));
         let looped: Vec<_> = Chain::new(&mem, &l, 0x4000, 3).collect();
         assert_eq!(looped.last(), Some(&Err(Broken::TooLong(3))));
+    }
+
+    /// Memory that asks for whole records (as the kernel-backed sources do).
+    struct Bulk<'a>(&'a Image);
+
+    impl Memory for Bulk<'_> {
+        fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
+            self.0.read(addr, buf)
+        }
+        fn bulk(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn whole_records_and_fields_read_the_same() {
+        for v in [(4, 2), (4, 5)] {
+            let l = Layout::for_r(v).unwrap();
+            let mut mem = Image::new();
+            let inner = RContext { bcintactive: 1, bcpc: 0x7f08, ..ctx(0x1000, 0x2000, CTXT_FUNCTION, 0xe1) };
+            put(&mut mem, &l, &inner);
+            put(&mut mem, &l, &ctx(0x2000, 0, CTXT_TOPLEVEL, 0));
+            let fields = read_chain(&mem, 0x1000, &l, 10).unwrap();
+            let whole = read_chain(&Bulk(&mem), 0x1000, &l, 10).unwrap();
+            assert_eq!(fields, whole);
+            // A record cut short is unreadable either way.
+            let mut short = Image::new();
+            short.put(0x1000, vec![0; l.size - 8]);
+            assert_eq!(
+                Chain::new(&Bulk(&short), &l, 0x1000, 10).next(),
+                Some(Err(Broken::Unreadable(0x1000)))
+            );
+        }
     }
 }

@@ -78,9 +78,13 @@ impl Facts {
     }
 
     /// The memory of the calling thread as a joint capture reads it, seen
-    /// from address `here` in the caller's frame.
+    /// from address `here` in the caller's frame: R's node stack and R's
+    /// writable data (`R_GlobalContext`, the top-level record) stay mapped
+    /// while R runs, so they are read in place, as the live stack is.
     pub fn live_memory(&self, here: usize) -> Live {
-        Live::new(here, self.node_stack.into_iter().collect(), self.data_ranges())
+        let mut always: Vec<(usize, usize)> = self.node_stack.into_iter().collect();
+        always.extend(self.data_ranges());
+        Live::new(here, always, Vec::new())
     }
 
     /// The layout of writable data segments, packed into the fixed slots.
