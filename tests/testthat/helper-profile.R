@@ -52,6 +52,22 @@ path <- function(...) paste(c(...), collapse = " < ")
 # Compiles and loads the fixture (once per session; returns it) and warms up:
 # the first profile of the session learns R's loop functions, and the first
 # calls of these R functions may be compiled by the JIT.
+# The workload R -> C -> R -> C of several profile tests, made in the
+# calling test file's environment (samples are labelled by these names):
+# `outer` burns 0.1 s itself, then calls back through burn_call into `cb`,
+# which burns 0.2 s. burn_call evaluates the call `cb()`, so R labels that
+# frame "cb".
+burn_workload <- function(env = parent.frame()) {
+  env$cb <- function() r_b(0.2)
+  env$outer <- function() {
+    r_a(0.1)
+    .Call("burn_call", quote(cb), environment(), PACKAGE = "wtest_burn")
+  }
+  environment(env$cb) <- env
+  environment(env$outer) <- env
+  invisible()
+}
+
 profile_fixture <- function() {
   bl <- compile_clib("wtest_burn", "burn.c")
   invisible(winch_profile(for (i in 1:2) r_a(0.001), interval = 0.002))

@@ -4,14 +4,7 @@ skip_if_not(winch_available(), "native unwinding is not available on this platfo
 
 profile_fixture()
 
-# A workload R -> C -> R -> C: `outer` burns 0.1 s itself, then calls back
-# through burn_call into `cb`, which burns 0.2 s. burn_call evaluates the
-# call `cb()`, so R labels that frame "cb".
-cb <- function() r_b(0.2)
-outer <- function() {
-  r_a(0.1)
-  .Call("burn_call", quote(cb), environment(), PACKAGE = "wtest_burn")
-}
+burn_workload()
 
 test_that("print(), summary() and plot() describe the profile", {
   p <- winch_profile(outer(), interval = 0.002)
