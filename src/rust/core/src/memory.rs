@@ -54,6 +54,14 @@ pub trait Memory {
     fn bulk(&self) -> bool {
         false
     }
+
+    /// `len` bytes at `addr` seen where they are, when this memory reads in
+    /// place and may read all of them: one check for a whole record instead
+    /// of one per field. The bytes must not change while the view is used
+    /// (the signal handlers read R's memory while R's thread is stopped).
+    fn in_place(&self, _addr: usize, _len: usize) -> Option<&[u8]> {
+        None
+    }
 }
 
 impl<M: Memory + ?Sized> Memory for &M {
@@ -68,6 +76,9 @@ impl<M: Memory + ?Sized> Memory for &M {
     }
     fn bulk(&self) -> bool {
         (**self).bulk()
+    }
+    fn in_place(&self, addr: usize, len: usize) -> Option<&[u8]> {
+        (**self).in_place(addr, len)
     }
 }
 

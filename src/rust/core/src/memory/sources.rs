@@ -138,6 +138,12 @@ impl Memory for Ranges {
             unsafe { std::ptr::read_volatile(addr as *const i32) }
         })
     }
+    fn in_place(&self, addr: usize, len: usize) -> Option<&[u8]> {
+        self.holds(addr, len).then(|| {
+            // SAFETY: inside a range that stays mapped (see the type's docs).
+            unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+        })
+    }
 }
 
 /// This process seen from the capturing thread: direct reads on the live

@@ -119,9 +119,13 @@ impl<'a, M: Memory + ?Sized> Chain<'a, M> {
     }
 
     fn record(&self, addr: usize) -> std::result::Result<RContext, Broken> {
-        // Where each read costs a system call, the record is copied at once
-        // (on the stack: the signal handlers use this too) and its fields
-        // read from the copy; elsewhere field by field, in place.
+        // Memory read in place is checked once for the whole record; where
+        // each read costs a system call, the record is copied at once (on
+        // the stack: the signal handlers use this too) and its fields read
+        // from the copy; elsewhere field by field.
+        if let Some(bytes) = self.mem.in_place(addr, self.layout.size) {
+            return decode(&Copied { base: addr, bytes }, self.layout, addr);
+        }
         let mut copy = [0u8; RECORD_MAX];
         if self.mem.bulk() && self.layout.size <= RECORD_MAX {
             let bytes = &mut copy[..self.layout.size];
