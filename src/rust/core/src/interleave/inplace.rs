@@ -14,6 +14,7 @@ pub const UNKNOWN: usize = usize::MAX - 1;
 /// stack pointers, innermost first, ascending): `Some(i)` for frame `i`,
 /// None when the address is beyond the frames walked or inside the
 /// innermost one's callee (the capture itself).
+#[inline]
 pub fn owner_index(sps: &[usize], addr: usize) -> Option<usize> {
     let i = sps.partition_point(|&sp| sp <= addr);
     (i > 0 && i < sps.len()).then(|| i - 1)

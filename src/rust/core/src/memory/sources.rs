@@ -7,6 +7,7 @@ use super::Memory;
 const USER_TOP: usize = 1 << 47;
 
 /// Whether `addr..addr + len` may hold user data at all.
+#[inline]
 fn plausible(addr: usize, len: usize) -> bool {
     addr >= 4096 && addr.checked_add(len).is_some_and(|e| e <= USER_TOP)
 }
@@ -15,6 +16,7 @@ fn plausible(addr: usize, len: usize) -> bool {
 ///
 /// # Safety
 /// `addr..addr + buf.len()` must be mapped and readable.
+#[inline]
 unsafe fn copy_in_place(addr: usize, buf: &mut [u8]) {
     if buf.len() == std::mem::size_of::<usize>() && addr.is_multiple_of(std::mem::align_of::<usize>()) {
         // One aligned load (a word R may be writing is read whole).
@@ -34,6 +36,7 @@ unsafe fn copy_in_place(addr: usize, buf: &mut [u8]) {
 pub struct Own;
 
 impl Memory for Own {
+    #[inline]
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
         if super::available() {
             super::read(addr, buf)
@@ -56,6 +59,7 @@ impl Memory for Own {
 pub struct Objects;
 
 impl Memory for Objects {
+    #[inline]
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
         if !plausible(addr, buf.len()) {
             return false;
@@ -91,6 +95,7 @@ pub struct Ranges {
 
 impl Ranges {
     /// Whether `addr..addr + len` lies inside one of the ranges.
+    #[inline]
     pub fn holds(&self, addr: usize, len: usize) -> bool {
         let Some(end) = addr.checked_add(len) else { return false };
         let inside = |&(lo, hi): &(usize, usize)| addr >= lo && end <= hi;
@@ -98,6 +103,7 @@ impl Ranges {
     }
 
     /// Whether `addr` is on the main thread's stack.
+    #[inline]
     pub fn on_stack(&self, addr: usize) -> bool {
         addr >= self.stack.0 && addr < self.stack.1
     }
@@ -114,6 +120,7 @@ impl Ranges {
 }
 
 impl Memory for Ranges {
+    #[inline]
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
         if !self.holds(addr, buf.len()) {
             return false;
@@ -138,6 +145,7 @@ impl Memory for Ranges {
             unsafe { std::ptr::read_volatile(addr as *const i32) }
         })
     }
+    #[inline]
     fn in_place(&self, addr: usize, len: usize) -> Option<&[u8]> {
         self.holds(addr, len).then(|| {
             // SAFETY: inside a range that stays mapped (see the type's docs).
@@ -174,6 +182,7 @@ impl Live {
 }
 
 impl Memory for Live {
+    #[inline]
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
         let Some(end) = addr.checked_add(buf.len()) else { return false };
         let direct = |lo: usize, hi: usize| addr >= lo && end <= hi;
@@ -208,6 +217,7 @@ pub struct Process {
 }
 
 impl Memory for Process {
+    #[inline]
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
         super::read_from(self.pid, addr, buf)
     }

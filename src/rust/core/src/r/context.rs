@@ -37,6 +37,7 @@ pub struct RContext {
 }
 
 impl RContext {
+    #[inline]
     pub fn is_function(&self) -> bool {
         self.callflag & CTXT_FUNCTION != 0
     }
@@ -149,6 +150,7 @@ struct Copied<'a> {
 }
 
 impl Memory for Copied<'_> {
+    #[inline]
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
         let Some(at) = addr.checked_sub(self.base) else { return false };
         match self.bytes.get(at..at + buf.len()) {
@@ -354,6 +356,7 @@ mod tests {
     struct Bulk<'a>(&'a Image);
 
     impl Memory for Bulk<'_> {
+        #[inline]
         fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
             self.0.read(addr, buf)
         }

@@ -115,6 +115,7 @@ impl Slot {
         packed.unwrap_or(Slot { key, flags: 3, module, ..Slot::default() })
     }
 
+    #[inline]
     pub(super) fn rule(&self) -> Rule {
         match self.flags & 7 {
             1 => Rule::Step {
@@ -134,6 +135,7 @@ impl Slot {
         }
     }
 
+    #[inline]
     pub(super) fn module(&self) -> Option<usize> {
         (self.module != u16::MAX).then_some(self.module as usize)
     }
@@ -198,6 +200,7 @@ fn prefaulted<T: Copy>(value: T, n: usize) -> Box<[T]> {
 }
 
 /// The rule at `probe` in a function's cached rows.
+#[inline]
 fn rule_in(rows: &[Slot], f: &Func, probe: usize) -> Rule {
     let rows = &rows[f.first as usize..(f.first + f.count) as usize];
     let i = rows.partition_point(|r| r.key <= probe);
@@ -239,6 +242,7 @@ impl Caches {
 
     /// Forgets everything if the entries came from other modules than
     /// those of `serial` (no allocation: overwrites in place).
+    #[inline]
     pub(super) fn sync(&mut self, serial: u64) {
         if self.serial == serial {
             return;
