@@ -4,7 +4,7 @@
 #'   `"cfi"`, `"libunwind"` or `"backtrace"`; see [winch_trace_back()].
 #' * `winch.debug_dirs`: directories searched for separate debug files, as
 #'   `<dir>/.build-id/xx/yyyy.debug` and for `.gnu_debuglink` targets
-#'   (default `"/usr/lib/debug"`).
+#'   (default `"/usr/lib/debug"`); the first 64 distinct ones are searched.
 #' * `winch.debuginfod`: set to `TRUE` to fetch the separate debug files of
 #'   native modules from the debuginfod servers in `DEBUGINFOD_URLS` (by
 #'   build-id; cached in `DEBUGINFOD_CACHE_PATH`, else the standard client

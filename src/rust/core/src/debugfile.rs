@@ -3,7 +3,20 @@
 //! candidate is really the module's debug file is checked when it is read
 //! (build-id, or the CRC that `.gnu_debuglink` promises).
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+
+/// Debug directories searched at most (`winch.debug_dirs`): the first this
+/// many distinct ones. Each is a few file lookups per module; more would
+/// only make the first capture slow.
+pub const MAX_ROOTS: usize = 64;
+
+/// The directories to search: `dirs` without repeats, in order, at most
+/// [`MAX_ROOTS`] of them.
+pub fn roots(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut seen = HashSet::new();
+    dirs.into_iter().filter(|d| seen.insert(d.clone())).take(MAX_ROOTS).collect()
+}
 
 /// A place a separate debug file may be, and how to check it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,13 +49,15 @@ pub struct Hints<'a> {
 /// The module's own file is never a candidate, and no path appears twice.
 pub fn candidates(hints: &Hints, roots: &[PathBuf]) -> Vec<Candidate> {
     let mut out: Vec<Candidate> = Vec::new();
+    // Paths already listed (a set: linear in the number of roots).
+    let mut seen: HashSet<PathBuf> = HashSet::new();
     if let Some(id) = hints.build_id.filter(|id| id.len() >= 2) {
         let (head, tail) = id.split_at(1);
         for root in roots {
-            out.push(Candidate {
-                path: root.join(".build-id").join(hex(head)).join(format!("{}.debug", hex(tail))),
-                crc: None,
-            });
+            let path = root.join(".build-id").join(hex(head)).join(format!("{}.debug", hex(tail)));
+            if seen.insert(path.clone()) {
+                out.push(Candidate { path, crc: None });
+            }
         }
     }
     if let Some((name, crc)) = hints.debuglink.filter(|(name, _)| is_plain_name(name)) {
@@ -54,7 +69,7 @@ pub fn candidates(hints: &Hints, roots: &[PathBuf]) -> Vec<Candidate> {
             }
             for path in paths {
                 let own = path == hints.loaded || Some(path.as_path()) == hints.resolved;
-                if !own && !out.iter().any(|c| c.path == path) {
+                if !own && seen.insert(path.clone()) {
                     out.push(Candidate { path, crc: Some(crc) });
                 }
             }
@@ -166,5 +181,29 @@ mod tests {
         };
         let c = candidates(&hints, &[PathBuf::from("/")]);
         assert_eq!(paths(&c), ["/lib/x.debug", "/lib/.debug/x.debug"]);
+    }
+
+    #[test]
+    fn many_roots_are_linear_and_bounded() {
+        // 10,000 directories (the same ones twice): listed once each, at
+        // most MAX_ROOTS of them, and fast.
+        let dirs: Vec<PathBuf> = (0..10_000).map(|i| PathBuf::from(format!("/d{}", i % 5_000))).collect();
+        let r = roots(dirs);
+        assert_eq!(r.len(), MAX_ROOTS);
+        assert_eq!(r[1], PathBuf::from("/d1"));
+        assert_eq!(roots(vec!["/a".into(), "/b".into(), "/a".into()]), vec![PathBuf::from("/a"), "/b".into()]);
+        // candidates() itself stays linear with many roots.
+        let id = [0xab, 0xcd];
+        let hints = Hints {
+            build_id: Some(&id),
+            debuglink: Some(("libx.so.debug", 7)),
+            loaded: Path::new("/usr/lib/libx.so"),
+            resolved: None,
+        };
+        let many: Vec<PathBuf> = (0..20_000).map(|i| PathBuf::from(format!("/r{i}"))).collect();
+        let t = std::time::Instant::now();
+        let c = candidates(&hints, &many);
+        assert_eq!(c.len(), 2 * 20_000 + 2);
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
     }
 }

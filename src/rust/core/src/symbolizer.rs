@@ -119,7 +119,10 @@ impl Symbolizer {
     }
 
     /// Directories searched for separate debug files; changing them empties the cache.
+    /// Sets the directories searched for debug files (the first
+    /// [`crate::debugfile::MAX_ROOTS`] distinct ones).
     pub fn set_debug_roots(&mut self, roots: Vec<PathBuf>) {
+        let roots = crate::debugfile::roots(roots);
         if roots != self.roots {
             self.roots = roots;
             self.clear();
