@@ -78,6 +78,23 @@ test_that("a segfault: the faulting function, its caller and the R calls, then R
   expect_identical(attr(out, "status"), attr(plain, "status"))
 })
 
+test_that("a crash deep in R's stack counts the native frames and R calls not shown", {
+  # 300 nested R calls: thousands of native frames, far more than shown.
+  out <- run_child(c(
+    'h <- function(n) if (n == 0L) .Call("wt_segv") else h(n - 1L)',
+    "h(300L)"
+  ))
+  rep <- report_lines(out)
+  expect_length(grep("^  #[0-9]+ ", rep), 100L)
+  more <- regmatches(rep, regexpr("^  \\[(at least )?[0-9]+ more native frames not shown\\]$", rep))
+  expect_length(more, 1L)
+  # Every frame of the stack is counted, not one more than shown.
+  expect_gt(as.integer(gsub("[^0-9]", "", more)), 1000L)
+  calls <- regmatches(rep, regexpr("^  \\[(at least )?[0-9]+ more R calls not shown\\]$", rep))
+  expect_length(calls, 1L)
+  expect_gt(as.integer(gsub("[^0-9]", "", calls)), 150L)
+})
+
 test_that("abort(): a report (R prints none) and the same exit status", {
   out <- run_child(crash_code("wt_abort"))
   plain <- run_child(crash_code("wt_abort"), winch = FALSE)

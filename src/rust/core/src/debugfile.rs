@@ -191,7 +191,10 @@ mod tests {
         let r = roots(dirs);
         assert_eq!(r.len(), MAX_ROOTS);
         assert_eq!(r[1], PathBuf::from("/d1"));
-        assert_eq!(roots(vec!["/a".into(), "/b".into(), "/a".into()]), vec![PathBuf::from("/a"), "/b".into()]);
+        assert_eq!(
+            roots(vec!["/a".into(), "/b".into(), "/a".into()]),
+            vec![PathBuf::from("/a"), "/b".into()]
+        );
         // candidates() itself stays linear with many roots.
         let id = [0xab, 0xcd];
         let hints = Hints {

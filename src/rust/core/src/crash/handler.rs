@@ -39,8 +39,9 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::Mutex;
 
-/// Frames walked at most (one more than shown, to say there are more).
-const WALK: usize = report::MAX_NATIVE + 1;
+/// Frames walked at most: [`report::MAX_NATIVE`] are shown, the others
+/// counted (a deep recursion is counted up to this bound).
+const WALK: usize = 4096;
 /// R contexts read at most.
 const CONTEXTS: usize = 4 * report::MAX_R;
 
@@ -60,6 +61,7 @@ struct Scratch {
     ctx_call: [usize; CONTEXTS],
     owners: [usize; CONTEXTS],
     sps: [usize; WALK],
+    ips: [usize; WALK],
 }
 
 struct Cell<T>(UnsafeCell<T>);
@@ -448,6 +450,7 @@ fn report(header: Header, uc: *mut libc::c_void) {
         crate::unwind::walk::End::Stopped(why) => Some(why),
         _ => None,
     };
+    let counted_all = end != crate::unwind::walk::End::Full;
     for (sp, fr) in s.sps.iter_mut().zip(&s.frames[..n]) {
         *sp = fr.sp;
     }
@@ -469,13 +472,16 @@ fn report(header: Header, uc: *mut libc::c_void) {
         }
     }
     crate::interleave::owners(&s.sps[..n], &s.ctx_addr[..m], p.stack.1, &mut s.owners[..m]);
-    let ips: [usize; WALK] = std::array::from_fn(|i| if i < n { s.frames[i].ip } else { 0 });
+    for (ip, fr) in s.ips.iter_mut().zip(&s.frames[..n]) {
+        *ip = fr.ip;
+    }
     let frames = &s.frames;
     let calls = &s.ctx_call;
     report::write(
         &mut out,
         header,
-        &ips[..n],
+        &s.ips[..n],
+        (counted_all, m < CONTEXTS),
         stopped,
         |i, out| describe(p, &frames[i], i == 0, out),
         &s.owners[..m],

@@ -125,6 +125,7 @@ pub fn write<W: FnMut(&[u8])>(
     out: &mut Out<W>,
     header: Header,
     ips: &[usize],
+    counted_all: (bool, bool),
     stopped: Option<&str>,
     mut describe: impl FnMut(usize, &mut Out<W>),
     owners: &[usize],
@@ -179,14 +180,15 @@ pub fn write<W: FnMut(&[u8])>(
         out.flush();
     }
     if ips.len() > shown {
-        out.text("  [");
+        // A walk that filled its buffer counted only that many.
+        out.text(if counted_all.0 { "  [" } else { "  [at least " });
         out.dec(ips.len() - shown);
         out.text(" more native frames not shown]\n");
     }
     // R calls owned by frames not shown (or when the walk found none).
     r_calls(&mut k, usize::MAX, out);
     if k > MAX_R {
-        out.text("  [");
+        out.text(if counted_all.1 { "  [" } else { "  [at least " });
         out.dec(k - MAX_R);
         out.text(" more R calls not shown]\n");
     }
@@ -249,6 +251,7 @@ mod tests {
                 o,
                 Header { signal: libc::SIGSEGV, address: Some(0), main_thread: true },
                 &ips,
+                (true, true),
                 None,
                 |i, o| o.text(["crash.so  deref + 0x4", "crash.so  caller + 0x9", "libR.so  +0x100"][i]),
                 &[1, 2, 2],
@@ -278,6 +281,7 @@ mod tests {
                 o,
                 Header { signal: libc::SIGABRT, address: None, main_thread: true },
                 &ips,
+                (true, true),
                 Some("no unwind information"),
                 |_, o| o.text("f"),
                 &owners,
@@ -295,6 +299,7 @@ mod tests {
                 o,
                 Header { signal: libc::SIGFPE, address: Some(0x40), main_thread: false },
                 &[0x1],
+                (true, true),
                 None,
                 |_, o| o.text("f"),
                 &[],
@@ -303,5 +308,20 @@ mod tests {
         });
         assert!(s.contains("in a thread other than R's main thread"));
         assert!(!s.contains("R  "));
+        // A walk that filled its buffer: the count is a lower bound.
+        let s = render(|o| {
+            write(
+                o,
+                Header { signal: libc::SIGSEGV, address: None, main_thread: true },
+                &ips,
+                (false, false),
+                None,
+                |_, o| o.text("f"),
+                &owners,
+                |_, o| o.text("g()"),
+            )
+        });
+        assert!(s.contains("[at least 20 more native frames not shown]"));
+        assert!(s.contains("[at least 5 more R calls not shown]"));
     }
 }
