@@ -23,7 +23,7 @@
 #'   environment. An error in it stops the profiler and propagates as is.
 #' @param file If not `NULL`, the profile is also written there in `Rprof()`'s
 #'   format (see [winch_write_rprof()]).
-#' @param interval Seconds between samples, at least 0.001.
+#' @param interval Seconds between samples, at least 0.001 and at most 3600.
 #' @param event `"cpu"` (CPU time of R's main thread) or `"elapsed"`
 #'   (wall-clock time).
 #' @param loops Show loops as frames?
@@ -106,6 +106,9 @@ check_profile_args <- function(file, interval, event, loops, lines, call = rlang
   }
   if (interval < 0.001) {
     abort_bad_argument("`interval` must be at least 0.001 seconds (the timers cannot honour less).", call = call)
+  }
+  if (interval > 3600) {
+    abort_bad_argument("`interval` must be at most 3600 seconds (one sample an hour).", call = call)
   }
   if (!is.character(event) || !length(event) || anyNA(event)) {
     abort_bad_argument('`event` must be "cpu" or "elapsed".', call = call)

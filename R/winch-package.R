@@ -23,6 +23,13 @@
 #' * `winch.crash_report`: `TRUE` turns the crash report on when winch is
 #'   loaded (read at load only; default `FALSE`); see [winch_crash_report()].
 #'
+#' @section Environment variables:
+#' * `WINCH_NO_PROCESS_VM_READV=1`, set before winch's first capture: winch
+#'   acts as if the kernel refused `process_vm_readv()` (as a seccomp
+#'   profile may): it then reads only memory it knows to be mapped (the
+#'   stack, R's own data and node stack), and labels or places less where
+#'   it would need more. For testing those fallbacks; never needed otherwise.
+#'
 #' @section Warnings:
 #' `winch_warning_bad_option` (class `winch_warning` too): an option above
 #' has a value winch cannot use; it is ignored. `winch_warning_crash_report`:

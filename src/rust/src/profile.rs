@@ -98,8 +98,8 @@ pub fn rs_profile_start(
         return Err(Error::WrongThread);
     }
     let interval_ns = (interval.number()? * 1e9).round();
-    if !(interval_ns.is_finite() && interval_ns > 0.0) {
-        return Err(Error::BadArgument("`interval` must be a positive number of seconds".into()));
+    if !(interval_ns > 0.0 && interval_ns <= 3600e9) {
+        return Err(Error::BadArgument("`interval` must be a number of seconds in (0, 3600]".into()));
     }
     let (clock, event) = match event.string()?.as_str() {
         "cpu" => (Clock::Cpu, Event::Cpu),
