@@ -70,6 +70,7 @@ rs_profile_start <- function(interval, event, loops, region, lines, symbols,
 rs_profile_stop <- function() .Call(C_rs_profile_stop)
 rs_profile_active <- function() .Call(C_rs_profile_active)
 rs_profile_write <- function(parts, path, format, lines) .Call(C_rs_profile_write, parts, path, format, lines)
+rs_profile_check <- function(parts) .Call(C_rs_profile_check, parts)
 rs_profile_loops_known <- function() .Call(C_rs_profile_loops_known)
 rs_profile_learn_loop <- function(kind) .Call(C_rs_profile_learn_loop, kind)
 rs_profile_learn_bc <- function(opcodes) .Call(C_rs_profile_learn_bc, opcodes)

@@ -30,6 +30,7 @@ profile_seconds <- function(p) {
 
 #' @export
 print.winch_profile <- function(x, ..., n = 10L) {
+  check_profile(x)
   total <- sum(x$stacks$count)
   what <- if (x$event == "cpu") "CPU time of R's main thread" else "elapsed time"
   cat(sprintf(

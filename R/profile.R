@@ -253,15 +253,6 @@ new_winch_profile <- function(raw, session) {
   )
 }
 
-check_profile <- function(profile, call = rlang::caller_env()) {
-  if (!inherits(profile, "winch_profile")) {
-    abort_bad_argument("`profile` must be a `winch_profile` (from `winch_profile()` or `winch_rprof()`).",
-      call = call
-    )
-  }
-  invisible(profile)
-}
-
 # The profile as the Rust writers read it (from_r() in
 # src/rust/src/profile.rs): a named list with the fields, names and nesting
 # of what the profiler returns (its to_r(), turned into a winch_profile by
@@ -304,6 +295,11 @@ profile_parts <- function(p) {
 #' `winch_write_pprof()` writes a gzipped `profile.proto` for
 #' `go tool pprof` and the tools that read pprof profiles: R and native
 #' functions, inlined calls, modules with their build-ids, files and lines.
+#'
+#' Both check the profile whole first (as `print()`, `summary()` and
+#' `plot()` do): its fields, that every index is in range, and that its
+#' sample counts fit its duration. A damaged profile is an error of class
+#' `winch_error_bad_argument`, and nothing is written.
 #'
 #' @param profile A `winch_profile`.
 #' @param path The file to write.

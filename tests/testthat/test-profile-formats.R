@@ -146,3 +146,58 @@ test_that("the writers read the profile's fields by name: order is free, a missi
   expect_error(write(list()), "`profile` has no field `event`", fixed = TRUE, class = "winch_error_bad_argument")
   expect_error(write(1), "`profile` must be a list", fixed = TRUE, class = "winch_error_bad_argument")
 })
+
+test_that("a damaged profile is refused before anything is written or printed", {
+  p <- winch_profile(outer(), interval = 0.002)
+  damage <- list(
+    # Counts no profile of this duration could hold (once: 25 GB written).
+    huge_count = function(p) {
+      p$stacks$count[[1L]] <- 1e15
+      p
+    },
+    astronomic_count = function(p) {
+      p$stacks$count[[1L]] <- 1e300
+      p
+    },
+    fractional_count = function(p) {
+      p$stacks$count[[1L]] <- 0.5
+      p
+    },
+    no_stacks = function(p) {
+      p$stacks <- NULL
+      p
+    },
+    no_files = function(p) {
+      p$files <- NULL
+      p
+    },
+    frame_out_of_range = function(p) {
+      p$stacks$locations[[1L]] <- c(p$stacks$locations[[1L]], nrow(p$locations) + 5L)
+      p
+    },
+    function_out_of_range = function(p) {
+      p$lines$`function`[[1L]] <- nrow(p$functions) + 1L
+      p
+    },
+    no_interval = function(p) {
+      p$interval <- 0
+      p
+    },
+    not_a_list = function(p) structure("x", class = "winch_profile")
+  )
+  for (what in names(damage)) {
+    bad <- damage[[what]](p)
+    out <- tempfile()
+    expect_error(winch_write_rprof(bad, out, lines = TRUE), class = "winch_error_bad_argument", label = what)
+    expect_error(winch_write_pprof(bad, out), class = "winch_error_bad_argument", label = what)
+    expect_false(file.exists(out), label = what)
+    expect_error(print(bad), class = "winch_error_bad_argument", label = what)
+    expect_error(summary(bad), class = "winch_error_bad_argument", label = what)
+  }
+  # The message says what is wrong.
+  expect_error(winch_write_rprof(damage$huge_count(p), tempfile()), "counts [0-9]+ samples, more than [0-9]+ of")
+  expect_error(print(damage$no_stacks(p)), "field `stacks`")
+  # The undamaged profile still prints and writes.
+  expect_output(print(p), "winch_profile")
+  expect_silent(winch_write_rprof(p, tempfile()))
+})

@@ -65,6 +65,7 @@ entry_points! {
     rs_profile_stop();
     rs_profile_active();
     rs_profile_write(parts, path, format, lines);
+    rs_profile_check(parts);
     rs_profile_learn_loop(kind);
     rs_profile_loops_known();
     rs_resource_usage();

@@ -390,7 +390,7 @@ fn from_r(parts: &Arg) -> Result<Profile> {
             .into_iter()
             .map(|k| one_based(k, nl, "location index")?.ok_or_else(|| bad("location index")))
             .collect::<Result<Vec<usize>>>()?;
-        if !count.is_finite() || *count < 0.0 {
+        if !count.is_finite() || *count < 0.0 || count.fract() != 0.0 {
             return Err(bad("count"));
         }
         stacks.push(Stack { locations, count: *count as u64 });
@@ -406,7 +406,7 @@ fn from_r(parts: &Arg) -> Result<Profile> {
             })
         })
         .collect::<Result<_>>()?;
-    Ok(Profile {
+    let profile = Profile {
         event,
         interval_ns: ns(p.field("interval")?.number()?),
         start_unix_ns: ns(p.field("start")?.number()?),
@@ -416,7 +416,16 @@ fn from_r(parts: &Arg) -> Result<Profile> {
         stacks,
         files,
         modules,
-    })
+    };
+    profile.check().map_err(|why| Error::BadArgument(format!("`profile` is damaged: {why}")))?;
+    Ok(profile)
+}
+
+/// Checks a profile (its R form) as the writers would read it: an error
+/// says what is wrong.
+pub fn rs_profile_check(parts: Arg) -> Result<RValue> {
+    from_r(&parts)?;
+    Ok(true.into()) // NULL would read as "out of memory"
 }
 
 /// Writes a profile to `path`: `format` "rprof" (with `lines`) or "pprof".

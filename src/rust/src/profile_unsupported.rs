@@ -52,3 +52,7 @@ pub fn rs_profile_sample_cost(_n: Arg, _thrash: Arg) -> Result<RValue> {
 pub fn rs_profile_write(_parts: Arg, _path: Arg, _format: Arg, _lines: Arg) -> Result<RValue> {
     unavailable()
 }
+
+pub fn rs_profile_check(_parts: Arg) -> Result<RValue> {
+    unavailable()
+}

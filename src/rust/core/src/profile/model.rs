@@ -138,12 +138,95 @@ pub struct Profile {
 impl Profile {
     /// The number of samples.
     pub fn samples(&self) -> u64 {
-        self.stacks.iter().map(|s| s.count).sum()
+        self.stacks.iter().fold(0u64, |n, s| n.saturating_add(s.count))
+    }
+
+    /// Checks what indices alone cannot: the interval, and that the samples
+    /// could have been taken in the time the profile ran (the main thread's
+    /// CPU time or wall-clock time is at most the duration; a profile of a
+    /// second at 1 ms holds about 1,000 samples), so that a damaged profile
+    /// is refused rather than written out at any size. Every index must be
+    /// in range (the R side's reader checks that as it reads).
+    pub fn check(&self) -> Result<(), String> {
+        if self.interval_ns == 0 {
+            return Err("its interval is not positive".into());
+        }
+        // Slack for timer expirations that land late and are counted
+        // together, and for the clock readings around the profile.
+        let possible = (self.duration_ns as f64 / self.interval_ns as f64) * 1.5 + 1000.0;
+        let samples = self.samples();
+        if samples as f64 > possible {
+            return Err(format!(
+                "it counts {samples} samples, more than {} of {} s each fit in its {} s",
+                possible.floor(),
+                self.interval_ns as f64 / 1e9,
+                self.duration_ns as f64 / 1e9
+            ));
+        }
+        let (nl, nf, nfiles, nm) =
+            (self.locations.len(), self.functions.len(), self.files.len(), self.modules.len());
+        let bad_module = |m: Option<usize>| m.is_some_and(|m| m >= nm);
+        let bad_file = |f: Option<usize>| f.is_some_and(|f| f >= nfiles);
+        if self.stacks.iter().any(|s| s.locations.iter().any(|&l| l >= nl))
+            || self.functions.iter().any(|f| bad_module(f.module) || bad_file(f.file))
+            || self
+                .locations
+                .iter()
+                .any(|l| bad_module(l.module) || l.lines.iter().any(|x| x.function >= nf || bad_file(x.file)))
+        {
+            return Err("an index is out of range".into());
+        }
+        Ok(())
     }
 
     /// The entries of a stack flattened, innermost first: every line of
     /// every location.
     pub fn flat_lines<'a>(&'a self, stack: &'a Stack) -> impl Iterator<Item = &'a Line> + 'a {
         stack.locations.iter().flat_map(move |&l| self.locations[l].lines.iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(count: u64, duration_s: f64) -> Profile {
+        Profile {
+            event: Event::Cpu,
+            interval_ns: 1_000_000,
+            start_unix_ns: 0,
+            duration_ns: (duration_s * 1e9) as u64,
+            functions: vec![Function {
+                name: "f".into(),
+                label: "f".into(),
+                kind: FrameKind::R,
+                module: None,
+                file: None,
+            }],
+            locations: vec![Location {
+                module: None,
+                address: 0,
+                lines: vec![Line { function: 0, file: None, line: None }],
+            }],
+            stacks: vec![Stack { locations: vec![0], count }],
+            files: Vec::new(),
+            modules: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_profile_holds_only_the_samples_its_duration_allows() {
+        assert_eq!(profile(1000, 1.0).check(), Ok(()));
+        assert_eq!(profile(0, 0.0).check(), Ok(()));
+        let err = profile(1_000_000_000_000_000, 1.0).check().unwrap_err();
+        assert!(err.contains("counts 1000000000000000 samples"), "{err}");
+        assert!(profile(u64::MAX, 1.0).check().is_err());
+        assert!(Profile { interval_ns: 0, ..profile(1, 1.0) }.check().unwrap_err().contains("interval"));
+        let mut p = profile(1, 1.0);
+        p.stacks[0].locations.push(5);
+        assert!(p.check().unwrap_err().contains("out of range"));
+        let mut p = profile(1, 1.0);
+        p.locations[0].lines[0].file = Some(0);
+        assert!(p.check().is_err(), "a file index with no files");
     }
 }
