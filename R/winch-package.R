@@ -49,6 +49,8 @@
 #' * `winch_error_unreadable`, `winch_error_inconsistent`: R's memory could
 #'   not be read, or what was read does not hold together. Captures never
 #'   raise these (they fall back, see `vignette("winch")`); diagnostics may.
+#' * `winch_error_io`: a file could not be written (the system's reason in
+#'   the message: a directory, no space left, a read-only file system).
 #' * `winch_error_out_of_memory`: R could not allocate the result.
 #' * `winch_error_internal`: a bug in winch (please report it).
 "_PACKAGE"

@@ -13,7 +13,7 @@ test_that("every Rust entry point is registered, with its number of arguments", 
 test_that("each kind of error reaches R as its own condition class", {
   kinds <- c(
     "bad_argument", "unavailable", "wrong_thread", "busy", "unreadable",
-    "inconsistent", "internal"
+    "inconsistent", "io", "internal"
   )
   for (kind in kinds) {
     cnd <- expect_error(

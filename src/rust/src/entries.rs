@@ -79,6 +79,7 @@ pub fn rs_error_of_kind(kind: Arg) -> Result<RValue> {
         "busy" => Error::Busy("in use".into()),
         "unreadable" => Error::Unreadable("unreadable memory".into()),
         "inconsistent" => Error::Inconsistent("does not hold together".into()),
+        "io" => Error::Io("cannot write: no space left on device".into()),
         "internal" => Error::Internal("a bug".into()),
         "panic" => panic!("a panic in an entry point"),
         _ => Error::BadArgument(format!("unknown kind \"{kind}\"")),

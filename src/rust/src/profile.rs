@@ -432,7 +432,7 @@ pub fn rs_profile_check(parts: Arg) -> Result<RValue> {
 pub fn rs_profile_write(parts: Arg, path: Arg, format: Arg, lines: Arg) -> Result<RValue> {
     let p = from_r(&parts)?;
     let path = path.string()?;
-    let io = |e: std::io::Error| Error::BadArgument(format!("cannot write {path}: {e}"));
+    let io = |e: std::io::Error| Error::Io(format!("cannot write {path}: {e}"));
     match format.string()?.as_str() {
         "rprof" => {
             let mut file = std::fs::File::create(&path).map_err(io)?;

@@ -20,6 +20,8 @@ pub enum Error {
     /// What was read does not hold together (R's context chain against
     /// `sys.frames()`, contexts against the native stack).
     Inconsistent(String),
+    /// Reading or writing a file failed (the system's reason in the text).
+    Io(String),
     /// A bug in winch (a caught panic).
     Internal(String),
 }
@@ -36,6 +38,7 @@ impl Error {
             Error::Busy(_) => "winch_error_busy",
             Error::Unreadable(_) => "winch_error_unreadable",
             Error::Inconsistent(_) => "winch_error_inconsistent",
+            Error::Io(_) => "winch_error_io",
             Error::Internal(_) => "winch_error_internal",
         }
     }
@@ -48,6 +51,7 @@ impl fmt::Display for Error {
             | Error::Unavailable(m)
             | Error::Unreadable(m)
             | Error::Inconsistent(m)
+            | Error::Io(m)
             | Error::Busy(m) => f.write_str(m),
             Error::WrongThread => f.write_str("winch can only capture R's stack from R's main thread"),
             Error::Internal(m) => write!(f, "internal error in winch: {m}"),
