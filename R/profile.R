@@ -13,6 +13,12 @@
 #' handler only walks the stacks into a preallocated buffer; names, files and
 #' lines are looked up when sampling stops.
 #'
+#' One profile runs at a time: starting another one is an error of class
+#' `winch_error_busy`. An error or an interrupt in `expr`, or while the
+#' profiler starts, stops it. A process forked while a profile runs (by
+#' `parallel::mclapply()`) is not sampled and starts with no profile
+#' running: it can profile itself.
+#'
 #' R frames are labelled as `Rprof()` labels them; native frames
 #' `/<module>::<function>` (C++ parameter lists dropped), and unnamed native
 #' functions `/<module>::+0x<start>` by the start of the function in the
@@ -71,11 +77,19 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
 #' [winch_profile()]), `winch_rprof(NULL)` stops it, writes the Rprof file
 #' and returns the profile.
 #'
+#' A profile started by `winch_rprof()` is stopped, without writing its
+#' file, if winch is unloaded. `winch_rprof(NULL)` also stops a profile that
+#' was left running without R knowing it (with a warning of class
+#' `winch_warning`; its samples are discarded). When no profile runs, or the
+#' one running is [winch_profile()]'s, it is an error of class
+#' `winch_error_bad_argument`.
+#'
 #' @param filename The Rprof file to write when sampling stops, or `NULL` to
 #'   stop.
 #' @inheritParams winch_profile
 #' @return `winch_rprof(filename)`: `NULL`, invisibly. `winch_rprof(NULL)`: the
-#'   `winch_profile`.
+#'   `winch_profile` (`NULL`, invisibly, when it stopped a profile left
+#'   running).
 #' @export
 #' @examples
 #' if (winch_available()) {
