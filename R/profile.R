@@ -13,6 +13,12 @@
 #' handler only walks the stacks into a preallocated buffer; names, files and
 #' lines are looked up when sampling stops.
 #'
+#' One profile runs at a time: starting another one is an error of class
+#' `winch_error_busy`. An error or an interrupt in `expr`, or while the
+#' profiler starts, stops it. A process forked while a profile runs (by
+#' `parallel::mclapply()`) is not sampled and starts with no profile
+#' running: it can profile itself.
+#'
 #' R frames are labelled as `Rprof()` labels them; native frames
 #' `/<module>::<function>` (C++ parameter lists dropped), and unnamed native
 #' functions `/<module>::+0x<start>` by the start of the function in the
@@ -50,8 +56,12 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
   # before or after it (the profiler starting and stopping) are left out,
   # and so are force()'s frame and those further out.
   opts$region <- list("under", force, environment())
-  session <- profile_begin(opts)
-  on.exit(profile_abandon(session), add = TRUE)
+  # The cleanup is armed before the profiler starts, so that an interrupt
+  # landing anywhere after the start still stops it; it stops only the
+  # session this call started (`token`, this call's environment).
+  token <- environment()
+  on.exit(profile_abandon(token), add = TRUE)
+  session <- profile_begin(opts, token, "profile")
   force(expr)
   p <- profile_end(session)
   if (!is.null(file)) {
@@ -67,11 +77,19 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
 #' [winch_profile()]), `winch_rprof(NULL)` stops it, writes the Rprof file
 #' and returns the profile.
 #'
+#' A profile started by `winch_rprof()` is stopped, without writing its
+#' file, if winch is unloaded. `winch_rprof(NULL)` also stops a profile that
+#' was left running without R knowing it (with a warning of class
+#' `winch_warning`; its samples are discarded). When no profile runs, or the
+#' one running is [winch_profile()]'s, it is an error of class
+#' `winch_error_bad_argument`.
+#'
 #' @param filename The Rprof file to write when sampling stops, or `NULL` to
 #'   stop.
 #' @inheritParams winch_profile
 #' @return `winch_rprof(filename)`: `NULL`, invisibly. `winch_rprof(NULL)`: the
-#'   `winch_profile`.
+#'   `winch_profile` (`NULL`, invisibly, when it stopped a profile left
+#'   running).
 #' @export
 #' @examples
 #' if (winch_available()) {
@@ -84,20 +102,47 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
 winch_rprof <- function(filename = "Rprof.out", interval = 0.02, event = c("cpu", "elapsed"),
                         loops = TRUE, lines = FALSE) {
   if (is.null(filename)) {
-    session <- the$rprof
-    if (is.null(session)) {
-      abort_bad_argument("No profile was started with `winch_rprof()`.")
-    }
-    the$rprof <- NULL
-    p <- profile_end(session)
-    winch_write_rprof(p, session$opts$file, lines = session$opts$lines)
-    return(p)
+    return(rprof_stop())
   }
   opts <- check_profile_args(filename, interval, event, loops, lines)
   # Samples of winch_rprof() itself (starting and stopping) are left out.
   opts$region <- list("outside", winch_rprof)
-  the$rprof <- profile_begin(opts)
+  # As in winch_profile(), the cleanup is armed before the profiler starts;
+  # it is disarmed once the session is started and recorded.
+  token <- environment()
+  started <- FALSE
+  on.exit(if (!started) profile_abandon(token), add = TRUE)
+  profile_begin(opts, token, "rprof")
+  started <- TRUE
   invisible(NULL)
+}
+
+# winch_rprof(NULL): stops the session winch_rprof() started, writes its
+# file and returns the profile; or stops an orphaned session (one that runs
+# with no record of it in R: left by a failure), with a warning.
+rprof_stop <- function(call = rlang::caller_env()) {
+  state <- profile_state()
+  session <- the$profile_session
+  switch(state,
+    rprof = {
+      p <- profile_end(session, call = call)
+      winch_write_rprof(p, session$opts$file, lines = session$opts$lines)
+      p
+    },
+    orphan = {
+      profile_stop_discard()
+      rlang::warn(
+        "Stopped a winch profile that had been left running; its samples were discarded.",
+        class = c("winch_warning_orphan_profile", "winch_warning")
+      )
+      invisible(NULL)
+    },
+    profile = abort_bad_argument(
+      "No profile was started with `winch_rprof()`: the one running is `winch_profile()`'s.",
+      call = call
+    ),
+    none = abort_bad_argument("No profile was started with `winch_rprof()`.", call = call)
+  )
 }
 
 check_profile_args <- function(file, interval, event, loops, lines, call = rlang::caller_env()) {
@@ -127,8 +172,14 @@ check_profile_args <- function(file, interval, event, loops, lines, call = rlang
       class = "winch_error_unavailable", call = call
     )
   }
-  if (profile_active() || !is.null(the$rprof)) {
-    abort_winch("A winch profile is already running.", class = "winch_error_busy", call = call)
+  state <- profile_state()
+  if (state != "none") {
+    msg <- switch(state,
+      rprof = "A winch profile is already running: stop it with `winch_rprof(NULL)`.",
+      orphan = "A winch profile was left running: stop it with `winch_rprof(NULL)`.",
+      "A winch profile is already running."
+    )
+    abort_winch(msg, class = "winch_error_busy", call = call)
   }
   if (rprof_running()) {
     abort_winch("R's profiler is running: stop it with `Rprof(NULL)` first.", class = "winch_error_busy", call = call)
@@ -136,13 +187,42 @@ check_profile_args <- function(file, interval, event, loops, lines, call = rlang
   list(file = file, interval = interval, event = event, loops = loops, lines = lines)
 }
 
+# Whether a session of this process runs (the native side's word: a fork
+# child has none, whatever its parent ran).
 profile_active <- function() {
   isTRUE(check_result(rs_profile_active()))
 }
 
+# The session running in this process, as R knows it:
+# * "none": none runs;
+# * "profile": a winch_profile() call, still running, started it;
+# * "rprof": winch_rprof() started it;
+# * "orphan": one runs that R has no live record of (an interrupt at the
+#   wrong moment, winch unloaded and loaded again).
+# R's record (`the$profile_session`, from profile_begin()) holds the pid of
+# the process that started the session: in a fork child, the parent's
+# record stands for nothing.
+profile_state <- function() {
+  if (!profile_active()) {
+    return("none")
+  }
+  session <- the$profile_session
+  if (is.null(session) || !identical(session$pid, Sys.getpid())) {
+    return("orphan")
+  }
+  if (identical(session$kind, "rprof")) {
+    return("rprof")
+  }
+  # winch_profile()'s session lives as long as its call.
+  live <- any(vapply(sys.frames(), identical, NA, session$token))
+  if (live) "profile" else "orphan"
+}
+
 # Starts sampling; returns the session's bookkeeping (resource use at the
-# start, a GC counter).
-profile_begin <- function(opts, call = rlang::caller_env()) {
+# start, a GC counter), recorded in `the$profile_session` before the
+# profiler starts, with `token` (what identifies the caller's session to
+# profile_abandon()), `kind` ("profile" or "rprof") and the pid.
+profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
   if (opts$loops) {
     learn_loops()
   }
@@ -150,6 +230,16 @@ profile_begin <- function(opts, call = rlang::caller_env()) {
   usage <- resource_usage()
   gc_time <- gc.time()
   gc_counter <- new_gc_counter()
+  # A record left from a session that ended without forgetting it (the
+  # profiler is not running: check_profile_args() made sure).
+  if (!is.null(the$profile_session)) {
+    profile_forget(the$profile_session)
+  }
+  session <- list(
+    opts = opts, usage = usage, gc_time = gc_time, gc_counter = gc_counter,
+    token = token, kind = kind, pid = Sys.getpid()
+  )
+  the$profile_session <- session
   check_result(
     rs_profile_start(
       as.double(opts$interval), opts$event, opts$loops, opts$region,
@@ -158,7 +248,7 @@ profile_begin <- function(opts, call = rlang::caller_env()) {
     ),
     call = call
   )
-  list(opts = opts, usage = usage, gc_time = gc_time, gc_counter = gc_counter)
+  session
 }
 
 # Stops sampling and builds the profile.
@@ -167,17 +257,45 @@ profile_end <- function(session, call = rlang::caller_env()) {
   # loaded while profiling included). Never raises an error.
   sync_registrations()
   raw <- check_result(rs_profile_stop(), call = call)
-  session$gc_counter$stop()
+  profile_forget(session)
   new_winch_profile(raw, session)
 }
 
-# Stops a session that did not end normally (an error or an interrupt in
-# the profiled code): nothing is returned, the timer and signal are restored.
-profile_abandon <- function(session) {
+# Stops the session of `token` if it did not end normally (an error or an
+# interrupt in the profiled code, or in starting it): nothing is returned,
+# the timer and signal are restored. A session of another caller, or of
+# the parent process in a fork child, is left alone.
+profile_abandon <- function(token) {
+  session <- the$profile_session
+  if (is.null(session) || !identical(session$token, token)) {
+    return(invisible())
+  }
+  if (identical(session$pid, Sys.getpid()) && profile_active()) {
+    rs_profile_stop()
+  }
+  profile_forget(session)
+}
+
+# Stops whatever session runs, and forgets R's record of it: for an
+# orphaned session, and when winch is unloaded.
+profile_stop_discard <- function() {
   if (profile_active()) {
     rs_profile_stop()
-    session$gc_counter$stop()
   }
+  session <- the$profile_session
+  if (!is.null(session)) {
+    profile_forget(session)
+  }
+  invisible()
+}
+
+# Forgets R's record of `session` (once sampling has stopped).
+profile_forget <- function(session) {
+  session$gc_counter$stop()
+  if (identical(the$profile_session$token, session$token)) {
+    the$profile_session <- NULL
+  }
+  invisible()
 }
 
 # Whether R's Rprof() is running: R gives builtins a context record only

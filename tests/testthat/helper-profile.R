@@ -75,3 +75,42 @@ profile_fixture <- function() {
   r_child(0.001)
   invisible(bl)
 }
+
+# Whether a profiler's collector thread (named "winch-profile") runs in
+# this process.
+collector_running <- function() {
+  comm <- file.path(list.files("/proc/self/task", full.names = TRUE), "comm")
+  names <- vapply(comm, function(f) tryCatch(readLines(f, warn = FALSE)[1L], error = function(e) ""), "")
+  any(names == "winch-profile", na.rm = TRUE)
+}
+
+# Makes R forget that a profile runs, as if its record were lost: the
+# native session, if any, goes on. (`rprof` and `profile_session` are the
+# names R's record has had in the package's state.)
+forget_r_session <- function() {
+  the <- winch:::the
+  rm(list = intersect(c("rprof", "profile_session"), ls(the)), envir = the)
+}
+
+# Stops whatever a failed test may have left running, and forgets it.
+stop_left_running <- function() {
+  if (winch:::profile_active()) {
+    winch:::rs_profile_stop()
+  }
+  forget_r_session()
+  invisible()
+}
+
+# Runs R code in a fresh Rscript process, as run_rscript() does, killing it
+# after `timeout` seconds.
+run_rscript_timeout <- function(code, timeout = 60) {
+  file <- tempfile(fileext = ".R")
+  on.exit(unlink(file))
+  writeLines(code, file)
+  out <- suppressWarnings(system2(
+    file.path(R.home("bin"), "Rscript"), c("--vanilla", shQuote(file)),
+    stdout = TRUE, stderr = TRUE, timeout = timeout,
+    env = paste0("R_LIBS=", paste(.libPaths(), collapse = .Platform$path.sep))
+  ))
+  structure(out, status = attr(out, "status") %||% 0L)
+}

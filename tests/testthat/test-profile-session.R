@@ -193,6 +193,154 @@ test_that("winch_rprof() starts and stops by hand and writes the file", {
   expect_identical(magic, as.raw(c(0x1f, 0x8b)))
 })
 
-# An interrupt (Ctrl-C) inside `expr` should stop the profiler as an error
-# does (profile_abandon() runs on exit), but an interrupt cannot be raised
-# reliably from a test, so it is not tested here.
+# Never stuck: however a session ends (an interrupt at any point, winch
+# unloaded, R's record of it lost), the profiler can start again, and no
+# timer or collector thread is left behind.
+
+test_that("an interrupt that lands just after the profiler started stops it", {
+  ns <- asNamespace("winch")
+  traced <- c("rs_profile_start", "profile_begin")
+  withr::defer({
+    for (f in traced) try(suppressMessages(untrace(f, where = ns)), silent = TRUE)
+    stop_left_running()
+  })
+  ran <- FALSE
+  starters <- list(
+    winch_profile = function() winch_profile(ran <<- TRUE, interval = 0.002),
+    winch_rprof = function() winch_rprof(tempfile(), interval = 0.002)
+  )
+  # The interrupt lands when the native start has returned, before the
+  # caller has its result.
+  for (f in traced) {
+    for (s in names(starters)) {
+      what <- sprintf("%s(), interrupted at the exit of %s():", s, f)
+      suppressMessages(trace(f, exit = quote(rlang::interrupt()), where = ns, print = FALSE))
+      res <- tryCatch(starters[[s]](), interrupt = function(e) "interrupted")
+      suppressMessages(untrace(f, where = ns))
+      left <- c(active = winch:::profile_active(), collector = collector_running())
+      stop_left_running()
+      expect_identical(res, "interrupted", label = paste(what, "the result"))
+      expect_false(left[["active"]], label = paste(what, "a session left running"))
+      expect_false(left[["collector"]], label = paste(what, "a collector thread left running"))
+    }
+  }
+  expect_false(ran)
+  # Nothing was started, and the next profile works.
+  expect_error(winch_rprof(NULL), class = "winch_error_bad_argument")
+  p <- winch_profile(r_a(0.05), interval = 0.002)
+  expect_gt(seconds_in(p, A), 0.03)
+})
+
+test_that("winch_rprof(NULL) stops a session R does not know about, and no other", {
+  withr::defer(stop_left_running())
+  # Inside winch_profile(), winch_rprof(NULL) has nothing to stop.
+  err <- NULL
+  p <- winch_profile(
+    {
+      r_a(0.03)
+      err <- tryCatch(winch_rprof(NULL), error = identity)
+      r_a(0.03)
+    },
+    interval = 0.002
+  )
+  expect_s3_class(err, "winch_error_bad_argument")
+  expect_gt(seconds_in(p, A), 0.04)
+
+  # A session R's state lost (orphaned) makes starting a profile busy, and
+  # winch_rprof(NULL) stops it.
+  winch_rprof(tempfile(), interval = 0.002)
+  forget_r_session()
+  expect_error(winch_profile(NULL), class = "winch_error_busy")
+  expect_warning(res <- winch_rprof(NULL), class = "winch_warning")
+  expect_null(res)
+  expect_false(winch:::profile_active())
+  expect_false(collector_running())
+  expect_error(winch_rprof(NULL), class = "winch_error_bad_argument")
+  p <- winch_profile(r_a(0.05), interval = 0.002)
+  expect_gt(seconds_in(p, A), 0.03)
+})
+
+test_that("unloading winch stops a running winch_rprof(), and winch loaded again can profile", {
+  collector <- paste(deparse(collector_running), collapse = "\n")
+  out <- run_rscript_timeout(c(
+    "library(winch)",
+    paste("collector_running <-", collector),
+    "winch_rprof(tempfile(), interval = 0.002)",
+    "x <- sort(runif(1e6))",
+    "unloadNamespace('winch')",
+    "cat('collector after unload:', collector_running(), '\\n')",
+    "library(winch)",
+    "cat('active after reload:', winch:::profile_active(), '\\n')",
+    "e <- tryCatch(winch_rprof(NULL), error = function(e) class(e)[[1L]])",
+    "cat('stop after reload:', e, '\\n')",
+    "p <- tryCatch(winch_profile(sort(runif(1e6)), interval = 0.002), error = function(e) e)",
+    "cat('profile after reload:', class(p)[[1L]], '\\n')"
+  ))
+  expect_identical(attr(out, "status"), 0L)
+  out <- trimws(out)
+  expect_true("collector after unload: FALSE" %in% out, label = paste(out, collapse = "\n"))
+  expect_true("active after reload: FALSE" %in% out, label = paste(out, collapse = "\n"))
+  expect_true("stop after reload: winch_error_bad_argument" %in% out, label = paste(out, collapse = "\n"))
+  expect_true("profile after reload: winch_profile" %in% out, label = paste(out, collapse = "\n"))
+})
+
+test_that("a fork child (mclapply) starts with no session: it profiles itself; the parent's goes on", {
+  skip_if_not_installed("parallel")
+  loadNamespace("parallel")
+  withr::defer(stop_left_running())
+  # A child that hangs is killed: the time limit stops mclapply(), whose
+  # cleanup kills its children.
+  withr::defer(setTimeLimit())
+  before <- function() r_a(0.1)
+  after <- function() r_a(0.1)
+  out <- tempfile()
+  winch_rprof(out, interval = 0.002)
+  before()
+  setTimeLimit(elapsed = 120, transient = TRUE)
+  res <- parallel::mclapply(1:2, function(i) {
+    class1 <- function(x) if (inherits(x, "error")) class(x)[[1L]] else "ok"
+    # Nothing runs in the child: winch_profile() works ...
+    p <- tryCatch(winch_profile(r_child(0.1), interval = 0.002), error = identity)
+    # ... and winch_rprof(NULL) finds nothing to stop.
+    stop_none <- tryCatch(winch_rprof(NULL), error = identity)
+    # The child's own winch_rprof() session.
+    f <- tempfile()
+    q <- tryCatch(
+      {
+        winch_rprof(f, interval = 0.002)
+        r_child(0.1)
+        winch_rprof(NULL)
+      },
+      error = identity
+    )
+    list(
+      profile = class1(p),
+      profile_child = if (class1(p) == "ok") seconds_in(p, CHILD) else NA,
+      stop_none = class1(stop_none),
+      rprof = class1(q),
+      rprof_child = if (class1(q) == "ok") seconds_in(q, CHILD) else NA,
+      rprof_file = file.exists(f),
+      active = winch:::profile_active()
+    )
+  }, mc.cores = 2)
+  setTimeLimit()
+  after()
+  p <- winch_rprof(NULL)
+  for (r in res) {
+    expect_type(r, "list")
+    expect_identical(r$profile, "ok")
+    expect_gt(r$profile_child, 0.07)
+    expect_identical(r$stop_none, "winch_error_bad_argument")
+    expect_identical(r$rprof, "ok")
+    expect_gt(r$rprof_child, 0.07)
+    expect_true(r$rprof_file)
+    expect_false(r$active)
+  }
+  # The parent's profile went on, without the children's samples, and
+  # its file was written.
+  expect_false(CHILD %in% p$functions$label)
+  expect_gt(seconds_in(p, "before"), 0.07)
+  expect_gt(seconds_in(p, "after"), 0.07)
+  expect_true(file.exists(out))
+  expect_false(winch:::profile_active())
+})

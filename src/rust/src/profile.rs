@@ -4,7 +4,7 @@
 use crate::args::Arg;
 use crate::rstate;
 use crate::value::RValue;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use winch_core::error::{Error, Result};
 use winch_core::joint;
 use winch_core::memory::Objects;
@@ -24,6 +24,19 @@ struct Current {
 }
 
 static CURRENT: Mutex<Option<Current>> = Mutex::new(None);
+
+/// The running session of this process. In a `fork()` child, `CURRENT`
+/// holds a copy of the parent's session, whose timer and collector thread
+/// do not exist there: it is forgotten, and the child starts with none.
+fn current() -> MutexGuard<'static, Option<Current>> {
+    let mut current = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
+    if current.as_ref().is_some_and(|c| c.running.inherited()) {
+        if let Some(c) = current.take() {
+            c.running.forget();
+        }
+    }
+    current
+}
 
 /// What the handler needs to know about R.
 fn facts(
@@ -106,7 +119,7 @@ pub fn rs_profile_start(
         "elapsed" => (Clock::Elapsed, Event::Elapsed),
         _ => return Err(Error::BadArgument("`event` must be \"cpu\" or \"elapsed\"".into())),
     };
-    let mut current = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut current = current();
     if current.is_some() || session::active() {
         return Err(Error::Busy("a winch profile is already running".into()));
     }
@@ -137,14 +150,14 @@ fn read_region(region: &Arg) -> Result<Region> {
     }
 }
 
-/// Whether a session is running.
+/// Whether a session (of this process) is running.
 pub fn rs_profile_active() -> Result<RValue> {
-    Ok(CURRENT.lock().unwrap_or_else(|e| e.into_inner()).is_some().into())
+    Ok(current().is_some().into())
 }
 
 /// Stops the session and returns the profile (its R form).
 pub fn rs_profile_stop() -> Result<RValue> {
-    let current = CURRENT.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let current = current().take();
     let Some(Current { running, event }) = current else {
         return Err(Error::BadArgument("no winch profile is running".into()));
     };

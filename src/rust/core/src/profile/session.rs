@@ -16,7 +16,10 @@
 //! pending, waits until no handler runs, and restores the signal's previous
 //! disposition. A `fork()` child (parallel::mclapply) has no timer (POSIX
 //! timers are not inherited) and, through a `pthread_atfork` handler, no
-//! active session either, so it is never sampled.
+//! active session either, so it is never sampled. The child's copy of the
+//! parent's `Running` refers to a timer and a collector thread that do not
+//! exist there: `Running::inherited` tells, and `Running::forget` lets go of
+//! it without touching them, so the child can start a session of its own.
 
 use super::collect::Collected;
 use super::ring::Ring;
@@ -87,6 +90,8 @@ pub struct Running {
     pub interval_ns: u64,
     pub started: std::time::SystemTime,
     started_mono: std::time::Instant,
+    /// The process that started the session (a fork child has another).
+    pid: libc::pid_t,
 }
 
 // SAFETY: `timer` is a kernel timer id, valid from any thread of the
@@ -134,6 +139,11 @@ extern "C" {
 extern "C" fn after_fork_in_child() {
     // The child has no timer; make sure nothing it might receive samples.
     ACTIVE.store(std::ptr::null_mut(), Ordering::Release);
+    // The only thread of the child is the one that called fork(), which was
+    // not in the handler (a handler running on another thread of the parent
+    // does not exist here): stopping a session of the child's own must not
+    // wait for it.
+    IN_HANDLER.store(false, Ordering::Release);
 }
 
 fn register_fork_handler() {
@@ -358,6 +368,8 @@ pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: 
         interval_ns,
         started: std::time::SystemTime::now(),
         started_mono: std::time::Instant::now(),
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
     })
 }
 
@@ -393,6 +405,30 @@ fn create_timer(signal: libc::c_int, clock: Clock, interval_ns: u64) -> Result<l
 }
 
 impl Running {
+    /// Whether this is a copy of a session that another process started:
+    /// in a `fork()` child, the parent's session, whose timer and collector
+    /// thread do not exist here.
+    pub fn inherited(&self) -> bool {
+        // SAFETY: getpid has no preconditions.
+        self.pid != unsafe { libc::getpid() }
+    }
+
+    /// Lets go of a session inherited through `fork()` (see `inherited`):
+    /// gives the signal back its disposition from before the parent's
+    /// session (the child's copy of the handler), and nothing else. The
+    /// timer id and the collector thread are the parent's: deleting or
+    /// joining them here would act on nothing, or on something of the
+    /// child's with the same id. The rest is left unfreed: a collector of
+    /// the parent may have held the session's locks at the fork.
+    pub fn forget(self) {
+        debug_assert!(self.inherited());
+        // SAFETY: restores the disposition saved when the session started;
+        // the child has no timer for this signal and ACTIVE is cleared
+        // (after_fork_in_child), so a stray signal would find no session.
+        unsafe { libc::sigaction(self.signal, &self.old_action, std::ptr::null_mut()) };
+        std::mem::forget(self);
+    }
+
     /// Stops sampling, restores the signal's disposition and returns what
     /// was collected. Call on the thread that started the session.
     pub fn stop(mut self) -> Finished {
