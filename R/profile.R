@@ -28,7 +28,10 @@
 #' @param expr An expression to profile, evaluated in the caller's
 #'   environment. An error in it stops the profiler and propagates as is.
 #' @param file If not `NULL`, the profile is also written there in `Rprof()`'s
-#'   format (see [winch_write_rprof()]).
+#'   format (see [winch_write_rprof()]). Checked before `expr` runs: a file
+#'   that cannot be written (a directory, a read-only file system) is an
+#'   error of class `winch_error_io`. Should writing fail afterwards, the
+#'   profile is returned with a warning of class `winch_warning_io`.
 #' @param interval Seconds between samples, at least 0.001 and at most 3600.
 #' @param event `"cpu"` (CPU time of R's main thread) or `"elapsed"`
 #'   (wall-clock time).
@@ -65,7 +68,7 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
   force(expr)
   p <- profile_end(session)
   if (!is.null(file)) {
-    winch_write_rprof(p, file, lines = lines)
+    write_profile_file(p, file, lines)
   }
   p
 }
@@ -85,7 +88,7 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
 #' `winch_error_bad_argument`.
 #'
 #' @param filename The Rprof file to write when sampling stops, or `NULL` to
-#'   stop.
+#'   stop. Checked when sampling starts, as for `file` in [winch_profile()].
 #' @inheritParams winch_profile
 #' @return `winch_rprof(filename)`: `NULL`, invisibly. `winch_rprof(NULL)`: the
 #'   `winch_profile` (`NULL`, invisibly, when it stopped a profile left
@@ -126,8 +129,7 @@ rprof_stop <- function(call = rlang::caller_env()) {
   switch(state,
     rprof = {
       p <- profile_end(session, call = call)
-      winch_write_rprof(p, session$opts$file, lines = session$opts$lines)
-      p
+      write_profile_file(p, session$opts$file, session$opts$lines)
     },
     orphan = {
       profile_stop_discard()
@@ -167,6 +169,7 @@ check_profile_args <- function(file, interval, event, loops, lines, call = rlang
   check_flag(loops, call = call)
   check_flag(lines, call = call)
   check_path(file, null_ok = TRUE, call = call)
+  check_writable(file, call = call)
   if (!winch_available()) {
     abort_winch("Profiling needs native unwinding, which is not available on this platform.",
       class = "winch_error_unavailable", call = call

@@ -76,6 +76,62 @@ check_path <- function(path, arg = rlang::caller_arg(path), null_ok = FALSE, cal
   invisible(path)
 }
 
+# Checks that `path` can be written now, as Rprof() does by opening its file
+# at the start, so that work is never done for a file that cannot take its
+# result: a directory, a read-only file system or file, no room. A file this
+# check creates is removed again. Errors are of class winch_error_io.
+check_writable <- function(path, arg = rlang::caller_arg(path), call = rlang::caller_env()) {
+  if (is.null(path)) {
+    return(invisible(path))
+  }
+  if (dir.exists(path)) {
+    abort_io(sprintf("Cannot write `%s`: %s is a directory.", arg, path), call = call)
+  }
+  existed <- file.exists(path)
+  why <- NULL
+  con <- tryCatch(file(path, open = "ab", raw = TRUE), error = function(e) {
+    why <<- conditionMessage(e)
+    NULL
+  }, warning = function(w) {
+    why <<- conditionMessage(w)
+    NULL
+  })
+  if (is.null(con)) {
+    abort_io(sprintf("Cannot write `%s` (%s): %s", arg, path, why), call = call)
+  }
+  close(con)
+  if (!existed) {
+    unlink(path)
+  }
+  invisible(path)
+}
+
+abort_io <- function(message, call = rlang::caller_env()) {
+  abort_winch(message, class = "winch_error_io", call = call)
+}
+
+# Writes the profile `p` to `file` after the profiled code ran: a failure
+# now (the disk filled up, the directory went away) must not lose the
+# profile, so it is a warning of class winch_warning_io and `p` is returned.
+write_profile_file <- function(p, file, lines) {
+  tryCatch(
+    winch_write_rprof(p, file, lines = lines),
+    winch_error_io = function(e) {
+      rlang::warn(
+        c(conditionMessage(e), i = "The profile is returned; write it with `winch_write_rprof()`."),
+        class = c("winch_warning_io", "winch_warning")
+      )
+    },
+    winch_error_bad_argument = function(e) {
+      rlang::warn(
+        c(conditionMessage(e), i = "The profile is returned; write it with `winch_write_rprof()`."),
+        class = c("winch_warning_io", "winch_warning")
+      )
+    }
+  )
+  p
+}
+
 # Options ------------------------------------------------------------------
 
 # Passes winch's options on to the native side, each only when it changed
