@@ -7,8 +7,9 @@
 # What winch remembers in a session: the rlang hook (R/rlang_hook.R), the
 # option values last passed to the native side (below), the registered
 # routines read (R/registration.R), throw capture and the crash report
-# (R/throws.R, R/crash.R), the profile started by winch_rprof()
-# (R/profile.R), messages already given (say_once()).
+# (R/throws.R, R/crash.R), the running profile session, whichever call
+# started it (`the$profile_session`, R/profile.R), messages already given
+# (say_once()).
 the <- new.env(parent = emptyenv())
 
 `%||%` <- function(x, y) if (is.null(x)) y else x
