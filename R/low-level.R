@@ -68,6 +68,7 @@ rs_profile_start <- function(interval, event, loops, region, lines, symbols,
 }
 
 rs_profile_stop <- function() .Call(C_rs_profile_stop)
+rs_profile_discard <- function() .Call(C_rs_profile_discard)
 rs_profile_active <- function() .Call(C_rs_profile_active)
 rs_profile_write <- function(parts, path, format, lines) .Call(C_rs_profile_write, parts, path, format, lines)
 rs_profile_check <- function(parts) .Call(C_rs_profile_check, parts)

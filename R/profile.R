@@ -274,7 +274,7 @@ profile_abandon <- function(token) {
     return(invisible())
   }
   if (identical(session$pid, Sys.getpid()) && profile_active()) {
-    rs_profile_stop()
+    rs_profile_discard()
   }
   profile_forget(session)
 }
@@ -283,7 +283,7 @@ profile_abandon <- function(token) {
 # orphaned session, and when winch is unloaded.
 profile_stop_discard <- function() {
   if (profile_active()) {
-    rs_profile_stop()
+    rs_profile_discard()
   }
   session <- the$profile_session
   if (!is.null(session)) {

@@ -31,6 +31,7 @@
   X(rs_profile_learn_bc, 1)     \
   X(rs_rprof_running, 1)        \
   X(rs_profile_stop, 0)         \
+  X(rs_profile_discard, 0)      \
   X(rs_profile_active, 0)       \
   X(rs_profile_write, 4)        \
   X(rs_profile_check, 1)        \

@@ -63,6 +63,7 @@ entry_points! {
     rs_profile_learn_bc(opcodes);
     rs_rprof_running(method);
     rs_profile_stop();
+    rs_profile_discard();
     rs_profile_active();
     rs_profile_write(parts, path, format, lines);
     rs_profile_check(parts);

@@ -168,6 +168,19 @@ pub fn rs_profile_stop() -> Result<RValue> {
     Ok(to_r(&profile, &stats))
 }
 
+/// Stops the session and throws its samples away, without building a
+/// profile (no symbolization, no debug files, no network): for a session
+/// abandoned by an interrupt, left running, or stopped because winch is
+/// unloaded. TRUE if one was running.
+pub fn rs_profile_discard() -> Result<RValue> {
+    let Some(Current { running, .. }) = current().take() else {
+        return Ok(false.into());
+    };
+    let finished = running.stop();
+    session::recycle(finished.snapshot);
+    Ok(true.into())
+}
+
 /// Learns which native function of R runs an AST loop of `kind` ("for",
 /// "while", "repeat"), called from inside such a loop (see
 /// `winch_core::r::learn`).

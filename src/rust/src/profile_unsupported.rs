@@ -56,3 +56,7 @@ pub fn rs_profile_write(_parts: Arg, _path: Arg, _format: Arg, _lines: Arg) -> R
 pub fn rs_profile_check(_parts: Arg) -> Result<RValue> {
     unavailable()
 }
+
+pub fn rs_profile_discard() -> Result<RValue> {
+    Ok(false.into())
+}
