@@ -1,6 +1,9 @@
 # Cost of the first capture in a fresh R session (reading the symbols and
 # debug information of R, the C library, winch and five freshly built
-# package libraries), and the memory winch's caches then hold.
+# package libraries), the memory winch's caches then hold (cache_info(),
+# measured by winch's allocator), and the growth of the process's resident
+# memory (which also counts the code pages of winch and the libraries first
+# touched, about 5 MB).
 #
 #   Rscript bench/first_capture.R
 #
@@ -36,9 +39,15 @@ child <- function(debug_dirs) sprintf(r"---(
     name <- sub("[.]so$", "", basename(libs[[i]]))
     .Call(paste0(name, "_call"), function() chain(i + 1L), environment(), PACKAGE = name)
   }
+  rss <- function() {
+    s <- grep("^VmRSS", readLines("/proc/self/status"), value = TRUE)
+    if (length(s)) as.numeric(gsub("[^0-9]", "", s)) / 1024 else NA_real_
+  }
+  rss0 <- rss()
   t0 <- proc.time()[["elapsed"]]
   tb <- chain(1L)
   first <- proc.time()[["elapsed"]] - t0
+  rss1 <- rss()
   t0 <- proc.time()[["elapsed"]]
   for (i in 1:100) tb2 <- chain(1L)
   again <- (proc.time()[["elapsed"]] - t0) / 100
@@ -46,6 +55,8 @@ child <- function(debug_dirs) sprintf(r"---(
   cat(sprintf("  first capture %%.1f ms (%%d frames), later captures %%.3f ms\n", first * 1000, nrow(tb), again * 1000))
   cat(sprintf("  caches: %%d modules (%%d with DWARF), %%d addresses, %%.2f MB in all\n",
       info$modules, info$modules_with_dwarf, info$addresses, info$bytes / 2^20))
+  cat(sprintf("  RSS: +%%.1f MB by the first capture, +%%.1f MB held after the later ones\n",
+      rss1 - rss0, rss() - rss0))
   pm <- info$per_module
   for (i in seq_along(pm$path)) cat(sprintf("    %%-28s %%8.1f KB  %%s\n", basename(pm$path[[i]]), pm$bytes[[i]] / 1024,
       if (pm$dwarf[[i]]) paste("DWARF", if (!is.na(pm$debug_file[[i]])) "(separate file)" else "") else "symbols only"))

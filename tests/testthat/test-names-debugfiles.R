@@ -207,3 +207,16 @@ test_that("a library loaded through a symlink finds its debuglink file next to t
   expect_true(linked$path %in% tb$pathname)
   expect_roundtrip_located(tb, linked)
 })
+
+test_that("cache_info() counts at least what each module holds", {
+  invisible(winch_trace_back())
+  ci <- winch:::cache_info()
+  pm <- ci$per_module
+  expect_true(all(pm$bytes >= 0))
+  # The whole counts every module, and the address cache and unwind tables
+  # besides.
+  expect_gte(ci$bytes, sum(pm$bytes))
+  # A module read with DWARF holds its sections and the parsed units: more
+  # than its symbols alone.
+  if (any(pm$dwarf)) expect_true(all(pm$bytes[pm$dwarf] > 1024))
+})

@@ -90,7 +90,13 @@ pub struct ModuleInfo {
     /// The separate debug file that was used, if any.
     pub debug_file: Option<PathBuf>,
     dwarf: Option<addr2line::Context<Reader>>,
+    /// Bytes of the DWARF sections held.
     dwarf_bytes: usize,
+    /// Heap bytes measured as held by this module's information (see
+    /// [`crate::symbolizer::heap`]): what reading its files left allocated,
+    /// plus what resolving addresses in it parsed since (addr2line parses a
+    /// unit's lines and functions on first use).
+    held: usize,
     /// Where the DWARF came from: the module or a local file, or debuginfod.
     pub dwarf_source: Source,
 }
@@ -103,6 +109,7 @@ impl ModuleInfo {
             debug_file: None,
             dwarf: None,
             dwarf_bytes: 0,
+            held: 0,
             dwarf_source: Source::Dwarf,
         }
     }
@@ -120,9 +127,27 @@ impl ModuleInfo {
         self.dwarf.is_some()
     }
 
-    /// Approximate heap bytes held.
+    /// Heap bytes held: as measured when the symbolizer read the module
+    /// and resolved addresses in it, at least the symbol tables and DWARF
+    /// sections it keeps.
     pub fn heap_bytes(&self) -> usize {
+        self.held.max(self.known_bytes())
+    }
+
+    /// The bytes known without measuring: the symbol tables, and the DWARF
+    /// sections as read (decompressed).
+    pub fn known_bytes(&self) -> usize {
         self.symbols.heap_bytes() + self.dwarf_bytes
+    }
+
+    /// Bytes of DWARF sections held.
+    pub fn dwarf_section_bytes(&self) -> usize {
+        self.dwarf_bytes
+    }
+
+    /// Adds `delta` (measured) to the bytes held.
+    pub fn add_held(&mut self, delta: isize) {
+        self.held = self.held.saturating_add_signed(delta);
     }
 
     /// Resolves a file-relative address (already adjusted for return
@@ -435,11 +460,139 @@ fn load_dwarf<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
         Ok::<Reader, gimli::Error>(gimli::EndianReader::new(d, endian))
     };
     let mut dwarf = gimli::Dwarf::load(|id| reader(section_data(obj, id))).ok()?;
+    share_abbreviations(&mut dwarf);
     if let Some(sup) = sup {
-        dwarf.load_sup(|id| reader(section_data(sup, id))).ok()?;
+        let mut sup_dwarf = gimli::Dwarf::load(|id| reader(section_data(sup, id))).ok()?;
+        share_abbreviations(&mut sup_dwarf);
+        dwarf.set_sup(sup_dwarf);
+    }
+    // The abbreviations are parsed; their section is no longer held.
+    use gimli::Section as _;
+    bytes -= dwarf.debug_abbrev.reader().len() + dwarf.sup().map_or(0, |s| s.debug_abbrev.reader().len());
+    dwarf.debug_abbrev = empty_reader(endian).into();
+    if let Some(sup) = dwarf.sup.as_mut().and_then(Arc::get_mut) {
+        sup.debug_abbrev = empty_reader(endian).into();
     }
     let ctx = addr2line::Context::from_dwarf(dwarf).ok()?;
     Some((ctx, bytes))
+}
+
+fn empty_reader(endian: gimli::RunTimeEndian) -> Reader {
+    gimli::EndianReader::new(SectionData(Arc::new(Vec::new())), endian)
+}
+
+/// Parses the abbreviation table of every unit into `dwarf`'s cache, once
+/// per distinct table: units whose tables are byte for byte the same share
+/// one parsed copy, and each copy is exactly as large as it needs to be.
+/// addr2line builds every unit when its context is made, and parsed
+/// abbreviations are the largest thing it keeps (16 MB for the C library's
+/// debug file, three times `.debug_info`); afterwards nothing reads
+/// `.debug_abbrev` again. A table that does not parse is left out: the unit
+/// then fails to build, as it would have anyway.
+fn share_abbreviations(dwarf: &mut gimli::Dwarf<Reader>) {
+    use gimli::Section as _;
+    use std::collections::HashMap;
+    let section = dwarf.debug_abbrev.reader().clone();
+    let bytes: &[u8] = &section;
+    let mut by_offset: HashMap<usize, Option<Arc<gimli::Abbreviations>>, QuickHash> = HashMap::default();
+    let mut by_content: HashMap<&[u8], Arc<gimli::Abbreviations>, QuickHash> = HashMap::default();
+    let mut units = dwarf.debug_info.units();
+    while let Ok(Some(header)) = units.next() {
+        let offset = header.debug_abbrev_offset();
+        if by_offset.contains_key(&offset.0) {
+            continue;
+        }
+        let table = bytes.get(offset.0..).and_then(|rest| Some(&rest[..abbreviation_table_len(rest)?]));
+        let shared = table.and_then(|t| by_content.get(t)).cloned().or_else(|| {
+            // A copy: the parser's vectors grow by doubling.
+            let parsed = Arc::new(dwarf.debug_abbrev.abbreviations(offset).ok()?.clone());
+            if let Some(t) = table {
+                by_content.insert(t, parsed.clone());
+            }
+            Some(parsed)
+        });
+        by_offset.insert(offset.0, shared);
+    }
+    for (offset, abbreviations) in by_offset {
+        if let Some(a) = abbreviations {
+            dwarf.abbreviations_cache.set::<Reader>(gimli::DebugAbbrevOffset(offset), a);
+        }
+    }
+}
+
+/// A hasher for the abbreviation tables' keys (section offsets and the
+/// tables' bytes, read a word at a time): a megabyte of tables is hashed
+/// once per capture that reads a debug file, where SipHash would add a few
+/// percent to the first capture. Nothing here is chosen by an adversary
+/// who could profit from collisions: a collision only costs a comparison.
+#[derive(Default, Clone, Copy)]
+struct QuickHash(u64);
+
+impl std::hash::Hasher for QuickHash {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.write_u64(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        }
+        let mut tail = [0u8; 8];
+        let rest = words.remainder();
+        tail[..rest.len()].copy_from_slice(rest);
+        self.write_u64(u64::from_le_bytes(tail) ^ rest.len() as u64);
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(23) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
+impl std::hash::BuildHasher for QuickHash {
+    type Hasher = QuickHash;
+    fn build_hasher(&self) -> QuickHash {
+        QuickHash(0)
+    }
+}
+
+/// The length of the abbreviation table at the start of `data` (through its
+/// terminating zero code), or None if it is malformed or runs off the end.
+fn abbreviation_table_len(data: &[u8]) -> Option<usize> {
+    fn uleb(data: &[u8], at: &mut usize) -> Option<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = *data.get(*at)?;
+            *at += 1;
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+    let mut at = 0;
+    loop {
+        if uleb(data, &mut at)? == 0 {
+            return Some(at);
+        }
+        uleb(data, &mut at)?; // tag
+        at += 1; // children
+        loop {
+            let name = uleb(data, &mut at)?;
+            let form = uleb(data, &mut at)?;
+            if form == u64::from(gimli::DW_FORM_implicit_const.0) {
+                uleb(data, &mut at)?; // the constant (SLEB128: same length)
+            }
+            if name == 0 && form == 0 {
+                break;
+            }
+        }
+    }
 }
 
 /// The existing files among the places the module's debug file may be.

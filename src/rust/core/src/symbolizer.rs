@@ -41,6 +41,109 @@ impl ModuleKey {
 /// Bound on cached address resolutions; past it the address cache restarts.
 const MAX_CACHED_ADDRESSES: usize = 200_000;
 
+/// What the caches hold is counted, not estimated: winch's allocator counts,
+/// per thread, the bytes allocated and not yet freed, so the bytes that
+/// reading a module's files (or resolving an address in it) leaves behind
+/// are known exactly, including what the DWARF parsers keep.
+pub mod heap {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    /// The system allocator, counting.
+    pub struct Counting;
+
+    thread_local! {
+        static NET: Cell<isize> = const { Cell::new(0) };
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: Counting = Counting;
+
+    /// The memory a request of `size` bytes takes from the C library's
+    /// malloc: glibc adds an 8-byte header, rounds to 16 bytes and gives at
+    /// least 32.
+    pub fn chunk(size: usize) -> usize {
+        (size.saturating_add(8 + 15) & !15).max(32)
+    }
+
+    fn add(delta: isize) {
+        // A thread being torn down has no counter: nothing to count.
+        let _ = NET.try_with(|n| n.set(n.get().wrapping_add(delta)));
+    }
+
+    // SAFETY: every call is passed to the system allocator unchanged; the
+    // counting touches only a thread-local integer (const-initialized, with
+    // no destructor: it never allocates).
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: the caller's contract, passed on.
+            let p = unsafe { System.alloc(layout) };
+            if !p.is_null() {
+                add(chunk(layout.size()) as isize);
+            }
+            p
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: the caller's contract, passed on.
+            let p = unsafe { System.alloc_zeroed(layout) };
+            if !p.is_null() {
+                add(chunk(layout.size()) as isize);
+            }
+            p
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { System.dealloc(ptr, layout) };
+            add(-(chunk(layout.size()) as isize));
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            // SAFETY: the caller's contract, passed on.
+            let p = unsafe { System.realloc(ptr, layout, new_size) };
+            if !p.is_null() {
+                add(chunk(new_size) as isize - chunk(layout.size()) as isize);
+            }
+            p
+        }
+    }
+
+    /// Bytes this thread has allocated and not freed (freed by another
+    /// thread counts there): only differences mean anything.
+    pub fn net() -> isize {
+        NET.try_with(|n| n.get()).unwrap_or(0)
+    }
+
+    /// Runs `f`; also returns the bytes it left allocated (negative if it
+    /// freed more than it allocated).
+    pub fn measure<T>(f: impl FnOnce() -> T) -> (T, isize) {
+        let before = net();
+        let out = f();
+        (out, net().wrapping_sub(before))
+    }
+
+    /// Bytes of a hash map's table with `capacity` entries of `entry` bytes
+    /// (hashbrown: buckets of 8/7 the capacity, a control byte each).
+    pub fn table(capacity: usize, entry: usize) -> usize {
+        if capacity == 0 {
+            0
+        } else {
+            let buckets = (capacity * 8 / 7).next_power_of_two();
+            chunk(buckets * (entry + 1) + 16)
+        }
+    }
+
+    /// Bytes of an `Arc<str>` that `s` alone holds (shared ones are
+    /// counted where they came from).
+    pub fn unique_str(s: &Option<std::sync::Arc<str>>) -> usize {
+        match s {
+            Some(a) if std::sync::Arc::strong_count(a) == 1 => chunk(16 + a.len()),
+            _ => 0,
+        }
+    }
+}
+
 /// Reads what the symbolizer needs from a module's files, looking for
 /// separate debug files under the given roots.
 pub type Loader = Box<dyn Fn(&Module, &[PathBuf]) -> ModuleInfo + Send>;
@@ -51,8 +154,9 @@ pub struct Symbolizer {
     /// Cache id of each module image read so far, and what was read.
     ids: HashMap<ModuleKey, u32>,
     infos: HashMap<u32, Box<ModuleInfo>>,
-    /// Unwind tables of each module image, for function starts.
-    starts: HashMap<u32, Option<EhTables>>,
+    /// Unwind tables of each module image, for function starts, and the
+    /// bytes they hold.
+    starts: HashMap<u32, (Option<EhTables>, usize)>,
     frames: HashMap<(u32, u64), Arc<[Resolved]>>,
     /// R's registered native routines: absolute address to name.
     registered: HashMap<usize, Arc<str>>,
@@ -195,10 +299,13 @@ impl Symbolizer {
         let config = Config::from_env();
         match d.debug_file(build_id, &config, std::time::Instant::now()) {
             Some(path) => {
-                let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    debuginfo::add_debug_file(info, m, &path, Source::Debuginfod)
-                }))
-                .unwrap_or_else(|_| Err("internal error while reading the file".into()));
+                let (added, held) = heap::measure(|| {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        debuginfo::add_debug_file(info, m, &path, Source::Debuginfod)
+                    }))
+                    .unwrap_or_else(|_| Err("internal error while reading the file".into()))
+                });
+                info.add_held(held);
                 match added {
                     Ok(()) => self.frames.retain(|(i, _), _| *i != id),
                     Err(why) => d.reject(build_id, &config, &why),
@@ -234,13 +341,15 @@ impl Symbolizer {
         // A panic inside the file parsers (a bug they may have on a damaged
         // file) is remembered as an unreadable module, not retried.
         let (loader, roots) = (&self.loader, &self.roots);
-        let info = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loader(m, roots)))
-            .unwrap_or_else(|_| {
+        let (mut info, held) = heap::measure(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loader(m, roots))).unwrap_or_else(|_| {
                 debuginfo::ModuleInfo::unreadable(format!(
                     "{}: internal error while reading the file",
                     m.path
                 ))
-            });
+            })
+        });
+        info.add_held(held);
         self.files_loaded += 1;
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
@@ -294,9 +403,20 @@ impl Symbolizer {
         if let Some(r) = self.frames.get(&(id, probe)) {
             return r.clone();
         }
-        let mut r = resolve_guarded(&self.infos[&id], probe);
+        let info = self.infos.get_mut(&id).expect("a cached module");
+        let (mut r, held) = heap::measure(|| resolve_guarded(info, probe));
+        // What the resolution parsed stays with the module; the result
+        // itself goes to the address cache.
+        info.add_held(held - resolved_bytes(&r, r.capacity()) as isize);
         let module = map.module(index);
-        let tables = self.starts.entry(id).or_insert_with(|| EhTables::of_loaded(module));
+        let tables = &self
+            .starts
+            .entry(id)
+            .or_insert_with(|| {
+                let (tables, held) = heap::measure(|| EhTables::of_loaded(module));
+                (tables, held.max(0) as usize)
+            })
+            .0;
         let start =
             tables.as_ref().and_then(|t| t.function_start((probe as usize).wrapping_add(module.bias)));
         name_registered(&mut r, start, &self.registered);
@@ -337,24 +457,59 @@ impl Symbolizer {
     }
 
     pub fn stats(&self) -> CacheStats {
-        let frame_bytes: usize = self
-            .frames
-            .values()
-            .map(|r| {
-                48 + r
-                    .iter()
-                    .map(|f| std::mem::size_of::<Resolved>() + f.file.as_ref().map_or(0, |s| s.len()))
-                    .sum::<usize>()
-            })
-            .sum();
+        use std::mem::size_of;
+        // The address cache: its table, each resolution, and the names and
+        // files it alone holds (those shared with a symbol table or the
+        // registered routines are counted there).
+        let frame_bytes = heap::table(self.frames.capacity(), size_of::<((u32, u64), Arc<[Resolved]>)>())
+            + self
+                .frames
+                .values()
+                .map(|r| {
+                    heap::chunk(16 + r.len() * size_of::<Resolved>())
+                        + r.iter()
+                            .map(|f| heap::unique_str(&f.func) + heap::unique_str(&f.file))
+                            .sum::<usize>()
+                })
+                .sum::<usize>();
+        let start_bytes = heap::table(self.starts.capacity(), size_of::<(u32, (Option<EhTables>, usize))>())
+            + self
+                .starts
+                .values()
+                .map(|(t, held)| (*held).max(t.as_ref().map_or(0, |t| t.heap_bytes())))
+                .sum::<usize>();
+        let registered_bytes = heap::table(self.registered.capacity(), size_of::<(usize, Arc<str>)>())
+            + self.registered.values().map(|n| heap::chunk(16 + n.len())).sum::<usize>();
+        // The module index: keys, boxes, the small tables.
+        let index_bytes = heap::table(self.ids.capacity(), size_of::<(ModuleKey, u32)>())
+            + self
+                .ids
+                .keys()
+                .map(|k| heap::chunk(k.path.len()) + k.build_id.as_ref().map_or(0, |b| heap::chunk(b.len())))
+                .sum::<usize>()
+            + heap::table(self.infos.capacity(), size_of::<(u32, Box<ModuleInfo>)>())
+            + self.infos.len() * heap::chunk(size_of::<ModuleInfo>())
+            + heap::table(self.pending.capacity(), size_of::<u32>())
+            + heap::chunk(self.by_index.capacity() * size_of::<Option<u32>>());
         CacheStats {
             modules: self.infos.len(),
             modules_with_dwarf: self.infos.values().filter(|i| i.has_dwarf()).count(),
             addresses: self.frames.len(),
-            heap_bytes: self.infos.values().map(|i| i.heap_bytes()).sum::<usize>() + frame_bytes,
+            heap_bytes: self.infos.values().map(|i| i.heap_bytes()).sum::<usize>()
+                + frame_bytes
+                + start_bytes
+                + registered_bytes
+                + index_bytes,
             files_loaded: self.files_loaded,
         }
     }
+}
+
+/// The bytes a fresh resolution holds itself: its vector and the names and
+/// files allocated for it alone.
+fn resolved_bytes(r: &[Resolved], capacity: usize) -> usize {
+    heap::chunk(capacity * std::mem::size_of::<Resolved>())
+        + r.iter().map(|f| heap::unique_str(&f.func) + heap::unique_str(&f.file)).sum::<usize>()
 }
 
 /// Names the physical frame of `r` (its last entry) after the registered
@@ -514,6 +669,58 @@ mod tests {
         let r = s.resolve_in(&map, index, probe);
         assert_eq!(r.last().unwrap().func.as_deref(), Some("target_entry"));
         assert_eq!(r.last().unwrap().source, Some(Source::Registration));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_figure_counts_what_is_held() {
+        // The C library, with its separate debug file when one is installed
+        // (Debian: libc6-dbg): a few of its functions resolved.
+        let map = crate::modules::current();
+        let fns = [
+            libc::getpid as unsafe extern "C" fn() -> libc::pid_t as usize,
+            libc::malloc as unsafe extern "C" fn(usize) -> *mut libc::c_void as usize,
+            libc::free as unsafe extern "C" fn(*mut libc::c_void) as usize,
+            libc::strlen as unsafe extern "C" fn(*const libc::c_char) -> usize as usize,
+        ];
+        let index = map.module_of(fns[0]).unwrap();
+        let bias = map.module(index).bias;
+        let before = heap::net();
+        let mut s = Symbolizer::default();
+        for f in fns {
+            for off in [1, 5] {
+                s.resolve_in(&map, index, (f + off - bias) as u64);
+            }
+        }
+        let held = heap::net() - before;
+        let counted = s.stats().heap_bytes as isize;
+        let m = &s.module_stats()[0];
+        eprintln!("held {held}, counted {counted}; DWARF: {} {:?}", m.has_dwarf, m.debug_file);
+        assert!(
+            (held - counted).abs() <= held / 20 + (32 << 10),
+            "cache_info counts {counted} bytes, {held} are held"
+        );
+        // At least the symbol tables and sections it keeps.
+        let info = s.infos.values().next().unwrap();
+        assert!(info.heap_bytes() >= info.known_bytes());
+        if m.has_dwarf {
+            assert!(info.heap_bytes() > 2 * info.dwarf_section_bytes(), "the parsed units count too");
+        }
+        // Dropped, the caches give back what they held.
+        drop(s);
+        let left = heap::net() - before;
+        assert!(left.abs() < 32 << 10, "{left} bytes left after the caches were dropped");
+    }
+
+    #[test]
+    fn the_counter_sees_allocations_and_frees() {
+        let (v, held) = heap::measure(|| vec![0u8; 1000]);
+        assert_eq!(held, heap::chunk(1000) as isize);
+        let ((), freed) = heap::measure(|| drop(v));
+        assert_eq!(freed, -held);
+        let (mut v, _) = heap::measure(|| Vec::<u8>::with_capacity(10));
+        let ((), grown) = heap::measure(|| v.reserve_exact(5000));
+        assert_eq!(grown, (heap::chunk(5000) - heap::chunk(10)) as isize);
     }
 
     #[test]
