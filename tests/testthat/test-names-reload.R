@@ -1,0 +1,103 @@
+# Names after an unload and a load at the same address (issue 22, item 3):
+# a recorded throw and a profile's samples are named with the library that
+# was loaded when they were made, never with the one loaded at that address
+# later (or earlier).
+
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+
+# The two fixture libraries, built (not loaded): the same source, functions
+# named rela::* and relb::*, the same size.
+reload_libs <- function() {
+  if (is.null(clib_cache$reload)) {
+    clib_cache$reload <- list(
+      a = build_clib("wtest_rela", "reload.cpp", flags = "-g -O0 -DWHO=rela"),
+      b = build_clib("wtest_relb", "reload.cpp", flags = "-g -O0 -DWHO=relb")
+    )
+  }
+  clib_cache$reload
+}
+
+where <- function(lib) .Call("rel_where", PACKAGE = lib$name)
+
+# Loads `lib` where `at` (the other library's address) was, or skips.
+load_at <- function(lib, at) {
+  dyn.load(lib$path)
+  now <- where(lib)
+  if (now != at) {
+    dyn.unload(lib$path)
+    skip(sprintf(
+      "%s was loaded at another address (%s, not %s): nothing to test",
+      basename(lib$path), format(as.hexmode(now)), format(as.hexmode(at))
+    ))
+  }
+  invisible(now)
+}
+
+# Every library of the pair unloaded (a failed test leaves none behind).
+unload_all <- function(libs) {
+  for (lib in libs) {
+    if (lib$name %in% names(getLoadedDLLs())) dyn.unload(lib$path)
+  }
+}
+
+test_that("a throw recorded in an unloaded library is not named after the library loaded there since", {
+  skip_if_not(winch:::throw_capture_status()$supported, "capturing throws needs x86_64 Linux")
+  libs <- reload_libs()
+  on.exit(unload_all(libs))
+  dyn.load(libs$a$path)
+  at <- where(libs$a)
+  expect_identical(.Call("rel_throw", 1L, PACKAGE = "wtest_rela"), -1L)
+  before <- winch_last_throw()
+  expect_true(all(c("rela::level3(int)", "rela::level1(int)") %in% before$func))
+  dyn.unload(libs$a$path)
+  load_at(libs$b, at)
+  after <- winch_last_throw()
+  # The same frames, none named after the library loaded now.
+  expect_identical(after$ip, before$ip)
+  expect_false(any(grepl("relb::", after$func)), info = paste(after$func, collapse = ", "))
+  expect_false(any(grepl("wtest_relb", after$pathname)), info = paste(after$pathname, collapse = ", "))
+  # The frames of the unloaded library keep its path and offsets, unnamed.
+  mine <- which(before$pathname == libs$a$path)
+  expect_true(length(mine) >= 4L)
+  expect_identical(after$pathname[mine], before$pathname[mine])
+  expect_identical(after$offset[mine], before$offset[mine])
+  expect_true(all(is.na(after$func[mine])))
+  # Frames of libraries still loaded keep their names.
+  others <- setdiff(which(!is.na(before$func)), mine)
+  expect_identical(after$func[others], before$func[others])
+  # A throw of the library loaded now is named after it.
+  expect_identical(.Call("rel_throw", 1L, PACKAGE = "wtest_relb"), -1L)
+  expect_true("relb::level3(int)" %in% winch_last_throw()$func)
+})
+
+test_that("a profile names each sample after the library loaded when it was taken", {
+  libs <- reload_libs()
+  on.exit(unload_all(libs))
+  dyn.load(libs$a$path)
+  at <- where(libs$a)
+  dyn.unload(libs$a$path)
+  load_at(libs$b, at)
+  dyn.unload(libs$b$path)
+  dyn.load(libs$a$path)
+  run_a <- function() .Call("rel_burn", 0.15, PACKAGE = "wtest_rela")
+  run_b <- function() .Call("rel_burn", 0.15, PACKAGE = "wtest_relb")
+  p <- winch_profile({
+    run_a()
+    dyn.unload(libs$a$path)
+    dyn.load(libs$b$path)
+    run_b()
+  }, interval = 0.002)
+  expect_identical(where(libs$b), at)
+  stacks <- stack_labels(p)
+  in_a <- vapply(stacks, function(s) "run_a" %in% s, NA)
+  in_b <- vapply(stacks, function(s) "run_b" %in% s, NA)
+  has <- function(s, pattern) any(grepl(pattern, s, fixed = TRUE))
+  # No sample of one library's code names the other library.
+  expect_false(any(vapply(stacks[in_a], has, NA, "wtest_relb")))
+  expect_false(any(vapply(stacks[in_b], has, NA, "wtest_rela")))
+  # Most of each library's time is named after its own function.
+  expect_gt(seconds_in(p, "/wtest_rela.so::rela::spin"), 0.1)
+  expect_gt(seconds_in(p, "/wtest_relb.so::relb::spin"), 0.1)
+  # The profile lists both libraries.
+  expect_true(all(c(libs$a$path, libs$b$path) %in% p$modules$path))
+})
