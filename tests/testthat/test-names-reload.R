@@ -26,8 +26,8 @@ load_at <- function(lib, at) {
   if (now != at) {
     dyn.unload(lib$path)
     skip(sprintf(
-      "%s was loaded at another address (%s, not %s): nothing to test",
-      basename(lib$path), format(as.hexmode(now)), format(as.hexmode(at))
+      "%s was loaded at another address (%.0f, not %.0f): nothing to test",
+      basename(lib$path), now, at
     ))
   }
   invisible(now)
@@ -102,4 +102,71 @@ test_that("a profile names each sample after the library loaded when it was take
   expect_gt(seconds_in(p, "/wtest_relb.so::relb::spin"), 0.1)
   # The profile lists both libraries.
   expect_true(all(c(libs$a$path, libs$b$path) %in% p$modules$path))
+})
+
+# A package of the fixture's source at `dir`, its library built into src/
+# with `who` (rela or relb) naming its functions, as pkgload::load_all()
+# finds it after a build (compile = FALSE: pkgbuild is not needed).
+reload_package <- function(dir, who) {
+  src <- file.path(dir, "src")
+  if (!dir.exists(src)) {
+    dir.create(src, recursive = TRUE)
+    dir.create(file.path(dir, "R"))
+    writeLines(c(
+      "Package: wtreload", "Version: 0.1", "Title: Test", "Description: Test.",
+      "License: MIT", "Encoding: UTF-8"
+    ), file.path(dir, "DESCRIPTION"))
+    writeLines("useDynLib(wtreload)", file.path(dir, "NAMESPACE"))
+    writeLines(c(
+      'wt_throw <- function() .Call("rel_throw", 1L, PACKAGE = "wtreload")',
+      'wt_where <- function() .Call("rel_where", PACKAGE = "wtreload")'
+    ), file.path(dir, "R", "f.R"))
+    file.copy(clib_source("reload.cpp"), src)
+  }
+  unlink(Sys.glob(file.path(src, c("*.o", "*.so"))))
+  makevars <- file.path(dir, "Makevars.user")
+  writeLines(paste("CXXFLAGS = -g -O0 -fPIC -DWHO=", who, sep = ""), makevars)
+  res <- r_cmd(c("SHLIB", "-o", "wtreload.so", "reload.cpp"), env = paste0("R_MAKEVARS_USER=", makevars), wd = src)
+  if (res$status != 0L) stop("compiling wtreload failed:\n", res$output)
+  invisible(file.path(normalizePath(src), "wtreload.so"))
+}
+
+test_that("a throw recorded before pkgload::load_all() rebuilt and reloaded the package keeps the old build's frames unnamed", {
+  skip_if_not(winch:::throw_capture_status()$supported, "capturing throws needs x86_64 Linux")
+  skip_if_not_installed("pkgload")
+  dir <- tempfile("winch-wtreload-")
+  reload_package(dir, "rela")
+  on.exit(try(pkgload::unload("wtreload"), silent = TRUE))
+  pkgload::load_all(dir, compile = FALSE, quiet = TRUE, export_all = TRUE)
+  ns <- asNamespace("wtreload")
+  at <- ns$wt_where()
+  expect_identical(ns$wt_throw(), -1L)
+  before <- winch_last_throw()
+  expect_true("rela::level3(int)" %in% before$func)
+  # Rebuilt with other names, unloaded and loaded again by pkgload (which
+  # loads a copy of src/wtreload.so from a directory of its own).
+  old <- getLoadedDLLs()[["wtreload"]][["path"]]
+  reload_package(dir, "relb")
+  pkgload::unload("wtreload")
+  invisible(gc())
+  pkgload::load_all(dir, compile = FALSE, quiet = TRUE, export_all = TRUE)
+  ns <- asNamespace("wtreload")
+  now <- ns$wt_where()
+  if (now != at) {
+    still <- any(grepl(old, readLines("/proc/self/maps"), fixed = TRUE))
+    skip(sprintf(
+      "pkgload %s loaded the rebuilt wtreload.so at another address (%.0f, not %.0f)%s: nothing to test",
+      packageVersion("pkgload"), now, at, if (still) ", the old build still loaded" else ""
+    ))
+  }
+  after <- winch_last_throw()
+  expect_identical(after$ip, before$ip)
+  expect_false(any(grepl("relb::", after$func)), info = paste(after$func, collapse = ", "))
+  mine <- which(before$pathname == old)
+  expect_true(length(mine) >= 4L)
+  expect_identical(after$pathname[mine], before$pathname[mine])
+  expect_true(all(is.na(after$func[mine])))
+  # The new build's throws are named after it.
+  expect_identical(ns$wt_throw(), -1L)
+  expect_true("relb::level3(int)" %in% winch_last_throw()$func)
 })
