@@ -164,7 +164,7 @@ pub fn rs_profile_stop() -> Result<RValue> {
     let interval_ns = running.interval_ns;
     let finished = running.stop();
     let (profile, stats) = build::build(&finished, event, interval_ns);
-    session::recycle(finished.snapshot);
+    session::recycle(finished.snapshots);
     Ok(to_r(&profile, &stats))
 }
 
@@ -177,7 +177,7 @@ pub fn rs_profile_discard() -> Result<RValue> {
         return Ok(false.into());
     };
     let finished = running.stop();
-    session::recycle(finished.snapshot);
+    session::recycle(finished.snapshots);
     Ok(true.into())
 }
 

@@ -155,6 +155,48 @@ impl ModuleMap {
     pub fn module_of(&self, addr: usize) -> Option<usize> {
         self.lookup(addr).map(|h| h.module)
     }
+
+    /// The index in `other` of the load of module `index` of this map: a
+    /// module of the same file (path, build-id, the mapping's device and
+    /// inode) at the same place (bias and segments). None when it is not
+    /// loaded in `other`: an address of this module in `other` may belong
+    /// to another library loaded there since.
+    pub fn same_load(&self, index: usize, other: &ModuleMap) -> Option<usize> {
+        let m = self.modules.get(index)?;
+        if std::ptr::eq(self, other) {
+            return Some(index);
+        }
+        let first = m.segments.iter().find(|s| s.start < s.end)?;
+        let j = other.module_of(first.start)?;
+        let o = other.module(j);
+        let same = o.path == m.path
+            && o.bias == m.bias
+            && o.segments == m.segments
+            && o.build_id == m.build_id
+            && o.mapped == m.mapped
+            && o.has_file == m.has_file
+            && o.is_main == m.is_main;
+        same.then_some(j)
+    }
+}
+
+impl Module {
+    /// A copy of a module that is no longer loaded, to show where a frame
+    /// was (its path and load bias): without segments (no address finds
+    /// it) and without anything read from its image or its file.
+    pub fn unloaded(&self) -> Module {
+        Module {
+            path: self.path.clone(),
+            bias: self.bias,
+            segments: Vec::new(),
+            build_id: None,
+            is_main: false,
+            has_file: false,
+            mapped: None,
+            eh_frame_hdr: None,
+            dynamic: None,
+        }
+    }
 }
 
 /// Device, inode, size and modification time of the file at `path`.
@@ -416,29 +458,55 @@ fn parse_maps_line(line: &str) -> Option<MapsEntry> {
     })
 }
 
-struct Live {
-    generation: (u64, u64),
-    map: Arc<ModuleMap>,
+/// The loaded modules at one moment, and which of the loader's
+/// generations they are.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The loader's counters read before the modules were listed.
+    pub generation: (u64, u64),
+    /// Whether the counters were the same after the modules were listed:
+    /// `map` is then exactly the modules of `generation` (otherwise a
+    /// module was loaded or unloaded meanwhile, and `map` may be newer).
+    pub exact: bool,
+    pub map: Arc<ModuleMap>,
 }
 
-static LIVE: ReentryLock<Option<Live>> = ReentryLock::new(None);
+impl Loaded {
+    /// The generation `map` holds exactly, if it is known.
+    pub fn exact_generation(&self) -> Option<(u64, u64)> {
+        self.exact.then_some(self.generation)
+    }
+}
+
+static LIVE: ReentryLock<Option<Loaded>> = ReentryLock::new(None);
 
 /// The current module map, rebuilt only when modules were loaded or unloaded.
 /// Never waits: if the cache is in use (re-entered), a fresh map is built.
 pub fn current() -> Arc<ModuleMap> {
+    current_at().map
+}
+
+/// [`current`], with the loader's generation it belongs to.
+pub fn current_at() -> Loaded {
     let generation = loader_generation();
+    let known = generation != (u64::MAX, u64::MAX);
+    let fresh = || {
+        let map = Arc::new(ModuleMap::new(read_loaded_modules()));
+        let exact = known && loader_generation() == generation;
+        Loaded { generation, exact, map }
+    };
     let Some(mut live) = LIVE.lock() else {
         // Re-entered on this thread: a fresh map, not cached.
-        return Arc::new(ModuleMap::new(read_loaded_modules()));
+        return fresh();
     };
     if let Some(l) = live.as_ref() {
-        if l.generation == generation && generation != (u64::MAX, u64::MAX) {
-            return l.map.clone();
+        if l.generation == generation && known {
+            return l.clone();
         }
     }
-    let map = Arc::new(ModuleMap::new(read_loaded_modules()));
-    *live = Some(Live { generation, map: map.clone() });
-    map
+    let loaded = fresh();
+    *live = Some(loaded.clone());
+    loaded
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -486,6 +554,47 @@ mod tests {
         std::fs::write(&file, b"rebuilt").unwrap();
         assert_ne!(a.load_identity(&path), Some(first));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_load_is_found_again_only_while_it_is_loaded() {
+        let with_id = |path: &str, start: usize, id: &[u8]| {
+            let mut m =
+                module(path, &[(start, start + 0x1000, true), (start + 0x1000, start + 0x2000, false)]);
+            m.build_id = Some(id.to_vec());
+            m
+        };
+        let libr = module("/usr/lib/R/lib/libR.so", &[(0x100000, 0x200000, true)]);
+        let then = ModuleMap::new(vec![libr.clone(), with_id("/tmp/a/rel.so", 0x10000, b"\x0a")]);
+        // Still loaded (listed elsewhere in the map): found.
+        let same = ModuleMap::new(vec![with_id("/tmp/a/rel.so", 0x10000, b"\x0a"), libr.clone()]);
+        assert_eq!(then.same_load(1, &same), Some(0));
+        assert_eq!(then.same_load(0, &same), Some(1));
+        assert_eq!(then.same_load(1, &then), Some(1));
+        // Another library at the same address; the same path rebuilt (as
+        // pkgload::load_all() does); unloaded: not found.
+        let other = ModuleMap::new(vec![libr.clone(), with_id("/tmp/b/rel.so", 0x10000, b"\x0b")]);
+        assert_eq!(then.same_load(1, &other), None);
+        let rebuilt = ModuleMap::new(vec![libr.clone(), with_id("/tmp/a/rel.so", 0x10000, b"\x0c")]);
+        assert_eq!(then.same_load(1, &rebuilt), None);
+        let mut moved_file = with_id("/tmp/a/rel.so", 0x10000, b"\x0a");
+        moved_file.mapped = Some(MappedFile { dev: 1, ino: 2 });
+        assert_eq!(then.same_load(1, &ModuleMap::new(vec![moved_file])), None);
+        assert_eq!(then.same_load(1, &ModuleMap::new(vec![libr])), None);
+        assert_eq!(then.same_load(7, &then), None);
+        // An unloaded module's copy keeps its path and bias, and no address
+        // finds it.
+        let gone = then.module(1).unloaded();
+        assert_eq!((gone.path.as_str(), gone.bias), ("/tmp/a/rel.so", 0x10000));
+        assert_eq!(ModuleMap::new(vec![gone]).lookup(0x10010), None);
+    }
+
+    #[test]
+    fn the_current_map_knows_its_generation() {
+        let now = current_at();
+        assert!(now.exact, "no module was loaded while the test read them");
+        assert_eq!(now.exact_generation(), Some(loader_generation()));
+        assert!(Arc::ptr_eq(&now.map, &current()));
     }
 
     #[test]

@@ -125,6 +125,10 @@ pub struct Record {
     pub r_contexts: [(usize, usize); 2],
     /// Times it was rethrown since.
     pub rethrows: u32,
+    /// The loader's generation when the frames were walked: their
+    /// addresses are named with the modules of that generation (see
+    /// `shown`), never with modules loaded at those addresses since.
+    pub generation: Option<(u64, u64)>,
     /// The walk reached a frame of R's interpreter (and stopped there).
     pub reached_r: bool,
     /// The walk stopped before the end of the stack for another reason
@@ -145,6 +149,7 @@ impl Default for Record {
             id: Identity::default(),
             r_contexts: [(0, 0); 2],
             rethrows: 0,
+            generation: None,
             reached_r: false,
             truncated: false,
             n: 0,
@@ -189,6 +194,7 @@ impl Ring {
         r.seq = self.seq;
         r.n = 0;
         r.rethrows = 0;
+        r.generation = None;
         r.reached_r = false;
         r.truncated = false;
         r
@@ -399,7 +405,7 @@ pub use names::{base_function_name, demangle_type, is_r_unwind_carrier, is_throw
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod hook;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub use hook::{installed, records, rescan, rescan_if_changed, status, uninstall};
+pub use hook::{installed, map_of, records, rescan, rescan_if_changed, status, uninstall};
 
 /// Turns capture on (see `hook`), and has the loader hook rescan modules
 /// for it when libraries load.
@@ -477,9 +483,12 @@ mod unsupported {
     pub fn records() -> Vec<Record> {
         Vec::new()
     }
+    pub fn map_of(_generation: Option<(u64, u64)>) -> Option<std::sync::Arc<crate::modules::ModuleMap>> {
+        None
+    }
 }
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-pub use unsupported::{install, installed, records, rescan, rescan_if_changed, status, uninstall};
+pub use unsupported::{install, installed, map_of, records, rescan, rescan_if_changed, status, uninstall};
 
 #[cfg(test)]
 mod tests {

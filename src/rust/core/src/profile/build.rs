@@ -6,9 +6,10 @@
 use super::collect::Times;
 use super::labels::{self, Labels};
 use super::model::{Event, FrameKind, Function, Line, Location, Module, Profile, Stack};
-use super::sampler::{EXACT_IP, IP_MASK, NATIVE, POS, R, TAG};
+use super::sampler::{EXACT_IP, IP_MASK, NATIVE, POS, R, SNAPSHOT, TAG, UNCERTAIN};
 use super::session::Finished;
 use crate::debuginfo::Resolved;
+use crate::modules::ModuleMap;
 use crate::symbolizer;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -93,12 +94,20 @@ struct Builder<'a> {
     functions: Vec<Function>,
     function_ids: HashMap<(FrameKind, String, Option<usize>), usize>,
     locations: Vec<Location>,
-    native_ids: HashMap<u64, usize>,
+    /// By (snapshot word, entry).
+    native_ids: HashMap<(u64, u64), usize>,
+    /// The modules loaded now: native addresses are named through them.
+    now: Arc<ModuleMap>,
+    /// Each snapshot's modules, by number.
+    maps: Vec<&'a ModuleMap>,
     r_ids: HashMap<RKey, usize>,
     files: Vec<String>,
     file_ids: HashMap<Arc<str>, usize>,
     modules: Vec<Module>,
-    module_ids: HashMap<usize, usize>,
+    /// By (snapshot number, module index in it); and each profile module's
+    /// first (snapshot number, module index), to find a load seen before.
+    module_ids: HashMap<(usize, usize), usize>,
+    module_loads: Vec<(usize, usize)>,
     labels_full: bool,
 }
 
@@ -111,11 +120,14 @@ impl<'a> Builder<'a> {
             function_ids: HashMap::new(),
             locations: Vec::new(),
             native_ids: HashMap::new(),
+            now: crate::modules::current(),
+            maps: fin.snapshots.iter().map(|s| &*s.map).collect(),
             r_ids: HashMap::new(),
             files: Vec::new(),
             file_ids: HashMap::new(),
             modules: Vec::new(),
             module_ids: HashMap::new(),
+            module_loads: Vec::new(),
             labels_full: false,
         }
     }
@@ -123,9 +135,11 @@ impl<'a> Builder<'a> {
     /// The locations of a record's entries, innermost first.
     fn stack(&mut self, entries: &[u64]) -> Vec<usize> {
         let mut out = Vec::with_capacity(entries.len());
+        // The snapshot the native frames were walked with (none: uncertain).
+        let snap = entries.first().copied().filter(|&w| w & TAG == SNAPSHOT).unwrap_or(UNCERTAIN);
         for (k, &e) in entries.iter().enumerate() {
             match e & TAG {
-                NATIVE => out.push(self.native(e)),
+                NATIVE => out.push(self.native(e, snap)),
                 R => {
                     let id = (e & 0xffff_ffff) as u32;
                     // A loop is named after the R function running it: the
@@ -205,11 +219,19 @@ impl<'a> Builder<'a> {
         id
     }
 
-    fn module(&mut self, index: usize) -> usize {
-        if let Some(&id) = self.module_ids.get(&index) {
+    /// The profile's module for module `index` of snapshot `snap`: one per
+    /// load, however many snapshots list it.
+    fn module(&mut self, snap: usize, index: usize) -> usize {
+        if let Some(&id) = self.module_ids.get(&(snap, index)) {
             return id;
         }
-        let m = self.fin.snapshot.map.module(index);
+        let map = self.maps[snap];
+        let seen = self.module_loads.iter().position(|&(s, i)| self.maps[s].same_load(i, map) == Some(index));
+        if let Some(id) = seen {
+            self.module_ids.insert((snap, index), id);
+            return id;
+        }
+        let m = map.module(index);
         let start = m.segments.iter().map(|s| s.start).min().unwrap_or(m.bias);
         let limit = m.segments.iter().map(|s| s.end).max().unwrap_or(m.bias);
         let id = self.modules.len();
@@ -220,34 +242,40 @@ impl<'a> Builder<'a> {
             limit: limit as u64,
             offset: start.wrapping_sub(m.bias) as u64,
         });
-        self.module_ids.insert(index, id);
+        self.module_ids.insert((snap, index), id);
+        self.module_loads.push((snap, index));
         id
     }
 
-    /// The location of a native entry: one per distinct instruction.
-    fn native(&mut self, entry: u64) -> usize {
-        if let Some(&l) = self.native_ids.get(&entry) {
+    /// The location of a native entry of a sample whose snapshot word is
+    /// `snap`: one per distinct instruction of a module load.
+    fn native(&mut self, entry: u64, snap: u64) -> usize {
+        if let Some(&l) = self.native_ids.get(&(snap, entry)) {
             return l;
         }
         let ip = (entry & IP_MASK) as usize;
         // A return address's call is just before it.
         let probe = if entry & EXACT_IP != 0 { ip } else { ip.wrapping_sub(1) };
-        let map = self.fin.snapshot.map.clone();
-        let index = map.module_of(probe);
-        let resolved: Arc<[Resolved]> = match index {
-            Some(m) => symbolizer::with_global(|s| {
-                s.resolve_in(&map, m, probe.wrapping_sub(map.module(m).bias) as u64)
-            })
-            .unwrap_or_else(unnamed),
-            None => unnamed(),
+        let place = placement(&self.maps, &self.now, snap, probe);
+        let resolved: Arc<[Resolved]> = match place {
+            Place::Loaded { now, .. } => {
+                let bias = self.now.module(now).bias;
+                symbolizer::with_global(|s| s.resolve_in(&self.now, now, probe.wrapping_sub(bias) as u64))
+                    .unwrap_or_else(unnamed)
+            }
+            Place::Unloaded { .. } | Place::Unknown => unnamed(),
         };
-        let module = index.map(|m| self.module(m));
-        let base = index.map_or("?".to_string(), |m| map.module(m).basename().to_string());
+        let (module, base) = match place {
+            Place::Loaded { snap, index, .. } | Place::Unloaded { snap, index } => {
+                (Some(self.module(snap, index)), self.maps[snap].module(index).basename().to_string())
+            }
+            Place::Unknown => (None, "?".to_string()),
+        };
         let mut lines = Vec::with_capacity(resolved.len());
         for r in resolved.iter() {
             let (name, label) = match &r.func {
                 Some(name) => (name.to_string(), format!("/{base}::{}", native_label(name))),
-                None => self.unnamed_function(index, probe, ip),
+                None => self.unnamed_function(place, probe, ip),
             };
             let f = self.function(FrameKind::Native, name, label, module);
             let file = r.file.as_ref().map(|p| self.file(p));
@@ -258,24 +286,54 @@ impl<'a> Builder<'a> {
         }
         let l = self.locations.len();
         self.locations.push(Location { module, address: ip as u64, lines });
-        self.native_ids.insert(entry, l);
+        self.native_ids.insert((snap, entry), l);
         l
     }
 
     /// Name and label of an unnamed native function: its start from the
-    /// unwind information, so every sample in it counts for one function;
-    /// where no unwind entry covers the address, the address itself, marked
-    /// with `?` (as in traces: the offset of `ip` itself, while `probe`,
-    /// the address looked up, is inside the call for return addresses).
-    fn unnamed_function(&self, index: Option<usize>, probe: usize, ip: usize) -> (String, String) {
-        let map = &self.fin.snapshot.map;
-        let Some(m) = index else {
+    /// unwind information of the snapshot it was sampled with (copied then:
+    /// right also for a module unloaded since), so every sample in it counts
+    /// for one function; where no unwind entry covers the address, or the
+    /// module is unknown, the address itself, marked with `?` (as in traces:
+    /// the offset of `ip` itself, while `probe`, the address looked up, is
+    /// inside the call for return addresses).
+    fn unnamed_function(&self, place: Place, probe: usize, ip: usize) -> (String, String) {
+        let (Place::Loaded { snap, index, .. } | Place::Unloaded { snap, index }) = place else {
             return ("?".into(), format!("/?::{}", crate::view::unnamed_label(None, ip)));
         };
-        let module = map.module(m);
-        let start = self.fin.snapshot.function_start(probe).map(|s| s.wrapping_sub(module.bias));
+        let module = self.maps[snap].module(index);
+        let start = self.fin.snapshots[snap].function_start(probe).map(|s| s.wrapping_sub(module.bias));
         let name = crate::view::unnamed_label(start, ip.wrapping_sub(module.bias));
         (format!("/{}::{name}", module.basename()), format!("/{}::{name}", module.basename()))
+    }
+}
+
+/// Where a sampled native address is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// In module `index` of snapshot `snap`, which is loaded now as module
+    /// `now` of the current map.
+    Loaded { snap: usize, index: usize, now: usize },
+    /// In module `index` of snapshot `snap`, no longer loaded.
+    Unloaded { snap: usize, index: usize },
+    /// Not known for certain: in no module of its snapshot, or sampled
+    /// while modules changed (`UNCERTAIN`), or with an unknown snapshot.
+    Unknown,
+}
+
+/// Where the address `probe` of a sample whose snapshot word is `snap` was,
+/// given every snapshot's modules (`maps`, by number) and the modules
+/// loaded now.
+fn placement(maps: &[&ModuleMap], now: &ModuleMap, snap: u64, probe: usize) -> Place {
+    if snap & TAG != SNAPSHOT || snap & UNCERTAIN != 0 {
+        return Place::Unknown;
+    }
+    let k = (snap & 0xffff_ffff) as usize;
+    let Some(map) = maps.get(k) else { return Place::Unknown };
+    let Some(index) = map.module_of(probe) else { return Place::Unknown };
+    match map.same_load(index, now) {
+        Some(j) => Place::Loaded { snap: k, index, now: j },
+        None => Place::Unloaded { snap: k, index },
     }
 }
 
@@ -349,6 +407,30 @@ fn strip_parameters(name: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn samples_are_placed_with_the_modules_of_their_snapshot() {
+        use crate::modules::Module;
+        let libr = Module::synthetic("/usr/lib/R/lib/libR.so", 0x100000, 0x200000, false);
+        let a = Module::synthetic("/tmp/x/rela.so", 0x10000, 0x11000, false);
+        let b = Module::synthetic("/tmp/y/relb.so", 0x10000, 0x11000, false);
+        // Snapshot 0 while rela.so was loaded, 1 after relb.so replaced it;
+        // relb.so is still loaded now.
+        let s0 = ModuleMap::new(vec![libr.clone(), a]);
+        let s1 = ModuleMap::new(vec![b.clone(), libr.clone()]);
+        let now = ModuleMap::new(vec![libr, b]);
+        let maps = [&s0, &s1];
+        let word = |n: u64| SNAPSHOT | n;
+        assert_eq!(placement(&maps, &now, word(0), 0x10100), Place::Unloaded { snap: 0, index: 1 });
+        assert_eq!(placement(&maps, &now, word(1), 0x10100), Place::Loaded { snap: 1, index: 0, now: 1 });
+        assert_eq!(placement(&maps, &now, word(0), 0x100100), Place::Loaded { snap: 0, index: 0, now: 0 });
+        // Taken while modules changed, with an unknown snapshot, or in no
+        // module: unknown.
+        assert_eq!(placement(&maps, &now, word(1) | UNCERTAIN, 0x10100), Place::Unknown);
+        assert_eq!(placement(&maps, &now, word(2), 0x10100), Place::Unknown);
+        assert_eq!(placement(&maps, &now, NATIVE | 1, 0x10100), Place::Unknown);
+        assert_eq!(placement(&maps, &now, word(0), 0x5), Place::Unknown);
+    }
 
     #[test]
     fn native_labels_drop_parameters_and_spaces() {

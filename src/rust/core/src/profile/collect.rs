@@ -106,7 +106,21 @@ pub struct Collected {
 impl Collected {
     /// Adds one record (`[header, entry...]`, see `sampler`).
     pub fn absorb(&mut self, record: &[u64]) {
+        self.absorb_as(record, false);
+    }
+
+    /// Adds one record, its snapshot word (the first entry) marked
+    /// `UNCERTAIN` if `uncertain`.
+    pub fn absorb_as(&mut self, record: &[u64], uncertain: bool) {
         let Some((&header, entries)) = record.split_first() else { return };
+        let marked;
+        let entries = match entries.split_first() {
+            Some((&snap, rest)) if uncertain && snap & super::sampler::TAG == super::sampler::SNAPSHOT => {
+                marked = [&[snap | super::sampler::UNCERTAIN][..], rest].concat();
+                &marked[..]
+            }
+            _ => entries,
+        };
         let flags = header & 0xff;
         let weight = ((header >> 8) & 0xff_ffff).max(1);
         let truncated = flags & (TRUNCATED_NATIVE | TRUNCATED_R) != 0;
@@ -152,6 +166,20 @@ mod tests {
         let a = c.stacks[&[1u64, 2][..]];
         assert_eq!((a.weight, a.samples, a.truncated), (2503, 2501, 1));
         assert!(c.heap_bytes() < 20_000);
+    }
+
+    #[test]
+    fn uncertain_samples_are_stacks_of_their_own() {
+        use crate::profile::sampler::{NATIVE, SNAPSHOT, UNCERTAIN};
+        let mut c = Collected::default();
+        let rec = [header(0, 1, 500), SNAPSHOT | 1, NATIVE | 0x1234];
+        c.absorb(&rec);
+        c.absorb_as(&rec, true);
+        c.absorb_as(&rec, false);
+        assert_eq!(c.stacks.len(), 2);
+        assert_eq!(c.stacks[&[SNAPSHOT | 1, NATIVE | 0x1234][..]].samples, 2);
+        assert_eq!(c.stacks[&[SNAPSHOT | 1 | UNCERTAIN, NATIVE | 0x1234][..]].samples, 1);
+        assert_eq!(c.samples, 3);
     }
 
     #[test]

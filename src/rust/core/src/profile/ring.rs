@@ -53,8 +53,20 @@ impl Ring {
 
     /// Consumer: hands every record available now to `f`, in order; returns
     /// how many there were.
-    pub fn drain(&self, buf: &mut Vec<u64>, mut f: impl FnMut(&[u64])) -> usize {
-        let head = self.head.load(Ordering::Acquire);
+    pub fn drain(&self, buf: &mut Vec<u64>, f: impl FnMut(&[u64])) -> usize {
+        self.drain_to(self.head(), buf, f)
+    }
+
+    /// Consumer: where the records written so far end (for [`drain_to`]).
+    ///
+    /// [`drain_to`]: Ring::drain_to
+    pub fn head(&self) -> usize {
+        self.head.load(Ordering::Acquire)
+    }
+
+    /// Consumer: hands the records written before `head` (a value of
+    /// [`head`](Ring::head)) to `f`, in order; those written since stay.
+    pub fn drain_to(&self, head: usize, buf: &mut Vec<u64>, mut f: impl FnMut(&[u64])) -> usize {
         let mut tail = self.tail.load(Ordering::Relaxed);
         let mut n = 0;
         while tail != head {
@@ -96,6 +108,20 @@ mod tests {
             assert_eq!(got, vec![vec![i, i * 10]]);
         }
         assert!(r.push(&[]), "an empty record is one word");
+    }
+
+    #[test]
+    fn records_written_after_a_head_stay_for_later() {
+        let r = Ring::new(16);
+        assert!(r.push(&[1, 2]));
+        let head = r.head();
+        assert!(r.push(&[3]));
+        let mut buf = Vec::new();
+        let mut seen = Vec::new();
+        assert_eq!(r.drain_to(head, &mut buf, |rec| seen.push(rec.to_vec())), 1);
+        assert_eq!(seen, vec![vec![1, 2]]);
+        assert_eq!(r.drain(&mut buf, |rec| seen.push(rec.to_vec())), 1);
+        assert_eq!(seen, vec![vec![1, 2], vec![3]]);
     }
 
     #[test]

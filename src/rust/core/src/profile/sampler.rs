@@ -9,8 +9,11 @@
 //! ranges where R keeps them (the C stack, R's node stack, R's own data);
 //! reads of R objects go through `rheap`.
 //!
-//! A record is `[header, entry...]`, entries innermost first:
+//! A record is `[header, snapshot, entry...]`, entries innermost first:
 //! * header: `flags | weight << 8 | handler_ns << 32`;
+//! * snapshot: `SNAPSHOT | n`, the number of the session's snapshot of
+//!   loaded modules the native frames were walked with (and are named
+//!   with), to which the collector adds `UNCERTAIN` (see `session`);
 //! * a native frame: `NATIVE | ip` (`| EXACT_IP` for the interrupted one);
 //! * an R frame: `R | label id`;
 //! * a loop: `R | label id` of `[for]`, `[while]`, `[repeat]` or `[loop]`;
@@ -30,6 +33,12 @@ use crate::unwind::walk::{End, Frame, Snapshot};
 mod describe;
 use describe::{describe_frames, prefetch_last_contexts, Describe, Memo};
 
+/// The second word of a record: the snapshot's number.
+pub const SNAPSHOT: u64 = 0;
+/// On the snapshot word (set by the collector): modules may have been
+/// loaded or unloaded between the snapshot and the sample, so the native
+/// frames' addresses may be another module's than the snapshot says.
+pub const UNCERTAIN: u64 = 1 << 61;
 pub const NATIVE: u64 = 1 << 62;
 pub const R: u64 = 2 << 62;
 pub const TAG: u64 = 3 << 62;
@@ -183,15 +192,21 @@ pub struct Outcome {
     pub outside: bool,
 }
 
-/// Takes one sample from the interrupted registers `(ip, sp, bp)` and
-/// pushes it to `ring` with `weight` (timer expirations it stands for).
+/// The snapshot number of a record (`[header, snapshot, entry...]`).
+pub fn snapshot_of(record: &[u64]) -> Option<u32> {
+    record.get(1).filter(|&&w| w & TAG == SNAPSHOT).map(|&w| (w & 0xffff_ffff) as u32)
+}
+
+/// Takes one sample from the interrupted registers `(ip, sp, bp)` with
+/// snapshot number `index` and pushes it to `ring` with `weight` (timer
+/// expirations it stands for).
 #[allow(clippy::too_many_arguments)]
 pub fn sample(
     regs: (usize, usize, usize),
     weight: u64,
     started_ns: u64,
     now_ns: impl Fn() -> u64,
-    snap: &Snapshot,
+    (snap, index): (&Snapshot, u32),
     r: &RFacts,
     s: &mut Scratch,
     ring: &Ring,
@@ -246,7 +261,8 @@ pub fn sample(
         _ => n,
     };
 
-    let mut len = 1;
+    s.record[1] = SNAPSHOT | index as u64;
+    let mut len = 2;
     let mut k = 0; // next context (innermost first)
     let push = |rec: &mut [u64], len: &mut usize, w: u64| {
         if let Some(slot) = rec.get_mut(*len) {
@@ -288,7 +304,7 @@ pub fn sample(
     let spent = now_ns().saturating_sub(started_ns);
     s.record[0] = flags | (weight.min(0xff_ffff) << 8) | (spent.min(u32::MAX as u64) << 32);
     let pushed = ring.push(&s.record[..len]);
-    Outcome { flags, frames: len - 1, pushed, outside: false }
+    Outcome { flags, frames: len - 2, pushed, outside: false }
 }
 
 fn loop_kind_label(kind: u32) -> u32 {

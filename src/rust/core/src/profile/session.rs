@@ -47,18 +47,39 @@ pub const MIN_INTERVAL_NS: u64 = 1_000_000;
 /// to run, and small enough to stay in the CPU's caches.
 const RING_WORDS: usize = 1 << 17;
 
+/// A snapshot of loaded modules as the handler uses it: with its number in
+/// the session, which every sample taken with it carries.
+struct Used {
+    snapshot: Box<Snapshot>,
+    index: u32,
+}
+
 /// A running session. Shared by the handler (through `ACTIVE`), the
 /// collector thread and the thread that started it.
+///
+/// Which modules a sample's addresses belong to is the snapshot's the
+/// handler used (it cannot ask the loader). The collector checks the
+/// loader's generation before it takes the samples written so far: each is
+/// certain when its snapshot still holds exactly the modules loaded then
+/// (no module was loaded or unloaded since the snapshot was taken), and is
+/// marked [`UNCERTAIN`] otherwise (see `build`). Every snapshot used stays
+/// until the profile is built.
+///
+/// [`UNCERTAIN`]: super::sampler::UNCERTAIN
 pub struct Session {
     facts: RFacts,
     ring: Ring,
     /// Used by the handler only (it never runs twice at once).
     scratch: UnsafeCell<Scratch>,
-    snapshot: AtomicPtr<Snapshot>,
-    /// Snapshots replaced while sampling; freed when the session ends.
-    /// (Boxes: they came from `Box::into_raw` and must not move.)
+    snapshot: AtomicPtr<Used>,
+    /// Snapshots replaced while sampling, in order; handed to `build` when
+    /// the session ends. (Boxes: they came from `Box::into_raw` and must
+    /// not move.)
     #[allow(clippy::vec_box)]
-    retired: Mutex<Vec<Box<Snapshot>>>,
+    retired: Mutex<Vec<Box<Used>>>,
+    /// The generation and exactness of each snapshot used, by its number
+    /// (the collector's).
+    generations: Mutex<Vec<((u64, u64), bool)>>,
     interpreter_addr: usize,
     main_thread: libc::pthread_t,
     pub handler_runs: AtomicU64,
@@ -102,8 +123,9 @@ unsafe impl Send for Running {}
 pub struct Finished {
     pub collected: Collected,
     pub labels: super::labels::Labels,
-    /// The last snapshot (for symbolizing and function starts).
-    pub snapshot: Box<Snapshot>,
+    /// Every snapshot used, by number (the samples name theirs), the last
+    /// one last: for placing addresses in modules and function starts.
+    pub snapshots: Vec<Box<Snapshot>>,
     pub handler_runs: u64,
     pub dropped: u64,
     pub outside: u64,
@@ -225,10 +247,11 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
         }
     };
     // SAFETY: the snapshot pointer is a live Box owned by the session.
-    let Some(snap) = (unsafe { s.snapshot.load(Ordering::Acquire).as_ref() }) else { return };
+    let Some(used) = (unsafe { s.snapshot.load(Ordering::Acquire).as_ref() }) else { return };
     // SAFETY: only the handler uses `scratch` while the session runs.
     let scratch = unsafe { &mut *s.scratch.get() };
     s.handler_runs.fetch_add(1, Ordering::Relaxed);
+    let snap = (&*used.snapshot, used.index);
     let out = sampler::sample(regs, 1 + overrun, start, now_ns, snap, &s.facts, scratch, &s.ring);
     if out.outside {
         s.outside.fetch_add(1 + overrun, Ordering::Relaxed);
@@ -239,23 +262,48 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
 
 impl Session {
     /// Takes the snapshot of loaded modules anew if modules were loaded or
-    /// unloaded (collector thread).
-    fn refresh(&self) {
+    /// unloaded: the loader's generation is now `generation` (collector
+    /// thread).
+    fn refresh(&self, generation: (u64, u64)) {
         // SAFETY: the current snapshot stays alive while the session runs.
         let current = unsafe { &*self.snapshot.load(Ordering::Acquire) };
-        if crate::modules::loader_generation() == current.generation {
+        if generation == current.snapshot.generation && current.snapshot.exact {
             return;
         }
-        let fresh = Box::into_raw(Box::new(Snapshot::take(self.interpreter_addr)));
+        let snapshot = Box::new(Snapshot::take(self.interpreter_addr));
+        let index = {
+            let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+            g.push((snapshot.generation, snapshot.exact));
+            (g.len() - 1) as u32
+        };
+        let fresh = Box::into_raw(Box::new(Used { snapshot, index }));
         let old = self.snapshot.swap(fresh, Ordering::AcqRel);
-        // The handler may still be walking the old one: keep it.
+        // The handler may still be walking the old one, and the samples
+        // taken with it are named with it: keep it.
         // SAFETY: `old` came from Box::into_raw and is no longer published.
         self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(unsafe { Box::from_raw(old) });
     }
 
-    fn collect(&self, buf: &mut Vec<u64>) {
+    /// Takes the samples written so far, each marked certain or not (see
+    /// [`Session`]); returns the loader's generation read.
+    fn collect(&self, buf: &mut Vec<u64>) -> (u64, u64) {
+        // Every sample written before `head` was taken before the
+        // generation is read.
+        let head = self.ring.head();
+        let generation = crate::modules::loader_generation();
+        let certain: Vec<bool> = self
+            .generations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|&(g, exact)| exact && g == generation)
+            .collect();
         let mut c = self.collected.lock().unwrap_or_else(|e| e.into_inner());
-        self.ring.drain(buf, |rec| c.absorb(rec));
+        self.ring.drain_to(head, buf, |rec| {
+            let index = sampler::snapshot_of(rec);
+            c.absorb_as(rec, index.is_none_or(|i| certain.get(i as usize) != Some(&true)));
+        });
+        generation
     }
 }
 
@@ -264,15 +312,17 @@ impl Session {
 /// a profile's first samples do not pay for what the last one computed.
 static SPARE: Mutex<Option<Box<Snapshot>>> = Mutex::new(None);
 
-/// Keeps a finished session's snapshot for the next session.
-pub fn recycle(snapshot: Box<Snapshot>) {
-    *SPARE.lock().unwrap_or_else(|e| e.into_inner()) = Some(snapshot);
+/// Keeps a finished session's last snapshot for the next session.
+pub fn recycle(mut snapshots: Vec<Box<Snapshot>>) {
+    if let Some(last) = snapshots.pop() {
+        *SPARE.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);
+    }
 }
 
 /// The spare snapshot, if it is still current.
 fn spare_snapshot() -> Option<Box<Snapshot>> {
     let spare = SPARE.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-    (spare.generation == crate::modules::loader_generation()).then_some(spare)
+    (spare.exact && spare.generation == crate::modules::loader_generation()).then_some(spare)
 }
 
 /// Starts sampling R's main thread (the calling thread) every
@@ -293,14 +343,16 @@ pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: 
     let signal = free_signal()
         .ok_or_else(|| Error::Unavailable("no free real-time signal for the sampling timer".into()))?;
     register_fork_handler();
-    let snapshot =
-        Box::into_raw(spare_snapshot().unwrap_or_else(|| Box::new(Snapshot::take(interpreter_addr))));
+    let first = spare_snapshot().unwrap_or_else(|| Box::new(Snapshot::take(interpreter_addr)));
+    let generations = Mutex::new(vec![(first.generation, first.exact)]);
+    let snapshot = Box::into_raw(Box::new(Used { snapshot: first, index: 0 }));
     let session = Arc::new(Session {
         facts,
         ring: Ring::new(RING_WORDS),
         scratch: UnsafeCell::new(Scratch::default()),
         snapshot: AtomicPtr::new(snapshot),
         retired: Mutex::new(Vec::new()),
+        generations,
         interpreter_addr,
         // SAFETY: the calling thread's own id.
         main_thread: unsafe { libc::pthread_self() },
@@ -345,13 +397,9 @@ pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: 
             .name("winch-profile".into())
             .spawn(move || {
                 let mut buf = Vec::new();
-                let mut ticks = 0u32;
                 while !s.stop.load(Ordering::Acquire) {
-                    s.collect(&mut buf);
-                    ticks += 1;
-                    if ticks.is_multiple_of(50) {
-                        s.refresh();
-                    }
+                    let generation = s.collect(&mut buf);
+                    s.refresh(generation);
                     std::thread::sleep(std::time::Duration::from_millis(2));
                 }
                 s.collect(&mut buf);
@@ -466,11 +514,16 @@ impl Running {
         let labels = std::mem::take(&mut unsafe { &mut *s.scratch.get() }.labels);
         let snap = s.snapshot.swap(std::ptr::null_mut(), Ordering::AcqRel);
         // SAFETY: the last published snapshot, no longer reachable.
-        let snapshot = unsafe { Box::from_raw(snap) };
+        let last = unsafe { Box::from_raw(snap) };
+        let mut used = std::mem::take(&mut *s.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        used.push(last);
+        // Published in order of their numbers: each is at its number.
+        used.sort_by_key(|u| u.index);
+        let snapshots = used.into_iter().map(|u| u.snapshot).collect();
         Finished {
             collected,
             labels,
-            snapshot,
+            snapshots,
             handler_runs: s.handler_runs.load(Ordering::Relaxed),
             dropped: s.dropped.load(Ordering::Relaxed),
             outside: s.outside.load(Ordering::Relaxed),

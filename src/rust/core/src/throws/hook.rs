@@ -15,7 +15,7 @@ use crate::unwind::rules::{InPlace, Regs, Tables};
 use crate::unwind::walk::{Caches, Modules, Sizes};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The hooked functions, in the order of `REAL` and of the trampolines.
 const WANTED: [Wanted; 2] = [
@@ -205,7 +205,11 @@ fn fill_frames(facts: &HookFacts, scratch: &mut Caches, r: &mut Record) {
     // SAFETY: a non-null TABLE is alive until capture is removed, which
     // happens on this thread, never while it is in the hook.
     let table = unsafe { TABLE.load(Ordering::Acquire).as_ref() };
-    let current = table.filter(|t| t.generation == modules::loader_generation());
+    // The frames are in modules loaded now (their code is running): named
+    // later with the modules of this generation.
+    let generation = modules::loader_generation();
+    r.generation = Some(generation).filter(|&g| g != (u64::MAX, u64::MAX));
+    let current = table.filter(|t| t.generation == generation);
     if let (Some(table), true) = (current, lo <= sp && sp < hi) {
         let read = |a: usize| {
             (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
@@ -382,6 +386,9 @@ fn publish_table(inst: &mut Installed) {
     // SAFETY: the hook uses a table only while the loader reports the
     // generation it was built at (see `fill_frames`).
     let table = Box::new(unsafe { WalkTable::in_place(inst.facts.interpreter_addr) });
+    if table.exact {
+        keep_map(table.generation, &table.map, inst.facts.main_thread);
+    }
     let old = TABLE.swap(Box::into_raw(table), Ordering::AcqRel);
     if !old.is_null() {
         // SAFETY: `old` came from Box::into_raw; the hook may still be
@@ -419,6 +426,50 @@ fn patch_new_modules(inst: &mut Installed, map: &ModuleMap) {
         let wanted: &[Wanted] = if targets[1] == 0 { &WANTED[..1] } else { &WANTED };
         inst.patched.extend(got::patch_module(m, wanted, &targets, &values, &maps));
     }
+}
+
+/// The module maps of the generations records were (or may be) made at,
+/// for naming their frames: one per table published, while a record of its
+/// generation is in the ring (and the newest one).
+static MAPS: Mutex<Vec<GenerationMap>> = Mutex::new(Vec::new());
+
+/// The loader's generation and its modules.
+type GenerationMap = ((u64, u64), Arc<ModuleMap>);
+
+/// Maps kept at most when the ring cannot be read (not on R's main thread).
+const MAX_MAPS: usize = 64;
+
+fn maps() -> std::sync::MutexGuard<'static, Vec<GenerationMap>> {
+    MAPS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Keeps `map`, the modules of `generation` exactly; forgets those no
+/// record refers to any more (on R's main thread, which alone reads the
+/// ring outside the hook).
+fn keep_map(generation: (u64, u64), map: &Arc<ModuleMap>, main_thread: usize) {
+    let mut kept = maps();
+    if !kept.iter().any(|(g, _)| *g == generation) {
+        kept.push((generation, map.clone()));
+    }
+    // SAFETY: pthread_self reads the thread pointer.
+    if unsafe { libc::pthread_self() } as usize == main_thread {
+        let used: Vec<Option<(u64, u64)>> = records().iter().map(|r| r.generation).collect();
+        kept.retain(|(g, _)| *g == generation || used.contains(&Some(*g)));
+    } else if kept.len() > MAX_MAPS {
+        let extra = kept.len() - MAX_MAPS;
+        kept.drain(..extra);
+    }
+}
+
+/// The modules of the loader's `generation` exactly (a record's), if they
+/// are known: kept from when they were loaded, or loaded now.
+pub fn map_of(generation: Option<(u64, u64)>) -> Option<Arc<ModuleMap>> {
+    let generation = generation?;
+    if let Some((_, m)) = maps().iter().find(|(g, _)| *g == generation) {
+        return Some(m.clone());
+    }
+    let now = modules::current_at();
+    (now.exact_generation() == Some(generation)).then_some(now.map)
 }
 
 /// Frees the walk tables replaced since the last call. R's main thread at

@@ -50,16 +50,71 @@ pub struct Branch {
     pub shown: Shown,
 }
 
-/// A record's frames as a native trace over the module map `map`.
-fn record_trace(r: &Record, map: Arc<ModuleMap>) -> NativeTrace {
+/// A record's frames as a native trace for naming them: over `now` (the
+/// modules loaded now), each frame placed in the module it was in when the
+/// throw was recorded (`then`: the modules of the record's generation;
+/// None: unknown, and so is every frame's module).
+///
+/// A frame whose module is still loaded (the same load: see
+/// [`ModuleMap::same_load`]) gets that module of `now`. A frame whose module
+/// is no longer loaded gets a copy of it without segments, appended after
+/// `now`'s modules ([`Module::unloaded`]): its path and offset are shown,
+/// but nothing of whatever is loaded at its address now names it. Returns
+/// the trace and how many of its map's modules are loaded (`now`'s).
+///
+/// [`Module::unloaded`]: crate::modules::Module::unloaded
+fn record_trace(r: &Record, then: Option<&ModuleMap>, now: Arc<ModuleMap>) -> (NativeTrace, usize) {
+    let live = now.modules().len();
+    let mut gone: Vec<(usize, crate::modules::Module)> = Vec::new();
+    let mut modules = Vec::with_capacity(r.frames().len());
+    for &(ip, _) in r.frames() {
+        let placed = then.and_then(|then| {
+            let m = then.module_of(ip)?;
+            if let Some(j) = then.same_load(m, &now) {
+                return Some(j);
+            }
+            let k = match gone.iter().position(|(i, _)| *i == m) {
+                Some(k) => k,
+                None => {
+                    gone.push((m, then.module(m).unloaded()));
+                    gone.len() - 1
+                }
+            };
+            Some(live + k)
+        });
+        modules.push(placed);
+    }
+    let map = if gone.is_empty() {
+        now
+    } else {
+        let mut all = now.modules().to_vec();
+        all.extend(gone.into_iter().map(|(_, m)| m));
+        Arc::new(ModuleMap::new(all))
+    };
     let frames = r
         .frames()
         .iter()
-        .map(|&(ip, sp)| NativeFrame { ip, lo: sp, module: map.module_of(ip), probe: ip.wrapping_sub(1) })
+        .zip(modules)
+        .map(|(&(ip, sp), module)| NativeFrame { ip, lo: sp, module, probe: ip.wrapping_sub(1) })
         .collect();
     let truncated =
         r.truncated.then(|| format!("the throw's stack was recorded up to {} frames", super::MAX_FRAMES));
-    NativeTrace { backend: Backend::Cfi, map, frames, truncated }
+    (NativeTrace { backend: Backend::Cfi, map, frames, truncated }, live)
+}
+
+/// Names of a record's frames: those in modules loaded now from their
+/// files; the others (in a module no longer loaded, or in none known)
+/// unnamed.
+fn symbolize_live(trace: &NativeTrace, live: usize) -> Vec<Arc<[Resolved]>> {
+    let named: Vec<usize> =
+        (0..trace.frames.len()).filter(|&i| trace.frames[i].module.is_some_and(|m| m < live)).collect();
+    let mut names = trace.symbolize_some(&named).into_iter();
+    (0..trace.frames.len())
+        .map(|i| match trace.frames[i].module {
+            Some(m) if m < live => names.next().unwrap_or_else(|| Arc::from(vec![Resolved::unnamed()])),
+            _ => Arc::from(vec![Resolved::unnamed()]),
+        })
+        .collect()
 }
 
 /// The index of the first frame that is not the throw machinery.
@@ -140,10 +195,11 @@ fn shown(
     known: &impl Fn(&ModuleMap) -> Known,
     last: Option<usize>,
 ) -> Shown {
-    let trace = record_trace(r, map);
+    let then = super::map_of(r.generation);
+    let (trace, live) = record_trace(r, then.as_deref(), map);
     let modules: Vec<Option<usize>> = trace.frames.iter().map(|f| f.module).collect();
     let classes = view::classify(&trace.map, &modules, known(&trace.map), false);
-    let all = trace.symbolize();
+    let all = symbolize_live(&trace, live);
     let last = last.or_else(|| trace.frames.len().checked_sub(1));
     let rows = last.map_or_else(Vec::new, |l| rows(&all, l));
     let location = location(&all, &rows);
@@ -230,4 +286,56 @@ pub fn branch(facts: &Facts, j: &Joint) -> Option<Branch> {
         });
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::modules::Module;
+
+    fn record(ips: &[usize]) -> Record {
+        let mut r = Record::default();
+        for (k, &ip) in ips.iter().enumerate() {
+            r.frames[k] = (ip, 0x7000 + 16 * k);
+        }
+        r.n = ips.len();
+        r
+    }
+
+    #[test]
+    fn a_record_is_placed_in_the_modules_of_its_generation() {
+        let libr = Module::synthetic("/usr/lib/R/lib/libR.so", 0x100000, 0x200000, false);
+        let a = Module::synthetic("/tmp/x/rela.so", 0x10000, 0x11000, false);
+        let b = Module::synthetic("/tmp/y/relb.so", 0x10000, 0x11000, false);
+        // Recorded while rela.so was loaded; relb.so is loaded there now.
+        let then = ModuleMap::new(vec![a.clone(), libr.clone()]);
+        let now = Arc::new(ModuleMap::new(vec![libr.clone(), b]));
+        let r = record(&[0x10100, 0x10200, 0x100100, 0x5]);
+        let (t, live) = record_trace(&r, Some(&then), now.clone());
+        assert_eq!(live, 2);
+        let modules: Vec<Option<usize>> = t.frames.iter().map(|f| f.module).collect();
+        // rela.so's frames: its unloaded copy, appended; libR: loaded now;
+        // an address in no module: none.
+        assert_eq!(modules, vec![Some(2), Some(2), Some(0), None]);
+        assert_eq!(t.map.module(2).path, "/tmp/x/rela.so");
+        assert_eq!(t.map.module(2).bias, 0x10000);
+        assert_eq!(t.map.module_of(0x10100), Some(1), "relb.so is what is loaded there now");
+        // Nothing is named in the unloaded module (no symbolizer asked).
+        let names = symbolize_live(&t, live);
+        assert!(names[0].iter().all(|f| f.func.is_none()) && names[1].iter().all(|f| f.func.is_none()));
+        assert!(names[3].iter().all(|f| f.func.is_none()));
+        // Recorded with the modules of now: placed as they are.
+        let (t, _) = record_trace(&r, Some(&now), now.clone());
+        assert!(Arc::ptr_eq(&t.map, &now));
+        let modules: Vec<Option<usize>> = t.frames.iter().map(|f| f.module).collect();
+        assert_eq!(modules, vec![Some(1), Some(1), Some(0), None]);
+        // Rela.so loaded again at the same place (the same load): its own.
+        let again = Arc::new(ModuleMap::new(vec![libr, a]));
+        let (t, _) = record_trace(&r, Some(&then), again.clone());
+        assert!(Arc::ptr_eq(&t.map, &again));
+        assert_eq!(t.frames[0].module, Some(1));
+        // The modules of the record's generation unknown: nothing placed.
+        let (t, _) = record_trace(&r, None, now);
+        assert!(t.frames.iter().all(|f| f.module.is_none()));
+    }
 }

@@ -33,6 +33,9 @@ pub struct Modules<T = Tables> {
     pub map: Arc<ModuleMap>,
     /// The loader's counters when the modules were listed.
     pub generation: (u64, u64),
+    /// Whether `map` is exactly the modules of `generation` (see
+    /// [`modules::Loaded`]).
+    pub exact: bool,
     /// Per module: R's interpreter (R's library or executable).
     pub interpreter: Vec<bool>,
     /// The module of R's library (the executable if R is linked statically).
@@ -47,18 +50,18 @@ static SERIAL: AtomicU64 = AtomicU64::new(1);
 impl<T> Modules<T> {
     /// The modules of `map` with the tables `tables` makes for each.
     fn build(
-        map: Arc<ModuleMap>,
-        generation: (u64, u64),
+        loaded: modules::Loaded,
         interpreter_addr: usize,
         tables: impl Fn(&Module) -> Option<T>,
     ) -> Modules<T> {
+        let modules::Loaded { generation, exact, map } = loaded;
         let tables = map.modules().iter().map(tables).collect();
         let libr = map.module_of(interpreter_addr);
         let interpreter = (0..map.modules().len())
             .map(|i| Some(i) == libr || crate::view::is_r_executable(map.module(i)))
             .collect();
         let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
-        Modules { map, generation, interpreter, libr, tables, serial }
+        Modules { map, generation, exact, interpreter, libr, tables, serial }
     }
 }
 
@@ -76,9 +79,7 @@ impl Modules<Tables> {
     /// ordinary thread: this allocates and reads). `interpreter_addr` is an
     /// address inside R's interpreter.
     pub fn copied(interpreter_addr: usize) -> Modules {
-        let generation = modules::loader_generation();
-        let map = modules::current();
-        Modules::build(map, generation, interpreter_addr, Tables::of_loaded)
+        Modules::build(modules::current_at(), interpreter_addr, Tables::of_loaded)
     }
 }
 
@@ -90,11 +91,9 @@ impl Modules<Tables<rules::InPlace>> {
     /// The tables are used only while the loader reports `generation` (no
     /// module loaded or unloaded since: every table's module is loaded).
     pub unsafe fn in_place(interpreter_addr: usize) -> Modules<Tables<rules::InPlace>> {
-        let generation = modules::loader_generation();
-        let map = modules::current();
         // SAFETY: the caller's contract keeps each module loaded while its
         // tables are used.
-        Modules::build(map, generation, interpreter_addr, |m| unsafe { Tables::of_loaded_in_place(m) })
+        Modules::build(modules::current_at(), interpreter_addr, |m| unsafe { Tables::of_loaded_in_place(m) })
     }
 }
 

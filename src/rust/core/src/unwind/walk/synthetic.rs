@@ -85,6 +85,7 @@ impl Modules<Made> {
         let map = Arc::new(ModuleMap::new(list));
         let addr = interpreter.map_or(0, |m| map.module(m).segments[0].start);
         let tables = std::cell::RefCell::new(tables.into_iter());
-        Modules::build(map, (0, 0), addr, |_| tables.borrow_mut().next().flatten())
+        let loaded = crate::modules::Loaded { generation: (0, 0), exact: true, map };
+        Modules::build(loaded, addr, |_| tables.borrow_mut().next().flatten())
     }
 }
