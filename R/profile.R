@@ -23,7 +23,12 @@
 #' `/<module>::<function>` (C++ parameter lists dropped), and unnamed native
 #' functions `/<module>::+0x<start>` by the start of the function in the
 #' module. Frames of R's own library are left out: the R frames stand for
-#' them.
+#' them. Samples are named with the libraries loaded when they were taken:
+#' a library unloaded before the profile is built (`dyn.unload()`,
+#' `pkgload::load_all()`) shows as offsets in it, never with the names of a
+#' library loaded later at the same address, and the few samples taken
+#' while libraries were being loaded or unloaded show their native frames
+#' as `/?::+0x<address>?`.
 #'
 #' @param expr An expression to profile, evaluated in the caller's
 #'   environment. An error in it stops the profiler and propagates as is.

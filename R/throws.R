@@ -37,6 +37,11 @@
 #' other platforms (macOS, Windows, other architectures: nothing is
 #' patched, and this function returns an empty table).
 #'
+#' Frames in a library unloaded since the throw keep its path and offset and
+#' are left unnamed; they are never named after a library loaded at the same
+#' address later (`pkgload::load_all()` unloads and loads a package's
+#' library).
+#'
 #' @section Cost:
 #' Nothing while nothing is thrown. Each throw in R's main thread costs a
 #' walk of the frames between the throw and R's interpreter, with their
