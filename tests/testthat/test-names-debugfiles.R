@@ -219,4 +219,9 @@ test_that("cache_info() counts at least what each module holds", {
   # A module read with DWARF holds its sections and the parsed units: more
   # than its symbols alone.
   if (any(pm$dwarf)) expect_true(all(pm$bytes[pm$dwarf] > 1024))
+  # The modules' names are bounded together: what they hold stays within
+  # the budget (past it, the least recently used are forgotten).
+  expect_identical(ci$budget, 64 * 2^20)
+  expect_lte(sum(pm$bytes), ci$budget + max(pm$bytes, 0))
+  expect_gte(ci$evicted, 0)
 })

@@ -335,6 +335,8 @@ pub fn rs_cache_info() -> Result<RValue> {
         ("addresses", RValue::from(s.addresses as i32)),
         ("bytes", RValue::from(s.heap_bytes as f64)),
         ("files_read", RValue::from(s.files_loaded as f64)),
+        ("budget", RValue::from(symbolizer::CACHE_BUDGET as f64)),
+        ("evicted", RValue::from(s.evicted as f64)),
         ("per_module", modules),
     ]))
 }

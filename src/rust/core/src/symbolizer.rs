@@ -41,6 +41,11 @@ impl ModuleKey {
 /// Bound on cached address resolutions; past it the address cache restarts.
 const MAX_CACHED_ADDRESSES: usize = 200_000;
 
+/// Bytes the modules' names (symbol tables, DWARF, unwind tables) may hold
+/// together; past it the least recently used modules are forgotten and
+/// read again when next needed.
+pub const CACHE_BUDGET: usize = 64 << 20;
+
 /// What the caches hold is counted, not estimated: winch's allocator counts,
 /// per thread, the bytes allocated and not yet freed, so the bytes that
 /// reading a module's files (or resolving an address in it) leaves behind
@@ -173,6 +178,12 @@ pub struct Symbolizer {
     by_index: Vec<Option<u32>>,
     /// Files read so far (a test hook for "the second capture reads nothing").
     pub files_loaded: u64,
+    /// The bytes modules may hold together ([`CACHE_BUDGET`]), when each
+    /// was last used (a tick), and how many were forgotten for room.
+    budget: usize,
+    used: HashMap<u32, u64>,
+    tick: u64,
+    evicted: u64,
 }
 
 /// What the cache holds for one module.
@@ -194,6 +205,8 @@ pub struct CacheStats {
     pub addresses: usize,
     pub heap_bytes: usize,
     pub files_loaded: u64,
+    /// Modules forgotten to stay within [`CACHE_BUDGET`].
+    pub evicted: u64,
 }
 
 impl Default for Symbolizer {
@@ -219,6 +232,58 @@ impl Symbolizer {
             map_seen: 0,
             by_index: Vec::new(),
             files_loaded: 0,
+            budget: CACHE_BUDGET,
+            used: HashMap::new(),
+            tick: 0,
+            evicted: 0,
+        }
+    }
+
+    /// Sets the bytes modules may hold together (tests).
+    pub fn set_budget(&mut self, bytes: usize) {
+        self.budget = bytes;
+    }
+
+    /// Notes that module `id` was used now.
+    fn touch(&mut self, id: u32) {
+        self.tick += 1;
+        self.used.insert(id, self.tick);
+    }
+
+    /// The bytes module `id` holds (its information and unwind tables).
+    fn module_bytes(&self, id: u32) -> usize {
+        self.infos.get(&id).map_or(0, |i| i.heap_bytes()) + self.starts.get(&id).map_or(0, |s| s.1)
+    }
+
+    /// Forgets the least recently used modules, never `keep`, until all
+    /// hold at most the budget. A module forgotten is read again when it is
+    /// next needed.
+    fn evict_over_budget(&mut self, keep: u32) {
+        let mut total: usize = self.infos.keys().map(|&id| self.module_bytes(id)).sum();
+        while total > self.budget {
+            let oldest = self
+                .infos
+                .keys()
+                .filter(|&&id| id != keep)
+                .min_by_key(|&&id| self.used.get(&id).copied().unwrap_or(0))
+                .copied();
+            let Some(id) = oldest else { break };
+            total = total.saturating_sub(self.module_bytes(id));
+            self.forget(id);
+            self.evicted += 1;
+        }
+    }
+
+    /// Forgets everything read of module `id`.
+    fn forget(&mut self, id: u32) {
+        self.ids.retain(|_, v| *v != id);
+        self.infos.remove(&id);
+        self.starts.remove(&id);
+        self.pending.remove(&id);
+        self.used.remove(&id);
+        self.frames.retain(|(i, _), _| *i != id);
+        for slot in self.by_index.iter_mut().filter(|s| **s == Some(id)) {
+            *slot = None;
         }
     }
 
@@ -328,6 +393,7 @@ impl Symbolizer {
         self.starts.clear();
         self.pending.clear();
         self.frames.clear();
+        self.used.clear();
         self.map_seen = 0;
         self.by_index.clear();
     }
@@ -358,6 +424,8 @@ impl Symbolizer {
         if self.debuginfod_on {
             self.try_debuginfod(id, m);
         }
+        self.touch(id);
+        self.evict_over_budget(id);
         id
     }
 
@@ -372,6 +440,7 @@ impl Symbolizer {
             self.starts.retain(|id, _| kept.contains(id));
             self.pending.retain(|id| kept.contains(id));
             self.frames.retain(|(id, _), _| kept.contains(id));
+            self.used.retain(|id, _| kept.contains(id));
         }
     }
 
@@ -428,6 +497,9 @@ impl Symbolizer {
             self.frames.clear();
         }
         self.frames.insert((id, probe), r.clone());
+        // Resolving parsed more of the module: it may be over budget now.
+        self.touch(id);
+        self.evict_over_budget(id);
         r
     }
 
@@ -501,6 +573,7 @@ impl Symbolizer {
                 + registered_bytes
                 + index_bytes,
             files_loaded: self.files_loaded,
+            evicted: self.evicted,
         }
     }
 }
@@ -610,6 +683,38 @@ mod tests {
         let map3 = ModuleMap::new(vec![module("/a.so", 0x10000, 1), module("/b.so", 0x20000, 9)]);
         assert_eq!(name(&s.resolve_in(&map3, 1, 0x150)), Some("b.so_f9"));
         assert_eq!(loads.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn over_budget_the_least_recently_used_module_is_forgotten_and_read_again() {
+        let (mut s, loads) = counting();
+        let map = ModuleMap::new(vec![
+            module("/a.so", 0x10000, 1),
+            module("/b.so", 0x20000, 2),
+            module("/c.so", 0x30000, 3),
+        ]);
+        // Room for about two modules' names.
+        s.resolve_in(&map, 0, 0x150);
+        let a = *s.infos.keys().next().unwrap();
+        let one = s.module_bytes(a);
+        assert!(one > 0);
+        s.set_budget(one * 2 + one / 2);
+        s.resolve_in(&map, 1, 0x150);
+        assert_eq!((s.stats().modules, s.stats().evicted), (2, 0));
+        // a.so is used again, so b.so is the least recently used when c.so
+        // comes.
+        s.resolve_in(&map, 0, 0x160);
+        assert_eq!(name(&s.resolve_in(&map, 2, 0x150)), Some("c.so_f3"));
+        assert_eq!((s.stats().modules, s.stats().evicted), (2, 1));
+        assert_eq!(loads.load(Ordering::SeqCst), 3);
+        // b.so is read again when needed, with the same names.
+        assert_eq!(name(&s.resolve_in(&map, 1, 0x150)), Some("b.so_f2"));
+        assert_eq!(loads.load(Ordering::SeqCst), 4);
+        assert!(s.stats().modules <= 2);
+        // A budget smaller than one module keeps the module in use.
+        s.set_budget(1);
+        assert_eq!(name(&s.resolve_in(&map, 0, 0x150)), Some("a.so_f1"));
+        assert_eq!(s.stats().modules, 1);
     }
 
     #[test]
