@@ -134,7 +134,7 @@ pub fn libr_addr() -> usize {
 
 /// The modules that decide what views show.
 pub fn known_modules(map: &ModuleMap) -> Known {
-    Known { own: map.module_of(self_addr()), interpreter: map.module_of(libr_addr()) }
+    Known::at(map, self_addr(), libr_addr())
 }
 
 /// The memory that holds R's node stack, `[start, end)`: the mapping that

@@ -105,7 +105,7 @@ pub fn capture(
 
 /// The modules that decide what views show: winch's own and R's.
 pub fn known(facts: &Facts) -> impl Fn(&crate::modules::ModuleMap) -> Known + '_ {
-    |map| Known { own: map.module_of(facts.own_addr), interpreter: map.module_of(facts.interpreter_addr) }
+    |map| Known::at(map, facts.own_addr, facts.interpreter_addr)
 }
 
 /// R's whole context chain, innermost first, read as seen from `stack_lo`

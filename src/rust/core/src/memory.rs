@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 mod image;
 mod sources;
 pub use image::Image;
-pub use sources::{Live, Objects, Own, Process, Ranges};
+pub use sources::{stack_word, Live, Objects, Own, Process, Ranges};
 
 /// Reads a process's memory. Implementations decide what may be read and
 /// how; a read that cannot be done returns false, never faults.
@@ -174,20 +174,17 @@ pub fn available() -> bool {
     }
 }
 
-/// A copy of `len` bytes of a loaded image at `addr`: through the kernel
-/// when it allows, else read in place (which a library truncated on disk
-/// would turn into SIGBUS; the caller has checked that the range lies in a
-/// readable segment of a loaded module).
+/// A copy of `len` bytes of a loaded image at `addr`, read as [`Own`]
+/// reads: through the kernel when it allows, else in place (which a library
+/// truncated on disk would turn into SIGBUS; the caller has checked that
+/// the range lies in a readable segment of a loaded module).
 ///
 /// # Safety
-/// `addr..addr + len` must lie in a readable mapped segment.
+/// `addr..addr + len` must lie in a readable mapped segment (what `Own`
+/// reads in place when the kernel refuses).
 pub unsafe fn copy_loaded(addr: usize, len: usize) -> Option<Vec<u8>> {
-    if available() {
-        copy(addr, len)
-    } else {
-        // SAFETY: the caller's contract: the range is mapped and readable.
-        Some(unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec())
-    }
+    let mut v = vec![0u8; len];
+    Own.read(addr, &mut v).then_some(v)
 }
 
 /// The mapping of this process that contains `addr`, as `[start, end)`, from

@@ -37,6 +37,14 @@ pub struct Known {
     pub interpreter: Option<usize>,
 }
 
+impl Known {
+    /// The modules of `map` holding winch's code (`own`, an address in it)
+    /// and R's interpreter (`interpreter`).
+    pub fn at(map: &crate::modules::ModuleMap, own: usize, interpreter: usize) -> Known {
+        Known { own: map.module_of(own), interpreter: map.module_of(interpreter) }
+    }
+}
+
 /// R's executable, as R installs it (`bin/exec/R`, or `Rterm` on Windows).
 pub fn is_r_executable(m: &Module) -> bool {
     m.is_main && (m.path.ends_with("/bin/exec/R") || m.path.ends_with("/bin/exec/Rterm"))

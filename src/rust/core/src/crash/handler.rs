@@ -360,11 +360,8 @@ fn stack_word(stack: (usize, usize), addr: usize) -> Option<usize> {
     if !addr.is_multiple_of(8) {
         return None;
     }
-    if stack.0 <= addr && addr.checked_add(8).is_some_and(|e| e <= stack.1) {
-        // SAFETY: an aligned word inside R's main thread's stack.
-        return Some(unsafe { std::ptr::read_volatile(addr as *const usize) });
-    }
-    Own.word(addr)
+    // SAFETY: R's main thread's stack (or empty), mapped while it runs.
+    unsafe { crate::memory::stack_word(stack, addr) }.or_else(|| Own.word(addr))
 }
 
 /// R's C stack as R's variables say now (plain reads: safe in a handler).

@@ -29,6 +29,18 @@ unsafe fn copy_in_place(addr: usize, buf: &mut [u8]) {
     }
 }
 
+/// An aligned word of the stack `[lo, hi)`, read in place; None outside
+/// it. What unwinders read, in signal handlers and hooks too.
+///
+/// # Safety
+/// `[lo, hi)` must stay mapped while the call runs (a live thread's stack).
+#[inline]
+pub unsafe fn stack_word((lo, hi): (usize, usize), addr: usize) -> Option<usize> {
+    (addr >= lo && addr.is_multiple_of(8) && addr.checked_add(8).is_some_and(|e| e <= hi))
+        // SAFETY: an aligned word inside the stack (the caller's contract).
+        .then(|| unsafe { std::ptr::read_volatile(addr as *const usize) })
+}
+
 /// This process, fault-free: through the kernel where it allows (a damaged
 /// pointer is then an error, not a fault), else in place at plausible
 /// addresses. Async-signal-safe (one system call per read).
@@ -111,11 +123,8 @@ impl Ranges {
     /// An aligned word of the main thread's stack.
     #[inline]
     pub fn stack_word(&self, addr: usize) -> Option<usize> {
-        let (lo, hi) = self.stack;
-        (addr >= lo && addr.is_multiple_of(8) && addr.checked_add(8).is_some_and(|e| e <= hi))
-            // SAFETY: an aligned word inside the main thread's stack, which
-            // is mapped for the life of the thread.
-            .then(|| unsafe { std::ptr::read_volatile(addr as *const usize) })
+        // SAFETY: the main thread's stack, mapped for the life of the thread.
+        unsafe { stack_word(self.stack, addr) }
     }
 }
 

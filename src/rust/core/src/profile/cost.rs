@@ -4,6 +4,7 @@
 
 use super::ring::Ring;
 use super::sampler::{sample, RFacts, Scratch};
+use super::session::now_ns as now;
 use crate::unwind::walk::Snapshot;
 
 /// Nanoseconds per sample (median, 99th percentile) and the entries a
@@ -13,14 +14,6 @@ pub struct Cost {
     pub median_ns: f64,
     pub p99_ns: f64,
     pub entries: usize,
-}
-
-fn now() -> u64 {
-    // SAFETY: clock_gettime writes into `ts`.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Samples the caller's stack `n` times as the signal handler would, with

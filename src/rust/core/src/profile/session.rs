@@ -190,7 +190,8 @@ fn free_signal() -> Option<libc::c_int> {
     })
 }
 
-fn now_ns() -> u64 {
+/// CLOCK_MONOTONIC in nanoseconds (async-signal-safe).
+pub(crate) fn now_ns() -> u64 {
     // SAFETY: clock_gettime writes into `ts`; async-signal-safe.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     // SAFETY: as above.

@@ -211,11 +211,8 @@ fn fill_frames(facts: &HookFacts, scratch: &mut Caches, r: &mut Record) {
     r.generation = Some(generation).filter(|&g| g != (u64::MAX, u64::MAX));
     let current = table.filter(|t| t.generation == generation);
     if let (Some(table), true) = (current, lo <= sp && sp < hi) {
-        let read = |a: usize| {
-            (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
-                // SAFETY: an aligned word of this thread's stack.
-                .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
-        };
+        // SAFETY: this thread's stack, mapped while it runs.
+        let read = |a: usize| unsafe { crate::memory::stack_word((lo, hi), a) };
         let regs = Regs { ip, sp, bp: Some(bp) };
         let (n, end) = walk(table, scratch, regs, read, |probe| facts.class(probe), &mut r.frames);
         if end != WalkEnd::Failed {
@@ -645,11 +642,8 @@ mod tests {
         }
         eprintln!("walk state: tables alone {:?} per build", t.elapsed() / 100);
         let (lo, hi) = crate::stack::thread_stack_bounds().unwrap();
-        let read = |a: usize| {
-            (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
-                // SAFETY: an aligned word of this thread's stack.
-                .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
-        };
+        // SAFETY: this thread's stack, mapped while it runs.
+        let read = |a: usize| unsafe { crate::memory::stack_word((lo, hi), a) };
         let mut out = [(0usize, 0usize); MAX_FRAMES];
         let (ip, sp, bp) = crate::unwind::registers();
         let regs = Regs { ip, sp, bp: Some(bp) };

@@ -305,11 +305,8 @@ mod tests {
         }
         let start = here();
         let (lo, hi) = crate::stack::thread_stack_bounds().unwrap();
-        let read = |a: usize| {
-            (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
-                // SAFETY: an aligned word of this thread's stack.
-                .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
-        };
+        // SAFETY: this thread's stack, mapped while it runs.
+        let read = |a: usize| unsafe { crate::memory::stack_word((lo, hi), a) };
         let mut frames = vec![Frame::default(); 512];
         let (n, end) = snap.walk(start, read, &mut frames);
         assert!(frames[..n].iter().all(|f| f.start == 0 || f.start <= f.ip));
@@ -377,11 +374,8 @@ mod tests {
         let snap = Snapshot::take(0);
         let start = here();
         let (lo, hi) = crate::stack::thread_stack_bounds().unwrap();
-        let read = |a: usize| {
-            (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
-                // SAFETY: an aligned word of this thread's stack.
-                .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
-        };
+        // SAFETY: this thread's stack, mapped while it runs.
+        let read = |a: usize| unsafe { crate::memory::stack_word((lo, hi), a) };
         let mut frames = vec![Frame::default(); 1];
         let (n, end) = snap.walk(start, read, &mut frames);
         assert_eq!((n, end), (1, End::Full));
@@ -399,11 +393,8 @@ mod tests {
             return d;
         }
         let (lo, hi) = crate::stack::thread_stack_bounds().unwrap();
-        let read = |a: usize| {
-            (a >= lo && a.is_multiple_of(8) && a.checked_add(8).is_some_and(|e| e <= hi))
-                // SAFETY: an aligned word of this thread's stack.
-                .then(|| unsafe { std::ptr::read_volatile(a as *const usize) })
-        };
+        // SAFETY: this thread's stack, mapped while it runs.
+        let read = |a: usize| unsafe { crate::memory::stack_word((lo, hi), a) };
         let mut frames = vec![Frame::default(); 512];
         let start = here();
         let t = std::time::Instant::now();
