@@ -90,13 +90,11 @@ check_writable <- function(path, arg = rlang::caller_arg(path), call = rlang::ca
   }
   existed <- file.exists(path)
   why <- NULL
-  con <- tryCatch(file(path, open = "ab", raw = TRUE), error = function(e) {
-    why <<- conditionMessage(e)
+  refused <- function(cnd) {
+    why <<- conditionMessage(cnd)
     NULL
-  }, warning = function(w) {
-    why <<- conditionMessage(w)
-    NULL
-  })
+  }
+  con <- tryCatch(file(path, open = "ab", raw = TRUE), error = refused, warning = refused)
   if (is.null(con)) {
     abort_io(sprintf("Cannot write `%s` (%s): %s", arg, path, why), call = call)
   }
@@ -115,20 +113,16 @@ abort_io <- function(message, call = rlang::caller_env()) {
 # now (the disk filled up, the directory went away) must not lose the
 # profile, so it is a warning of class winch_warning_io and `p` is returned.
 write_profile_file <- function(p, file, lines) {
+  failed <- function(e) {
+    rlang::warn(
+      c(conditionMessage(e), i = "The profile is returned; write it with `winch_write_rprof()`."),
+      class = c("winch_warning_io", "winch_warning")
+    )
+  }
   tryCatch(
     winch_write_rprof(p, file, lines = lines),
-    winch_error_io = function(e) {
-      rlang::warn(
-        c(conditionMessage(e), i = "The profile is returned; write it with `winch_write_rprof()`."),
-        class = c("winch_warning_io", "winch_warning")
-      )
-    },
-    winch_error_bad_argument = function(e) {
-      rlang::warn(
-        c(conditionMessage(e), i = "The profile is returned; write it with `winch_write_rprof()`."),
-        class = c("winch_warning_io", "winch_warning")
-      )
-    }
+    winch_error_io = failed,
+    winch_error_bad_argument = failed
   )
   p
 }
