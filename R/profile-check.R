@@ -12,13 +12,16 @@ profile_fields <- list(
   duration = function(x) is.numeric(x) && length(x) == 1L && is.finite(x) && x >= 0,
   stacks = function(x) {
     is.list(x) && is.numeric(x$count) && is.list(x$locations) &&
-      length(x$count) == length(x$locations) && all(vapply(x$locations, is.numeric, logical(1)))
+      length(x$count) == length(x$locations) && all(vapply(x$locations, is.numeric, logical(1))) &&
+      (is.null(x$thread) || (is.numeric(x$thread) && length(x$thread) == length(x$count)))
   },
   functions = function(x) is_table(x, c("name", "label", "kind", "module", "file")),
   locations = function(x) is_table(x, c("module", "address")),
   lines = function(x) is_table(x, c("location", "function", "file", "line")),
   files = function(x) is.character(x),
-  modules = function(x) is_table(x, c("path", "build_id", "start", "limit", "offset"))
+  modules = function(x) is_table(x, c("path", "build_id", "start", "limit", "offset")),
+  # Absent from profiles made before threads were sampled.
+  threads = function(x) is.null(x) || is_table(x, c("number", "tid", "name", "cpu"))
 )
 
 is_table <- function(x, columns) {

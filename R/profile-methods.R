@@ -28,11 +28,51 @@ profile_seconds <- function(p) {
   sum(p$stacks$count) * p$interval
 }
 
+# What a profile's samples measure, in words: "CPU time of R's main thread
+# and 2 other threads".
+profile_what <- function(p) {
+  others <- length(setdiff(unique((p$stacks$thread %||% 1L)), 1L))
+  who <- if (others > 0) {
+    sprintf("R's main thread and %d other thread%s", others, if (others == 1) "" else "s")
+  } else {
+    "R's main thread"
+  }
+  if (p$event == "cpu") paste("CPU time of", who) else paste("elapsed time of", who)
+}
+
+# CPU time per thread: measured from each thread's own clock, and sampled.
+by_thread_table <- function(p) {
+  th <- profile_threads(p)
+  thread <- p$stacks$thread %||% rep(1L, length(p$stacks$count))
+  sampled <- vapply(seq_len(nrow(th)), function(i) sum(p$stacks$count[thread == i]), 0) * p$interval
+  data.frame(
+    thread = ifelse(th$number == 0L, "main", paste0("[thread ", th$number, "]")),
+    tid = th$tid,
+    name = th$name,
+    cpu = th$cpu,
+    sampled = sampled,
+    stringsAsFactors = FALSE
+  )
+}
+
+# The share of the process's CPU time over the run that no sample stands
+# for: threads not sampled (all but the main thread with threads = "main",
+# threads shorter than the profiler's poll), samples lost.
+unseen_share <- function(p, threads = by_thread_table(p)) {
+  u <- p$stats$usage
+  process <- (u$user %||% NA_real_) + (u$system %||% NA_real_)
+  seen <- if (p$event == "cpu") sum(threads$sampled) else sum(threads$cpu[threads$sampled > 0], na.rm = TRUE)
+  if (!is.finite(process) || process <= 0) {
+    return(NA_real_)
+  }
+  max(0, process - seen) / process
+}
+
 #' @export
 print.winch_profile <- function(x, ..., n = 10L) {
   check_profile(x)
   total <- sum(x$stacks$count)
-  what <- if (x$event == "cpu") "CPU time of R's main thread" else "elapsed time"
+  what <- profile_what(x)
   cat(sprintf(
     "<winch_profile> %s samples of %s, every %s: %s sampled over %s\n",
     format(total, big.mark = ","), what, format_seconds(x$interval), format_seconds(total * x$interval),
@@ -120,12 +160,20 @@ format_time_table <- function(tab, total) {
 #'     garbage collections (`gc_count`, `gc_time`);
 #'   * `cost`: the profiler's own cost: time spent in the signal handler in
 #'     total, median and 99th percentile per sample, and as a share of the
-#'     run.
+#'     run;
+#'   * `by_thread`: per thread (R's main thread first, then `[thread N]`
+#'     as numbered in the stacks): its kernel id, name, CPU time measured
+#'     from its own clock while the profile ran, and time sampled;
+#'   * `unseen`: the share of the process's CPU time over the run that no
+#'     sample stands for (with `threads = "main"`, the other threads'
+#'     share; with `"all"`, threads that lived shorter than the profiler
+#'     looks for new ones, about 1 ms, and samples lost).
 #' @export
 summary.winch_profile <- function(object, ...) {
   p <- check_profile(object)
   s <- p$stats
   fun <- by_function_table(p)
+  threads <- by_thread_table(p)
   structure(
     list(
       event = p$event,
@@ -145,6 +193,13 @@ summary.winch_profile <- function(object, ...) {
         handler_median = s$handler_median,
         handler_p99 = s$handler_p99,
         share = if (p$duration > 0) s$handler_total / p$duration else NA_real_
+      ),
+      by_thread = threads,
+      unseen = unseen_share(p, threads),
+      what = profile_what(p),
+      thread_stats = list(
+        joined = s$thread_joined %||% 0, alone = s$thread_alone %||% 0,
+        dropped = s$thread_dropped %||% 0
       )
     ),
     class = "summary.winch_profile"
@@ -162,6 +217,26 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
   ))
   if (x$outside > 0) {
     cat(sprintf("%s samples of the profiler starting or stopping left out\n", format(x$outside, big.mark = ",")))
+  }
+  if (!is.null(x$what)) {
+    cat(sprintf("Sampled: %s\n", x$what))
+  }
+  th <- x$by_thread
+  if (!is.null(th) && nrow(th)) {
+    cat("\nBy thread (CPU time from each thread's clock, and time sampled):\n")
+    out <- data.frame(
+      thread = th$thread, tid = format(th$tid, scientific = FALSE), name = th$name,
+      cpu = format_seconds(th$cpu), sampled = format_seconds(th$sampled),
+      stringsAsFactors = FALSE
+    )
+    print(out, row.names = FALSE, right = FALSE)
+  }
+  if (!is.null(x$unseen)) {
+    cat(sprintf(
+      "Not seen by the profile: %s of the process's CPU time%s\n",
+      if (is.na(x$unseen)) "NA" else sprintf("%.1f%%", 100 * x$unseen),
+      if (isTRUE(x$unseen > 0.05) && nrow(th) == 1L) " (other threads: profile them with threads = \"all\")" else ""
+    ))
   }
   cat("\nBy function:\n")
   print(format_time_table(utils::head(x$by_function, n), total), row.names = FALSE, right = FALSE)
@@ -220,7 +295,7 @@ plot.winch_profile <- function(x, ..., min_width = 0.002) {
   f <- p$functions
   modules <- unique(f$module[!is.na(f$module)])
   palette <- grDevices::hcl.colors(max(3L, length(modules)), "Dark 3")
-  fill <- ifelse(f$kind == "loop", "grey88", "grey72")
+  fill <- ifelse(f$kind == "loop", "grey88", ifelse(f$kind %in% c("thread", "wait"), "grey95", "grey72"))
   native <- !is.na(f$module)
   fill[native] <- palette[match(f$module[native], modules)]
   depth <- max(rects$depth) + 1
@@ -239,8 +314,7 @@ plot.winch_profile <- function(x, ..., min_width = 0.002) {
     fits <- graphics::strwidth(labels, cex = cex) < rects$width * 0.95
     graphics::text(rects$x[fits] + rects$width[fits] / 2, rects$depth[fits] + 0.47, labels[fits], cex = cex)
   }
-  graphics::title(main = sprintf("winch profile: %s of %s", format_seconds(total * p$interval),
-    if (p$event == "cpu") "CPU time" else "elapsed time"))
+  graphics::title(main = sprintf("winch profile: %s of %s", format_seconds(total * p$interval), profile_what(p)))
   if (length(modules)) {
     graphics::legend("top", legend = basename(p$modules$path[modules]), fill = palette[seq_along(modules)],
       horiz = TRUE, bty = "n", cex = 0.7, inset = c(0, -0.02)

@@ -1,17 +1,49 @@
 #' Profile R and native code together
 #'
-#' Samples the call stack of R's main thread while `expr` runs: every sample
-#' holds the R frames and the native (C, C++, Fortran, Rust) frames of that
-#' moment, interleaved exactly as [winch_sys_calls()] shows them, through any
-#' depth of R → native → R calls. Loops of R functions appear as frames of
-#' their own (`[for]`, `[while]`, `[repeat]`).
+#' Samples the call stacks of R's main thread and of every other thread of
+#' the process while `expr` runs: every sample of R's main thread holds the R
+#' frames and the native (C, C++, Fortran, Rust) frames of that moment,
+#' interleaved exactly as [winch_sys_calls()] shows them, through any depth
+#' of R → native → R calls. Loops of R functions appear as frames of their
+#' own (`[for]`, `[while]`, `[repeat]`).
 #'
-#' Samples are taken by a timer of R's main thread that interrupts it every
-#' `interval` seconds of its CPU time (`event = "cpu"`) or of wall-clock time
-#' (`"elapsed"`, so that sleeping and waiting show), with a signal of its own:
-#' R's `Rprof()` is left alone, but cannot run at the same time. The signal
-#' handler only walks the stacks into a preallocated buffer; names, files and
-#' lines are looked up when sampling stops.
+#' Samples are taken by a timer of each thread that interrupts it every
+#' `interval` seconds of its own CPU time (`event = "cpu"`) or of wall-clock
+#' time (`"elapsed"`, so that sleeping and waiting show), with a signal of
+#' its own: R's `Rprof()` is left alone, but cannot run at the same time. No
+#' thread is stopped for another's sample. The signal handler only walks the
+#' stacks into a preallocated buffer; names, files and lines are looked up
+#' when sampling stops.
+#'
+#' @section Threads:
+#' With `threads = "all"` (the default), the other threads of the process
+#' (OpenMP and BLAS workers, RcppParallel/TBB, `std::thread`, threads of
+#' Rust code) are sampled too, each in proportion to its own CPU time. New
+#' threads are found within about a millisecond of their start (a thread
+#' that lives shorter is not sampled: `summary()` says how much of the
+#' process's CPU time the profile did not see). A sample of another thread
+#' is its native frames (the C library's thread start left out) under a
+#' frame `[thread N]` (threads numbered in the order of their first sample;
+#' their kernel ids, names and measured CPU time are in `summary()`), and
+#' that under the R call that started its work:
+#' * while R's main thread is inside a native call that runs the thread's
+#'   work (an OpenMP region, a TBB or RcppParallel loop, a thread joined
+#'   before the call returns), under that call's R stack and the main
+#'   thread's native frames down to where the work was started (the
+#'   function that called into the parallel runtime, such as the caller of
+#'   `GOMP_parallel`; for a thread started directly, the function R
+#'   called), so its frames sit beside the main thread's share of the work;
+#' * otherwise (R's main thread runs R code, or nothing on its native stack
+#'   belongs to the thread's runtime: a detached thread, a pool's thread
+#'   still spinning after its region ended) at the root of the profile, so
+#'   that no R code is charged with it.
+#'
+#' Time spent in a parallel runtime's own code (libgomp, LLVM's and Intel's
+#' OpenMP, TBB: spinning or sleeping at barriers, waiting for work, handing
+#' it out) carries a frame `[wait]` under its frames, in every thread, so
+#' that waiting shows as waiting.
+#'
+#' `threads = "main"` samples R's main thread only, as before.
 #'
 #' One profile runs at a time: starting another one is an error of class
 #' `winch_error_busy`. An error or an interrupt in `expr`, or while the
@@ -45,6 +77,8 @@
 #'   R frames' file and line from their srcrefs (code sourced or parsed with
 #'   `keep.source = TRUE`), native frames' from their debug information.
 #' @param ... Not used; must be empty.
+#' @param threads `"all"` (every thread of the process; see the section
+#'   "Threads") or `"main"` (R's main thread only).
 #' @return A `winch_profile` object: distinct stacks with their counts, the
 #'   functions, locations, files and modules they refer to, and figures about
 #'   the run (`summary()`), with `print()`, `summary()` and `plot()` methods.
@@ -57,9 +91,9 @@
 #'   p
 #' }
 winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "elapsed"),
-                          loops = TRUE, lines = FALSE, ...) {
+                          loops = TRUE, lines = FALSE, ..., threads = c("all", "main")) {
   rlang::check_dots_empty()
-  opts <- check_profile_args(file, interval, event, loops, lines)
+  opts <- check_profile_args(file, interval, event, loops, lines, threads)
   # The profiled code is what runs under force(expr) below: samples taken
   # before or after it (the profiler starting and stopping) are left out,
   # and so are force()'s frame and those further out.
@@ -108,11 +142,11 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
 #'   summaryRprof(out)$sampling.time
 #' }
 winch_rprof <- function(filename = "Rprof.out", interval = 0.02, event = c("cpu", "elapsed"),
-                        loops = TRUE, lines = FALSE) {
+                        loops = TRUE, lines = FALSE, threads = c("all", "main")) {
   if (is.null(filename)) {
     return(rprof_stop())
   }
-  opts <- check_profile_args(filename, interval, event, loops, lines)
+  opts <- check_profile_args(filename, interval, event, loops, lines, threads)
   # Samples of winch_rprof() itself (starting and stopping) are left out.
   opts$region <- list("outside", winch_rprof)
   # As in winch_profile(), the cleanup is armed before the profiler starts;
@@ -152,7 +186,8 @@ rprof_stop <- function(call = rlang::caller_env()) {
   )
 }
 
-check_profile_args <- function(file, interval, event, loops, lines, call = rlang::caller_env()) {
+check_profile_args <- function(file, interval, event, loops, lines, threads = "main",
+                               call = rlang::caller_env()) {
   if (!is.numeric(interval) || length(interval) != 1L || is.na(interval) || !is.finite(interval)) {
     abort_bad_argument("`interval` must be a single number of seconds.", call = call)
   }
@@ -173,6 +208,15 @@ check_profile_args <- function(file, interval, event, loops, lines, call = rlang
   }
   check_flag(loops, call = call)
   check_flag(lines, call = call)
+  if (!is.character(threads) || !length(threads) || anyNA(threads)) {
+    abort_bad_argument('`threads` must be "all" or "main".', call = call)
+  }
+  if (identical(threads, c("all", "main"))) {
+    threads <- "all"
+  }
+  if (length(threads) != 1L || !threads %in% c("all", "main")) {
+    abort_bad_argument('`threads` must be "all" or "main".', call = call)
+  }
   check_path(file, null_ok = TRUE, call = call)
   check_writable(file, call = call)
   if (!winch_available()) {
@@ -192,7 +236,7 @@ check_profile_args <- function(file, interval, event, loops, lines, call = rlang
   if (rprof_running()) {
     abort_winch("R's profiler is running: stop it with `Rprof(NULL)` first.", class = "winch_error_busy", call = call)
   }
-  list(file = file, interval = interval, event = event, loops = loops, lines = lines)
+  list(file = file, interval = interval, event = event, loops = loops, lines = lines, threads = threads)
 }
 
 # Whether a session of this process runs (the native side's word: a fork
@@ -252,7 +296,8 @@ profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
     rs_profile_start(
       as.double(opts$interval), opts$event, opts$loops, opts$region,
       opts$lines, list(quote(`for`), quote(`while`), quote(`repeat`), quote(srcfile), quote(filename)),
-      as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels
+      as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels,
+      opts$threads
     ),
     call = call
   )
@@ -368,12 +413,13 @@ new_winch_profile <- function(raw, session) {
       lines = as_df(raw$lines),
       files = raw$files,
       modules = as_df(raw$modules),
+      threads = as_df(raw$threads),
       stats = c(raw$stats, list(
         usage = usage,
         gc_time = gc_time[[3L]],
         gc_count = session$gc_counter$count()
       )),
-      options = list(loops = session$opts$loops, lines = session$opts$lines)
+      options = list(loops = session$opts$loops, lines = session$opts$lines, threads = session$opts$threads)
     ),
     class = "winch_profile"
   )
@@ -389,6 +435,7 @@ profile_parts <- function(p) {
   l <- p$locations
   x <- p$lines
   m <- p$modules
+  th <- profile_threads(p)
   list(
     event = p$event,
     interval = as.double(p$interval),
@@ -403,10 +450,23 @@ profile_parts <- function(p) {
       location = as.integer(x$location), `function` = as.integer(x$`function`),
       file = as.integer(x$file), line = as.integer(x$line)
     ),
-    stacks = list(count = as.double(p$stacks$count), locations = lapply(p$stacks$locations, as.integer)),
+    stacks = list(
+      count = as.double(p$stacks$count), locations = lapply(p$stacks$locations, as.integer),
+      thread = as.integer(p$stacks$thread %||% rep(1L, length(p$stacks$count)))
+    ),
+    threads = list(
+      number = as.integer(th$number), tid = as.double(th$tid), name = as.character(th$name),
+      cpu = as.double(th$cpu)
+    ),
     files = as.character(p$files),
     modules = list(path = m$path, build_id = m$build_id, start = m$start, limit = m$limit, offset = m$offset)
   )
+}
+
+# The threads of a profile (a profile made before threads were sampled has
+# R's main thread only).
+profile_threads <- function(p) {
+  p$threads %||% data.frame(number = 0L, tid = 0, name = "", cpu = NA_real_, stringsAsFactors = FALSE)
 }
 
 #' Write a profile in Rprof's format or as pprof

@@ -27,7 +27,7 @@
   X(rs_loader_state, 1)         \
   X(rs_set_debuginfod, 1)       \
   X(rs_debuginfod_info, 0)      \
-  X(rs_profile_start, 10)       \
+  X(rs_profile_start, 11)       \
   X(rs_profile_learn_bc, 1)     \
   X(rs_rprof_running, 1)        \
   X(rs_profile_stop, 0)         \

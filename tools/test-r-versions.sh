@@ -69,7 +69,7 @@ r-cran-bench r-cran-withr libunwind-dev pkg-config pandoc binutils gfortran g++"
 # host has it).
 EXTRA_PACKAGES="make git iproute2"
 # Installed when the suite has them: later tests will need them.
-OPTIONAL_PACKAGES="r-cran-rcpp r-cran-profvis golang-go debuginfod r-cran-pkgload"
+OPTIONAL_PACKAGES="r-cran-rcpp r-cran-profvis golang-go debuginfod r-cran-pkgload r-cran-data.table"
 # Where the repository is copied inside a root.
 WORKDIR=/winch
 

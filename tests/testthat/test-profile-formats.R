@@ -84,7 +84,9 @@ test_that("go tool pprof reads the pprof file, with R and native frames in one c
   # block has the time and the leaf, the next ones the callers.
   sep <- grepl("^-+\\+-+$", traces)
   block <- cumsum(sep)
-  stacks <- lapply(split(traces[!sep], block[!sep])[-1L], fn)
+  # Each block starts with the sample's labels (`thread:`, `tid:`).
+  label <- grepl("^\\s*(thread|tid):", traces)
+  stacks <- lapply(split(traces[!sep & !label], block[!sep & !label])[-1L], fn)
   stacks <- unique(vapply(stacks, paste, "", collapse = " < "))
   expect_true(path("burn_b", "r_b", "cb", "burn_call", "outer") %in% stacks)
   expect_true(path("burn_a", "r_a", "outer") %in% stacks)
@@ -102,7 +104,7 @@ test_that("the writers read the profile's fields by name: order is free, a missi
   parts <- winch:::profile_parts(p)
   expect_named(parts, c(
     "event", "interval", "start", "duration", "functions", "locations", "lines",
-    "stacks", "files", "modules"
+    "stacks", "threads", "files", "modules"
   ))
   # The same bytes whatever the order of the fields (and of the columns).
   shuffled <- rev(parts)

@@ -10,7 +10,9 @@ use winch_core::joint;
 use winch_core::memory::Objects;
 use winch_core::profile::build::{self, Stats};
 use winch_core::profile::cost;
-use winch_core::profile::model::{Event, FrameKind, Function, Line, Location, Module, Profile, Stack};
+use winch_core::profile::model::{
+    Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo,
+};
 use winch_core::profile::sampler::{BcFacts, LineFacts, RFacts, Region};
 use winch_core::profile::session::{self, Clock, Running};
 use winch_core::r::bcode::BcSymbols;
@@ -106,6 +108,7 @@ pub fn rs_profile_start(
     calls: Arg,
     probes: Arg,
     expected: Arg,
+    threads: Arg,
 ) -> Result<RValue> {
     if !rstate::on_main_thread() {
         return Err(Error::WrongThread);
@@ -119,6 +122,11 @@ pub fn rs_profile_start(
         "elapsed" => (Clock::Elapsed, Event::Elapsed),
         _ => return Err(Error::BadArgument("`event` must be \"cpu\" or \"elapsed\"".into())),
     };
+    let all_threads = match threads.string()?.as_str() {
+        "all" => true,
+        "main" => false,
+        _ => return Err(Error::BadArgument("`threads` must be \"all\" or \"main\"".into())),
+    };
     let mut current = current();
     if current.is_some() || session::active() {
         return Err(Error::Busy("a winch profile is already running".into()));
@@ -131,7 +139,7 @@ pub fn rs_profile_start(
         _ => return Err(Error::BadArgument("`symbols` must be five symbols".into())),
     };
     let facts = facts(loops.flag()?, region, syms, if lines.flag()? { files } else { None })?;
-    let running = session::start(facts, rstate::libr_addr(), clock, interval_ns as u64)?;
+    let running = session::start(facts, rstate::libr_addr(), clock, interval_ns as u64, all_threads)?;
     *current = Some(Current { running, event });
     Ok(true.into()) // NULL would read as "out of memory"
 }
@@ -273,6 +281,7 @@ fn to_r(p: &Profile, s: &Stats) -> RValue {
     ]);
     let stacks = RValue::List(vec![
         ("count", RValue::Dbl(p.stacks.iter().map(|s| s.count as f64).collect())),
+        ("thread", RValue::Int(p.stacks.iter().map(|s| index(Some(s.thread))).collect())),
         (
             "locations",
             RValue::Unnamed(
@@ -303,6 +312,17 @@ fn to_r(p: &Profile, s: &Stats) -> RValue {
         ("handler_p99", (s.handler_p99_ns as f64 / 1e9).into()),
         ("labels_full", s.labels_full.into()),
         ("memory", (s.stack_bytes as f64).into()),
+        ("thread_joined", (s.thread_joined as f64).into()),
+        ("thread_alone", (s.thread_alone as f64).into()),
+        ("thread_dropped", (s.thread_dropped as f64).into()),
+        ("references", (s.references as f64).into()),
+    ]);
+    let t = &p.threads;
+    let threads = RValue::List(vec![
+        ("number", RValue::Int(t.iter().map(|t| Some(t.number as i32)).collect())),
+        ("tid", RValue::Dbl(t.iter().map(|t| t.tid as f64).collect())),
+        ("name", RValue::Str(t.iter().map(|t| Some(t.name.clone())).collect())),
+        ("cpu", RValue::Dbl(t.iter().map(|t| t.cpu_ns.map_or(f64::NAN, |c| c as f64 / 1e9)).collect())),
     ]);
     RValue::List(vec![
         ("event", p.event.name().to_string().into()),
@@ -315,6 +335,7 @@ fn to_r(p: &Profile, s: &Stats) -> RValue {
         ("stacks", stacks),
         ("files", RValue::Str(p.files.iter().map(|f| Some(f.clone())).collect())),
         ("modules", modules),
+        ("threads", threads),
         ("stats", stats),
     ])
 }
@@ -360,6 +381,33 @@ fn from_r(parts: &Arg) -> Result<Profile> {
         p.field("lines$line")?.ints()?,
     );
     let (scount, slocs) = (p.field("stacks$count")?.doubles()?, p.field("stacks$locations")?.elements()?);
+    let sthread = p.field("stacks$thread")?.ints()?;
+    let (tnumber, ttid, tname, tcpu) = (
+        p.field("threads$number")?.ints()?,
+        p.field("threads$tid")?.doubles()?,
+        p.field("threads$name")?.strings()?,
+        p.field("threads$cpu")?.doubles()?,
+    );
+    let nt = tnumber.len();
+    if [ttid.len(), tname.len(), tcpu.len()].iter().any(|&n| n != nt) || sthread.len() != scount.len() {
+        return Err(bad("table (columns of different lengths)"));
+    }
+    let threads = (0..nt)
+        .map(|i| {
+            let number = tnumber[i].filter(|&n| n >= 0).ok_or_else(|| bad("thread number"))? as u32;
+            let tid = ttid[i];
+            if !tid.is_finite() || tid < 0.0 || tid.fract() != 0.0 {
+                return Err(bad("thread id"));
+            }
+            let cpu = tcpu[i];
+            Ok(ThreadInfo {
+                number,
+                tid: tid as i64,
+                name: tname[i].clone().unwrap_or_default(),
+                cpu_ns: (cpu.is_finite() && cpu >= 0.0).then(|| (cpu * 1e9).round() as u64),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let files: Vec<String> =
         p.field("files")?.strings()?.into_iter().map(|f| f.unwrap_or_default()).collect();
     let (mpath, mbuild, mstart, mlimit, moffset) = (
@@ -410,7 +458,7 @@ fn from_r(parts: &Arg) -> Result<Profile> {
         });
     }
     let mut stacks = Vec::with_capacity(scount.len());
-    for (count, locs) in scount.iter().zip(&slocs) {
+    for ((count, locs), thread) in scount.iter().zip(&slocs).zip(&sthread) {
         let locations = locs
             .ints()?
             .into_iter()
@@ -419,7 +467,8 @@ fn from_r(parts: &Arg) -> Result<Profile> {
         if !count.is_finite() || *count < 0.0 || count.fract() != 0.0 {
             return Err(bad("count"));
         }
-        stacks.push(Stack { locations, count: *count as u64 });
+        let thread = one_based(*thread, nt.max(1), "thread index")?.unwrap_or(0);
+        stacks.push(Stack { locations, count: *count as u64, thread });
     }
     let modules = (0..nm)
         .map(|i| {
@@ -442,6 +491,7 @@ fn from_r(parts: &Arg) -> Result<Profile> {
         stacks,
         files,
         modules,
+        threads,
     };
     profile.check().map_err(|why| Error::BadArgument(format!("`profile` is damaged: {why}")))?;
     Ok(profile)

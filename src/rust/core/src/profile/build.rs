@@ -5,8 +5,8 @@
 
 use super::collect::Times;
 use super::labels::{self, Labels};
-use super::model::{Event, FrameKind, Function, Line, Location, Module, Profile, Stack};
-use super::sampler::{EXACT_IP, IP_MASK, NATIVE, POS, R, SNAPSHOT, TAG, UNCERTAIN};
+use super::model::{Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo};
+use super::sampler::{EXACT_IP, IP_MASK, NATIVE, POS, R, SNAPSHOT, TAG, TID_MASK, TID_SHIFT, UNCERTAIN};
 use super::session::Finished;
 use crate::debuginfo::Resolved;
 use crate::modules::ModuleMap;
@@ -36,18 +36,42 @@ pub struct Stats {
     pub labels_full: bool,
     /// Heap bytes held by the collected stacks at the end.
     pub stack_bytes: usize,
+    /// Other threads' samples: shown under R's main thread's stack, at the
+    /// root (R's main thread was running R code, or had moved on), lost
+    /// (no free sampling slot); samples of the main thread taken for them.
+    pub thread_joined: u64,
+    pub thread_alone: u64,
+    pub thread_dropped: u64,
+    pub references: u64,
 }
 
 /// Builds the profile.
 pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
     symbolizer::with_global(|s| s.start_capture());
     let mut b = Builder::new(&f.labels, f);
+    let threads = thread_table(f);
     let mut stacks: Vec<Stack> = f
         .collected
         .stacks
         .iter()
-        .map(|(entries, counts)| Stack { locations: b.stack(entries), count: counts.weight })
+        .filter(|(_, counts)| counts.weight > 0)
+        .map(|(entries, counts)| {
+            let (locations, tid) = b.stack(entries);
+            let thread = match tid {
+                0 => 0,
+                t => threads.iter().position(|x| x.number > 0 && x.tid == t as i64).unwrap_or(0),
+            };
+            Stack { locations, count: counts.weight, thread }
+        })
         .collect();
+    // Samples whose frames came out the same (another thread's samples
+    // joined to different samples of the main thread with the same frames
+    // kept) are one stack.
+    let mut merged: HashMap<(Vec<usize>, usize), u64> = HashMap::with_capacity(stacks.len());
+    for st in stacks.drain(..) {
+        *merged.entry((st.locations, st.thread)).or_default() += st.count;
+    }
+    stacks.extend(merged.into_iter().map(|((locations, thread), count)| Stack { locations, count, thread }));
     // Heaviest first: readers that stop early see what matters.
     stacks.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.locations.cmp(&b.locations)));
     let start_unix_ns =
@@ -59,12 +83,16 @@ pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
         truncated: c.truncated,
         dropped: f.dropped,
         outside: f.outside,
-        distinct_stacks: c.stacks.len(),
+        distinct_stacks: stacks.len(),
         handler_total_ns: c.times.total_ns,
         handler_median_ns: quantile(&c.times, 0.5),
         handler_p99_ns: quantile(&c.times, 0.99),
         labels_full: b.labels_full,
         stack_bytes: c.heap_bytes(),
+        thread_joined: c.joined,
+        thread_alone: c.alone,
+        thread_dropped: f.thread_dropped,
+        references: c.references,
     };
     let profile = Profile {
         event,
@@ -76,8 +104,63 @@ pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
         stacks,
         files: b.files,
         modules: b.modules,
+        threads,
     };
     (profile, stats)
+}
+
+/// The threads of a profile: R's main thread first, then the others in the
+/// order of their first sample (numbered from 1), then those found using
+/// CPU but never sampled.
+fn thread_table(f: &Finished) -> Vec<ThreadInfo> {
+    let comm = |tid: i32| {
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+            .map(|s| s.trim_end().to_string())
+            .unwrap_or_default()
+    };
+    let mut out = vec![ThreadInfo {
+        number: 0,
+        tid: f.main_tid as i64,
+        name: comm(f.main_tid),
+        cpu_ns: Some(f.main_cpu_ns),
+    }];
+    if !f.all_threads {
+        return out;
+    }
+    let found = |tid: u32| f.threads.iter().find(|t| t.tid as u32 == tid);
+    for &tid in &f.collected.thread_order {
+        let t = found(tid);
+        out.push(ThreadInfo {
+            number: out.len() as u32,
+            tid: tid as i64,
+            name: t.map(|t| t.name.clone()).unwrap_or_default(),
+            cpu_ns: t.map(|t| t.cpu_ns),
+        });
+    }
+    for t in &f.threads {
+        if t.cpu_ns > 0 && !f.collected.thread_order.contains(&(t.tid as u32)) {
+            out.push(ThreadInfo {
+                number: out.len() as u32,
+                tid: t.tid as i64,
+                name: t.name.clone(),
+                cpu_ns: Some(t.cpu_ns),
+            });
+        }
+    }
+    out
+}
+
+/// The C library's modules: a thread's outermost frames there are its
+/// start's plumbing, its innermost ones system calls.
+fn is_libc(base: &str) -> bool {
+    ["libc.so", "libc-", "libpthread", "ld-linux"].iter().any(|p| base.starts_with(p))
+}
+
+/// Parallel runtimes: time in their own code is spinning, waiting or
+/// handing out work (`[wait]`).
+fn is_runtime(base: &str) -> bool {
+    ["libgomp", "libomp", "libiomp", "libtbb"].iter().any(|p| base.starts_with(p))
+        && !base.starts_with("libtbbmalloc")
 }
 
 fn quantile(t: &Times, q: f64) -> u64 {
@@ -108,6 +191,10 @@ struct Builder<'a> {
     /// first (snapshot number, module index), to find a load seen before.
     module_ids: HashMap<(usize, usize), usize>,
     module_loads: Vec<(usize, usize)>,
+    /// `[thread N]` and `[wait]` locations, by function.
+    markers: HashMap<usize, usize>,
+    /// The basename of winch's own module (where hooked threads start).
+    launch_module: Option<String>,
     labels_full: bool,
 }
 
@@ -128,17 +215,132 @@ impl<'a> Builder<'a> {
             modules: Vec::new(),
             module_ids: HashMap::new(),
             module_loads: Vec::new(),
+            markers: HashMap::new(),
+            launch_module: {
+                let now = crate::modules::current();
+                now.module_of(super::spawn::launch_address()).map(|i| now.module(i).basename().to_string())
+            },
             labels_full: false,
         }
     }
 
-    /// The locations of a record's entries, innermost first.
-    fn stack(&mut self, entries: &[u64]) -> Vec<usize> {
-        let mut out = Vec::with_capacity(entries.len());
-        // The snapshot the native frames were walked with (none: uncertain).
-        let snap = entries.first().copied().filter(|&w| w & TAG == SNAPSHOT).unwrap_or(UNCERTAIN);
+    /// The locations of a stack's entries, innermost first, and the
+    /// thread it is a sample of (0: R's main thread). Another thread's
+    /// stack is its own native frames (the C library's thread start left
+    /// out), `[thread N]`, and, when it joined a sample of R's main thread
+    /// (see `collect`), that sample's frames from where the thread's work
+    /// was started: the main thread's native frames under its innermost R
+    /// frame down to the call into the runtime that runs the thread (the
+    /// outermost frame in the module of the thread's start routine: for
+    /// OpenMP the function calling `GOMP_parallel`), or, when the thread
+    /// starts in the module R called, the function R called. When the main
+    /// thread was running R code, or nothing on its native stack belongs to
+    /// the thread's runtime (a pool's thread working after its region
+    /// ended), the thread's frames stay at the root.
+    fn stack(&mut self, entries: &[u64]) -> (Vec<usize>, u32) {
+        let mut out = Vec::with_capacity(entries.len() + 2);
+        let marker = R | super::labels::THREAD as u64;
+        let Some(t) = entries.iter().position(|&e| e == marker) else {
+            let snap = entries.first().copied().filter(|&w| w & TAG == SNAPSHOT).unwrap_or(UNCERTAIN);
+            let rest = entries.get(1..).unwrap_or(&[]);
+            let inner = rest.iter().take_while(|&&e| e & TAG == NATIVE).count();
+            self.wait_marker(&rest[..inner], snap, &mut out);
+            self.entries(rest, snap, &mut out);
+            return (out, 0);
+        };
+        let snap = entries[0];
+        let tid = ((snap >> TID_SHIFT) & TID_MASK) as u32;
+        let snap = snap & !(TID_MASK << TID_SHIFT);
+        // The thread's own frames, its start's plumbing left out: the C
+        // library's, and winch's own start of threads it saw start.
+        let mut own = &entries[1..t];
+        let launch = self.launch_module.clone();
+        while let Some((&last, head)) = own.split_last() {
+            let base = self.module_base(last, snap);
+            let plumbing = base.as_deref().is_some_and(is_libc) || (base.is_some() && base == launch);
+            if plumbing && !head.is_empty() {
+                own = head;
+            } else {
+                break;
+            }
+        }
+        let entry_module = own.last().and_then(|&e| self.module_base(e, snap));
+        self.wait_marker(own, snap, &mut out);
+        self.entries(own, snap, &mut out);
+        out.push(self.thread_location(tid));
+        let parent = &entries[t + 1..];
+        if let Some((&psnap, rest)) = parent.split_first() {
+            let inner = rest.iter().take_while(|&&e| e & TAG == NATIVE).count();
+            let bases: Vec<Option<String>> =
+                rest[..inner].iter().map(|&e| self.module_base(e, psnap)).collect();
+            let keep_from = match (&entry_module, bases.last()) {
+                (_, None) => None, // R's main thread was running R code
+                (Some(m), Some(Some(outer))) if m == outer => Some(inner - 1),
+                (Some(m), _) => bases.iter().rposition(|b| b.as_ref() == Some(m)).map(|j| j + 1),
+                (None, _) => None,
+            };
+            if let Some(from) = keep_from {
+                self.entries(&rest[from..], psnap, &mut out);
+            }
+        }
+        (out, tid)
+    }
+
+    /// The basename of the module a native entry's address is in.
+    fn module_base(&self, entry: u64, snap: u64) -> Option<String> {
+        if entry & TAG != NATIVE {
+            return None;
+        }
+        let ip = (entry & IP_MASK) as usize;
+        let probe = if entry & EXACT_IP != 0 { ip } else { ip.wrapping_sub(1) };
+        match placement(&self.maps, &self.now, snap, probe) {
+            Place::Loaded { snap, index, .. } | Place::Unloaded { snap, index } => {
+                Some(self.maps[snap].module(index).basename().to_string())
+            }
+            Place::Unknown => None,
+        }
+    }
+
+    /// `[wait]` first, when a thread's innermost native frames (system
+    /// calls of the C library aside) are a parallel runtime's own.
+    fn wait_marker(&mut self, natives: &[u64], snap: u64, out: &mut Vec<usize>) {
+        let first =
+            natives.iter().map(|&e| self.module_base(e, snap)).find(|b| !b.as_deref().is_some_and(is_libc));
+        if first.flatten().is_some_and(|b| is_runtime(&b)) {
+            let f = self.function(FrameKind::Wait, "[wait]".into(), "[wait]".into(), None);
+            out.push(self.marker_location(f));
+        }
+    }
+
+    /// The `[thread N]` location of the thread with kernel id `tid`.
+    fn thread_location(&mut self, tid: u32) -> usize {
+        let n = self.fin.collected.thread_order.iter().position(|&t| t == tid).map_or(0, |i| i + 1);
+        let f = self.function(FrameKind::Thread, format!("[thread {n}]"), format!("[thread_{n}]"), None);
+        self.marker_location(f)
+    }
+
+    fn marker_location(&mut self, function: usize) -> usize {
+        if let Some(&l) = self.markers.get(&function) {
+            return l;
+        }
+        let l = self.locations.len();
+        self.locations.push(Location {
+            module: None,
+            address: 0,
+            lines: vec![Line { function, file: None, line: None }],
+        });
+        self.markers.insert(function, l);
+        l
+    }
+
+    /// The locations of entries (native, R and positions; a snapshot word
+    /// changes the snapshot of the native entries after it), innermost
+    /// first, appended to `out`.
+    fn entries(&mut self, entries: &[u64], snap: u64, out: &mut Vec<usize>) {
+        let mut snap = snap & !(TID_MASK << TID_SHIFT);
         for (k, &e) in entries.iter().enumerate() {
             match e & TAG {
+                SNAPSHOT => snap = e & !(TID_MASK << TID_SHIFT),
                 NATIVE => out.push(self.native(e, snap)),
                 R => {
                     let id = (e & 0xffff_ffff) as u32;
@@ -162,7 +364,6 @@ impl<'a> Builder<'a> {
                 _ => {}
             }
         }
-        out
     }
 
     fn function(&mut self, kind: FrameKind, name: String, label: String, module: Option<usize>) -> usize {

@@ -3,6 +3,7 @@
 //! samples), and how long the handler took.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Header flags of a sample (set by the sampler).
 pub const TRUNCATED_NATIVE: u64 = 1;
@@ -93,53 +94,169 @@ impl Times {
     }
 }
 
+/// Header flags of a sample (set by the sampler): a sample of R's main
+/// thread taken only for another thread's samples to be shown under (not
+/// counted: its weight is 0), and a sample of another thread.
+pub const REFERENCE: u64 = 4;
+pub const WORKER: u64 = 8;
+
+/// A sample of another thread waiting for the main thread's sample it is to
+/// be shown under.
+struct Pending {
+    part: Box<[u64]>,
+    link: u64,
+    context: u64,
+    weight: u64,
+    truncated: bool,
+}
+
 /// Everything collected from a session's records.
+///
+/// A sample of another thread than R's main thread is shown under the R
+/// stack of the main thread's sample it names (its `link`), when that
+/// sample was taken while R's innermost context record was the one the
+/// other thread saw (its `context`): the main thread had not left the R
+/// call since. Its key is then its own entries, `R | THREAD`, and the main
+/// thread's sample's key; otherwise (R had moved on, or the main thread's
+/// sample was not kept) its own entries and `R | THREAD` alone. `build`
+/// decides which of the main thread's native frames to keep.
 #[derive(Default)]
 pub struct Collected {
-    pub stacks: HashMap<Box<[u64]>, Counts>,
+    /// Distinct stacks (`[snapshot, entry...]`) with their counts.
+    pub stacks: Vec<(Arc<[u64]>, Counts)>,
+    index: HashMap<Arc<[u64]>, usize>,
+    /// R's main thread's samples by number: (context, stack).
+    mains: HashMap<u64, (u64, usize)>,
+    /// The largest number of a main thread's sample collected.
+    last_main: u64,
+    pending: Vec<Pending>,
     pub samples: u64,
     pub weight: u64,
     pub truncated: u64,
+    /// Samples taken for other threads' samples to be shown under.
+    pub references: u64,
+    /// Other threads' samples shown under R's main thread's stack, and at
+    /// the root.
+    pub joined: u64,
+    pub alone: u64,
+    /// Other threads by kernel id, in the order of their first sample.
+    pub thread_order: Vec<u32>,
     pub times: Times,
 }
 
 impl Collected {
-    /// Adds one record (`[header, entry...]`, see `sampler`).
+    /// Adds one record (`[header, snapshot, link, context, entry...]`, see
+    /// `sampler`).
     pub fn absorb(&mut self, record: &[u64]) {
         self.absorb_as(record, false);
     }
 
-    /// Adds one record, its snapshot word (the first entry) marked
-    /// `UNCERTAIN` if `uncertain`.
-    pub fn absorb_as(&mut self, record: &[u64], uncertain: bool) {
-        let Some((&header, entries)) = record.split_first() else { return };
-        let marked;
-        let entries = match entries.split_first() {
-            Some((&snap, rest)) if uncertain && snap & super::sampler::TAG == super::sampler::SNAPSHOT => {
-                marked = [&[snap | super::sampler::UNCERTAIN][..], rest].concat();
-                &marked[..]
+    fn add(&mut self, key: &[u64], weight: u64, truncated: bool) -> usize {
+        let i = match self.index.get(key) {
+            Some(&i) => i,
+            None => {
+                let key: Arc<[u64]> = key.into();
+                self.stacks.push((key.clone(), Counts::default()));
+                self.index.insert(key, self.stacks.len() - 1);
+                self.stacks.len() - 1
             }
-            _ => entries,
         };
+        let c = &mut self.stacks[i].1;
+        if weight > 0 {
+            c.weight += weight;
+            c.samples += 1;
+            c.truncated += truncated as u64;
+        }
+        i
+    }
+
+    /// Adds one record, its snapshot word marked `UNCERTAIN` if
+    /// `uncertain`.
+    pub fn absorb_as(&mut self, record: &[u64], uncertain: bool) {
+        use super::sampler::{PREFIX, UNCERTAIN};
+        if record.len() < PREFIX {
+            return;
+        }
+        let (header, snap, link, context) = (record[0], record[1], record[2], record[3]);
+        let snap = if uncertain { snap | UNCERTAIN } else { snap };
+        let entries = &record[PREFIX..];
         let flags = header & 0xff;
-        let weight = ((header >> 8) & 0xff_ffff).max(1);
+        let weight = if flags & REFERENCE != 0 { 0 } else { ((header >> 8) & 0xff_ffff).max(1) };
         let truncated = flags & (TRUNCATED_NATIVE | TRUNCATED_R) != 0;
         self.times.add(header >> 32);
-        self.samples += 1;
-        self.weight += weight;
-        self.truncated += truncated as u64;
-        let c = match self.stacks.get_mut(entries) {
-            Some(c) => c,
-            None => self.stacks.entry(entries.into()).or_default(),
+        if weight == 0 {
+            self.references += 1;
+        } else {
+            self.samples += 1;
+            self.weight += weight;
+            self.truncated += truncated as u64;
+        }
+        let mut key = Vec::with_capacity(entries.len() + 2);
+        key.push(snap);
+        key.extend_from_slice(entries);
+        if flags & WORKER == 0 {
+            let i = self.add(&key, weight, truncated);
+            self.mains.insert(link, (context, i));
+            self.last_main = self.last_main.max(link);
+            return;
+        }
+        let tid = super::sampler::tid_of(snap);
+        if !self.thread_order.contains(&tid) {
+            self.thread_order.push(tid);
+        }
+        key.push(super::sampler::R | super::labels::THREAD as u64);
+        let p = Pending { part: key.into(), link, context, weight, truncated };
+        if !self.settle(&p, false) {
+            self.pending.push(p);
+        }
+    }
+
+    /// Adds another thread's sample under its main thread's sample, or at
+    /// the root; false if that sample may still come (and `last` is not
+    /// set).
+    fn settle(&mut self, p: &Pending, last: bool) -> bool {
+        let parent = match self.mains.get(&p.link) {
+            Some(&(context, i)) if context == p.context && context != 0 => Some(i),
+            Some(_) => None,
+            None if p.link > self.last_main && !last => return false,
+            None => None,
         };
-        c.weight += weight;
-        c.samples += 1;
-        c.truncated += truncated as u64;
+        match parent {
+            Some(i) => {
+                let key = [&p.part[..], &self.stacks[i].0[..]].concat();
+                self.joined += 1;
+                self.add(&key, p.weight, p.truncated);
+            }
+            None => {
+                self.alone += 1;
+                self.add(&p.part, p.weight, p.truncated);
+            }
+        }
+        true
+    }
+
+    /// Settles the samples of other threads whose main thread's sample has
+    /// come since; with `last`, every one (the session ended).
+    pub fn settle_pending(&mut self, last: bool) {
+        let pending = std::mem::take(&mut self.pending);
+        for p in pending {
+            if !self.settle(&p, last) {
+                self.pending.push(p);
+            }
+        }
     }
 
     /// Approximate heap bytes held (for the memory report).
     pub fn heap_bytes(&self) -> usize {
-        self.stacks.keys().map(|k| k.len() * 8 + 64).sum::<usize>() + self.times.buckets.len() * 8
+        self.stacks.iter().map(|(k, _)| k.len() * 8 + 96).sum::<usize>()
+            + self.mains.len() * 32
+            + self.pending.iter().map(|p| p.part.len() * 8 + 48).sum::<usize>()
+            + self.times.buckets.len() * 8
+    }
+
+    /// The counts of a stack (tests).
+    pub fn counts(&self, key: &[u64]) -> Option<Counts> {
+        self.index.get(key).map(|&i| self.stacks[i].1)
     }
 }
 
@@ -156,30 +273,72 @@ mod tests {
         let mut c = Collected::default();
         for i in 0..10_000u64 {
             let stack = if i % 4 == 0 { [1u64, 2] } else { [3, 4] };
-            c.absorb(&[header(0, 1, 500), stack[0], stack[1]]);
+            c.absorb(&[header(0, 1, 500), stack[0], i, 0, stack[1]]);
         }
-        c.absorb(&[header(TRUNCATED_NATIVE, 3, 500), 1, 2]);
+        c.absorb(&[header(TRUNCATED_NATIVE, 3, 500), 1, 10_001, 0, 2]);
         assert_eq!(c.stacks.len(), 2);
         assert_eq!(c.samples, 10_001);
         assert_eq!(c.weight, 10_003);
         assert_eq!(c.truncated, 1);
-        let a = c.stacks[&[1u64, 2][..]];
+        let a = c.counts(&[1u64, 2]).unwrap();
         assert_eq!((a.weight, a.samples, a.truncated), (2503, 2501, 1));
-        assert!(c.heap_bytes() < 20_000);
+        assert!(c.heap_bytes() < 400_000);
     }
 
     #[test]
     fn uncertain_samples_are_stacks_of_their_own() {
         use crate::profile::sampler::{NATIVE, SNAPSHOT, UNCERTAIN};
         let mut c = Collected::default();
-        let rec = [header(0, 1, 500), SNAPSHOT | 1, NATIVE | 0x1234];
+        let rec = [header(0, 1, 500), SNAPSHOT | 1, 1, 0x10, NATIVE | 0x1234];
         c.absorb(&rec);
         c.absorb_as(&rec, true);
         c.absorb_as(&rec, false);
         assert_eq!(c.stacks.len(), 2);
-        assert_eq!(c.stacks[&[SNAPSHOT | 1, NATIVE | 0x1234][..]].samples, 2);
-        assert_eq!(c.stacks[&[SNAPSHOT | 1 | UNCERTAIN, NATIVE | 0x1234][..]].samples, 1);
+        assert_eq!(c.counts(&[SNAPSHOT | 1, NATIVE | 0x1234]).unwrap().samples, 2);
+        assert_eq!(c.counts(&[SNAPSHOT | 1 | UNCERTAIN, NATIVE | 0x1234]).unwrap().samples, 1);
         assert_eq!(c.samples, 3);
+    }
+
+    #[test]
+    fn other_threads_samples_join_the_main_threads_stack_while_r_stays_put() {
+        use crate::profile::labels::THREAD;
+        use crate::profile::sampler::{NATIVE, R, SNAPSHOT, TID_SHIFT};
+        let mut c = Collected::default();
+        let main =
+            |seq: u64, ctx: u64, leaf: u64| [header(0, 1, 500), SNAPSHOT, seq, ctx, NATIVE | leaf, R | 9];
+        let worker = |tid: u64, seq: u64, ctx: u64| {
+            [header(WORKER, 1, 500), SNAPSHOT | tid << TID_SHIFT, seq, ctx, NATIVE | 0x77]
+        };
+        c.absorb(&main(1, 0x100, 0x10));
+        // Joins main sample 1 (same context), at the root when R moved on
+        // (another context), waits for main sample 2 until it comes.
+        c.absorb(&worker(5, 1, 0x100));
+        c.absorb(&worker(6, 1, 0x200));
+        c.absorb(&worker(5, 2, 0x300));
+        assert_eq!((c.joined, c.alone), (1, 1));
+        // A reference sample: not counted, but others join it.
+        let mut reference = main(2, 0x300, 0x20);
+        reference[0] = header(REFERENCE, 1, 500);
+        c.absorb(&reference);
+        c.settle_pending(false);
+        assert_eq!((c.joined, c.alone, c.samples, c.references), (2, 1, 4, 1));
+        let me = |tid: u64| [SNAPSHOT | tid << TID_SHIFT, NATIVE | 0x77, R | THREAD as u64];
+        let under = |tid: u64, leaf: u64| [&me(tid)[..], &[SNAPSHOT, NATIVE | leaf, R | 9][..]].concat();
+        assert_eq!(c.counts(&under(5, 0x10)).unwrap().weight, 1);
+        assert_eq!(c.counts(&under(5, 0x20)).unwrap().weight, 1);
+        assert_eq!(c.counts(&me(6)).unwrap().weight, 1);
+        assert_eq!(
+            c.counts(&[SNAPSHOT, NATIVE | 0x20, R | 9]).unwrap().weight,
+            0,
+            "a reference counts nothing"
+        );
+        // A main sample that never comes (dropped): at the end, at the root.
+        c.absorb(&worker(5, 9, 0x300));
+        c.settle_pending(false);
+        assert_eq!(c.alone, 1);
+        c.settle_pending(true);
+        assert_eq!(c.alone, 2);
+        assert_eq!(c.thread_order, vec![5, 6]);
     }
 
     #[test]

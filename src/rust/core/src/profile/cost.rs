@@ -36,7 +36,7 @@ pub fn sample_cost(facts: &RFacts, n: usize, thrash_mb: usize) -> Cost {
         std::hint::black_box(&junk);
         let regs = crate::unwind::registers();
         let t0 = now();
-        let out = sample(regs, 1, t0, now, (&snap, 0), facts, &mut scratch, &ring);
+        let out = sample(regs, (1, 0), t0, now, (&snap, 0), (0, 0), facts, &mut scratch, &ring);
         times.push(now() - t0);
         entries = out.frames;
         ring.drain(&mut buf, |_| {});

@@ -12,7 +12,11 @@ pub const REPEAT: u32 = 3;
 pub const LOOP: u32 = 4;
 /// The table was full.
 pub const FULL: u32 = 5;
-const FIXED: [&str; 6] = ["<Anonymous>", "[for]", "[while]", "[repeat]", "[loop]", "<label table full>"];
+/// Where a sample of another thread than R's main thread joins the stack
+/// it is shown under (see `collect`): the `[thread N]` frame.
+pub const THREAD: u32 = 6;
+const FIXED: [&str; 7] =
+    ["<Anonymous>", "[for]", "[while]", "[repeat]", "[loop]", "<label table full>", "[thread]"];
 
 const SLOTS: usize = 1 << 15;
 const SYMBOL_SLOTS: usize = 1 << 13;

@@ -17,3 +17,7 @@ pub mod rprof;
 pub mod sampler;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub mod session;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub mod spawn;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub mod threads;

@@ -22,6 +22,10 @@ pub enum FrameKind {
     Native,
     /// A loop of an R function: `[for]`, `[while]`, `[repeat]`.
     Loop,
+    /// Where another thread's own frames begin: `[thread N]`.
+    Thread,
+    /// Time in a parallel runtime's own code (OpenMP, TBB): `[wait]`.
+    Wait,
 }
 
 impl FrameKind {
@@ -30,11 +34,15 @@ impl FrameKind {
             FrameKind::R => "r",
             FrameKind::Native => "native",
             FrameKind::Loop => "loop",
+            FrameKind::Thread => "thread",
+            FrameKind::Wait => "wait",
         }
     }
 
     pub fn from_name(name: &str) -> Option<FrameKind> {
-        [FrameKind::R, FrameKind::Native, FrameKind::Loop].into_iter().find(|k| k.name() == name)
+        [FrameKind::R, FrameKind::Native, FrameKind::Loop, FrameKind::Thread, FrameKind::Wait]
+            .into_iter()
+            .find(|k| k.name() == name)
     }
 }
 
@@ -98,6 +106,23 @@ pub struct Stack {
     /// Indices into `Profile::locations`, innermost first.
     pub locations: Vec<usize>,
     pub count: u64,
+    /// The thread sampled: an index into `Profile::threads` (0: R's main
+    /// thread).
+    pub thread: usize,
+}
+
+/// A thread of the profiled process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadInfo {
+    /// 0 for R's main thread; others numbered from 1 in the order of their
+    /// first sample (the `N` of their `[thread N]` frame).
+    pub number: u32,
+    /// The kernel's thread id (0: unknown).
+    pub tid: i64,
+    pub name: String,
+    /// CPU time it used while the profile ran, from its own clock (None:
+    /// not measured).
+    pub cpu_ns: Option<u64>,
 }
 
 /// What was sampled.
@@ -133,6 +158,9 @@ pub struct Profile {
     pub stacks: Vec<Stack>,
     pub files: Vec<String>,
     pub modules: Vec<Module>,
+    /// The threads sampled; the first is R's main thread. (Empty: R's main
+    /// thread only, as profiles made before threads were sampled.)
+    pub threads: Vec<ThreadInfo>,
 }
 
 impl Profile {
@@ -153,7 +181,9 @@ impl Profile {
         }
         // Slack for timer expirations that land late and are counted
         // together, and for the clock readings around the profile.
-        let possible = (self.duration_ns as f64 / self.interval_ns as f64) * 1.5 + 1000.0;
+        // Every thread is sampled on its own clock.
+        let threads = self.threads.len().max(1) as f64;
+        let possible = (self.duration_ns as f64 / self.interval_ns as f64) * 1.5 * threads + 1000.0 * threads;
         let samples = self.samples();
         if samples as f64 > possible {
             return Err(format!(
@@ -167,7 +197,10 @@ impl Profile {
             (self.locations.len(), self.functions.len(), self.files.len(), self.modules.len());
         let bad_module = |m: Option<usize>| m.is_some_and(|m| m >= nm);
         let bad_file = |f: Option<usize>| f.is_some_and(|f| f >= nfiles);
-        if self.stacks.iter().any(|s| s.locations.iter().any(|&l| l >= nl))
+        if self
+            .stacks
+            .iter()
+            .any(|s| s.locations.iter().any(|&l| l >= nl) || s.thread >= self.threads.len().max(1))
             || self.functions.iter().any(|f| bad_module(f.module) || bad_file(f.file))
             || self
                 .locations
@@ -208,9 +241,10 @@ mod tests {
                 address: 0,
                 lines: vec![Line { function: 0, file: None, line: None }],
             }],
-            stacks: vec![Stack { locations: vec![0], count }],
+            stacks: vec![Stack { locations: vec![0], count, thread: 0 }],
             files: Vec::new(),
             modules: Vec::new(),
+            threads: Vec::new(),
         }
     }
 
@@ -228,5 +262,8 @@ mod tests {
         let mut p = profile(1, 1.0);
         p.locations[0].lines[0].file = Some(0);
         assert!(p.check().is_err(), "a file index with no files");
+        let mut p = profile(1, 1.0);
+        p.stacks[0].thread = 1;
+        assert!(p.check().unwrap_err().contains("out of range"), "a thread that is not listed");
     }
 }

@@ -39,6 +39,12 @@ mod field {
     pub mod sample {
         pub const LOCATION_ID: u32 = 1;
         pub const VALUE: u32 = 2;
+        pub const LABEL: u32 = 3;
+    }
+    pub mod label {
+        pub const KEY: u32 = 1;
+        pub const STR: u32 = 2;
+        pub const NUM: u32 = 3;
     }
     pub mod mapping {
         pub const ID: u32 = 1;
@@ -92,8 +98,23 @@ fn message(p: &Profile) -> Vec<u8> {
     let time_type = value_type(&mut strings, time, unit);
     out.message(field::profile::SAMPLE_TYPE, &count_type);
     out.message(field::profile::SAMPLE_TYPE, &time_type);
+    // With threads sampled, every sample says which (`-tagfocus`).
+    let threads: Vec<(u64, u64, i64)> =
+        p.threads.iter().map(|t| (strings.index("thread"), strings.index(&thread_label(t)), t.tid)).collect();
+    let tid_key = strings.index("tid");
     for stack in p.stacks.iter().filter(|s| s.count > 0) {
-        out.message(field::profile::SAMPLE, &sample(stack, p.interval_ns));
+        let mut m = sample(stack, p.interval_ns);
+        if let Some(&(key, value, tid)) = threads.get(stack.thread) {
+            let mut l = Message::default();
+            l.uint(field::label::KEY, key);
+            l.uint(field::label::STR, value);
+            m.message(field::sample::LABEL, &l);
+            let mut l = Message::default();
+            l.uint(field::label::KEY, tid_key);
+            l.uint(field::label::NUM, tid.max(0) as u64);
+            m.message(field::sample::LABEL, &l);
+        }
+        out.message(field::profile::SAMPLE, &m);
     }
     for (i, m) in p.modules.iter().enumerate() {
         out.message(field::profile::MAPPING, &mapping(&mut strings, i, m));
@@ -117,6 +138,16 @@ fn message(p: &Profile) -> Vec<u8> {
     out.uint(field::profile::COMMENT, comment);
     out.uint(field::profile::DEFAULT_SAMPLE_TYPE, default_type);
     out.0
+}
+
+/// A thread's `thread` label: `main` for R's main thread, `thread N` for
+/// the others, with its name.
+pub fn thread_label(t: &super::model::ThreadInfo) -> String {
+    match (t.number, t.name.is_empty()) {
+        (0, _) => "main".to_string(),
+        (n, true) => format!("thread {n}"),
+        (n, false) => format!("thread {n} ({})", t.name),
+    }
 }
 
 /// The type and unit of the time a sample stands for.
@@ -564,11 +595,12 @@ mod tests {
                 },
             ],
             stacks: vec![
-                Stack { locations: vec![4, 3, 2, 1, 0], count: 5 },
-                Stack { locations: vec![2, 1, 0], count: 3 },
-                Stack { locations: vec![1, 0], count: 0 },
-                Stack { locations: vec![3, 1, 0], count: 2 },
+                Stack { locations: vec![4, 3, 2, 1, 0], count: 5, thread: 0 },
+                Stack { locations: vec![2, 1, 0], count: 3, thread: 0 },
+                Stack { locations: vec![1, 0], count: 0, thread: 0 },
+                Stack { locations: vec![3, 1, 0], count: 2, thread: 0 },
             ],
+            threads: Vec::new(),
         }
     }
 
@@ -583,6 +615,7 @@ mod tests {
             stacks: vec![],
             files: vec![],
             modules: vec![],
+            threads: vec![],
         }
     }
 
@@ -774,7 +807,7 @@ mod tests {
     #[test]
     fn huge_counts_saturate() {
         let mut p = empty();
-        p.stacks.push(Stack { locations: vec![], count: u64::MAX });
+        p.stacks.push(Stack { locations: vec![], count: u64::MAX, thread: 0 });
         let p = parse(&encode(&p));
         let max = i64::MAX as u64;
         assert_eq!(p.samples, [Sample { location_id: vec![], value: vec![max, max] }]);

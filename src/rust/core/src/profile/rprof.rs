@@ -175,6 +175,7 @@ mod tests {
                 stacks: Vec::new(),
                 files: Vec::new(),
                 modules: Vec::new(),
+                threads: Vec::new(),
             })
         }
 
@@ -203,7 +204,7 @@ mod tests {
         }
 
         fn stack(&mut self, locations: &[usize], count: u64) {
-            self.0.stacks.push(Stack { locations: locations.to_vec(), count });
+            self.0.stacks.push(Stack { locations: locations.to_vec(), count, thread: 0 });
         }
     }
 

@@ -9,11 +9,17 @@
 //! ranges where R keeps them (the C stack, R's node stack, R's own data);
 //! reads of R objects go through `rheap`.
 //!
-//! A record is `[header, snapshot, entry...]`, entries innermost first:
+//! A record is `[header, snapshot, link, context, entry...]`, entries
+//! innermost first:
 //! * header: `flags | weight << 8 | handler_ns << 32`;
 //! * snapshot: `SNAPSHOT | n`, the number of the session's snapshot of
 //!   loaded modules the native frames were walked with (and are named
-//!   with), to which the collector adds `UNCERTAIN` (see `session`);
+//!   with), to which the collector adds `UNCERTAIN` (see `session`); for a
+//!   sample of another thread, its kernel id too (see `worker`);
+//! * link: the sample's number among R's main thread's samples (for
+//!   another thread's sample: the number of the main thread's sample to
+//!   show it under, see `collect`);
+//! * context: the address of R's innermost context record then;
 //! * a native frame: `NATIVE | ip` (`| EXACT_IP` for the interrupted one);
 //! * an R frame: `R | label id`;
 //! * a loop: `R | label id` of `[for]`, `[while]`, `[repeat]` or `[loop]`;
@@ -31,7 +37,12 @@ use crate::r::layout::CTXT_LOOP;
 use crate::unwind::walk::{End, Frame, Snapshot};
 
 mod describe;
+mod worker;
 use describe::{describe_frames, prefetch_last_contexts, Describe, Memo};
+pub use worker::{sample_worker, tid_of, WorkerScratch, TID_MASK, TID_SHIFT};
+
+/// Words before a record's entries: header, snapshot, link, context.
+pub const PREFIX: usize = 4;
 
 /// The second word of a record: the snapshot's number.
 pub const SNAPSHOT: u64 = 0;
@@ -133,7 +144,7 @@ impl Default for Scratch {
             frames: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
             sps: vec![0; MAX_FRAMES].into_boxed_slice(),
             ctx: vec![Ctx::default(); MAX_CONTEXTS].into_boxed_slice(),
-            record: vec![0; 1 + MAX_FRAMES + 2 * MAX_CONTEXTS].into_boxed_slice(),
+            record: vec![0; PREFIX + MAX_FRAMES + 2 * MAX_CONTEXTS].into_boxed_slice(),
             labels: Labels::new(),
             label: rheap::Buf::default(),
             memo: Memo::default(),
@@ -192,26 +203,29 @@ pub struct Outcome {
     pub outside: bool,
 }
 
-/// The snapshot number of a record (`[header, snapshot, entry...]`).
+/// The snapshot number of a record (`[header, snapshot, ...]`).
 pub fn snapshot_of(record: &[u64]) -> Option<u32> {
     record.get(1).filter(|&&w| w & TAG == SNAPSHOT).map(|&w| (w & 0xffff_ffff) as u32)
 }
 
 /// Takes one sample from the interrupted registers `(ip, sp, bp)` with
 /// snapshot number `index` and pushes it to `ring` with `weight` (timer
-/// expirations it stands for).
+/// expirations it stands for), as R's main thread's sample number `seq`
+/// taken while R's innermost context record was at `context`, with
+/// header flags `flags`.
 #[allow(clippy::too_many_arguments)]
 pub fn sample(
     regs: (usize, usize, usize),
-    weight: u64,
+    (weight, flags): (u64, u64),
     started_ns: u64,
     now_ns: impl Fn() -> u64,
     (snap, index): (&Snapshot, u32),
+    (seq, context): (u64, u64),
     r: &RFacts,
     s: &mut Scratch,
     ring: &Ring,
 ) -> Outcome {
-    let mut flags = 0;
+    let mut flags = flags;
     prefetch_last_contexts(&s.memo, r.base.layout.call);
     let read_stack = |a: usize| r.ranges.stack_word(a);
     // A signal that arrived while R ran on another stack (a signal
@@ -262,7 +276,9 @@ pub fn sample(
     };
 
     s.record[1] = SNAPSHOT | index as u64;
-    let mut len = 2;
+    s.record[2] = seq;
+    s.record[3] = context;
+    let mut len = PREFIX;
     let mut k = 0; // next context (innermost first)
     let push = |rec: &mut [u64], len: &mut usize, w: u64| {
         if let Some(slot) = rec.get_mut(*len) {
@@ -304,7 +320,7 @@ pub fn sample(
     let spent = now_ns().saturating_sub(started_ns);
     s.record[0] = flags | (weight.min(0xff_ffff) << 8) | (spent.min(u32::MAX as u64) << 32);
     let pushed = ring.push(&s.record[..len]);
-    Outcome { flags, frames: len - 2, pushed, outside: false }
+    Outcome { flags, frames: len - PREFIX, pushed, outside: false }
 }
 
 fn loop_kind_label(kind: u32) -> u32 {

@@ -12,22 +12,31 @@
 //! sample stands for all of them. `SA_RESTART` keeps interrupted system
 //! calls going.
 //!
-//! Stopping deletes the timer, blocks the signal and consumes one still
-//! pending, waits until no handler runs, and restores the signal's previous
-//! disposition. A `fork()` child (parallel::mclapply) has no timer (POSIX
+//! With every thread sampled, each other thread of the process gets a timer
+//! of its own on its own CPU clock, sending the same signal to it alone
+//! (see `threads`): no thread is stopped for another's sample. Their
+//! samples are taken by the same handler, into one of a few sampling slots
+//! (buffers and a ring each, taken by whichever thread's handler finds one
+//! free; a sample that finds none is counted as dropped).
+//!
+//! Stopping deletes the timers, blocks the signal and consumes one still
+//! pending on the main thread, ignores the signal for a moment (which
+//! discards one pending on any other thread), waits until no handler runs,
+//! and restores the signal's previous disposition. A `fork()` child (parallel::mclapply) has no timer (POSIX
 //! timers are not inherited) and, through a `pthread_atfork` handler, no
 //! active session either, so it is never sampled. The child's copy of the
 //! parent's `Running` refers to a timer and a collector thread that do not
 //! exist there: `Running::inherited` tells, and `Running::forget` lets go of
 //! it without touching them, so the child can start a session of its own.
 
-use super::collect::Collected;
+use super::collect::{Collected, REFERENCE};
 use super::ring::Ring;
-use super::sampler::{self, RFacts, Scratch};
+use super::sampler::{self, RFacts, Scratch, WorkerScratch};
+use super::threads::{self, Thread, Threads};
 use crate::error::{Error, Result};
 use crate::unwind::walk::Snapshot;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What is sampled.
@@ -46,6 +55,20 @@ pub const MIN_INTERVAL_NS: u64 = 1_000_000;
 /// Ring words (1 MiB): seconds of samples at 1 ms if the collector is slow
 /// to run, and small enough to stay in the CPU's caches.
 const RING_WORDS: usize = 1 << 17;
+/// Sampling slots for the other threads, and each one's ring words.
+const SLOTS: usize = 4;
+const SLOT_RING_WORDS: usize = 1 << 16;
+/// How often the collector looks for new threads, empties the rings and
+/// checks the loaded modules.
+const POLL: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// What the handler of another thread's sample takes: buffers and a ring,
+/// used by one handler at a time (`busy`).
+struct Slot {
+    busy: AtomicBool,
+    scratch: UnsafeCell<WorkerScratch>,
+    ring: Ring,
+}
 
 /// A snapshot of loaded modules as the handler uses it: with its number in
 /// the session, which every sample taken with it carries.
@@ -82,6 +105,22 @@ pub struct Session {
     generations: Mutex<Vec<((u64, u64), bool)>>,
     interpreter_addr: usize,
     main_thread: libc::pthread_t,
+    main_tid: i32,
+    pid: libc::pid_t,
+    signal: libc::c_int,
+    /// Sampling slots of the other threads (empty: R's main thread only).
+    slots: Box<[Slot]>,
+    /// The number of R's main thread's last sample, and the address of R's
+    /// innermost context record then.
+    main_seq: AtomicU64,
+    main_context: AtomicUsize,
+    /// Another thread asked the main thread for a sample (not yet taken),
+    /// and when the last such request was made.
+    requested: AtomicBool,
+    requested_ns: AtomicU64,
+    interval_ns: u64,
+    /// Other threads' samples lost (no free slot, or a full ring).
+    pub thread_dropped: AtomicU64,
     pub handler_runs: AtomicU64,
     pub dropped: AtomicU64,
     /// Timer intervals whose sample was outside the profiled code.
@@ -91,14 +130,17 @@ pub struct Session {
 }
 
 // SAFETY: `scratch` is touched only by the signal handler on the main
-// thread, never concurrently (IN_HANDLER), and by `finish` after sampling
-// stopped; everything else is atomics, mutexes or immutable.
+// thread, never concurrently (the signal is blocked in its own handler),
+// and by `finish` after sampling stopped (no handler runs: RUNNING); a
+// slot's scratch only by the handler that set its `busy` flag; everything
+// else is atomics, mutexes or immutable.
 unsafe impl Sync for Session {}
 // SAFETY: as above; the raw pointers are owned snapshots.
 unsafe impl Send for Session {}
 
 static ACTIVE: AtomicPtr<Session> = AtomicPtr::new(std::ptr::null_mut());
-static IN_HANDLER: AtomicBool = AtomicBool::new(false);
+/// Handlers running now, on any thread.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
 /// A started session, owned by the thread that started it.
 pub struct Running {
@@ -106,7 +148,9 @@ pub struct Running {
     signal: libc::c_int,
     timer: libc::timer_t,
     old_action: libc::sigaction,
-    collector: Option<std::thread::JoinHandle<()>>,
+    collector: Option<std::thread::JoinHandle<Vec<Thread>>>,
+    /// R's main thread's CPU clock at the start.
+    main_cpu_start: u64,
     pub clock: Clock,
     pub interval_ns: u64,
     pub started: std::time::SystemTime,
@@ -131,6 +175,15 @@ pub struct Finished {
     pub outside: u64,
     pub duration_ns: u64,
     pub started: std::time::SystemTime,
+    /// Whether the other threads were sampled, and what is known of them
+    /// (in the order they were found); R's main thread's kernel id and
+    /// the CPU time it used.
+    pub all_threads: bool,
+    pub threads: Vec<Thread>,
+    pub main_tid: i32,
+    pub main_cpu_ns: u64,
+    /// Other threads' samples lost.
+    pub thread_dropped: u64,
 }
 
 /// Whether a session is running in this process.
@@ -160,12 +213,13 @@ extern "C" {
 
 extern "C" fn after_fork_in_child() {
     // The child has no timer; make sure nothing it might receive samples.
-    ACTIVE.store(std::ptr::null_mut(), Ordering::Release);
+    ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
+    super::spawn::forget_in_child();
     // The only thread of the child is the one that called fork(), which was
-    // not in the handler (a handler running on another thread of the parent
-    // does not exist here): stopping a session of the child's own must not
-    // wait for it.
-    IN_HANDLER.store(false, Ordering::Release);
+    // not in the handler (handlers running on other threads of the parent
+    // do not exist here): stopping a session of the child's own must not
+    // wait for them.
+    RUNNING.store(0, Ordering::SeqCst);
 }
 
 fn register_fork_handler() {
@@ -199,33 +253,34 @@ pub(crate) fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The signal handler: one sample of the main thread.
+/// The signal handler: one sample of the thread it runs on.
 extern "C" fn on_signal(_sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
     // SAFETY: errno is thread-local; saved and restored around the sample.
     let saved_errno = unsafe { *libc::__errno_location() };
     let start = now_ns();
-    if !IN_HANDLER.swap(true, Ordering::Acquire) {
-        let p = ACTIVE.load(Ordering::Acquire);
-        // SAFETY: a non-null ACTIVE points to a session kept alive until
-        // `stop` has seen IN_HANDLER false after clearing ACTIVE.
-        if let Some(s) = unsafe { p.as_ref() } {
-            // SAFETY: `info` and `uctx` are the kernel's for this signal.
-            unsafe { take_sample(s, info, uctx, start) };
-        }
-        IN_HANDLER.store(false, Ordering::Release);
+    // Counted before ACTIVE is read, and `stop` clears ACTIVE before it
+    // waits for the count to fall to 0 (both SeqCst): a handler either sees
+    // no session or is waited for.
+    RUNNING.fetch_add(1, Ordering::SeqCst);
+    let p = ACTIVE.load(Ordering::SeqCst);
+    // SAFETY: a non-null ACTIVE points to a session kept alive until `stop`
+    // has seen RUNNING at 0 after clearing ACTIVE.
+    if let Some(s) = unsafe { p.as_ref() } {
+        // SAFETY: `info` and `uctx` are the kernel's for this signal.
+        unsafe { take_sample(s, info, uctx, start) };
     }
+    RUNNING.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = saved_errno };
 }
 
 /// # Safety
-/// In the signal handler, with IN_HANDLER held, for signal `info`/`uctx`.
+/// In the signal handler, for signal `info`/`uctx`.
 unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void, start: u64) {
-    // Only R's main thread is sampled (the timer targets it; any other
-    // sender is ignored).
     // SAFETY: pthread_self reads the thread pointer; pthread_equal compares.
-    if unsafe { libc::pthread_equal(libc::pthread_self(), s.main_thread) } == 0 {
-        return;
+    let main = unsafe { libc::pthread_equal(libc::pthread_self(), s.main_thread) } != 0;
+    if !main && s.slots.is_empty() {
+        return; // only R's main thread is sampled
     }
     // SAFETY: the kernel passes a ucontext_t; on x86_64 Linux its general
     // registers are in uc_mcontext.gregs.
@@ -237,11 +292,13 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
             g[libc::REG_RBP as usize] as usize,
         )
     };
+    // SAFETY: `info` points to a siginfo_t.
+    let timer = unsafe { (*info).si_code } == libc::SI_TIMER;
     // Timer expirations while this signal was pending (si_overrun: the int
     // after si_tid at the start of the union, for SI_TIMER signals).
     // SAFETY: `info` points to a siginfo_t; offsets of the timer fields.
     let overrun = unsafe {
-        if (*info).si_code == libc::SI_TIMER {
+        if timer {
             std::ptr::read_unaligned((info as *const u8).add(20) as *const libc::c_int).max(0) as u64
         } else {
             0
@@ -249,15 +306,80 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
     };
     // SAFETY: the snapshot pointer is a live Box owned by the session.
     let Some(used) = (unsafe { s.snapshot.load(Ordering::Acquire).as_ref() }) else { return };
-    // SAFETY: only the handler uses `scratch` while the session runs.
-    let scratch = unsafe { &mut *s.scratch.get() };
-    s.handler_runs.fetch_add(1, Ordering::Relaxed);
     let snap = (&*used.snapshot, used.index);
-    let out = sampler::sample(regs, 1 + overrun, start, now_ns, snap, &s.facts, scratch, &s.ring);
-    if out.outside {
-        s.outside.fetch_add(1 + overrun, Ordering::Relaxed);
-    } else if !out.pushed {
-        s.dropped.fetch_add(1 + overrun, Ordering::Relaxed);
+    let context = crate::memory::Memory::word(&s.facts.ranges, s.facts.base.global_context).unwrap_or(0);
+    s.handler_runs.fetch_add(1, Ordering::Relaxed);
+    if main {
+        // A signal from another thread's handler (not the timer) asks for a
+        // sample to show that thread's samples under: it counts no time.
+        let flags = if timer { 0 } else { REFERENCE };
+        if !timer {
+            s.requested.store(false, Ordering::Release);
+        }
+        let seq = s.main_seq.load(Ordering::Relaxed) + 1;
+        // SAFETY: only the main thread's handler uses `scratch` while the
+        // session runs, and it does not nest (the signal is blocked in it).
+        let scratch = unsafe { &mut *s.scratch.get() };
+        let out = sampler::sample(
+            regs,
+            (1 + overrun, flags),
+            start,
+            now_ns,
+            snap,
+            (seq, context as u64),
+            &s.facts,
+            scratch,
+            &s.ring,
+        );
+        s.main_context.store(context, Ordering::Release);
+        s.main_seq.store(seq, Ordering::Release);
+        if out.outside {
+            s.outside.fetch_add(1 + overrun, Ordering::Relaxed);
+        } else if !out.pushed && timer {
+            s.dropped.fetch_add(1 + overrun, Ordering::Relaxed);
+        }
+        return;
+    }
+    // Another thread: shown under the main thread's last sample if R's
+    // innermost context record is still the one it saw; otherwise under the
+    // next, which it asks for (at most one request in flight, at most one
+    // an interval) when the main thread's timer may not fire soon (it
+    // counts CPU time, and the main thread may be waiting for this one).
+    let seq = s.main_seq.load(Ordering::Acquire);
+    let link = if s.main_context.load(Ordering::Acquire) == context {
+        seq
+    } else {
+        if start.saturating_sub(s.requested_ns.load(Ordering::Relaxed)) >= s.interval_ns
+            && s.requested.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            s.requested_ns.store(start, Ordering::Relaxed);
+            // SAFETY: tgkill to R's main thread of this process; the signal
+            // is ours and handled.
+            unsafe { libc::syscall(libc::SYS_tgkill, s.pid, s.main_tid, s.signal) };
+        }
+        seq + 1
+    };
+    let Some(slot) = s.slots.iter().find(|x| !x.busy.swap(true, Ordering::Acquire)) else {
+        s.thread_dropped.fetch_add(1 + overrun, Ordering::Relaxed);
+        return;
+    };
+    // SAFETY: the slot is ours until `busy` is cleared.
+    let scratch = unsafe { &mut *slot.scratch.get() };
+    let tid = threads::gettid();
+    let out = sampler::sample_worker(
+        regs,
+        1 + overrun,
+        start,
+        now_ns,
+        snap,
+        (s.pid, tid),
+        (link, context as u64),
+        scratch,
+        &slot.ring,
+    );
+    slot.busy.store(false, Ordering::Release);
+    if !out.pushed {
+        s.thread_dropped.fetch_add(1 + overrun, Ordering::Relaxed);
     }
 }
 
@@ -277,6 +399,9 @@ impl Session {
             g.push((snapshot.generation, snapshot.exact));
             (g.len() - 1) as u32
         };
+        if !self.slots.is_empty() {
+            super::spawn::rescan(&snapshot.map); // threads of new modules
+        }
         let fresh = Box::into_raw(Box::new(Used { snapshot, index }));
         let old = self.snapshot.swap(fresh, Ordering::AcqRel);
         // The handler may still be walking the old one, and the samples
@@ -291,6 +416,7 @@ impl Session {
         // Every sample written before `head` was taken before the
         // generation is read.
         let head = self.ring.head();
+        let heads: Vec<usize> = self.slots.iter().map(|x| x.ring.head()).collect();
         let generation = crate::modules::loader_generation();
         let certain: Vec<bool> = self
             .generations
@@ -300,10 +426,15 @@ impl Session {
             .map(|&(g, exact)| exact && g == generation)
             .collect();
         let mut c = self.collected.lock().unwrap_or_else(|e| e.into_inner());
-        self.ring.drain_to(head, buf, |rec| {
+        let mut absorb = |rec: &[u64]| {
             let index = sampler::snapshot_of(rec);
             c.absorb_as(rec, index.is_none_or(|i| certain.get(i as usize) != Some(&true)));
-        });
+        };
+        self.ring.drain_to(head, buf, &mut absorb);
+        for (slot, &h) in self.slots.iter().zip(&heads) {
+            slot.ring.drain_to(h, buf, &mut absorb);
+        }
+        c.settle_pending(false);
         generation
     }
 }
@@ -327,8 +458,15 @@ fn spare_snapshot() -> Option<Box<Snapshot>> {
 }
 
 /// Starts sampling R's main thread (the calling thread) every
-/// `interval_ns` of `clock`.
-pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: u64) -> Result<Running> {
+/// `interval_ns` of `clock`, and with `all_threads` every other thread of
+/// the process every `interval_ns` of its own clock.
+pub fn start(
+    facts: RFacts,
+    interpreter_addr: usize,
+    clock: Clock,
+    interval_ns: u64,
+    all_threads: bool,
+) -> Result<Running> {
     if interval_ns < MIN_INTERVAL_NS {
         return Err(Error::BadArgument(format!(
             "the sampling interval must be at least {} ms",
@@ -347,6 +485,21 @@ pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: 
     let first = spare_snapshot().unwrap_or_else(|| Box::new(Snapshot::take(interpreter_addr)));
     let generations = Mutex::new(vec![(first.generation, first.exact)]);
     let snapshot = Box::into_raw(Box::new(Used { snapshot: first, index: 0 }));
+    // Other threads' stacks are read through the kernel (see `worker`).
+    let all_threads = all_threads && crate::memory::available();
+    let slots: Box<[Slot]> = if all_threads {
+        (0..SLOTS)
+            .map(|_| Slot {
+                busy: AtomicBool::new(false),
+                scratch: UnsafeCell::new(WorkerScratch::default()),
+                ring: Ring::new(SLOT_RING_WORDS),
+            })
+            .collect()
+    } else {
+        Box::new([])
+    };
+    let main_tid = threads::gettid();
+    let main_cpu_start = threads::read_clock(threads::cpu_clock(main_tid)).unwrap_or(0);
     let session = Arc::new(Session {
         facts,
         ring: Ring::new(RING_WORDS),
@@ -357,13 +510,24 @@ pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: 
         interpreter_addr,
         // SAFETY: the calling thread's own id.
         main_thread: unsafe { libc::pthread_self() },
+        main_tid,
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+        signal,
+        slots,
+        main_seq: AtomicU64::new(0),
+        main_context: AtomicUsize::new(0),
+        requested: AtomicBool::new(false),
+        requested_ns: AtomicU64::new(0),
+        interval_ns,
+        thread_dropped: AtomicU64::new(0),
         handler_runs: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
         outside: AtomicU64::new(0),
         stop: AtomicBool::new(false),
         collected: Mutex::new(Collected::default()),
     });
-    ACTIVE.store(Arc::as_ptr(&session) as *mut Session, Ordering::Release);
+    ACTIVE.store(Arc::as_ptr(&session) as *mut Session, Ordering::SeqCst);
 
     // The handler, then the timer.
     // SAFETY: a zeroed sigaction is a valid value to fill in.
@@ -376,7 +540,7 @@ pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: 
     let mut old_action: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: installs `on_signal`, which is async-signal-safe.
     if unsafe { libc::sigaction(signal, &action, &mut old_action) } != 0 {
-        ACTIVE.store(std::ptr::null_mut(), Ordering::Release);
+        ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
         // SAFETY: never published to the handler (ACTIVE cleared, no timer).
         drop(unsafe { Box::from_raw(snapshot) });
         return Err(Error::Unavailable("could not install the sampling signal's handler".into()));
@@ -384,7 +548,7 @@ pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: 
     let timer = match create_timer(signal, clock, interval_ns) {
         Ok(t) => t,
         Err(e) => {
-            ACTIVE.store(std::ptr::null_mut(), Ordering::Release);
+            ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
             // SAFETY: restores the disposition saved above.
             unsafe { libc::sigaction(signal, &old_action, std::ptr::null_mut()) };
             // SAFETY: no timer exists, ACTIVE is cleared.
@@ -392,18 +556,29 @@ pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: 
             return Err(e);
         }
     };
+    // Threads started from now on arm their own timers as they start.
+    if all_threads {
+        super::spawn::install(signal, clock, interval_ns);
+    }
     let collector = {
         let s = session.clone();
         std::thread::Builder::new()
             .name("winch-profile".into())
             .spawn(move || {
                 let mut buf = Vec::new();
+                let mut threads = (!s.slots.is_empty())
+                    .then(|| Threads::new(s.signal, clock, interval_ns, vec![s.main_tid, threads::gettid()]));
                 while !s.stop.load(Ordering::Acquire) {
+                    if let Some(t) = threads.as_mut() {
+                        t.poll();
+                    }
                     let generation = s.collect(&mut buf);
                     s.refresh(generation);
-                    std::thread::sleep(std::time::Duration::from_millis(2));
+                    std::thread::sleep(POLL);
                 }
+                let found = threads.map(Threads::stop).unwrap_or_default();
                 s.collect(&mut buf);
+                found
             })
             .ok()
     };
@@ -413,6 +588,7 @@ pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: 
         timer,
         old_action,
         collector,
+        main_cpu_start,
         clock,
         interval_ns,
         started: std::time::SystemTime::now(),
@@ -422,35 +598,14 @@ pub fn start(facts: RFacts, interpreter_addr: usize, clock: Clock, interval_ns: 
     })
 }
 
+/// The main thread's timer (the calling thread's).
 fn create_timer(signal: libc::c_int, clock: Clock, interval_ns: u64) -> Result<libc::timer_t> {
-    // SAFETY: a zeroed sigevent is a valid value to fill in.
-    let mut ev: libc::sigevent = unsafe { std::mem::zeroed() };
-    ev.sigev_notify = libc::SIGEV_THREAD_ID;
-    ev.sigev_signo = signal;
-    // SAFETY: the calling thread's kernel id.
-    ev.sigev_notify_thread_id = unsafe { libc::syscall(libc::SYS_gettid) } as libc::c_int;
     let clock_id = match clock {
         Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
         Clock::Elapsed => libc::CLOCK_MONOTONIC,
     };
-    // SAFETY: a zeroed timer_t is filled in by timer_create.
-    let mut timer: libc::timer_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid clock, event and output pointer.
-    if unsafe { libc::timer_create(clock_id, &mut ev, &mut timer) } != 0 {
-        return Err(Error::Unavailable("could not create the sampling timer".into()));
-    }
-    let ts = libc::timespec {
-        tv_sec: (interval_ns / 1_000_000_000) as _,
-        tv_nsec: (interval_ns % 1_000_000_000) as _,
-    };
-    let spec = libc::itimerspec { it_interval: ts, it_value: ts };
-    // SAFETY: arms the timer just created.
-    if unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) } != 0 {
-        // SAFETY: deletes the timer just created.
-        unsafe { libc::timer_delete(timer) };
-        return Err(Error::Unavailable("could not arm the sampling timer".into()));
-    }
-    Ok(timer)
+    threads::timer(signal, clock_id, threads::gettid(), interval_ns)
+        .ok_or_else(|| Error::Unavailable("could not create the sampling timer".into()))
 }
 
 impl Running {
@@ -481,33 +636,58 @@ impl Running {
     /// Stops sampling, restores the signal's disposition and returns what
     /// was collected. Call on the thread that started the session.
     pub fn stop(mut self) -> Finished {
-        // SAFETY: deletes our timer; blocking the signal first keeps one
-        // generated just before from arriving with the old disposition.
-        unsafe {
+        let main_cpu_ns = threads::read_clock(libc::CLOCK_THREAD_CPUTIME_ID)
+            .unwrap_or(0)
+            .saturating_sub(self.main_cpu_start);
+        // SAFETY: blocks the signal on this thread and deletes our timer;
+        // blocking first keeps one generated just before from arriving
+        // with the old disposition.
+        let old_mask = unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
             libc::sigaddset(&mut set, self.signal);
             let mut old_mask: libc::sigset_t = std::mem::zeroed();
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old_mask);
             libc::timer_delete(self.timer);
-            ACTIVE.store(std::ptr::null_mut(), Ordering::Release);
-            // Consume a signal still pending, then restore.
+            old_mask
+        };
+        // New threads arm nothing from now on; those that did and the
+        // collector has not taken keep no timer. The collector deletes the
+        // others' timers as it ends.
+        if !self.session.slots.is_empty() {
+            for (_, t) in super::spawn::uninstall() {
+                // SAFETY: a thread's sampling timer, deleted once.
+                unsafe { libc::timer_delete(t.0) };
+            }
+        }
+        self.session.stop.store(true, Ordering::Release);
+        let threads = self.collector.take().and_then(|c| c.join().ok()).unwrap_or_default();
+        ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
+        // SAFETY: no timer sends the signal any more. Ignoring it discards
+        // one still pending on any thread (POSIX); consume one pending here
+        // all the same, wait for handlers still running on other threads,
+        // then restore the disposition from before the session.
+        unsafe {
+            let mut ignore: libc::sigaction = std::mem::zeroed();
+            ignore.sa_sigaction = libc::SIG_IGN;
+            libc::sigaction(self.signal, &ignore, std::ptr::null_mut());
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, self.signal);
             let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
             while libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) == self.signal {}
+        }
+        while RUNNING.load(Ordering::SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+        // SAFETY: restores the saved disposition and this thread's mask.
+        unsafe {
             libc::sigaction(self.signal, &self.old_action, std::ptr::null_mut());
             libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
         }
-        // No handler can be running on this thread now; one on another
-        // thread (ignored signals) would finish quickly.
-        while IN_HANDLER.load(Ordering::Acquire) {
-            std::hint::spin_loop();
-        }
-        self.session.stop.store(true, Ordering::Release);
-        if let Some(c) = self.collector.take() {
-            let _ = c.join();
-        }
         let mut buf = Vec::new();
         self.session.collect(&mut buf);
+        self.session.collected.lock().unwrap_or_else(|e| e.into_inner()).settle_pending(true);
         let duration_ns = self.started_mono.elapsed().as_nanos() as u64;
         let s = &self.session;
         let collected = std::mem::take(&mut *s.collected.lock().unwrap_or_else(|e| e.into_inner()));
@@ -530,6 +710,11 @@ impl Running {
             outside: s.outside.load(Ordering::Relaxed),
             duration_ns,
             started: self.started,
+            all_threads: !s.slots.is_empty(),
+            threads,
+            main_tid: s.main_tid,
+            main_cpu_ns,
+            thread_dropped: s.thread_dropped.load(Ordering::Relaxed),
         }
     }
 }

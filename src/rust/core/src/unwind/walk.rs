@@ -276,6 +276,27 @@ impl Snapshot {
         };
         (fill.n, end)
     }
+
+    /// [`Snapshot::walk`] with caches of the caller's (for walks that may
+    /// run on several threads at once: each with its own caches).
+    /// Async-signal-safe.
+    pub fn walk_with(
+        &self,
+        caches: &mut Caches,
+        start: (usize, usize, usize),
+        read: impl Fn(usize) -> Option<usize>,
+        out: &mut [Frame],
+    ) -> (usize, End) {
+        let (ip, sp, bp) = start;
+        let mut fill = Fill { out, n: 0 };
+        let end = walk(&self.modules, caches, Regs { ip, sp, bp: Some(bp) }, read, &mut fill);
+        let end = match end {
+            Ended::By(()) => End::Full,
+            Ended::Outermost => End::Outermost,
+            Ended::Stopped(why) => End::Stopped(why),
+        };
+        (fill.n, end)
+    }
 }
 
 #[cfg(all(test, target_arch = "x86_64", target_os = "linux"))]

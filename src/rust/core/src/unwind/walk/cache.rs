@@ -41,6 +41,16 @@ impl Sizes {
         interrupted: 1 << 12,
         blocks: 1 << 12,
     };
+    /// For the profiler's samples of other threads than R's main thread:
+    /// one set per sampling slot, about 1 MiB each.
+    pub const THREADS: Sizes = Sizes {
+        rules: 1 << 12,
+        rows: 1 << 14,
+        funcs: 1 << 10,
+        walk: 1024,
+        interrupted: 1 << 10,
+        blocks: 1 << 10,
+    };
     /// For the throw hook, on in every session: about 190 KiB. Its walks
     /// always start at the same instruction (inside the hook) and return
     /// addresses repeat from throw to throw.

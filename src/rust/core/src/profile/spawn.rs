@@ -1,0 +1,257 @@
+//! Threads started while a profile of every thread runs, seen from their
+//! first instruction: every loaded module's GOT slots of `pthread_create`
+//! point to [`hooked_create`] for the profile's duration (as throw capture
+//! hooks the unwinder), which starts the thread in [`launch`]; there the new
+//! thread arms its own sampling timer before its start routine runs, and
+//! hands the timer to the collector (see `threads`). Polling
+//! `/proc/self/task` finds the threads started some other way (`clone`
+//! directly, a module loaded after the last scan) within one poll.
+//!
+//! The registry of new threads is locked only by ordinary code (a new
+//! thread's start, the collector, the session's start and stop), never in
+//! a signal handler. A timer is made only while the registry is open, under
+//! its lock, and the session's stop closes it and deletes the timers it
+//! still holds: no timer outlives the session. In a `fork()` child nothing
+//! is hooked any more (`forget_in_child`), so a child never takes the lock
+//! a parent's thread may have held.
+
+use super::session::Clock;
+use crate::got::{self, Patched, Wanted};
+use crate::modules::ModuleMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+type StartRoutine = unsafe extern "C-unwind" fn(*mut libc::c_void) -> *mut libc::c_void;
+type Create = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    StartRoutine,
+    *mut libc::c_void,
+) -> libc::c_int;
+
+/// `pthread_create` of glibc 2.34 on (in libc) and of older glibcs (in
+/// libpthread): modules built against either call it.
+const WANTED: [Wanted<'static>; 2] = [
+    Wanted { name: "pthread_create", version: "GLIBC_2.34" },
+    Wanted { name: "pthread_create", version: "GLIBC_2.2.5" },
+];
+
+/// The real `pthread_create`.
+static REAL: AtomicUsize = AtomicUsize::new(0);
+/// Whether new threads arm a timer (a profile of every thread runs).
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// A timer id, handed between threads.
+#[derive(Debug)]
+pub struct Timer(pub libc::timer_t);
+// SAFETY: a kernel timer id, valid on any thread of the process.
+unsafe impl Send for Timer {}
+
+struct Registry {
+    /// The running session's signal, clock and interval (None: closed).
+    open: Option<(libc::c_int, Clock, u64)>,
+    /// Threads started since the collector last looked, with their timers.
+    new: Vec<(i32, Timer)>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { open: None, new: Vec::new() });
+
+/// The slots patched, and the modules scanned (path, bias).
+#[derive(Default)]
+struct Hooked {
+    patched: Vec<Patched>,
+    scanned: Vec<(String, usize)>,
+}
+
+static HOOKED: Mutex<Option<Hooked>> = Mutex::new(None);
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn hooked() -> std::sync::MutexGuard<'static, Option<Hooked>> {
+    HOOKED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Launch {
+    start: StartRoutine,
+    arg: *mut libc::c_void,
+}
+
+/// What modules call instead of `pthread_create` while hooked.
+///
+/// # Safety
+/// The contract of `pthread_create`.
+unsafe extern "C" fn hooked_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartRoutine,
+    arg: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: REAL holds the real pthread_create before any slot points
+    // here (set in `install`, never cleared).
+    let real: Create = unsafe { std::mem::transmute::<usize, Create>(REAL.load(Ordering::Acquire)) };
+    if !ON.load(Ordering::Acquire) {
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { real(thread, attr, start, arg) };
+    }
+    let launch = Box::into_raw(Box::new(Launch { start, arg }));
+    // SAFETY: `launch` runs `start(arg)` on the new thread and owns `launch`.
+    let rc = unsafe { real(thread, attr, launch_thread, launch as *mut libc::c_void) };
+    if rc != 0 {
+        // SAFETY: no thread was started: the box is still ours.
+        drop(unsafe { Box::from_raw(launch) });
+    }
+    rc
+}
+
+/// A new thread's start: arms its timer, then runs its start routine.
+/// `C-unwind`, and nothing to drop while the routine runs, so that a
+/// `pthread_exit()` or a cancellation (forced unwinding) passes through.
+unsafe extern "C-unwind" fn launch_thread(p: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `p` is the box `hooked_create` made for this thread.
+    let Launch { start, arg } = *unsafe { Box::from_raw(p as *mut Launch) };
+    if ON.load(Ordering::Acquire) {
+        arm_self();
+    }
+    // SAFETY: the routine and argument the creator gave.
+    unsafe { start(arg) }
+}
+
+/// An address inside the function new threads start in while hooked (for
+/// leaving its frame out of their stacks: it is thread-start plumbing).
+pub fn launch_address() -> usize {
+    launch_thread as StartRoutine as usize
+}
+
+/// Gives the calling (new) thread a sampling timer, if the registry is
+/// open, and records it for the collector.
+fn arm_self() {
+    let tid = super::threads::gettid();
+    let mut r = registry();
+    let Some((signal, clock, interval_ns)) = r.open else { return };
+    let clock_id = match clock {
+        Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
+        Clock::Elapsed => libc::CLOCK_MONOTONIC,
+    };
+    if let Some(t) = super::threads::timer(signal, clock_id, tid, interval_ns) {
+        r.new.push((tid, Timer(t)));
+    }
+}
+
+/// Hooks `pthread_create` in every loaded module but winch's own and the C
+/// library's, and opens the registry. Returns the slots patched.
+pub fn install(signal: libc::c_int, clock: Clock, interval_ns: u64) -> usize {
+    if REAL.load(Ordering::Acquire) == 0 {
+        let real = got::versioned_symbol("pthread_create", WANTED[0].version)
+            .or_else(|| got::versioned_symbol("pthread_create", WANTED[1].version))
+            .or_else(|| got::versioned_symbol("pthread_create", ""));
+        match real {
+            Some(a) => REAL.store(a, Ordering::Release),
+            None => return 0,
+        }
+    }
+    {
+        let mut r = registry();
+        r.open = Some((signal, clock, interval_ns));
+        r.new.clear();
+    }
+    *hooked() = Some(Hooked::default());
+    ON.store(true, Ordering::Release);
+    rescan(&crate::modules::current())
+}
+
+/// Hooks the modules loaded since the last scan (the collector calls it
+/// when the loader's counters moved). Returns the slots patched in all.
+pub fn rescan(map: &ModuleMap) -> usize {
+    let mut guard = hooked();
+    let Some(h) = guard.as_mut() else { return 0 };
+    let real = REAL.load(Ordering::Acquire);
+    let targets = [
+        got::versioned_symbol("pthread_create", WANTED[0].version).unwrap_or(real),
+        got::versioned_symbol("pthread_create", WANTED[1].version).unwrap_or(real),
+    ];
+    let value = hooked_create as Create as usize;
+    let own = map.module_of(value);
+    let libc_module = map.module_of(real);
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    h.scanned.retain(|k| map.modules().iter().any(|m| m.path == k.0 && m.bias == k.1));
+    for (i, m) in map.modules().iter().enumerate() {
+        let key = (m.path.clone(), m.bias);
+        if h.scanned.contains(&key) {
+            continue;
+        }
+        h.scanned.push(key);
+        if Some(i) == own || Some(i) == libc_module || !m.has_file {
+            continue;
+        }
+        h.patched.extend(got::patch_module(m, &WANTED, &targets, &[value, value], &maps));
+    }
+    h.patched.len()
+}
+
+/// The threads started since the last call, with their timers.
+pub fn take_new() -> Vec<(i32, Timer)> {
+    std::mem::take(&mut registry().new)
+}
+
+/// Gives the slots back their values and closes the registry: returns the
+/// timers of threads the collector has not taken yet, to delete.
+pub fn uninstall() -> Vec<(i32, Timer)> {
+    ON.store(false, Ordering::Release);
+    if let Some(h) = hooked().take() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        got::restore(&h.patched, &crate::modules::current(), &maps);
+    }
+    let mut r = registry();
+    r.open = None;
+    std::mem::take(&mut r.new)
+}
+
+/// In a `fork()` child: new threads arm nothing (the child's slots still
+/// point to the hook, which then only calls the real function).
+pub fn forget_in_child() {
+    ON.store(false, Ordering::Release);
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_started_through_the_hook_run_and_arm_a_timer() {
+        // The hook function itself, called as a module's slot would.
+        REAL.store(got::versioned_symbol("pthread_create", "").unwrap(), Ordering::Release);
+        {
+            let mut r = registry();
+            // A signal nobody sends; a timer that never fires in the test.
+            r.open = Some((libc::SIGRTMAX(), Clock::Cpu, 3_600_000_000_000));
+            r.new.clear();
+        }
+        ON.store(true, Ordering::Release);
+        unsafe extern "C-unwind" fn body(arg: *mut libc::c_void) -> *mut libc::c_void {
+            // SAFETY: the test passes a pointer to an i32.
+            unsafe { *(arg as *mut i32) = super::super::threads::gettid() };
+            arg
+        }
+        let mut tid: i32 = 0;
+        let mut t: libc::pthread_t = 0;
+        // SAFETY: a thread running `body` on `tid`, joined below.
+        let rc = unsafe {
+            hooked_create(&mut t, std::ptr::null(), body, &mut tid as *mut i32 as *mut libc::c_void)
+        };
+        assert_eq!(rc, 0);
+        let mut ret: *mut libc::c_void = std::ptr::null_mut();
+        // SAFETY: the thread just started.
+        unsafe { libc::pthread_join(t, &mut ret) };
+        assert_eq!(ret, &mut tid as *mut i32 as *mut libc::c_void, "the routine's value comes back");
+        ON.store(false, Ordering::Release);
+        let new = uninstall();
+        assert_eq!(new.iter().map(|(t, _)| *t).collect::<Vec<_>>(), vec![tid]);
+        for (_, timer) in new {
+            // SAFETY: the timer made for the thread, deleted once.
+            unsafe { libc::timer_delete(timer.0) };
+        }
+        assert!(registry().open.is_none(), "closed: nothing arms a timer any more");
+    }
+}

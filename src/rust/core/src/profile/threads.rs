@@ -1,0 +1,327 @@
+//! The other threads of the process, as the collector thread keeps track of
+//! them while a profile of every thread runs: found by listing
+//! `/proc/self/task`, each given a POSIX timer on its own CPU clock (or the
+//! monotonic clock) that sends the sampling signal to that thread only, so
+//! that it is sampled in proportion to its own CPU time and no thread is
+//! ever stopped for another's sample. A thread is found within one poll of
+//! its start (a thread that lives shorter than that is not sampled: its
+//! CPU time is in the share the profile did not see, which `summary()`
+//! prints). Timers of threads that ended are deleted at the next poll;
+//! the kernel delivers nothing for an ended thread meanwhile (a timer
+//! refers to the thread itself, not to its number, which may be reused).
+
+use super::session::Clock;
+use std::collections::HashMap;
+
+/// The CPU clock of thread `tid` of this process: glibc's own encoding of
+/// `pthread_getcpuclockid()` (a per-thread scheduler clock), for a thread
+/// known only by its kernel id.
+pub fn cpu_clock(tid: i32) -> libc::clockid_t {
+    ((!(tid as libc::clockid_t)) << 3) | 6
+}
+
+/// A clock's reading in nanoseconds (None: the thread has ended).
+pub fn read_clock(clock: libc::clockid_t) -> Option<u64> {
+    // SAFETY: clock_gettime writes into `ts`.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::clock_gettime(clock, &mut ts) } == 0)
+        .then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// The calling thread's kernel id.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// A timer that sends `signal` to thread `tid` every `interval_ns` of
+/// `clock`.
+pub fn timer(
+    signal: libc::c_int,
+    clock: libc::clockid_t,
+    tid: i32,
+    interval_ns: u64,
+) -> Option<libc::timer_t> {
+    // SAFETY: a zeroed sigevent is a valid value to fill in.
+    let mut ev: libc::sigevent = unsafe { std::mem::zeroed() };
+    ev.sigev_notify = libc::SIGEV_THREAD_ID;
+    ev.sigev_signo = signal;
+    ev.sigev_notify_thread_id = tid;
+    // SAFETY: a zeroed timer_t is filled in by timer_create.
+    let mut timer: libc::timer_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid clock, event and output pointer.
+    if unsafe { libc::timer_create(clock, &mut ev, &mut timer) } != 0 {
+        return None;
+    }
+    let ts = libc::timespec {
+        tv_sec: (interval_ns / 1_000_000_000) as _,
+        tv_nsec: (interval_ns % 1_000_000_000) as _,
+    };
+    let spec = libc::itimerspec { it_interval: ts, it_value: ts };
+    // SAFETY: arms the timer just created.
+    if unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) } != 0 {
+        // SAFETY: deletes the timer just created.
+        unsafe { libc::timer_delete(timer) };
+        return None;
+    }
+    Some(timer)
+}
+
+/// What the profile keeps about one thread other than R's main thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Thread {
+    pub tid: i32,
+    /// From `/proc/self/task/<tid>/comm`, read when found and again later
+    /// (a thread often names itself after it starts).
+    pub name: String,
+    /// CPU time it used while the profile ran, from its own clock (up to
+    /// the last poll that saw it alive).
+    pub cpu_ns: u64,
+    /// Whether it started while the profile ran.
+    pub started: bool,
+    /// Whether it ended while the profile ran.
+    pub ended: bool,
+}
+
+struct Known {
+    thread: Thread,
+    timer: Option<libc::timer_t>,
+    clock: libc::clockid_t,
+    cpu_first: u64,
+}
+
+/// The threads found so far (collector thread).
+pub struct Threads {
+    known: Vec<Known>,
+    by_tid: HashMap<i32, usize>,
+    /// Threads never sampled: R's main thread (its own timer), the
+    /// collector.
+    skip: Vec<i32>,
+    signal: libc::c_int,
+    clock: Clock,
+    interval_ns: u64,
+    polls: u64,
+    scans: u64,
+    /// The thread count the last poll saw (see `poll`).
+    count: u64,
+    /// Threads for which no timer could be made.
+    pub failed: u64,
+}
+
+// SAFETY: timer ids are process-wide kernel handles, valid on any thread.
+unsafe impl Send for Threads {}
+
+fn comm(tid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_default()
+}
+
+/// The link count of `/proc/self/task`, which the kernel makes 2 plus the
+/// number of threads: one system call, no directory to read (0 if unknown).
+fn task_links() -> u64 {
+    // SAFETY: a zeroed stat is a valid value to fill in.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a stat to fill in.
+    let ok = unsafe { libc::stat(c"/proc/self/task".as_ptr(), &mut st) } == 0;
+    if ok {
+        st.st_nlink as u64
+    } else {
+        0
+    }
+}
+
+/// The kernel ids of this process's threads now.
+pub fn list() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+}
+
+impl Threads {
+    pub fn new(signal: libc::c_int, clock: Clock, interval_ns: u64, skip: Vec<i32>) -> Threads {
+        Threads {
+            known: Vec::new(),
+            by_tid: HashMap::new(),
+            skip,
+            signal,
+            clock,
+            interval_ns,
+            polls: 0,
+            scans: 0,
+            count: 0,
+            failed: 0,
+        }
+    }
+
+    /// Finds threads started and ended since the last poll: gives each new
+    /// one a timer, deletes the timers of those that ended, reads each
+    /// one's CPU clock. Cheap when nothing changed: the directory of
+    /// threads is listed only when the kernel's thread count moved, and
+    /// every tenth poll (a thread that ended while another started).
+    pub fn poll(&mut self) {
+        let first = self.polls == 0;
+        self.polls += 1;
+        for (tid, timer) in super::spawn::take_new() {
+            self.adopt(tid, timer);
+        }
+        let count = task_links();
+        if !first && count == self.count && count != 0 && !self.polls.is_multiple_of(10) {
+            // Nothing started or ended: the CPU clocks only.
+            for k in self.known.iter_mut().filter(|k| !k.thread.ended) {
+                if let Some(t) = read_clock(k.clock) {
+                    k.thread.cpu_ns = t.saturating_sub(k.cpu_first);
+                }
+            }
+            return;
+        }
+        self.count = count;
+        self.scans += 1;
+        let now = list();
+        for &tid in &now {
+            if self.skip.contains(&tid) || self.by_tid.contains_key(&tid) {
+                continue;
+            }
+            let clock = cpu_clock(tid);
+            // A thread that existed before the profile counts from now; one
+            // started since, from its start.
+            let cpu_first = if first { read_clock(clock).unwrap_or(0) } else { 0 };
+            let timer_clock = match self.clock {
+                Clock::Cpu => clock,
+                Clock::Elapsed => libc::CLOCK_MONOTONIC,
+            };
+            let timer = timer(self.signal, timer_clock, tid, self.interval_ns);
+            if timer.is_none() && read_clock(clock).is_some() {
+                self.failed += 1;
+            }
+            self.by_tid.insert(tid, self.known.len());
+            self.known.push(Known {
+                thread: Thread { tid, name: comm(tid), cpu_ns: 0, started: !first, ended: false },
+                timer,
+                clock,
+                cpu_first,
+            });
+        }
+        for k in self.known.iter_mut().filter(|k| !k.thread.ended) {
+            match read_clock(k.clock) {
+                Some(t) if now.contains(&k.thread.tid) => {
+                    k.thread.cpu_ns = t.saturating_sub(k.cpu_first);
+                    // Names are set by threads after they start: read again
+                    // on the next polls.
+                    if self.scans <= 3 || self.scans.is_multiple_of(64) {
+                        let name = comm(k.thread.tid);
+                        if !name.is_empty() {
+                            k.thread.name = name;
+                        }
+                    }
+                }
+                _ => {
+                    k.thread.ended = true;
+                    if let Some(t) = k.timer.take() {
+                        // SAFETY: our timer, deleted once.
+                        unsafe { libc::timer_delete(t) };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes on a thread that armed its own timer as it started (see
+    /// `spawn`). A thread found by listing first keeps that timer: two
+    /// would sample it twice.
+    pub fn adopt(&mut self, tid: i32, timer: super::spawn::Timer) {
+        let timer = timer.0;
+        if self.by_tid.contains_key(&tid) || self.skip.contains(&tid) {
+            // SAFETY: the thread's own timer, not kept.
+            unsafe { libc::timer_delete(timer) };
+            return;
+        }
+        let clock = cpu_clock(tid);
+        self.by_tid.insert(tid, self.known.len());
+        self.known.push(Known {
+            thread: Thread { tid, name: comm(tid), cpu_ns: 0, started: true, ended: false },
+            timer: Some(timer),
+            clock,
+            cpu_first: 0,
+        });
+        if read_clock(clock).is_none() {
+            // Ended already: its timer goes at the next scan.
+            self.count = 0;
+        }
+    }
+
+    /// Deletes every timer (sampling stops) and returns what is known of
+    /// the threads, in the order they were found.
+    pub fn stop(mut self) -> Vec<Thread> {
+        for k in self.known.iter_mut() {
+            if let Some(t) = k.timer.take() {
+                // SAFETY: our timer, deleted once.
+                unsafe { libc::timer_delete(t) };
+            }
+            if !k.thread.ended {
+                if let Some(t) = read_clock(k.clock) {
+                    k.thread.cpu_ns = t.saturating_sub(k.cpu_first);
+                }
+            }
+        }
+        std::mem::take(&mut self.known).into_iter().map(|k| k.thread).collect()
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        for k in self.known.iter_mut() {
+            if let Some(t) = k.timer.take() {
+                // SAFETY: our timer, deleted once.
+                unsafe { libc::timer_delete(t) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_cpu_clock_is_glibcs() {
+        // SAFETY: the calling thread's own clock id.
+        let mut mine: libc::clockid_t = 0;
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut mine) }, 0);
+        assert_eq!(cpu_clock(gettid()), mine);
+        assert!(read_clock(cpu_clock(gettid())).is_some());
+    }
+
+    #[test]
+    fn threads_are_found_with_their_names_and_cpu_time() {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = stop.clone();
+        let h = std::thread::Builder::new()
+            .name("winch-test-spin".into())
+            .spawn(move || {
+                tx.send(gettid()).unwrap();
+                let mut x = 0u64;
+                while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            })
+            .unwrap();
+        let tid = rx.recv().unwrap();
+        // A signal nobody sends here: the timers are made, never fire.
+        let mut t = Threads::new(0, Clock::Cpu, 3_600_000_000_000, vec![gettid()]);
+        t.poll();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        t.poll();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        h.join().unwrap();
+        t.poll();
+        let all = t.stop();
+        let spin = all.iter().find(|x| x.tid == tid).expect("the spinning thread is found");
+        assert_eq!(spin.name, "winch-test-spin");
+        assert!(spin.ended && !spin.started);
+        assert!(spin.cpu_ns >= 10_000_000, "it spun for ~30 ms: {}", spin.cpu_ns);
+        assert!(!all.iter().any(|x| x.tid == gettid()), "skipped threads are not listed");
+    }
+}

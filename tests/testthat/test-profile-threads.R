@@ -1,0 +1,229 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+
+# Profiles of every thread: other threads sampled on their own CPU clocks,
+# under `[thread N]`, under the R call that started their work. The fixture
+# clib/threads.c burns known CPU time on known threads (an OpenMP region, a
+# thread joined before the call returns, a detached thread, many threads).
+
+profile_fixture()
+
+TH <- "/wtest_threads.so::"
+threads_lib <- function() {
+  key <- "wtest_threads-openmp"
+  if (is.null(clib_cache[[key]])) {
+    lib <- tryCatch(
+      build_clib("wtest_threads", "threads.c", flags = "-g -O1 -fopenmp", ldflags = "-fopenmp -pthread"),
+      error = function(e) NULL
+    )
+    if (!is.null(lib)) {
+      lib$dll <- dyn.load(lib$path)
+    }
+    clib_cache[[key]] <- list(lib = lib)
+  }
+  clib_cache[[key]]$lib
+}
+skip_if(is.null(threads_lib()), "the OpenMP fixture could not be compiled (gcc with -fopenmp and libgomp needed)")
+skip_if(.Call("thr_omp_threads", PACKAGE = "wtest_threads") < 2L, "OpenMP regions get one thread here")
+
+omp <- function(a, b) .Call("thr_omp", a, b, PACKAGE = "wtest_threads")
+join <- function(n, s) .Call("thr_join", as.integer(n), s, PACKAGE = "wtest_threads")
+run_omp <- function(a, b) omp(a, b)
+
+# The labels of every stack of `p`, innermost first, with its thread's
+# number (0: R's main thread).
+thread_of <- function(p) p$threads$number[p$stacks$thread]
+seconds_where <- function(p, keep) {
+  hit <- vapply(stack_labels(p), keep, NA)
+  sum(p$stacks$count[hit]) * p$interval
+}
+# The labels from the first `[thread_N]` frame outwards, of the stacks that
+# hold `leaf`.
+outer_paths <- function(p, leaf) {
+  paths <- lapply(stack_labels(p), function(s) {
+    if (!leaf %in% s) {
+      return(NULL)
+    }
+    i <- grep("^\\[thread_[0-9]+\\]$", s)[1L]
+    if (is.na(i)) "<main thread>" else paste(s[i:length(s)], collapse = " < ")
+  })
+  sort(unique(unlist(paths)))
+}
+
+test_that("an OpenMP region's worker is sampled on its own CPU time, under the R call that started it", {
+  used <- NULL
+  p <- winch_profile(used <- run_omp(0.12, 0.3), interval = 0.002)
+  worker <- paste0(TH, "spin_omp_worker")
+  main <- paste0(TH, "spin_omp_main")
+  # Each thread's sampled time is its CPU time, within 15% and 10 ms.
+  w <- seconds_in(p, worker)
+  m <- seconds_in(p, main)
+  expect_lt(abs(w - used[[2L]]), 0.15 * used[[2L]] + 0.01)
+  expect_lt(abs(m - used[[1L]]), 0.15 * used[[1L]] + 0.01)
+  # The worker's frames under [thread 1], under the function that started
+  # the region (thr_omp called GOMP_parallel) and its R callers; the main
+  # thread's share of the region beside it, with no [thread] frame.
+  expect_identical(outer_paths(p, worker), path("[thread_1]", paste0(TH, "thr_omp"), "omp", "run_omp"))
+  expect_identical(outer_paths(p, main), "<main thread>")
+  expect_true(all(paths_from(p, main) == path(
+    main, paste0(TH, "thr_omp._omp_fn.0"), "/libgomp.so.1::GOMP_parallel", paste0(TH, "thr_omp"), "omp", "run_omp"
+  )))
+  # The worker's outermost frame is libgomp's thread start (the C
+  # library's is left out), and the outlined region body runs under it.
+  expect_true(all(vapply(stack_labels(p)[thread_of(p) == 1L], function(s) {
+    j <- match("[thread_1]", s)
+    grepl("^/libgomp", s[j - 1L]) && (!worker %in% s || s[j - 2L] == paste0(TH, "thr_omp._omp_fn.0"))
+  }, NA)))
+  # R's main thread, done first, waits at the region's end: [wait].
+  expect_gt(seconds_where(p, function(s) s[[1L]] == "[wait]"), 0)
+  # The threads table: R's main thread first, the worker numbered 1, with
+  # its kernel id and CPU time.
+  expect_identical(p$threads$number[1:2], 0:1)
+  expect_true(all(p$threads$tid > 0))
+  expect_lt(abs(p$threads$cpu[[2L]] - used[[2L]]), 0.15 * used[[2L]] + 0.02)
+  s <- summary(p)
+  expect_identical(s$by_thread$thread[1:2], c("main", "[thread 1]"))
+  expect_lt(abs(s$by_thread$sampled[[2L]] - s$by_thread$cpu[[2L]]), 0.15 * s$by_thread$cpu[[2L]] + 0.01)
+  expect_lt(s$unseen, 0.25)
+  expect_output(print(s), "By thread")
+  expect_output(print(p), "CPU time of R's main thread and 1 other thread")
+})
+
+test_that('threads = "main" samples R\'s main thread only, and summary() says what it missed', {
+  used <- NULL
+  p <- winch_profile(used <- run_omp(0.05, 0.3), interval = 0.002, threads = "main")
+  expect_identical(seconds_in(p, paste0(TH, "spin_omp_worker")), 0)
+  expect_false(any(grepl("[thread", p$functions$label, fixed = TRUE)))
+  expect_identical(nrow(p$threads), 1L)
+  expect_true(all(p$stacks$thread == 1L))
+  s <- summary(p)
+  # The worker's 0.3 s out of ~0.6 s of CPU (the main thread waits in
+  # libgomp's barrier, spinning, for part of it).
+  expect_gt(s$unseen, 0.2)
+  expect_output(print(s), 'threads = "all"')
+  expect_error(winch_profile(1, threads = "some"), class = "winch_error_bad_argument")
+  expect_error(winch_profile(stop("ran"), threads = NA_character_), class = "winch_error_bad_argument")
+  expect_error(winch_rprof(tempfile(), threads = 1), class = "winch_error_bad_argument")
+  expect_false(winch:::profile_active())
+})
+
+test_that("a thread going on while R runs R code is not charged to that R code", {
+  busy_r <- function() {
+    x <- 0
+    while (!.Call("thr_detach_done", PACKAGE = "wtest_threads")) x <- x + 1
+    x
+  }
+  start_detached <- function() .Call("thr_detach", 0.25, PACKAGE = "wtest_threads")
+  p <- winch_profile({
+    start_detached()
+    busy_r()
+  }, interval = 0.002)
+  leaf <- paste0(TH, "spin_detached")
+  expect_gt(seconds_in(p, leaf), 0.15)
+  # At the root: [thread N] is its outermost frame.
+  paths <- outer_paths(p, leaf)
+  expect_true(all(grepl("^\\[thread_[0-9]+\\]$", paths)), info = paste(paths, collapse = "\n"))
+  expect_false(any(vapply(stack_labels(p), function(s) leaf %in% s && "busy_r" %in% s, NA)))
+})
+
+test_that("a thread pool serving two R calls puts each region's work under its own call", {
+  first_call <- function() omp(0.05, 0.1)
+  second_call <- function() omp(0.05, 0.1)
+  p <- winch_profile({
+    first_call()
+    second_call()
+  }, interval = 0.002)
+  worker <- paste0(TH, "spin_omp_worker")
+  paths <- outer_paths(p, worker)
+  # libgomp reuses its thread: the same [thread N] under each call.
+  expect_setequal(paths, c(
+    path("[thread_1]", paste0(TH, "thr_omp"), "omp", "first_call"),
+    path("[thread_1]", paste0(TH, "thr_omp"), "omp", "second_call")
+  ))
+  for (call in c("first_call", "second_call")) {
+    w <- seconds_where(p, function(s) worker %in% s && call %in% s)
+    expect_gt(w, 0.05)
+  }
+})
+
+test_that("threads joined before the call returns are under that call, one thread per call too", {
+  used <- 0
+  joined <- function(s) join(1L, s)
+  p <- winch_profile(for (i in 1:10) used <- used + joined(0.025), interval = 0.002)
+  leaf <- paste0(TH, "spin_joined")
+  # R's main thread waits in pthread_join, using no CPU: the threads'
+  # samples still find the R call (the main thread is asked for a sample).
+  expect_identical(outer_paths(p, leaf), unique(outer_paths(p, leaf)))
+  paths <- outer_paths(p, leaf)
+  expect_true(all(grepl(paste0(" < ", TH, "thr_join < join < joined < \\[for\\]$"), paths)),
+    info = paste(paths, collapse = "\n")
+  )
+  expect_gt(seconds_in(p, leaf), 0.7 * used)
+  expect_lt(seconds_in(p, leaf), 1.15 * used + 0.01)
+  expect_gte(nrow(p$threads), 6L)
+  expect_gt(p$stats$references, 0)
+})
+
+test_that("64 threads at once are all sampled and the profile stops cleanly", {
+  used <- NULL
+  p <- winch_profile(used <- join(64L, 0.01), interval = 0.001)
+  leaf <- paste0(TH, "spin_joined")
+  expect_gt(seconds_in(p, leaf), 0.4 * used)
+  expect_gte(length(unique(p$stacks$thread[vapply(stack_labels(p), function(s) leaf %in% s, NA)])), 16L)
+  expect_false(winch:::profile_active())
+  expect_false(collector_running())
+})
+
+test_that('event = "elapsed" samples every thread at every tick, waiting included', {
+  p <- winch_profile(join(2L, 0.1), interval = 0.002, event = "elapsed")
+  leaf <- paste0(TH, "spin_joined")
+  expect_gt(seconds_in(p, leaf), 0.1)
+  # R's main thread is sampled while it waits in pthread_join.
+  waiting <- seconds_where(p, function(s) {
+    !any(grepl("^\\[thread_", s)) && paste0(TH, "thr_join") %in% s && s[[1L]] != paste0(TH, "thr_join")
+  })
+  expect_gt(waiting, 0.03)
+})
+
+test_that("the Rprof file and pprof carry the threads", {
+  p <- winch_profile(run_omp(0.05, 0.15), interval = 0.002)
+  out <- tempfile()
+  winch_write_rprof(p, out)
+  s <- summaryRprof(out)
+  expect_true("\"[thread_1]\"" %in% rownames(s$by.total) || "[thread_1]" %in% rownames(s$by.total))
+  skip_if(!nzchar(Sys.which("go")), "go is not on the PATH (Debian: golang-go)")
+  pb <- tempfile(fileext = ".pb.gz")
+  winch_write_pprof(p, pb)
+  top <- function(...) {
+    out <- suppressWarnings(system2("go", c("tool", "pprof", ...), stdout = TRUE, stderr = TRUE))
+    out[grepl("%", out, fixed = TRUE) & !grepl("total", out, fixed = TRUE)]
+  }
+  main_only <- top("-top", "-tagfocus=thread=main", pb)
+  worker_only <- top("-top", "-tagfocus=thread=thread 1", pb)
+  expect_true(any(grepl("spin_omp_main", main_only)))
+  expect_false(any(grepl("spin_omp_worker", main_only)))
+  expect_true(any(grepl("spin_omp_worker", worker_only)))
+  expect_false(any(grepl("spin_omp_main", worker_only)))
+})
+
+test_that("a real data.table run: the profile sees the process's CPU time", {
+  skip_if_not_installed("data.table")
+  dt <- asNamespace("data.table")
+  old <- dt$setDTthreads(2L)
+  on.exit(dt$setDTthreads(old), add = TRUE)
+  skip_if(dt$getDTthreads() < 2L, "data.table runs single-threaded here")
+  set.seed(1)
+  x <- dt$data.table(g = sample(1e4, 4e6, TRUE), v = runif(4e6))
+  work <- function() for (i in 1:4) dt$setorderv(data.table::copy(x), c("g", "v"))
+  p <- winch_profile(work(), interval = 0.002)
+  s <- summary(p)
+  expect_gt(nrow(s$by_thread), 1L)
+  # Sampled CPU within 10% of the process's (what it spent outside the
+  # profiled code, starting and stopping, is a few ms).
+  expect_lt(s$unseen, 0.1)
+  others <- sum(s$by_thread$sampled[-1L])
+  expect_gt(others, 0)
+  # Workers' samples hang under the R call: `work` is in them.
+  worker_stacks <- stack_labels(p)[thread_of(p) > 0L]
+  under_work <- vapply(worker_stacks, function(s) "work" %in% s, NA)
+  expect_gt(mean(under_work), 0.5)
+})
