@@ -157,7 +157,7 @@ test_that("threads joined before the call returns are under that call, one threa
   expect_true(all(grepl(paste0(" < ", TH, "thr_join < join < joined < \\[for\\]$"), paths)),
     info = paste(paths, collapse = "\n")
   )
-  expect_gt(seconds_in(p, leaf), 0.7 * used)
+  expect_gt(seconds_in(p, leaf), 0.6 * used)
   expect_lt(seconds_in(p, leaf), 1.15 * used + 0.01)
   expect_gte(nrow(p$threads), 6L)
   expect_gt(p$stats$references, 0)
@@ -167,7 +167,11 @@ test_that("64 threads at once are all sampled and the profile stops cleanly", {
   used <- NULL
   p <- winch_profile(used <- join(64L, 0.01), interval = 0.001)
   leaf <- paste0(TH, "spin_joined")
-  expect_gt(seconds_in(p, leaf), 0.4 * used)
+  # Threads of 10 ms each lose the CPU time since their last timer tick
+  # when they end (the kernel checks CPU timers at its tick): a good part
+  # of their time, which summary() counts as unseen.
+  expect_gt(seconds_in(p, leaf), 0.25 * used)
+  expect_gt(summary(p)$unseen, 0)
   expect_gte(length(unique(p$stacks$thread[vapply(stack_labels(p), function(s) leaf %in% s, NA)])), 16L)
   expect_false(winch:::profile_active())
   expect_false(collector_running())

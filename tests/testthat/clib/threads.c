@@ -147,3 +147,43 @@ SEXP thr_detach(SEXP seconds) {
 SEXP thr_detach_done(void) {
   return Rf_ScalarLogical(detached_done);
 }
+
+/* A fixed amount of work (not of CPU time), for benchmarks: `n` threads
+   that each run `m` million steps of a loop, joined before it returns. */
+struct work {
+  double m;
+  double out;
+};
+
+__attribute__((noinline)) double work_steps(double m) {
+  double x = 1.0;
+  long steps = (long) (m * 1e6);
+  for (long i = 0; i < steps; i++) x = x * 1.0000001 + 1e-9;
+  return x;
+}
+
+static void *work_main(void *arg) {
+  struct work *w = arg;
+  w->out = work_steps(w->m);
+  return NULL;
+}
+
+SEXP thr_work(SEXP n_, SEXP m_) {
+  int n = Rf_asInteger(n_);
+  if (n < 1 || n > 256) Rf_error("n must be in 1..256");
+  pthread_t t[256];
+  struct work w[256];
+  int started = 0;
+  for (int i = 0; i < n; i++) {
+    w[i].m = Rf_asReal(m_);
+    if (pthread_create(&t[i], NULL, work_main, &w[i]) != 0) break;
+    started++;
+  }
+  double s = 0;
+  for (int i = 0; i < started; i++) {
+    pthread_join(t[i], NULL);
+    s += w[i].out;
+  }
+  if (started < n) Rf_error("could only start %d threads", started);
+  return Rf_ScalarReal(s);
+}
