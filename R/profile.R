@@ -19,9 +19,12 @@
 #' With `threads = "all"` (the default), the other threads of the process
 #' (OpenMP and BLAS workers, RcppParallel/TBB, `std::thread`, threads of
 #' Rust code) are sampled too, each in proportion to its own CPU time. New
-#' threads are found within about a millisecond of their start (a thread
-#' that lives shorter is not sampled: `summary()` says how much of the
-#' process's CPU time the profile did not see). A sample of another thread
+#' threads are found within about 2 ms of their start, and those started
+#' through `pthread_create()` (OpenMP, TBB, `std::thread`, most thread
+#' pools) from their first instruction. The kernel checks CPU timers at its
+#' tick, so the CPU time a thread used since its last sample is lost when
+#' it ends: threads of a few milliseconds are undercounted. `summary()`
+#' says how much of the process's CPU time the profile did not see. A sample of another thread
 #' is its native frames (the C library's thread start left out) under a
 #' frame `[thread N]` (threads numbered in the order of their first sample;
 #' their kernel ids, names and measured CPU time are in `summary()`), and
