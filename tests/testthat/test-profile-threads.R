@@ -175,6 +175,11 @@ test_that("64 threads at once are all sampled and the profile stops cleanly", {
   expect_gte(length(unique(p$stacks$thread[vapply(stack_labels(p), function(s) leaf %in% s, NA)])), 16L)
   expect_false(winch:::profile_active())
   expect_false(collector_running())
+  # Threads started after the profile arm no timer (a timer left behind
+  # would send a signal with no handler: the process would end here).
+  expect_gt(join(8L, 0.02), 0.1)
+  Sys.sleep(0.05)
+  expect_gt(omp(0.01, 0.02)[[2L]], 0.01)
 })
 
 test_that('event = "elapsed" samples every thread at every tick, waiting included', {

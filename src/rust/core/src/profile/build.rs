@@ -150,6 +150,22 @@ fn thread_table(f: &Finished) -> Vec<ThreadInfo> {
     out
 }
 
+/// Where the main thread's part of another thread's stack begins: an index
+/// into the main thread's native frames under its innermost R frame
+/// (`bases`, their modules, innermost first; the frames from the index on
+/// are kept, then its R frames), given the module the other thread started
+/// in (`entry`). None: the other thread is not shown under the main
+/// thread's stack (see `Builder::stack`).
+fn parent_cut(entry: Option<&str>, bases: &[Option<String>]) -> Option<usize> {
+    let entry = entry?;
+    match bases.last()? {
+        // Started in the module R called: under the function R called.
+        Some(outer) if outer == entry => Some(bases.len() - 1),
+        // Under the frames outside the runtime's outermost frame.
+        _ => bases.iter().rposition(|b| b.as_deref() == Some(entry)).map(|j| j + 1),
+    }
+}
+
 /// The C library's modules: a thread's outermost frames there are its
 /// start's plumbing, its innermost ones system calls.
 fn is_libc(base: &str) -> bool {
@@ -273,13 +289,7 @@ impl<'a> Builder<'a> {
             let inner = rest.iter().take_while(|&&e| e & TAG == NATIVE).count();
             let bases: Vec<Option<String>> =
                 rest[..inner].iter().map(|&e| self.module_base(e, psnap)).collect();
-            let keep_from = match (&entry_module, bases.last()) {
-                (_, None) => None, // R's main thread was running R code
-                (Some(m), Some(Some(outer))) if m == outer => Some(inner - 1),
-                (Some(m), _) => bases.iter().rposition(|b| b.as_ref() == Some(m)).map(|j| j + 1),
-                (None, _) => None,
-            };
-            if let Some(from) = keep_from {
+            if let Some(from) = parent_cut(entry_module.as_deref(), &bases) {
                 self.entries(&rest[from..], psnap, &mut out);
             }
         }
@@ -631,6 +641,29 @@ mod tests {
         assert_eq!(placement(&maps, &now, word(2), 0x10100), Place::Unknown);
         assert_eq!(placement(&maps, &now, NATIVE | 1, 0x10100), Place::Unknown);
         assert_eq!(placement(&maps, &now, word(0), 0x5), Place::Unknown);
+    }
+
+    #[test]
+    fn another_threads_stack_hangs_under_the_call_that_started_its_work() {
+        let b = |v: &[&str]| v.iter().map(|s| Some(s.to_string())).collect::<Vec<_>>();
+        // OpenMP: the main thread in user.so -> libgomp (GOMP_parallel) ->
+        // user.so (the region) -> libgomp (barrier); the worker started in
+        // libgomp: kept from the caller of the outermost libgomp frame.
+        let main = b(&["libgomp.so.1", "user.so", "libgomp.so.1", "user.so"]);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), &main), Some(3));
+        // A thread started directly by the module R called, the main thread
+        // waiting in the C library: under the function R called.
+        let joined = b(&["libc.so.6", "libc.so.6", "user.so", "user.so"]);
+        assert_eq!(parent_cut(Some("user.so"), &joined), Some(3));
+        // std::thread: started in libstdc++, joined through it.
+        let cxx = b(&["libc.so.6", "libstdc++.so.6", "user.so"]);
+        assert_eq!(parent_cut(Some("libstdc++.so.6"), &cxx), Some(2));
+        // Nothing of the runtime on the main thread's stack (a pool's thread
+        // after its region), R code running (no native frames), or a thread
+        // whose start is unknown: at the root.
+        assert_eq!(parent_cut(Some("libgomp.so.1"), &b(&["other.so"])), None);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), &[]), None);
+        assert_eq!(parent_cut(None, &main), None);
     }
 
     #[test]

@@ -677,8 +677,9 @@ impl Running {
             let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
             while libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) == self.signal {}
         }
+        // A handler preempted on another thread needs a core to finish.
         while RUNNING.load(Ordering::SeqCst) != 0 {
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
         // SAFETY: restores the saved disposition and this thread's mask.
         unsafe {

@@ -40,6 +40,8 @@ const WANTED: [Wanted<'static>; 2] = [
 static REAL: AtomicUsize = AtomicUsize::new(0);
 /// Whether new threads arm a timer (a profile of every thread runs).
 static ON: AtomicBool = AtomicBool::new(false);
+/// Whether this process installed the hook (and must take it out).
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// A timer id, handed between threads.
 #[derive(Debug)]
@@ -151,12 +153,14 @@ pub fn install(signal: libc::c_int, clock: Clock, interval_ns: u64) -> usize {
             None => return 0,
         }
     }
-    {
-        let mut r = registry();
-        r.open = Some((signal, clock, interval_ns));
-        r.new.clear();
-    }
-    *hooked() = Some(Hooked::default());
+    // In a fork() child, a lock may be held by a thread of the parent that
+    // does not exist here: then threads are found by listing only.
+    let (Ok(mut r), Ok(mut h)) = (REGISTRY.try_lock(), HOOKED.try_lock()) else { return 0 };
+    r.open = Some((signal, clock, interval_ns));
+    r.new.clear();
+    *h = Some(Hooked::default());
+    drop((r, h));
+    INSTALLED.store(true, Ordering::Release);
     ON.store(true, Ordering::Release);
     rescan(&crate::modules::current())
 }
@@ -199,6 +203,9 @@ pub fn take_new() -> Vec<(i32, Timer)> {
 /// timers of threads the collector has not taken yet, to delete.
 pub fn uninstall() -> Vec<(i32, Timer)> {
     ON.store(false, Ordering::Release);
+    if !INSTALLED.swap(false, Ordering::AcqRel) {
+        return Vec::new();
+    }
     if let Some(h) = hooked().take() {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
         got::restore(&h.patched, &crate::modules::current(), &maps);
@@ -212,6 +219,7 @@ pub fn uninstall() -> Vec<(i32, Timer)> {
 /// point to the hook, which then only calls the real function).
 pub fn forget_in_child() {
     ON.store(false, Ordering::Release);
+    INSTALLED.store(false, Ordering::Release);
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -246,6 +254,7 @@ mod tests {
         unsafe { libc::pthread_join(t, &mut ret) };
         assert_eq!(ret, &mut tid as *mut i32 as *mut libc::c_void, "the routine's value comes back");
         ON.store(false, Ordering::Release);
+        INSTALLED.store(true, Ordering::Release);
         let new = uninstall();
         assert_eq!(new.iter().map(|(t, _)| *t).collect::<Vec<_>>(), vec![tid]);
         for (_, timer) in new {
