@@ -236,3 +236,42 @@ test_that("a real data.table run: the profile sees the process's CPU time", {
   under_work <- vapply(worker_stacks, function(s) "work" %in% s, NA)
   expect_gt(mean(under_work), 0.5)
 })
+
+test_that("an error in the profiled code while other threads run stops every timer", {
+  start_detached <- function() .Call("thr_detach", 0.15, PACKAGE = "wtest_threads")
+  expect_error(
+    winch_profile({
+      start_detached()
+      join(2L, 0.05)
+      stop("boom")
+    }, interval = 0.001),
+    "boom"
+  )
+  expect_false(winch:::profile_active())
+  # The detached thread goes on after the profile; with a timer of its own
+  # left behind, its signal (no handler any more) would end the process.
+  while (!.Call("thr_detach_done", PACKAGE = "wtest_threads")) Sys.sleep(0.01)
+  expect_gt(join(2L, 0.02), 0.03)
+  expect_false(collector_running())
+})
+
+test_that("summary() prints CPU time per thread and what the profile did not see", {
+  p <- winch_profile(run_omp(0.02, 0.05), interval = 0.002)
+  s <- summary(p)
+  # Fixed figures, so that the printed form is the same on every run.
+  s$by_thread <- data.frame(
+    thread = c("main", "[thread 1]", "[thread 2]"), tid = c(4242, 4250, 4251),
+    name = c("R", "worker", ""), cpu = c(0.5, 0.75, NA), sampled = c(0.48, 0.7, 0),
+    stringsAsFactors = FALSE
+  )
+  s$unseen <- 0.0412
+  s$what <- "CPU time of R's main thread and 2 other threads"
+  out <- capture.output(print(s))
+  from <- grep("^Sampled:", out)
+  to <- grep("^Not seen by the profile", out)
+  expect_snapshot(writeLines(out[from:to]))
+  # With R's main thread alone and much unseen, the hint to sample them.
+  s$by_thread <- s$by_thread[1L, ]
+  s$unseen <- 0.61
+  expect_match(paste(capture.output(print(s)), collapse = "\n"), 'threads = "all"', fixed = TRUE)
+})
