@@ -18,7 +18,8 @@ debuginfod_hint <- function(x) {
       "winch fetch them (or `FALSE` to silence this)."
     ))
   }
-  invisible(x)
+  # Visibly: winch_trace_back() at the console prints its frames.
+  x
 }
 
 # Says `text` once per session. Inside the rlang hook, where a condition

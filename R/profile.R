@@ -5,7 +5,8 @@
 #' frames and the native (C, C++, Fortran, Rust) frames of that moment,
 #' interleaved exactly as [winch_sys_calls()] shows them, through any depth
 #' of R → native → R calls. Loops of R functions appear as frames of their
-#' own (`[for]`, `[while]`, `[repeat]`).
+#' own, labelled with the function whose body holds them (`f[for]`,
+#' `f[while]`, `f[repeat]`; `[for]` at the top level of `expr`).
 #'
 #' Samples are taken by a timer of each thread that interrupts it every
 #' `interval` seconds of its own CPU time (`event = "cpu"`) or of wall-clock

@@ -53,17 +53,17 @@ for (mode in c("ast", "bytecode", "jit")) {
       function() winch_profile(loops(0.04), interval = 0.002)
     })
     expect_identical(paths_from(p, A), sort(c(
-      path(A, "r_a", "in_for", "[for]", "loops"),
-      path(A, "r_a", "in_while", "[while]", "loops"),
-      path(A, "r_a", "in_repeat", "[repeat]", "loops"),
-      path(A, "r_a", "in_nested", "[while]", "[for]", "loops")
+      path(A, "r_a", "in_for", "loops[for]", "loops"),
+      path(A, "r_a", "in_while", "loops[while]", "loops"),
+      path(A, "r_a", "in_repeat", "loops[repeat]", "loops"),
+      path(A, "r_a", "in_nested", "loops[while]", "loops[for]", "loops")
     )))
     expect_gt(seconds_in(p, "in_nested"), 0.05)
     expect_gt(seconds_in(p, "in_repeat"), 0.025)
     # A loop is a function of its own for each R function running one.
     loop_rows <- p$functions[p$functions$kind == "loop", ]
-    expect_setequal(loop_rows$name, c("loops [for]", "loops [while]", "loops [repeat]"))
-    expect_setequal(loop_rows$label, c("[for]", "[while]", "[repeat]"))
+    expect_setequal(loop_rows$name, c("loops[for]", "loops[while]", "loops[repeat]"))
+    expect_setequal(loop_rows$label, c("loops[for]", "loops[while]", "loops[repeat]"))
   })
 
   test_that(paste0("the same call in different loops of one function is under each loop (", mode, ")"), {
@@ -87,9 +87,9 @@ for (mode in c("ast", "bytecode", "jit")) {
       function() winch_profile(loops(0.05), interval = 0.002)
     })
     expect_identical(paths_from(p, A), sort(c(
-      path(A, "r_a", "in_loop", "[for]", "loops"),
-      path(A, "r_a", "in_loop", "[repeat]", "loops"),
-      path(A, "r_a", "in_loop", "[while]", "[for]", "loops")
+      path(A, "r_a", "in_loop", "loops[for]", "loops"),
+      path(A, "r_a", "in_loop", "loops[repeat]", "loops"),
+      path(A, "r_a", "in_loop", "loops[while]", "loops[for]", "loops")
     )))
   })
 }
@@ -122,7 +122,7 @@ test_that("loops of the profiled expression itself are frames", {
     expect_identical(paths_from(p_for, A), path(A, "r_a", "[for]"), label = paste("for, JIT", jit))
     expect_identical(paths_from(p_while, A), path(A, "r_a", "[while]"), label = paste("while, JIT", jit))
     expect_identical(paths_from(p_repeat, A), path(A, "r_a", "[repeat]"), label = paste("repeat, JIT", jit))
-    expect_identical(p_for$functions$name[p_for$functions$kind == "loop"], "<top level> [for]")
+    expect_identical(p_for$functions$name[p_for$functions$kind == "loop"], "[for]")
   }
 })
 

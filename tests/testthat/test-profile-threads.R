@@ -275,3 +275,25 @@ test_that("summary() prints CPU time per thread and what the profile did not see
   s$unseen <- 0.61
   expect_match(paste(capture.output(print(s)), collapse = "\n"), 'threads = "all"', fixed = TRUE)
 })
+
+test_that("the profiler's own thread blocks signals sent to the process (they are R's)", {
+  blocked <- NULL
+  sigblk <- function() {
+    tasks <- list.files("/proc/self/task", full.names = TRUE)
+    for (t in tasks) {
+      if (identical(tryCatch(readLines(file.path(t, "comm"), warn = FALSE)[1L], error = function(e) ""), "winch-profile")) {
+        status <- readLines(file.path(t, "status"), warn = FALSE)
+        return(sub("^SigBlk:\\s*", "", grep("^SigBlk:", status, value = TRUE)))
+      }
+    }
+    NA_character_
+  }
+  p <- winch_profile({
+    r_a(0.02)
+    blocked <- sigblk()
+  }, interval = 0.002)
+  expect_false(is.na(blocked))
+  # SIGINT is signal 2: bit 1 of the mask (hex, lowest bits last).
+  low <- strtoi(substr(blocked, nchar(blocked) - 1L, nchar(blocked)), 16L)
+  expect_identical(bitwAnd(low, 2L), 2L)
+})

@@ -204,3 +204,15 @@ test_that("bad arguments to winch_trace_back() are clear errors", {
     winch_trace_back(libr = NA)
   })
 })
+
+test_that("winch_trace_back() returns its frames visibly: at the console it prints them", {
+  res <- withVisible(winch_trace_back())
+  expect_true(res$visible)
+  expect_s3_class(res$value, "data.frame")
+  # Also when a hint about debug files is due (DEBUGINFOD_URLS set, the
+  # option unset): the hint is a message, the frames still print.
+  withr::local_envvar(DEBUGINFOD_URLS = "http://127.0.0.1:1")
+  withr::local_options(winch.debuginfod = NULL)
+  res <- withVisible(suppressMessages(winch_trace_back()))
+  expect_true(res$visible)
+})

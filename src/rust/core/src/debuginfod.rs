@@ -296,7 +296,9 @@ pub mod client {
             let (tx, rx) = std::sync::mpsc::channel();
             let id = build_id.to_vec();
             let spawned = std::thread::Builder::new().name("winch-debuginfod".into()).spawn(move || {
-                block_signals();
+                // Signals meant for R's main thread (the profiler's,
+                // interrupts) never land on a fetch.
+                crate::stack::block_signals();
                 let _ = tx.send(fetch_now(api, &id, deadline));
             });
             if let Err(e) = spawned {
@@ -308,18 +310,6 @@ pub mod client {
                 Ok(fetched) => fetched,
                 Err(_) => Fetched::Missing("timed out".into()),
             }
-        }
-    }
-
-    /// Blocks every signal on the calling thread: signals meant for R's
-    /// main thread (the profiler's, interrupts) never land on a fetch.
-    fn block_signals() {
-        // SAFETY: `set` is a local sigset_t, filled before use; changing
-        // this thread's own mask has no other effect.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut set);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         }
     }
 

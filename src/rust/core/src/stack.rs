@@ -1,4 +1,4 @@
-//! Bounds of the current thread's stack.
+//! The current thread: its stack's bounds, and a helper thread's signal mask.
 
 use std::cell::Cell;
 
@@ -66,5 +66,19 @@ mod tests {
         // Another thread has its own stack.
         let other = std::thread::spawn(thread_stack_bounds).join().unwrap().unwrap();
         assert_ne!(other, thread_stack_bounds().unwrap());
+    }
+}
+
+/// Blocks every signal on the calling thread (a helper thread of winch's):
+/// signals sent to the process (SIGINT, SIGCHLD, the profiler's) are then
+/// handled by R's main thread, never by it.
+#[cfg(unix)]
+pub fn block_signals() {
+    // SAFETY: `set` is a local sigset_t, filled before use; changing this
+    // thread's own mask has no other effect.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }

@@ -395,8 +395,12 @@ impl<'a> Builder<'a> {
         self.labels_full |= id == labels::FULL;
         let label = self.labels.text(id).to_string();
         let f = if is_loop {
-            let owner = owner.map_or("<top level>", |o| self.labels.text(o)).to_string();
-            self.function(FrameKind::Loop, format!("{owner} {label}"), label, None)
+            // Qualified with the function whose body holds it, so that the
+            // loops of different functions stay apart in every format
+            // (`glm.fit[for]`); a loop at the top level is `[for]`.
+            let owner = owner.map_or("", |o| self.labels.text(o));
+            let qualified = loop_label(owner, &label);
+            self.function(FrameKind::Loop, qualified.clone(), qualified, None)
         } else {
             self.function(FrameKind::R, label.clone(), label, None)
         };
@@ -548,6 +552,13 @@ fn placement(maps: &[&ModuleMap], now: &ModuleMap, snap: u64, probe: usize) -> P
     }
 }
 
+/// A loop's label: its kind after its function's label, without spaces
+/// or double quotes (Rprof's format separates labels by spaces and quotes
+/// them).
+fn loop_label(owner: &str, kind: &str) -> String {
+    owner.chars().map(|c| if c == ' ' || c == '"' { '_' } else { c }).chain(kind.chars()).collect()
+}
+
 fn is_loop(label: u32) -> bool {
     matches!(label, labels::FOR | labels::WHILE | labels::REPEAT | labels::LOOP)
 }
@@ -664,6 +675,14 @@ mod tests {
         assert_eq!(parent_cut(Some("libgomp.so.1"), &b(&["other.so"])), None);
         assert_eq!(parent_cut(Some("libgomp.so.1"), &[]), None);
         assert_eq!(parent_cut(None, &main), None);
+    }
+
+    #[test]
+    fn loops_are_labelled_with_their_function() {
+        assert_eq!(loop_label("glm.fit", "[for]"), "glm.fit[for]");
+        assert_eq!(loop_label("", "[while]"), "[while]");
+        assert_eq!(loop_label("my fun", "[repeat]"), "my_fun[repeat]");
+        assert_eq!(loop_label("x[[\"a\"]]", "[for]"), "x[[_a_]][for]");
     }
 
     #[test]

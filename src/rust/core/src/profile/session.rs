@@ -565,6 +565,7 @@ pub fn start(
         std::thread::Builder::new()
             .name("winch-profile".into())
             .spawn(move || {
+                crate::stack::block_signals();
                 let mut buf = Vec::new();
                 let mut threads = (!s.slots.is_empty())
                     .then(|| Threads::new(s.signal, clock, interval_ns, vec![s.main_tid, threads::gettid()]));
