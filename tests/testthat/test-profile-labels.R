@@ -267,3 +267,30 @@ for (mode in c("ast", "bytecode")) {
     )
   })
 }
+
+test_that("samples in PLT stubs keep every frame above them, and name the stub after its target", {
+  lib <- compile_clib("wtest_plt", "plt.c", flags = "-g -O1 -fno-builtin -fplt")
+  r_plt <- function(t) .Call("plt_burn", t, PACKAGE = "wtest_plt")
+  loop <- "/wtest_plt.so::plt_loop"
+  # How often a timer lands on a stub's one instruction varies from run to
+  # run (a few in a hundred samples, or none): profiles until some do.
+  stubs <- character()
+  for (try in 1:8) {
+    p <- winch_profile(r_plt(0.25), interval = 0.001)
+    stacks <- stack_labels(p)
+    # Every sample is under the loop and its R caller: none stops in a stub.
+    expect_true(all(vapply(stacks, function(s) all(c(loop, "r_plt") %in% s), NA)))
+    # No frame is labelled as the start of the PLT section.
+    expect_false(any(grepl("^/wtest_plt\\.so::\\+0x", unlist(stacks))))
+    stubs <- unique(unlist(lapply(stacks, function(s) grep("@plt$", s, value = TRUE))))
+    if (length(stubs)) break
+  }
+  skip_if(!length(stubs), "no sample landed in a PLT stub in 8 profiles on this machine")
+  expect_true(all(stubs %in% c("/wtest_plt.so::labs@plt", "/wtest_plt.so::llabs@plt")), info = paste(stubs, collapse = " "))
+  # A stub is its caller's callee: right under plt_loop.
+  for (s in stacks) {
+    i <- match(stubs, s)
+    i <- i[!is.na(i)]
+    if (length(i)) expect_identical(s[[i[[1L]] + 1L]], loop)
+  }
+})

@@ -303,6 +303,8 @@ fn load_parsed<'a, R: object::ReadRef<'a>>(
     let mut syms = Vec::new();
     collect_symbols(&obj, &mut syms);
     collect_minidebuginfo(&obj, &mut syms);
+    // PLT stubs, named after the function each jumps to (`sin@plt`).
+    syms.extend(crate::plt::symbols(&obj));
 
     if has_dwarf(&obj) {
         // Unusable DWARF (damaged): names come from the symbol tables.

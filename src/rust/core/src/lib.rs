@@ -32,6 +32,7 @@ pub mod joint;
 pub mod loadhook;
 pub mod memory;
 pub mod modules;
+pub mod plt;
 pub mod profile;
 pub mod r;
 pub mod reentry;

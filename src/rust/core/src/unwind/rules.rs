@@ -20,6 +20,13 @@ const RA: gimli::Register = gimli::X86_64::RA;
 pub(crate) enum Base {
     Sp,
     Bp,
+    /// A PLT entry (`.plt`): the stack pointer, plus 8 more once the entry
+    /// has pushed its relocation index, which it does at offset `threshold`
+    /// and later of its 16 bytes (the linker's own CFI for `.plt` says this
+    /// with an expression; see [`plt_threshold`]).
+    Plt {
+        threshold: u8,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,9 +93,17 @@ impl<R: gimli::Reader<Offset = usize>> Tables<R> {
         };
         let start = fde.initial_address() as usize;
         match fde.unwind_info_for_address(&self.eh_frame, &self.bases, ctx, probe as u64) {
-            Ok(row) => rule_from_row(row, start),
+            Ok(row) => rule_from_row(row, start, |e| self.plt_threshold(e)),
             Err(_) => Rule::Unsupported,
         }
+    }
+
+    /// The threshold of a CFA expression that is the linker's rule for
+    /// `.plt` entries (see [`plt_threshold`]).
+    fn plt_threshold(&self, e: &gimli::UnwindExpression<usize>) -> Option<u8> {
+        let expr = e.get(&self.eh_frame).ok()?;
+        let bytes = expr.0.to_slice().ok()?;
+        plt_threshold(&bytes)
     }
 
     /// The key of the function (its unwind entry) holding `probe`: the
@@ -117,7 +132,8 @@ impl<R: gimli::Reader<Offset = usize>> Tables<R> {
         let start = fde.initial_address() as usize;
         let mut table = fde.rows(&self.eh_frame, &self.bases, ctx).ok()?;
         while let Ok(Some(row)) = table.next_row() {
-            each(row.start_address() as usize, row.end_address() as usize, rule_from_row(row, start));
+            let rule = rule_from_row(row, start, |e| self.plt_threshold(e));
+            each(row.start_address() as usize, row.end_address() as usize, rule);
         }
         Some((start, fde.end_address() as usize))
     }
@@ -164,11 +180,16 @@ impl<R: gimli::Reader<Offset = usize>> Source for Tables<R> {
 pub(crate) fn rule_from_row<S: UnwindContextStorage<usize>>(
     row: &gimli::UnwindTableRow<usize, S>,
     start: usize,
+    plt: impl Fn(&gimli::UnwindExpression<usize>) -> Option<u8>,
 ) -> Rule {
     {
         let (cfa, cfa_offset) = match row.cfa() {
             CfaRule::RegisterAndOffset { register, offset } if *register == RSP => (Base::Sp, *offset),
             CfaRule::RegisterAndOffset { register, offset } if *register == RBP => (Base::Bp, *offset),
+            CfaRule::Expression(e) => match plt(e) {
+                Some(threshold) => (Base::Plt { threshold }, 8),
+                None => return Rule::Unsupported,
+            },
             _ => return Rule::Unsupported,
         };
         let ra_offset = match row.register(RA) {
@@ -183,6 +204,20 @@ pub(crate) fn rule_from_row<S: UnwindContextStorage<usize>>(
             _ => return Rule::Unsupported,
         };
         Rule::Step { cfa, cfa_offset, ra_offset, bp, start }
+    }
+}
+
+/// The linker's CFA rule for `.plt` entries, `rsp + 8 + ((rip & 15) >= K)
+/// * 8` (GNU ld and lld write it for x86-64; `K` is 11, or 10 with IBT's
+/// entries): K, if `expr` is exactly that expression.
+pub(crate) fn plt_threshold(expr: &[u8]) -> Option<u8> {
+    // DW_OP_breg7 (rsp) 8; DW_OP_breg16 (rip) 0; DW_OP_lit15; DW_OP_and;
+    // DW_OP_lit<K>; DW_OP_ge; DW_OP_lit3; DW_OP_shl; DW_OP_plus.
+    match expr {
+        [0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, lit, 0x2a, 0x33, 0x24, 0x22] if (0x30..0x40).contains(lit) => {
+            Some(lit - 0x30)
+        }
+        _ => None,
     }
 }
 
@@ -220,6 +255,7 @@ pub(crate) fn step(rule: Rule, regs: Regs, read: impl Fn(usize) -> Option<usize>
             Some(bp) => bp,
             None => return Step::Stop(UNSUPPORTED),
         },
+        Base::Plt { threshold } => regs.sp + if (regs.ip & 15) as u8 >= threshold { 8 } else { 0 },
     };
     let Some(cfa) = base.checked_add_signed(cfa_offset as isize) else {
         return Step::Stop("CFA out of range");
@@ -244,4 +280,40 @@ pub(crate) fn step(rule: Rule, regs: Regs, read: impl Fn(usize) -> Option<usize>
 /// The unwind tables of module `index` of `map`.
 pub(crate) fn tables_for(map: &ModuleMap, index: usize) -> Option<Tables> {
     Tables::of_loaded(map.module(index))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plt_entries_unwind_by_the_linkers_rule() {
+        // ld's expression for .plt, with K = 11 (and 10 for IBT's entries).
+        let expr = [0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22];
+        assert_eq!(plt_threshold(&expr), Some(11));
+        let mut ibt = expr;
+        ibt[6] = 0x3a;
+        assert_eq!(plt_threshold(&ibt), Some(10));
+        let mut other = expr;
+        other[1] = 0x10;
+        assert_eq!(plt_threshold(&other), None, "any other expression is not modelled");
+        // At the entry's `jmp *slot` nothing is pushed: the return address
+        // is at [rsp]; after its `push $index`, at [rsp + 8].
+        let rule = Rule::Step {
+            cfa: Base::Plt { threshold: 11 },
+            cfa_offset: 8,
+            ra_offset: -8,
+            bp: SavedBp::Same,
+            start: 0,
+        };
+        let stack = |a: usize| match a {
+            0x7000 => Some(0xaaaa),
+            0x7008 => Some(0xbbbb),
+            _ => None,
+        };
+        let at_jmp = Regs { ip: 0x5030, sp: 0x7000, bp: Some(1) };
+        assert_eq!(step(rule, at_jmp, stack), Step::Caller(Regs { ip: 0xaaaa, sp: 0x7008, bp: Some(1) }));
+        let after_push = Regs { ip: 0x503b, sp: 0x7000, bp: Some(1) };
+        assert_eq!(step(rule, after_push, stack), Step::Caller(Regs { ip: 0xbbbb, sp: 0x7010, bp: Some(1) }));
+    }
 }

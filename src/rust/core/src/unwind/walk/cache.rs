@@ -86,7 +86,8 @@ pub(super) struct Slot {
     ra_offset: i32,
     bp_offset: i32,
     /// Bits 0-2: kind (1 step, 2 outermost, 3 unsupported, 4 not code);
-    /// bit 3: CFA from RBP; bits 4-5: RBP (0 same, 1 saved, 2 lost).
+    /// bit 3: CFA from RBP; bits 4-5: RBP (0 same, 1 saved, 2 lost); bit 6:
+    /// a PLT entry's CFA (its threshold in `bp_offset`).
     flags: u16,
     /// The module's index, or u16::MAX.
     module: u16,
@@ -98,6 +99,21 @@ impl Slot {
             module.and_then(|m| u16::try_from(m).ok()).filter(|&m| m != u16::MAX).unwrap_or(u16::MAX);
         let small = |x: i64| i32::try_from(x).ok();
         let packed = match rule {
+            Rule::Step { cfa: Base::Plt { threshold }, cfa_offset, ra_offset, bp: SavedBp::Same, start } => {
+                match (small(cfa_offset), small(ra_offset)) {
+                    (Some(c), Some(r)) => Some(Slot {
+                        key,
+                        start,
+                        cfa_offset: c,
+                        ra_offset: r,
+                        bp_offset: threshold as i32,
+                        flags: 1 | 1 << 6,
+                        module,
+                    }),
+                    _ => None,
+                }
+            }
+            Rule::Step { cfa: Base::Plt { .. }, .. } => None,
             Rule::Step { cfa, cfa_offset, ra_offset, bp, start } => {
                 let (bp_kind, bp_offset) = match bp {
                     SavedBp::Same => (0, Some(0)),
@@ -128,6 +144,13 @@ impl Slot {
     #[inline]
     pub(super) fn rule(&self) -> Rule {
         match self.flags & 7 {
+            1 if self.flags & (1 << 6) != 0 => Rule::Step {
+                cfa: Base::Plt { threshold: self.bp_offset as u8 },
+                cfa_offset: self.cfa_offset as i64,
+                ra_offset: self.ra_offset as i64,
+                bp: SavedBp::Same,
+                start: self.start,
+            },
             1 => Rule::Step {
                 cfa: if self.flags & 8 != 0 { Base::Bp } else { Base::Sp },
                 cfa_offset: self.cfa_offset as i64,
