@@ -1,0 +1,68 @@
+#' A profile as a table, and as collapsed stacks
+#'
+#' `as.data.frame()` gives one row per distinct stack of a profile: its
+#' frames outermost first, joined by `;` (the labels of
+#' [winch_write_rprof()]'s file: `f`, `f[for]`, `/module::function`,
+#' `[thread_1]`), how many samples had it and the time they stand for.
+#' `winch_write_collapsed()` writes the same stacks in the collapsed-stack
+#' text format, one `frame;frame;frame count` line per stack, which
+#' `flamegraph.pl`, inferno, speedscope and many other viewers read.
+#'
+#' A `;` inside a label (rare: an R function named with one) is written as
+#' `_`, so that frames stay apart.
+#'
+#' @param x,profile A `winch_profile`.
+#' @param row.names,optional,... Not used (for compatibility with the
+#'   generic).
+#' @param path The file to write.
+#' @return `as.data.frame()`: a data frame with columns `stack` (character),
+#'   `samples` (integer-valued double), `time` (seconds) and `thread` (`"main"`,
+#'   or `"thread N"` for a stack of another thread), heaviest stack first.
+#'   `winch_write_collapsed()`: `path`, invisibly.
+#' @seealso [winch_write_rprof()], [winch_write_pprof()].
+#' @export
+#' @examples
+#' if (winch_available()) {
+#'   p <- winch_profile(for (i in 1:100) sort(runif(1e4)), interval = 0.005)
+#'   head(as.data.frame(p))
+#'   out <- tempfile(fileext = ".folded")
+#'   winch_write_collapsed(p, out)
+#'   readLines(out, n = 3)
+#' }
+as.data.frame.winch_profile <- function(x, row.names = NULL, optional = FALSE, ...) {
+  p <- check_profile(x)
+  stacks <- stack_functions(p)
+  labels <- gsub(";", "_", p$functions$label, fixed = TRUE)
+  stack <- vapply(stacks, function(f) paste(rev(labels[f]), collapse = ";"), "")
+  th <- profile_threads(p)
+  thread <- p$stacks$thread %||% rep(1L, length(stack))
+  number <- th$number[thread]
+  out <- data.frame(
+    stack = stack,
+    samples = as.double(p$stacks$count),
+    time = as.double(p$stacks$count) * p$interval,
+    thread = ifelse(is.na(number) | number == 0L, "main", paste("thread", number)),
+    stringsAsFactors = FALSE
+  )
+  out <- out[order(-out$samples, out$stack), , drop = FALSE]
+  rownames(out) <- NULL
+  out
+}
+
+#' @rdname as.data.frame.winch_profile
+#' @export
+winch_write_collapsed <- function(profile, path) {
+  check_profile(profile)
+  check_path(path)
+  df <- as.data.frame(profile)
+  df <- df[df$samples > 0, , drop = FALSE]
+  # One line per distinct stack (two threads' stacks can come out alike).
+  counts <- tapply(df$samples, df$stack, sum)
+  lines <- sprintf("%s %s", names(counts), format(as.vector(counts), scientific = FALSE, trim = TRUE))
+  check_writable(path)
+  tryCatch(
+    writeLines(lines, path),
+    error = function(e) abort_io(sprintf("Cannot write `%s`: %s", path, conditionMessage(e)))
+  )
+  invisible(path)
+}
