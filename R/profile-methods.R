@@ -68,8 +68,22 @@ unseen_share <- function(p, threads = by_thread_table(p)) {
   max(0, process - seen) / process
 }
 
+#' Print a profile
+#'
+#' Prints the number of samples, what they measure, and the functions with
+#' the most self time. Times in a column share one unit; labels longer
+#' than `width` are shortened in the middle (`summary()` has them whole).
+#'
+#' @param x A `winch_profile`.
+#' @param ... Not used.
+#' @param n How many functions to list.
+#' @param width Labels longer than this many characters are shortened
+#'   (by default, what leaves room for the other columns in
+#'   `getOption("width")`).
+#' @return `x`, invisibly.
 #' @export
-print.winch_profile <- function(x, ..., n = 10L) {
+print.winch_profile <- function(x, ..., n = 10L, width = NULL) {
+  width <- width %||% max(20L, getOption("width", 80L) - 42L)
   check_profile(x)
   total <- sum(x$stacks$count)
   what <- profile_what(x)
@@ -82,6 +96,7 @@ print.winch_profile <- function(x, ..., n = 10L) {
     tab <- by_function_table(x)
     tab <- utils::head(tab[order(-tab$self, -tab$total), ], n)
     cat("Functions by self time:\n")
+    tab[[1L]] <- shorten(tab[[1L]], width)
     print(format_time_table(tab, total * x$interval), row.names = FALSE, right = FALSE)
   }
   cat("summary() for modules, resource use and the profiler's own cost; plot() for a flame graph.\n")
@@ -127,13 +142,37 @@ format_seconds <- function(x) {
   ))
 }
 
+# Times in one unit, the one that suits the largest: "1.46 s" beside
+# "0.00 s" rather than beside "0.0 µs", so that a column reads down.
+format_seconds_column <- function(x) {
+  top <- suppressWarnings(max(abs(x), na.rm = TRUE))
+  if (!is.finite(top)) {
+    return(rep("NA", length(x)))
+  }
+  unit <- if (top >= 1) list(1, "s", 2L) else if (top >= 1e-2) list(1e3, "ms", 1L) else list(1e6, "\u00b5s", 1L)
+  out <- ifelse(is.na(x), "NA", paste(formatC(x * unit[[1L]], format = "f", digits = unit[[3L]]), unit[[2L]]))
+  # Right-aligned, so that the digits line up.
+  formatC(out, width = max(nchar(out)))
+}
+
+# Labels longer than `width` characters, with their middle replaced by
+# "...": both ends of a long C++ name say the most.
+shorten <- function(x, width) {
+  width <- max(as.integer(width), 9L)
+  long <- !is.na(x) & nchar(x) > width
+  keep <- width - 3L
+  head <- ceiling(keep / 2)
+  x[long] <- paste0(substr(x[long], 1L, head), "...", substring(x[long], nchar(x[long]) - (keep - head) + 1L))
+  x
+}
+
 format_time_table <- function(tab, total) {
   pct <- function(x) if (total > 0) sprintf("%5.1f%%", 100 * x / total) else "   NA"
   out <- data.frame(
     function_ = tab[[1L]],
-    self = format_seconds(tab$self),
+    self = format_seconds_column(tab$self),
     `self%` = vapply(tab$self, pct, ""),
-    total = format_seconds(tab$total),
+    total = format_seconds_column(tab$total),
     `total%` = vapply(tab$total, pct, ""),
     check.names = FALSE,
     stringsAsFactors = FALSE
@@ -226,7 +265,7 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
     cat("\nBy thread (CPU time from each thread's clock, and time sampled):\n")
     out <- data.frame(
       thread = th$thread, tid = format(th$tid, scientific = FALSE), name = th$name,
-      cpu = format_seconds(th$cpu), sampled = format_seconds(th$sampled),
+      cpu = format_seconds_column(th$cpu), sampled = format_seconds_column(th$sampled),
       stringsAsFactors = FALSE
     )
     print(out, row.names = FALSE, right = FALSE)

@@ -114,3 +114,41 @@ run_rscript_timeout <- function(code, timeout = 60) {
   ))
   structure(out, status = attr(out, "status") %||% 0L)
 }
+
+# A profile made by hand, with fixed figures (for snapshots of printed
+# output): `outer` calls the native `/libx.so::compute` (self 1.46 s)
+# through `f[for]`, a long C++ function (0.55 s) and `g` (0 s self).
+synthetic_profile <- function() {
+  df <- function(...) data.frame(..., stringsAsFactors = FALSE)
+  long <- "/libx.so::std::vector<double,std::allocator<double>>::_M_realloc_insert<double_const&>"
+  p <- list(
+    event = "cpu",
+    interval = 0.01,
+    start = structure(1.7e9, class = c("POSIXct", "POSIXt")),
+    duration = 2.5,
+    stacks = list(count = c(146, 55, 1), locations = list(c(4L, 3L, 2L, 1L), c(5L, 2L, 1L), c(6L, 1L)), thread = c(1L, 1L, 1L)),
+    functions = df(
+      name = c("outer", "f[for]", "f", "compute", long, "g"),
+      label = c("outer", "f[for]", "f", "/libx.so::compute", long, "g"),
+      kind = c("r", "loop", "r", "native", "native", "r"),
+      module = c(NA, NA, NA, 1L, 1L, NA), file = NA_integer_
+    ),
+    locations = df(module = c(NA, NA, NA, 1L, 1L, NA), address = c("0x0", "0x0", "0x0", "0x7f0000001000", "0x7f0000002000", "0x0")),
+    lines = df(location = 1:6, `function` = c(1L, 2L, 3L, 4L, 5L, 6L), file = NA_integer_, line = NA_integer_, check.names = FALSE),
+    files = character(),
+    modules = df(path = "/opt/libx.so", build_id = NA_character_, start = "0x7f0000000000", limit = "0x7f0000100000", offset = "0x0"),
+    threads = df(number = 0L, tid = 4242, name = "R", cpu = 2.03),
+    stats = list(
+      samples = 202, intervals = 202, truncated = 0, dropped = 0, outside = 0, distinct_stacks = 3,
+      handler_total = 0.002, handler_median = 9e-6, handler_p99 = 3e-5, labels_full = FALSE, memory = 1000,
+      thread_joined = 0, thread_alone = 0, thread_dropped = 0, references = 0,
+      usage = list(
+        user = 2.0, system = 0.05, max_rss = 2^27, minor_faults = 100, major_faults = 0, block_input = 0,
+        block_output = 8, voluntary_switches = 3, involuntary_switches = 5
+      ),
+      gc_time = 0.01, gc_count = 2
+    ),
+    options = list(loops = TRUE, lines = FALSE, threads = "all")
+  )
+  structure(p, class = "winch_profile")
+}

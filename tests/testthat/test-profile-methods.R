@@ -78,3 +78,13 @@ test_that("print(), summary() and plot() describe the profile", {
   expect_invisible(plot(empty))
   expect_output(print(empty), "<winch_profile> 0 samples")
 })
+
+test_that("print() and summary() of a profile, as printed", {
+  p <- synthetic_profile()
+  # One unit per time column; a long label shortened in the middle, whole
+  # in summary().
+  expect_snapshot(print(p))
+  expect_snapshot(print(p, n = 2, width = 30))
+  s <- summary(p)
+  expect_snapshot(print(s))
+})
