@@ -197,8 +197,12 @@ native_row_calls <- function(nat, frames) {
   calls <- lapply(name, function(x) as.call(list(as.symbol(x))))
   file <- nat$file[frames]
   line <- nat$line[frames]
+  # The srcref's first column is the byte after the one rlang prints (it
+  # prints `srcref[5] - 1`): so that rlang shows the debug information's
+  # column (1-based, as compilers print it), that column plus one. An
+  # unknown column (NA, or 0 in DWARF) prints as 0.
   col <- nat$column[frames]
-  col[is.na(col)] <- 1L
+  col <- ifelse(is.na(col) | col <= 0L, 1L, col + 1L)
   files <- list()
   for (i in which(!is.na(file) & !is.na(line))) {
     sf <- files[[file[[i]]]]

@@ -38,9 +38,10 @@
 #'   `GOMP_parallel`; for a thread started directly, the function R
 #'   called), so its frames sit beside the main thread's share of the work;
 #' * otherwise (R's main thread runs R code, or nothing on its native stack
-#'   belongs to the thread's runtime: a detached thread, a pool's thread
-#'   still spinning after its region ended) at the root of the profile, so
-#'   that no R code is charged with it.
+#'   belongs to the thread's runtime: a pool's thread still spinning after
+#'   its region ended, or a thread R's main thread started in an R call that
+#'   has returned since, such as a detached thread) at the root of the
+#'   profile, so that no R code is charged with it.
 #'
 #' Time spent in a parallel runtime's own code (libgomp, LLVM's and Intel's
 #' OpenMP, TBB: spinning or sleeping at barriers, waiting for work, handing

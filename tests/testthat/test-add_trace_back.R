@@ -155,3 +155,25 @@ test_that("an ambiguous alignment adds nothing rather than guessing", {
   g <- function() winch_call(function() rec2(5L))
   expect_true("/winch.so::winch_call" %in% trace_labels(g()))
 })
+
+test_that("native rows' srcrefs make rlang print the debug information's line and column", {
+  res <- NULL
+  cb <- function() res <<- list(tr = winch_add_trace_back(), nat = winch_trace_back())
+  outer <- function() .Call("rt_call", cb, environment(), PACKAGE = "wtest_roundtrip")
+  outer()
+  tr <- res$tr
+  nat <- res$nat
+  rows <- which(tr$namespace == "/wtest_roundtrip.so")
+  expect_setequal(vapply(rows, function(i) as.character(tr$call[[i]][[1L]]), ""), c("rt_call", "eval_fun"))
+  for (i in rows) {
+    fn <- as.character(tr$call[[i]][[1L]])
+    ref <- attr(tr$call[[i]], "srcref")
+    hit <- nat[!is.na(nat$func) & nat$func == fn, ]
+    expect_identical(nrow(hit), 1L)
+    expect_false(is.null(ref))
+    expect_identical(ref[[1L]], hit$line)
+    # rlang prints `srcref[5] - 1` as the column: that is the DWARF column.
+    expect_identical(ref[[5L]] - 1L, hit$column)
+    expect_gt(hit$column, 0L)
+  }
+})

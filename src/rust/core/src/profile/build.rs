@@ -154,13 +154,16 @@ fn thread_table(f: &Finished) -> Vec<ThreadInfo> {
 /// into the main thread's native frames under its innermost R frame
 /// (`bases`, their modules, innermost first; the frames from the index on
 /// are kept, then its R frames), given the module the other thread started
-/// in (`entry`). None: the other thread is not shown under the main
-/// thread's stack (see `Builder::stack`).
-fn parent_cut(entry: Option<&str>, bases: &[Option<String>]) -> Option<usize> {
+/// in (`entry`); `elsewhere`: R's main thread started the thread in
+/// another R call than the one running now. None: the other thread is not
+/// shown under the main thread's stack (see `Builder::stack`).
+fn parent_cut(entry: Option<&str>, bases: &[Option<String>], elsewhere: bool) -> Option<usize> {
     let entry = entry?;
     match bases.last()? {
-        // Started in the module R called: under the function R called.
-        Some(outer) if outer == entry => Some(bases.len() - 1),
+        // Started in the module R called: under the function R called, if
+        // this call started it (a thread started by an earlier call of the
+        // same module, still running, is not this call's work).
+        Some(outer) if outer == entry => (!elsewhere).then(|| bases.len() - 1),
         // Under the frames outside the runtime's outermost frame.
         _ => bases.iter().rposition(|b| b.as_deref() == Some(entry)).map(|j| j + 1),
     }
@@ -255,8 +258,9 @@ impl<'a> Builder<'a> {
     /// ended), the thread's frames stay at the root.
     fn stack(&mut self, entries: &[u64]) -> (Vec<usize>, u32) {
         let mut out = Vec::with_capacity(entries.len() + 2);
-        let marker = R | super::labels::THREAD as u64;
-        let Some(t) = entries.iter().position(|&e| e == marker) else {
+        let is_marker =
+            |e: u64| e == R | super::labels::THREAD as u64 || e == R | super::labels::THREAD_ELSEWHERE as u64;
+        let Some(t) = entries.iter().position(|&e| is_marker(e)) else {
             let snap = entries.first().copied().filter(|&w| w & TAG == SNAPSHOT).unwrap_or(UNCERTAIN);
             let rest = entries.get(1..).unwrap_or(&[]);
             let inner = rest.iter().take_while(|&&e| e & TAG == NATIVE).count();
@@ -289,7 +293,8 @@ impl<'a> Builder<'a> {
             let inner = rest.iter().take_while(|&&e| e & TAG == NATIVE).count();
             let bases: Vec<Option<String>> =
                 rest[..inner].iter().map(|&e| self.module_base(e, psnap)).collect();
-            if let Some(from) = parent_cut(entry_module.as_deref(), &bases) {
+            let elsewhere = entries[t] == R | super::labels::THREAD_ELSEWHERE as u64;
+            if let Some(from) = parent_cut(entry_module.as_deref(), &bases, elsewhere) {
                 self.entries(&rest[from..], psnap, &mut out);
             }
         }
@@ -661,20 +666,25 @@ mod tests {
         // user.so (the region) -> libgomp (barrier); the worker started in
         // libgomp: kept from the caller of the outermost libgomp frame.
         let main = b(&["libgomp.so.1", "user.so", "libgomp.so.1", "user.so"]);
-        assert_eq!(parent_cut(Some("libgomp.so.1"), &main), Some(3));
+        assert_eq!(parent_cut(Some("libgomp.so.1"), &main, false), Some(3));
+        // A pool started by an earlier call serves this one all the same.
+        assert_eq!(parent_cut(Some("libgomp.so.1"), &main, true), Some(3));
         // A thread started directly by the module R called, the main thread
         // waiting in the C library: under the function R called.
         let joined = b(&["libc.so.6", "libc.so.6", "user.so", "user.so"]);
-        assert_eq!(parent_cut(Some("user.so"), &joined), Some(3));
+        assert_eq!(parent_cut(Some("user.so"), &joined, false), Some(3));
+        // ... unless an earlier call started it (a detached thread still
+        // running while R calls the module again).
+        assert_eq!(parent_cut(Some("user.so"), &joined, true), None);
         // std::thread: started in libstdc++, joined through it.
         let cxx = b(&["libc.so.6", "libstdc++.so.6", "user.so"]);
-        assert_eq!(parent_cut(Some("libstdc++.so.6"), &cxx), Some(2));
+        assert_eq!(parent_cut(Some("libstdc++.so.6"), &cxx, false), Some(2));
         // Nothing of the runtime on the main thread's stack (a pool's thread
         // after its region), R code running (no native frames), or a thread
         // whose start is unknown: at the root.
-        assert_eq!(parent_cut(Some("libgomp.so.1"), &b(&["other.so"])), None);
-        assert_eq!(parent_cut(Some("libgomp.so.1"), &[]), None);
-        assert_eq!(parent_cut(None, &main), None);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), &b(&["other.so"]), false), None);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), &[], false), None);
+        assert_eq!(parent_cut(None, &main, false), None);
     }
 
     #[test]

@@ -173,6 +173,16 @@ impl Collected {
     /// Adds one record, its snapshot word marked `UNCERTAIN` if
     /// `uncertain`.
     pub fn absorb_as(&mut self, record: &[u64], uncertain: bool) {
+        self.absorb_with(record, uncertain, &|_| None);
+    }
+
+    /// [`absorb_as`](Collected::absorb_as), knowing the R call (its
+    /// context record) that started each thread R's main thread started
+    /// (`creator`, by kernel id): a sample of such a thread taken while R's
+    /// innermost record was another is marked `THREAD_ELSEWHERE` (the call
+    /// that started it is over, or not the one running: `build` does not
+    /// charge it to the call running now because they share a module).
+    pub fn absorb_with(&mut self, record: &[u64], uncertain: bool, creator: &dyn Fn(u32) -> Option<u64>) {
         use super::sampler::{PREFIX, UNCERTAIN};
         if record.len() < PREFIX {
             return;
@@ -204,7 +214,9 @@ impl Collected {
         if !self.thread_order.contains(&tid) {
             self.thread_order.push(tid);
         }
-        key.push(super::sampler::R | super::labels::THREAD as u64);
+        let elsewhere = creator(tid).is_some_and(|c| c != context);
+        let marker = if elsewhere { super::labels::THREAD_ELSEWHERE } else { super::labels::THREAD };
+        key.push(super::sampler::R | marker as u64);
         let p = Pending { part: key.into(), link, context, weight, truncated };
         if !self.settle(&p, false) {
             self.pending.push(p);

@@ -15,8 +15,11 @@ pub const FULL: u32 = 5;
 /// Where a sample of another thread than R's main thread joins the stack
 /// it is shown under (see `collect`): the `[thread N]` frame.
 pub const THREAD: u32 = 6;
-const FIXED: [&str; 7] =
-    ["<Anonymous>", "[for]", "[while]", "[repeat]", "[loop]", "<label table full>", "[thread]"];
+/// The same, for a thread that an R call started which had ended (or was
+/// not the innermost) when the sample was taken (see `collect`).
+pub const THREAD_ELSEWHERE: u32 = 7;
+const FIXED: [&str; 8] =
+    ["<Anonymous>", "[for]", "[while]", "[repeat]", "[loop]", "<label table full>", "[thread]", "[thread*]"];
 
 const SLOTS: usize = 1 << 15;
 const SYMBOL_SLOTS: usize = 1 << 13;

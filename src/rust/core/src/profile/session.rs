@@ -426,9 +426,11 @@ impl Session {
             .map(|&(g, exact)| exact && g == generation)
             .collect();
         let mut c = self.collected.lock().unwrap_or_else(|e| e.into_inner());
+        let creators = if self.slots.is_empty() { Vec::new() } else { super::spawn::creators() };
+        let creator = |tid: u32| creators.iter().find(|&&(t, _)| t as u32 == tid).map(|&(_, c)| c as u64);
         let mut absorb = |rec: &[u64]| {
             let index = sampler::snapshot_of(rec);
-            c.absorb_as(rec, index.is_none_or(|i| certain.get(i as usize) != Some(&true)));
+            c.absorb_with(rec, index.is_none_or(|i| certain.get(i as usize) != Some(&true)), &creator);
         };
         self.ring.drain_to(head, buf, &mut absorb);
         for (slot, &h) in self.slots.iter().zip(&heads) {
@@ -558,7 +560,7 @@ pub fn start(
     };
     // Threads started from now on arm their own timers as they start.
     if all_threads {
-        super::spawn::install(signal, clock, interval_ns);
+        super::spawn::install(signal, clock, interval_ns, facts.base.global_context, main_tid);
     }
     let collector = {
         let s = session.clone();

@@ -42,6 +42,11 @@ static REAL: AtomicUsize = AtomicUsize::new(0);
 static ON: AtomicBool = AtomicBool::new(false);
 /// Whether this process installed the hook (and must take it out).
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Where R keeps its innermost context record (`&R_GlobalContext`), and R's
+/// main thread's kernel id: a thread started by R's main thread remembers
+/// the R call running then.
+static CONTEXT_ADDR: AtomicUsize = AtomicUsize::new(0);
+static MAIN_TID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// A timer id, handed between threads.
 #[derive(Debug)]
@@ -54,9 +59,12 @@ struct Registry {
     open: Option<(libc::c_int, Clock, u64)>,
     /// Threads started since the collector last looked, with their timers.
     new: Vec<(i32, Timer)>,
+    /// Threads R's main thread started, with R's innermost context record
+    /// then (the R call that started them).
+    creators: Vec<(i32, usize)>,
 }
 
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry { open: None, new: Vec::new() });
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { open: None, new: Vec::new(), creators: Vec::new() });
 
 /// The slots patched, and the modules scanned (path, bias).
 #[derive(Default)]
@@ -78,6 +86,9 @@ fn hooked() -> std::sync::MutexGuard<'static, Option<Hooked>> {
 struct Launch {
     start: StartRoutine,
     arg: *mut libc::c_void,
+    /// R's innermost context record when R's main thread started it (0:
+    /// started by another thread).
+    creator: usize,
 }
 
 /// What modules call instead of `pthread_create` while hooked.
@@ -97,7 +108,15 @@ unsafe extern "C" fn hooked_create(
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real(thread, attr, start, arg) };
     }
-    let launch = Box::into_raw(Box::new(Launch { start, arg }));
+    let context = CONTEXT_ADDR.load(Ordering::Acquire);
+    let creator = if context != 0 && super::threads::gettid() == MAIN_TID.load(Ordering::Acquire) {
+        // SAFETY: `&R_GlobalContext`, a variable of R's library, mapped
+        // while R runs; read on R's main thread, which alone writes it.
+        unsafe { std::ptr::read_volatile(context as *const usize) }
+    } else {
+        0
+    };
+    let launch = Box::into_raw(Box::new(Launch { start, arg, creator }));
     // SAFETY: `launch` runs `start(arg)` on the new thread and owns `launch`.
     let rc = unsafe { real(thread, attr, launch_thread, launch as *mut libc::c_void) };
     if rc != 0 {
@@ -112,9 +131,9 @@ unsafe extern "C" fn hooked_create(
 /// `pthread_exit()` or a cancellation (forced unwinding) passes through.
 unsafe extern "C-unwind" fn launch_thread(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `p` is the box `hooked_create` made for this thread.
-    let Launch { start, arg } = *unsafe { Box::from_raw(p as *mut Launch) };
+    let Launch { start, arg, creator } = *unsafe { Box::from_raw(p as *mut Launch) };
     if ON.load(Ordering::Acquire) {
-        arm_self();
+        arm_self(creator);
     }
     // SAFETY: the routine and argument the creator gave.
     unsafe { start(arg) }
@@ -128,10 +147,13 @@ pub fn launch_address() -> usize {
 
 /// Gives the calling (new) thread a sampling timer, if the registry is
 /// open, and records it for the collector.
-fn arm_self() {
+fn arm_self(creator: usize) {
     let tid = super::threads::gettid();
     let mut r = registry();
     let Some((signal, clock, interval_ns)) = r.open else { return };
+    if creator != 0 {
+        r.creators.push((tid, creator));
+    }
     let clock_id = match clock {
         Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
         Clock::Elapsed => libc::CLOCK_MONOTONIC,
@@ -143,7 +165,17 @@ fn arm_self() {
 
 /// Hooks `pthread_create` in every loaded module but winch's own and the C
 /// library's, and opens the registry. Returns the slots patched.
-pub fn install(signal: libc::c_int, clock: Clock, interval_ns: u64) -> usize {
+/// `context_addr` is `&R_GlobalContext`, `main_tid` R's main thread's
+/// kernel id.
+pub fn install(
+    signal: libc::c_int,
+    clock: Clock,
+    interval_ns: u64,
+    context_addr: usize,
+    main_tid: i32,
+) -> usize {
+    CONTEXT_ADDR.store(context_addr, Ordering::Release);
+    MAIN_TID.store(main_tid, Ordering::Release);
     if REAL.load(Ordering::Acquire) == 0 {
         let real = got::versioned_symbol("pthread_create", WANTED[0].version)
             .or_else(|| got::versioned_symbol("pthread_create", WANTED[1].version))
@@ -158,6 +190,7 @@ pub fn install(signal: libc::c_int, clock: Clock, interval_ns: u64) -> usize {
     let (Ok(mut r), Ok(mut h)) = (REGISTRY.try_lock(), HOOKED.try_lock()) else { return 0 };
     r.open = Some((signal, clock, interval_ns));
     r.new.clear();
+    r.creators.clear();
     *h = Some(Hooked::default());
     drop((r, h));
     INSTALLED.store(true, Ordering::Release);
@@ -192,6 +225,12 @@ pub fn rescan(map: &ModuleMap) -> usize {
         h.patched.extend(got::patch_module(m, &WANTED, &targets, &[value, value], &maps));
     }
     h.patched.len()
+}
+
+/// The R call (its context record) that started each thread R's main
+/// thread started during the profile, by kernel id.
+pub fn creators() -> Vec<(i32, usize)> {
+    registry().creators.clone()
 }
 
 /// The threads started since the last call, with their timers.
