@@ -280,6 +280,7 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
   cat("\nBy function:\n")
   print(format_time_table(utils::head(x$by_function, n), total), row.names = FALSE, right = FALSE)
   mods <- x$by_module[order(-x$by_module$total), ]
+  mods <- mods[mods$total > 0, , drop = FALSE]
   if (nrow(mods)) {
     cat("\nBy native module:\n")
     mods$module <- basename(mods$module)

@@ -122,7 +122,16 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
 #' A drop-in for [Rprof()] where the code to profile cannot be wrapped in one
 #' expression: `winch_rprof(filename)` starts sampling (see
 #' [winch_profile()]), `winch_rprof(NULL)` stops it, writes the Rprof file
-#' and returns the profile.
+#' and returns the profile. Its defaults are `Rprof()`'s (`filename =
+#' "Rprof.out"`, `interval = 0.02`), so that a script switching from
+#' `Rprof()` samples as often as before; [winch_profile()] samples every
+#' 10 ms by default, which suits the short runs it is mostly used for.
+#'
+#' `winch_rprof()` refuses to start while `Rprof()` runs, but `Rprof()`
+#' cannot know about winch: started after `winch_rprof()`, it runs beside
+#' it. Each has its own timer and signal and writes its own file, and
+#' winch's samples are the same as without it (tested); only the time each
+#' handler takes is added to the other's run.
 #'
 #' A profile started by `winch_rprof()` is stopped, without writing its
 #' file, if winch is unloaded. `winch_rprof(NULL)` also stops a profile that

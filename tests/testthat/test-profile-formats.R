@@ -77,6 +77,8 @@ test_that("go tool pprof reads the pprof file, with R and native frames in one c
   rows <- fn(top[grepl("%", top, fixed = TRUE) & !grepl("total", top, fixed = TRUE)])
   expect_true(all(c("burn_a", "burn_b", "burn_call", "r_a", "r_b", "cb", "outer") %in% rows))
   expect_true(any(grepl("Type: cpu", top, fixed = TRUE)))
+  # The profiled program is R's executable, not the first library sampled.
+  expect_true(any(top == "File: R"), info = paste(head(top, 3), collapse = "\n"))
 
   traces <- run_pprof(c("-traces", pb))
   expect_identical(attr(traces, "status"), 0L, info = paste(traces, collapse = "\n"))

@@ -388,3 +388,22 @@ test_that("an interval beyond an hour is refused with the bound", {
   }
   expect_false(ran)
 })
+
+test_that("Rprof() started after winch_rprof() runs beside it: both files are written, winch's samples unchanged", {
+  f <- function() r_a(0.15)
+  w <- tempfile()
+  r <- tempfile()
+  on.exit(unlink(c(w, r)), add = TRUE)
+  winch_rprof(w, interval = 0.005)
+  Rprof(r, interval = 0.01)
+  f()
+  Rprof(NULL)
+  p <- winch_rprof(NULL)
+  expect_gt(file.size(w), 0)
+  expect_gt(file.size(r), 0)
+  # (winch_rprof() samples everything but itself: the test's callers too.)
+  expect_true(all(startsWith(paths_from(p, A), path(A, "r_a", "f"))))
+  expect_gt(seconds_in(p, A), 0.1)
+  expect_true("f" %in% rownames(summaryRprof(r)$by.total) || "\"f\"" %in% rownames(summaryRprof(r)$by.total))
+  expect_false(winch:::profile_active())
+})

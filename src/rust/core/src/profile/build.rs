@@ -49,6 +49,13 @@ pub struct Stats {
 pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
     symbolizer::with_global(|s| s.start_capture());
     let mut b = Builder::new(&f.labels, f);
+    // The program first: pprof presents its first mapping as the profiled
+    // binary (R's executable, not the first library sampled).
+    if let Some(last) = b.maps.len().checked_sub(1) {
+        if let Some(main) = b.maps[last].modules().iter().position(|m| m.is_main && m.has_file) {
+            b.module(last, main);
+        }
+    }
     let threads = thread_table(f);
     let mut stacks: Vec<Stack> = f
         .collected
@@ -577,7 +584,7 @@ fn unnamed() -> Arc<[Resolved]> {
 /// and without spaces (`std::vector<int, std::allocator<int> >` becomes
 /// `std::vector<int,std::allocator<int>>`; any other space `_`).
 pub fn native_label(name: &str) -> String {
-    let base = strip_parameters(name);
+    let base = super::model::strip_parameters(name);
     let mut out = String::with_capacity(base.len());
     let chars: Vec<char> = base.chars().collect();
     for (i, &c) in chars.iter().enumerate() {
@@ -594,41 +601,6 @@ pub fn native_label(name: &str) -> String {
         }
     }
     out
-}
-
-/// `name` without a trailing parameter list: the last top-level `(...)`
-/// group that is not part of the name itself (`operator()` and
-/// `(anonymous namespace)` are kept).
-fn strip_parameters(name: &str) -> &str {
-    let bytes = name.as_bytes();
-    // Find the opening paren that matches the last closing one, scanning
-    // from the end, ignoring what a template's angle brackets enclose.
-    let Some(close) = name.rfind(')') else { return name };
-    let mut depth = 0i32;
-    let mut open = None;
-    for i in (0..=close).rev() {
-        match bytes[i] {
-            b')' => depth += 1,
-            b'(' => {
-                depth -= 1;
-                if depth == 0 {
-                    open = Some(i);
-                    break;
-                }
-            }
-            _ => {}
-        }
-    }
-    let Some(open) = open else { return name };
-    let head = &name[..open];
-    if head.is_empty()
-        || head.ends_with("operator")
-        || head.ends_with("::")
-        || &name[open..=close] == "(anonymous namespace)"
-    {
-        return name;
-    }
-    head
 }
 
 #[cfg(test)]

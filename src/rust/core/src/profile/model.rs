@@ -219,6 +219,41 @@ impl Profile {
     }
 }
 
+/// `name` without a trailing parameter list: the last top-level `(...)`
+/// group that is not part of the name itself (`operator()` and
+/// `(anonymous namespace)` are kept).
+pub fn strip_parameters(name: &str) -> &str {
+    let bytes = name.as_bytes();
+    // Find the opening paren that matches the last closing one, scanning
+    // from the end, ignoring what a template's angle brackets enclose.
+    let Some(close) = name.rfind(')') else { return name };
+    let mut depth = 0i32;
+    let mut open = None;
+    for i in (0..=close).rev() {
+        match bytes[i] {
+            b')' => depth += 1,
+            b'(' => {
+                depth -= 1;
+                if depth == 0 {
+                    open = Some(i);
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let Some(open) = open else { return name };
+    let head = &name[..open];
+    if head.is_empty()
+        || head.ends_with("operator")
+        || head.ends_with("::")
+        || &name[open..=close] == "(anonymous namespace)"
+    {
+        return name;
+    }
+    head
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -211,12 +211,20 @@ fn location(i: usize, l: &Location) -> Message {
     m
 }
 
+/// A function: named as everywhere else, a C++ function without its
+/// parameter list (`ns::f`), with the whole signature as its system name
+/// (`ns::f(int) const`).
 fn function(strings: &mut Strings, p: &Profile, i: usize, f: &Function) -> Message {
-    let name = strings.index(&f.name);
+    let short = match f.kind {
+        super::model::FrameKind::Native => super::model::strip_parameters(&f.name),
+        _ => &f.name,
+    };
+    let name = strings.index(short);
+    let system_name = strings.index(&f.name);
     let mut m = Message::default();
     m.uint(field::function::ID, id(i));
     m.uint(field::function::NAME, name);
-    m.uint(field::function::SYSTEM_NAME, name);
+    m.uint(field::function::SYSTEM_NAME, system_name);
     m.uint(field::function::FILENAME, f.file.map_or(0, |file| strings.index(&p.files[file])));
     m
 }
@@ -763,6 +771,20 @@ mod tests {
                 f(6, "dot", "src/dot.h"),
             ]
         );
+    }
+
+    #[test]
+    fn cxx_functions_are_named_without_parameters_with_the_signature_kept() {
+        let mut profile = profile(Event::Cpu);
+        profile.functions[4].name = "wtest::fit_c(int, double) const".into();
+        let p = parse(&encode(&profile));
+        let fit = p.functions.iter().find(|f| f.id == 5).unwrap();
+        assert_eq!(fit.name, "wtest::fit_c");
+        assert_eq!(fit.system_name, "wtest::fit_c(int, double) const");
+        // R functions keep their names whole, parentheses and all.
+        profile.functions[1].name = "(function(x) x)".into();
+        let p = parse(&encode(&profile));
+        assert_eq!(p.functions[1].name, "(function(x) x)");
     }
 
     #[test]
