@@ -333,34 +333,59 @@ plot.winch_profile <- function(x, ..., min_width = 0.002) {
   rects <- flame_rects(stacks, count, p$functions$label)
   rects <- rects[rects$width >= min_width * total, , drop = FALSE]
   f <- p$functions
-  modules <- unique(f$module[!is.na(f$module)])
-  palette <- grDevices::hcl.colors(max(3L, length(modules)), "Dark 3")
+  # Modules drawn, each in a colour of its own that is the same in every
+  # plot (from its name).
+  modules <- unique(f$module[rects$fn][!is.na(f$module[rects$fn])])
+  names <- basename(p$modules$path[modules])
+  palette <- module_colours(names)
   fill <- ifelse(f$kind == "loop", "grey88", ifelse(f$kind %in% c("thread", "wait"), "grey95", "grey72"))
-  native <- !is.na(f$module)
+  native <- !is.na(f$module) & f$module %in% modules
   fill[native] <- palette[match(f$module[native], modules)]
   depth <- max(rects$depth) + 1
-  old_par <- graphics::par(mar = c(1, 1, 4, 1))
+  old_par <- graphics::par(mar = c(1, 1, 3, 1))
   on.exit(graphics::par(old_par), add = TRUE)
   graphics::plot.new()
-  graphics::plot.window(xlim = c(0, total), ylim = c(0, depth + 1), ...)
+  graphics::plot.window(xlim = c(0, total), ylim = c(0, depth), ...)
+  # The legend goes inside the plot, above the frames: the window is made
+  # taller by its height, measured at this device's size.
+  legend_h <- 0
+  if (length(modules)) {
+    ncol <- max(1L, min(length(modules), floor(graphics::par("pin")[[1L]] / 1.6)))
+    size <- graphics::legend("topleft", legend = names, fill = palette, ncol = ncol, bty = "n", cex = 0.75, plot = FALSE)
+    legend_h <- size$rect$h
+    graphics::plot.window(xlim = c(0, total), ylim = c(0, depth + legend_h * 1.1), ...)
+  }
   graphics::rect(rects$x, rects$depth, rects$x + rects$width, rects$depth + 0.95,
     col = fill[rects$fn], border = "white", lwd = 0.5
   )
   # Labels as large as a row allows (rows are 1 unit high), and only in
   # frames wide enough for them; none when rows are too thin to read.
-  cex <- min(0.7, 0.75 / graphics::strheight("M", cex = 1))
+  cex <- min(1, 0.75 / graphics::strheight("M", cex = 1))
   if (cex >= 0.3) {
     labels <- f$label[rects$fn]
     fits <- graphics::strwidth(labels, cex = cex) < rects$width * 0.95
     graphics::text(rects$x[fits] + rects$width[fits] / 2, rects$depth[fits] + 0.47, labels[fits], cex = cex)
   }
   graphics::title(main = sprintf("winch profile: %s of %s", format_seconds(total * p$interval), profile_what(p)))
+  the$plot_legend <- NULL
   if (length(modules)) {
-    graphics::legend("top", legend = basename(p$modules$path[modules]), fill = palette[seq_along(modules)],
-      horiz = TRUE, bty = "n", cex = 0.7, inset = c(0, -0.02)
-    )
+    the$plot_legend <- graphics::legend("topleft",
+      legend = names, fill = palette, ncol = ncol, bty = "n", cex = 0.75
+    )$rect
   }
   invisible(x)
+}
+
+# A colour per module name, the same in every plot: one of 64 hues, picked
+# by the name's bytes and spread by the golden angle (so that names with
+# neighbouring picks still differ); names that pick a hue already taken get
+# the next free one.
+module_colours <- function(names) {
+  pick <- vapply(names, function(n) sum(utf8ToInt(n) * seq_along(utf8ToInt(n))) %% 64L, 0)
+  for (i in seq_along(pick)) {
+    while (pick[[i]] %in% pick[seq_len(i - 1L)] && length(unique(pick)) < 64L) pick[[i]] <- (pick[[i]] + 1) %% 64
+  }
+  grDevices::hcl(h = (pick * 137.508) %% 360, c = 55, l = c(70, 60)[(pick %% 2) + 1])
 }
 
 # Rectangles of a flame graph: stacks (outermost first) merged by common

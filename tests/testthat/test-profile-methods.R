@@ -88,3 +88,26 @@ test_that("print() and summary() of a profile, as printed", {
   s <- summary(p)
   expect_snapshot(print(s))
 })
+
+test_that("plot() keeps its legend inside the device at any size, module colours stable", {
+  p <- winch_profile(outer(), interval = 0.002)
+  for (size in list(c(700, 450), c(1600, 1000))) {
+    file <- tempfile(fileext = ".png")
+    grDevices::png(file, width = size[[1L]], height = size[[2L]])
+    res <- withVisible(plot(p))
+    usr <- graphics::par("usr")
+    legend <- winch:::the$plot_legend
+    grDevices::dev.off()
+    expect_false(res$visible)
+    expect_gt(file.size(file), 1000)
+    expect_false(is.null(legend))
+    expect_gte(legend$left, usr[[1L]])
+    expect_lte(legend$left + legend$w, usr[[2L]])
+    expect_lte(legend$top, usr[[4L]])
+    expect_gte(legend$top - legend$h, usr[[3L]])
+    unlink(file)
+  }
+  cols <- winch:::module_colours(c("stats.so", "vctrs.so", "libc.so.6"))
+  expect_identical(winch:::module_colours(c("libc.so.6", "stats.so")), cols[c(3L, 1L)])
+  expect_false(anyDuplicated(cols) > 0)
+})
