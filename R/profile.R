@@ -59,8 +59,8 @@
 #' R frames are labelled as `Rprof()` labels them; native frames
 #' `/<module>::<function>` (C++ parameter lists dropped), and unnamed native
 #' functions `/<module>::+0x<start>` by the start of the function in the
-#' module. Frames of R's own library are left out: the R frames stand for
-#' them. Samples are named with the libraries loaded when they were taken:
+#' module. Frames of R's own library are left out (see `libr`): the R
+#' frames stand for them. Samples are named with the libraries loaded when they were taken:
 #' a library unloaded before the profile is built (`dyn.unload()`,
 #' `pkgload::load_all()`) shows as offsets in it, never with the names of a
 #' library loaded later at the same address, and the few samples taken
@@ -84,6 +84,13 @@
 #' @param ... Not used; must be empty.
 #' @param threads `"all"` (every thread of the process; see the section
 #'   "Threads") or `"main"` (R's main thread only).
+#' @param libr Keep frames of R's own library? With `TRUE`, its named
+#'   functions that are not its interpreter's appear (R's Fortran
+#'   `dqrls_`/`dqrdc2_` under `lm.fit()`, `R_qsort`, allocation, `R_gc`);
+#'   the interpreter's evaluation machinery (`Rf_eval`, `bcEval`, closures,
+#'   dispatch) and unnamed frames of R's library stay out: the R frames
+#'   stand for them. With `FALSE` (the default) every frame of R's library
+#'   is left out.
 #' @return A `winch_profile` object: distinct stacks with their counts, the
 #'   functions, locations, files and modules they refer to, and figures about
 #'   the run (`summary()`), with `print()`, `summary()` and `plot()` methods.
@@ -96,9 +103,9 @@
 #'   p
 #' }
 winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "elapsed"),
-                          loops = TRUE, lines = FALSE, ..., threads = c("all", "main")) {
+                          loops = TRUE, lines = FALSE, ..., threads = c("all", "main"), libr = FALSE) {
   rlang::check_dots_empty()
-  opts <- check_profile_args(file, interval, event, loops, lines, threads)
+  opts <- check_profile_args(file, interval, event, loops, lines, threads, libr)
   # The profiled code is what runs under force(expr) below: samples taken
   # before or after it (the profiler starting and stopping) are left out,
   # and so are force()'s frame and those further out.
@@ -156,11 +163,11 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
 #'   summaryRprof(out)$sampling.time
 #' }
 winch_rprof <- function(filename = "Rprof.out", interval = 0.02, event = c("cpu", "elapsed"),
-                        loops = TRUE, lines = FALSE, threads = c("all", "main")) {
+                        loops = TRUE, lines = FALSE, threads = c("all", "main"), libr = FALSE) {
   if (is.null(filename)) {
     return(rprof_stop())
   }
-  opts <- check_profile_args(filename, interval, event, loops, lines, threads)
+  opts <- check_profile_args(filename, interval, event, loops, lines, threads, libr)
   # Samples of winch_rprof() itself (starting and stopping) are left out.
   opts$region <- list("outside", winch_rprof)
   # As in winch_profile(), the cleanup is armed before the profiler starts;
@@ -200,7 +207,7 @@ rprof_stop <- function(call = rlang::caller_env()) {
   )
 }
 
-check_profile_args <- function(file, interval, event, loops, lines, threads = "main",
+check_profile_args <- function(file, interval, event, loops, lines, threads = "main", libr = FALSE,
                                call = rlang::caller_env()) {
   if (!is.numeric(interval) || length(interval) != 1L || is.na(interval) || !is.finite(interval)) {
     abort_bad_argument("`interval` must be a single number of seconds.", call = call)
@@ -222,6 +229,7 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
   }
   check_flag(loops, call = call)
   check_flag(lines, call = call)
+  check_flag(libr, call = call)
   if (!is.character(threads) || !length(threads) || anyNA(threads)) {
     abort_bad_argument('`threads` must be "all" or "main".', call = call)
   }
@@ -250,7 +258,7 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
   if (rprof_running()) {
     abort_winch("R's profiler is running: stop it with `Rprof(NULL)` first.", class = "winch_error_busy", call = call)
   }
-  list(file = file, interval = interval, event = event, loops = loops, lines = lines, threads = threads)
+  list(file = file, interval = interval, event = event, loops = loops, lines = lines, threads = threads, libr = libr)
 }
 
 # Whether a session of this process runs (the native side's word: a fork
@@ -311,7 +319,7 @@ profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
       as.double(opts$interval), opts$event, opts$loops, opts$region,
       opts$lines, list(quote(`for`), quote(`while`), quote(`repeat`), quote(srcfile), quote(filename)),
       as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels,
-      opts$threads
+      opts$threads, opts$libr
     ),
     call = call
   )

@@ -27,7 +27,7 @@
   X(rs_loader_state, 1)         \
   X(rs_set_debuginfod, 1)       \
   X(rs_debuginfod_info, 0)      \
-  X(rs_profile_start, 11)       \
+  X(rs_profile_start, 12)       \
   X(rs_profile_learn_bc, 1)     \
   X(rs_rprof_running, 1)        \
   X(rs_profile_stop, 0)         \
@@ -61,6 +61,7 @@
 #define WINCH_ARGS_9 SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP
 #define WINCH_ARGS_10 SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP
 #define WINCH_ARGS_11 SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP
+#define WINCH_ARGS_12 SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP, SEXP
 
 #define X(name, n) SEXP winch_##name(WINCH_ARGS_##n);
 WINCH_RUST_ENTRY_POINTS

@@ -294,3 +294,21 @@ test_that("samples in PLT stubs keep every frame above them, and name the stub a
     if (length(i)) expect_identical(s[[i[[1L]] + 1L]], loop)
   }
 })
+
+test_that("libr = TRUE keeps R's own compiled code, but not its interpreter", {
+  set.seed(1)
+  X <- matrix(stats::rnorm(4e5), ncol = 40)
+  y <- stats::rnorm(nrow(X))
+  fit <- function() for (i in 1:40) stats::lm.fit(X, y)
+  p <- winch_profile(fit(), interval = 0.002, libr = TRUE)
+  labels <- unique(unlist(stack_labels(p)))
+  libr <- grep("^/libR\\.so::", labels, value = TRUE)
+  # R's QR decomposition (Fortran in R's library) under lm.fit's C code.
+  expect_true(any(grepl("^/libR\\.so::dqrdc2_$|^/libR\\.so::dqrls_$", libr)), info = paste(libr, collapse = " "))
+  # Never the interpreter's machinery, never an unnamed frame of libR.
+  expect_false(any(grepl("::(Rf_eval|Rf_applyClosure|bcEval|R_execClosure)$", labels)))
+  expect_false(any(grepl("^/libR\\.so::\\+0x", labels)))
+  p0 <- winch_profile(fit(), interval = 0.002)
+  expect_false(any(grepl("^/libR\\.so::", unique(unlist(stack_labels(p0))))))
+  expect_error(winch_profile(1, libr = NA), class = "winch_error_bad_argument")
+})

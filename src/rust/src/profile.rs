@@ -64,6 +64,7 @@ fn facts(
         },
         lines: file_symbols.map(|(srcfile_sym, filename_sym)| LineFacts { srcfile_sym, filename_sym }),
         with_loops,
+        keep_libr: false,
         region,
     })
 }
@@ -109,6 +110,7 @@ pub fn rs_profile_start(
     probes: Arg,
     expected: Arg,
     threads: Arg,
+    libr: Arg,
 ) -> Result<RValue> {
     if !rstate::on_main_thread() {
         return Err(Error::WrongThread);
@@ -138,7 +140,8 @@ pub fn rs_profile_start(
         &[f, w, r, s, n] => (Some([f, w, r]), Some((s, n))),
         _ => return Err(Error::BadArgument("`symbols` must be five symbols".into())),
     };
-    let facts = facts(loops.flag()?, region, syms, if lines.flag()? { files } else { None })?;
+    let mut facts = facts(loops.flag()?, region, syms, if lines.flag()? { files } else { None })?;
+    facts.keep_libr = libr.flag()?;
     let running = session::start(facts, rstate::libr_addr(), clock, interval_ns as u64, all_threads)?;
     *current = Some(Current { running, event });
     Ok(true.into()) // NULL would read as "out of memory"

@@ -176,6 +176,39 @@ fn parent_cut(entry: Option<&str>, bases: &[Option<String>], elsewhere: bool) ->
     }
 }
 
+/// Functions of R's library that run R code (evaluation, closures,
+/// dispatch, the REPL, top-level contexts): R's own frames stand for them.
+fn is_interpreter(name: &str) -> bool {
+    const NAMES: [&str; 24] = [
+        "Rf_eval",
+        "Rf_applyClosure",
+        "R_execClosure",
+        "R_execMethod",
+        "R_forceAndCall",
+        "R_EvalSymbol",
+        "bcEval",
+        "bcEval_loop",
+        "R_ToplevelExec",
+        "R_tryEval",
+        "R_tryEvalSilent",
+        "R_tryCatch",
+        "R_tryCatchError",
+        "R_tryWrap",
+        "R_ExecWithCleanup",
+        "R_UnwindProtect",
+        "R_withCallingErrorHandler",
+        "Rf_ReplIteration",
+        "R_ReplDLLdo1",
+        "run_Rmainloop",
+        "Rf_mainloop",
+        "setup_Rmainloop",
+        "R_ParseEvalString",
+        "do_tryCatchHelper",
+    ];
+    let base = super::model::strip_parameters(name);
+    NAMES.contains(&base) || base.starts_with("Rf_Dispatch") || base.starts_with("R_possible_dispatch")
+}
+
 /// The C library's modules: a thread's outermost frames there are its
 /// start's plumbing, its innermost ones system calls.
 fn is_libc(base: &str) -> bool {
@@ -219,6 +252,8 @@ struct Builder<'a> {
     module_loads: Vec<(usize, usize)>,
     /// `[thread N]` and `[wait]` locations, by function.
     markers: HashMap<usize, usize>,
+    /// Whether a native entry of R's library is its interpreter's.
+    interpreter_ids: HashMap<(u64, u64), bool>,
     /// The basename of winch's own module (where hooked threads start).
     launch_module: Option<String>,
     labels_full: bool,
@@ -242,6 +277,7 @@ impl<'a> Builder<'a> {
             module_ids: HashMap::new(),
             module_loads: Vec::new(),
             markers: HashMap::new(),
+            interpreter_ids: HashMap::new(),
             launch_module: {
                 let now = crate::modules::current();
                 now.module_of(super::spawn::launch_address()).map(|i| now.module(i).basename().to_string())
@@ -308,6 +344,37 @@ impl<'a> Builder<'a> {
         (out, tid)
     }
 
+    /// Whether a native entry is a frame of R's interpreter, left out (its
+    /// R frames stand for it): in R's library (kept in samples only with
+    /// `libr = TRUE`), and unnamed or one of the interpreter's functions.
+    fn interpreter_frame(&mut self, entry: u64, snap: u64) -> bool {
+        let ip = (entry & IP_MASK) as usize;
+        let probe = if entry & EXACT_IP != 0 { ip } else { ip.wrapping_sub(1) };
+        let place = placement(&self.maps, &self.now, snap, probe);
+        let (Place::Loaded { snap: k, index, .. } | Place::Unloaded { snap: k, index }) = place else {
+            return false;
+        };
+        if self.fin.snapshots[k].libr != Some(index) {
+            return false;
+        }
+        if let Some(&known) = self.interpreter_ids.get(&(snap, entry)) {
+            return known;
+        }
+        // Named, and not one of the interpreter's functions (the function a
+        // frame's code belongs to is the last of its inlined calls).
+        let named = match place {
+            Place::Loaded { now, .. } => {
+                let bias = self.now.module(now).bias;
+                symbolizer::with_global(|s| s.resolve_in(&self.now, now, probe.wrapping_sub(bias) as u64))
+                    .and_then(|r| r.last().and_then(|x| x.func.as_ref().map(|f| f.to_string())))
+            }
+            _ => None,
+        };
+        let interp = named.is_none_or(|name| is_interpreter(&name));
+        self.interpreter_ids.insert((snap, entry), interp);
+        interp
+    }
+
     /// The basename of the module a native entry's address is in.
     fn module_base(&self, entry: u64, snap: u64) -> Option<String> {
         if entry & TAG != NATIVE {
@@ -363,6 +430,7 @@ impl<'a> Builder<'a> {
         for (k, &e) in entries.iter().enumerate() {
             match e & TAG {
                 SNAPSHOT => snap = e & !(TID_MASK << TID_SHIFT),
+                NATIVE if self.interpreter_frame(e, snap) => {}
                 NATIVE => out.push(self.native(e, snap)),
                 R => {
                     let id = (e & 0xffff_ffff) as u32;

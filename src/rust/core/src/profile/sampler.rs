@@ -120,6 +120,9 @@ pub struct RFacts {
     pub lines: Option<LineFacts>,
     /// Show loops as frames.
     pub with_loops: bool,
+    /// Keep the frames of R's own library (`build` leaves out those of its
+    /// interpreter: the R frames stand for them).
+    pub keep_libr: bool,
     /// The profiled code's samples and frames: not the profiler's own.
     pub region: Region,
 }
@@ -312,7 +315,10 @@ pub fn sample(
             }
             k += 1;
         }
-        if i < host_from && i < n && !is_interp(i) {
+        if i < host_from
+            && i < n
+            && (!is_interp(i) || (r.keep_libr && module(i).is_some() && module(i) == snap.libr))
+        {
             let exact = if i == 0 { EXACT_IP } else { 0 };
             push(&mut s.record, &mut len, NATIVE | exact | (s.frames[i].ip as u64 & IP_MASK));
         }
@@ -481,6 +487,7 @@ mod tests {
             bc: None,
             lines: None,
             with_loops: true,
+            keep_libr: false,
             region,
         }
     }
