@@ -60,10 +60,10 @@ rs_debuginfod_info <- function() .Call(C_rs_debuginfod_info)
 # Profiler ----------------------------------------------------------------
 
 rs_profile_start <- function(interval, event, loops, region, lines, symbols,
-                             frames, calls, probes, expected, threads, libr) {
+                             frames, calls, probes, expected, threads, options) {
   .Call(
     C_rs_profile_start, interval, event, loops, region, lines, symbols,
-    frames, calls, probes, expected, threads, libr
+    frames, calls, probes, expected, threads, options
   )
 }
 

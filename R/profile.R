@@ -91,6 +91,11 @@
 #'   dispatch) and unnamed frames of R's library stay out: the R frames
 #'   stand for them. With `FALSE` (the default) every frame of R's library
 #'   is left out.
+#' @param gc Show R's garbage collections as frames `<GC>` (`Rprof()`'s
+#'   label, as with `Rprof(gc.profiling = TRUE)`) under the code whose
+#'   allocation triggered them? With `FALSE`, their time is folded into that
+#'   code. (winch finds R's collector from the code of R's `R_gc`; in an R
+#'   whose `R_gc` it cannot read, collections stay folded.)
 #' @return A `winch_profile` object: distinct stacks with their counts, the
 #'   functions, locations, files and modules they refer to, and figures about
 #'   the run (`summary()`), with `print()`, `summary()` and `plot()` methods.
@@ -103,9 +108,10 @@
 #'   p
 #' }
 winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "elapsed"),
-                          loops = TRUE, lines = FALSE, ..., threads = c("all", "main"), libr = FALSE) {
+                          loops = TRUE, lines = FALSE, ..., threads = c("all", "main"), libr = FALSE,
+                          gc = TRUE) {
   rlang::check_dots_empty()
-  opts <- check_profile_args(file, interval, event, loops, lines, threads, libr)
+  opts <- check_profile_args(file, interval, event, loops, lines, threads, libr, gc)
   # The profiled code is what runs under force(expr) below: samples taken
   # before or after it (the profiler starting and stopping) are left out,
   # and so are force()'s frame and those further out.
@@ -163,11 +169,12 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
 #'   summaryRprof(out)$sampling.time
 #' }
 winch_rprof <- function(filename = "Rprof.out", interval = 0.02, event = c("cpu", "elapsed"),
-                        loops = TRUE, lines = FALSE, threads = c("all", "main"), libr = FALSE) {
+                        loops = TRUE, lines = FALSE, threads = c("all", "main"), libr = FALSE,
+                        gc = TRUE) {
   if (is.null(filename)) {
     return(rprof_stop())
   }
-  opts <- check_profile_args(filename, interval, event, loops, lines, threads, libr)
+  opts <- check_profile_args(filename, interval, event, loops, lines, threads, libr, gc)
   # Samples of winch_rprof() itself (starting and stopping) are left out.
   opts$region <- list("outside", winch_rprof)
   # As in winch_profile(), the cleanup is armed before the profiler starts;
@@ -208,7 +215,7 @@ rprof_stop <- function(call = rlang::caller_env()) {
 }
 
 check_profile_args <- function(file, interval, event, loops, lines, threads = "main", libr = FALSE,
-                               call = rlang::caller_env()) {
+                               gc = TRUE, call = rlang::caller_env()) {
   if (!is.numeric(interval) || length(interval) != 1L || is.na(interval) || !is.finite(interval)) {
     abort_bad_argument("`interval` must be a single number of seconds.", call = call)
   }
@@ -230,6 +237,7 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
   check_flag(loops, call = call)
   check_flag(lines, call = call)
   check_flag(libr, call = call)
+  check_flag(gc, call = call)
   if (!is.character(threads) || !length(threads) || anyNA(threads)) {
     abort_bad_argument('`threads` must be "all" or "main".', call = call)
   }
@@ -258,7 +266,7 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
   if (rprof_running()) {
     abort_winch("R's profiler is running: stop it with `Rprof(NULL)` first.", class = "winch_error_busy", call = call)
   }
-  list(file = file, interval = interval, event = event, loops = loops, lines = lines, threads = threads, libr = libr)
+  list(file = file, interval = interval, event = event, loops = loops, lines = lines, threads = threads, libr = libr, gc = gc)
 }
 
 # Whether a session of this process runs (the native side's word: a fork
@@ -319,7 +327,7 @@ profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
       as.double(opts$interval), opts$event, opts$loops, opts$region,
       opts$lines, list(quote(`for`), quote(`while`), quote(`repeat`), quote(srcfile), quote(filename)),
       as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels,
-      opts$threads, opts$libr
+      opts$threads, list(libr = opts$libr, gc = opts$gc)
     ),
     call = call
   )

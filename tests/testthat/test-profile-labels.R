@@ -312,3 +312,30 @@ test_that("libr = TRUE keeps R's own compiled code, but not its interpreter", {
   expect_false(any(grepl("^/libR\\.so::", unique(unlist(stack_labels(p0))))))
   expect_error(winch_profile(1, libr = NA), class = "winch_error_bad_argument")
 })
+
+test_that("garbage collection is a <GC> frame under the code that allocated, as Rprof(gc.profiling = TRUE) shows it", {
+  work <- function() for (i in 1:150) x <- lapply(1:2000, function(i) numeric(50))
+  work()
+  p <- winch_profile(work(), interval = 0.002)
+  stacks <- stack_labels(p)
+  in_gc <- vapply(stacks, function(s) "<GC>" %in% s, NA)
+  share <- sum(p$stacks$count[in_gc]) / sum(p$stacks$count)
+  # Innermost, under the R code that allocated.
+  expect_true(all(vapply(stacks[in_gc], function(s) s[[1L]] == "<GC>" && "work" %in% s, NA)))
+  out <- tempfile()
+  on.exit(unlink(out), add = TRUE)
+  Rprof(out, interval = 0.005, gc.profiling = TRUE)
+  work()
+  Rprof(NULL)
+  by_self <- summaryRprof(out)$by.self
+  rprof_share <- sum(by_self[grepl("<GC>", rownames(by_self), fixed = TRUE), "self.pct"]) / 100
+  expect_gt(rprof_share, 0.05)
+  expect_lt(abs(share - rprof_share), 0.1)
+  # In the Rprof file, with Rprof's own label.
+  winch_write_rprof(p, out)
+  expect_true(any(grepl("\"<GC>\"", readLines(out), fixed = TRUE)))
+  # gc = FALSE folds it into the code that allocated.
+  p0 <- winch_profile(work(), interval = 0.002, gc = FALSE)
+  expect_false("<GC>" %in% unlist(stack_labels(p0)))
+  expect_error(winch_profile(1, gc = "yes"), class = "winch_error_bad_argument")
+})

@@ -59,7 +59,7 @@ entry_points! {
     rs_loader_state(paths);
     rs_set_debuginfod(enabled);
     rs_debuginfod_info();
-    rs_profile_start(interval, event, loops, region, lines, symbols, frames, calls, probes, expected, threads, libr);
+    rs_profile_start(interval, event, loops, region, lines, symbols, frames, calls, probes, expected, threads, options);
     rs_profile_learn_bc(opcodes);
     rs_rprof_running(method);
     rs_profile_stop();

@@ -65,6 +65,7 @@ fn facts(
         lines: file_symbols.map(|(srcfile_sym, filename_sym)| LineFacts { srcfile_sym, filename_sym }),
         with_loops,
         keep_libr: false,
+        gc_start: 0,
         region,
     })
 }
@@ -110,7 +111,7 @@ pub fn rs_profile_start(
     probes: Arg,
     expected: Arg,
     threads: Arg,
-    libr: Arg,
+    options: Arg,
 ) -> Result<RValue> {
     if !rstate::on_main_thread() {
         return Err(Error::WrongThread);
@@ -141,7 +142,12 @@ pub fn rs_profile_start(
         _ => return Err(Error::BadArgument("`symbols` must be five symbols".into())),
     };
     let mut facts = facts(loops.flag()?, region, syms, if lines.flag()? { files } else { None })?;
-    facts.keep_libr = libr.flag()?;
+    // `list(libr = , gc = )`.
+    let options = options.renamed("options");
+    facts.keep_libr = options.field("libr")?.flag()?;
+    if options.field("gc")?.flag()? {
+        facts.gc_start = learn::gc_start(&facts.base).unwrap_or(0);
+    }
     let running = session::start(facts, rstate::libr_addr(), clock, interval_ns as u64, all_threads)?;
     *current = Some(Current { running, event });
     Ok(true.into()) // NULL would read as "out of memory"

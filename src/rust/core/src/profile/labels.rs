@@ -18,8 +18,19 @@ pub const THREAD: u32 = 6;
 /// The same, for a thread that an R call started which had ended (or was
 /// not the innermost) when the sample was taken (see `collect`).
 pub const THREAD_ELSEWHERE: u32 = 7;
-const FIXED: [&str; 8] =
-    ["<Anonymous>", "[for]", "[while]", "[repeat]", "[loop]", "<label table full>", "[thread]", "[thread*]"];
+/// R's garbage collector running (Rprof's label).
+pub const GC: u32 = 8;
+const FIXED: [&str; 9] = [
+    "<Anonymous>",
+    "[for]",
+    "[while]",
+    "[repeat]",
+    "[loop]",
+    "<label table full>",
+    "[thread]",
+    "[thread*]",
+    "<GC>",
+];
 
 const SLOTS: usize = 1 << 15;
 const SYMBOL_SLOTS: usize = 1 << 13;

@@ -123,6 +123,10 @@ pub struct RFacts {
     /// Keep the frames of R's own library (`build` leaves out those of its
     /// interpreter: the R frames stand for them).
     pub keep_libr: bool,
+    /// The start of R's garbage collector: a sample inside it has a `<GC>`
+    /// frame instead of the collector's own frames (0: folded into the
+    /// code that allocated).
+    pub gc_start: usize,
     /// The profiled code's samples and frames: not the profiler's own.
     pub region: Region,
 }
@@ -278,6 +282,9 @@ pub fn sample(
         _ => n,
     };
 
+    // Inside the garbage collector: its frames become one `<GC>`.
+    let gc_at = if r.gc_start != 0 { (0..n).find(|&i| s.frames[i].start == r.gc_start) } else { None };
+
     s.record[1] = SNAPSHOT | index as u64;
     s.record[2] = seq;
     s.record[3] = context;
@@ -315,7 +322,11 @@ pub fn sample(
             }
             k += 1;
         }
-        if i < host_from
+        if gc_at == Some(i) {
+            push(&mut s.record, &mut len, R | labels::GC as u64);
+        } else if gc_at.is_some_and(|g| i < g) {
+            // The collector's own frames.
+        } else if i < host_from
             && i < n
             && (!is_interp(i) || (r.keep_libr && module(i).is_some() && module(i) == snap.libr))
         {
@@ -488,6 +499,7 @@ mod tests {
             lines: None,
             with_loops: true,
             keep_libr: false,
+            gc_start: 0,
             region,
         }
     }
