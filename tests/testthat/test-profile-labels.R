@@ -339,3 +339,37 @@ test_that("garbage collection is a <GC> frame under the code that allocated, as 
   expect_false("<GC>" %in% unlist(stack_labels(p0)))
   expect_error(winch_profile(1, gc = "yes"), class = "winch_error_bad_argument")
 })
+
+test_that("a loop belongs to the function whose body holds it: none under a dispatching primitive", {
+  d <- data.frame(a = 1:10)
+  f <- compiler::cmpfun(function() for (i in 1:2e4) d[1, 1])
+  f()
+  p <- winch_profile(f(), interval = 0.002)
+  stacks <- stack_labels(p)
+  loops <- unique(unlist(lapply(stacks, function(s) grep("\\[(for|while|repeat|loop)\\]$", s, value = TRUE))))
+  # `[.data.frame`'s own loops may show (its body has some); `[`, a
+  # primitive, has no body and so no loop.
+  expect_false(any(startsWith(loops, "[[")), info = paste(loops, collapse = " "))
+  # f's loop once per stack, right under f.
+  for (s in stacks[vapply(stacks, function(s) "[.data.frame" %in% s, NA)]) {
+    expect_identical(sum(s == "f[for]"), 1L)
+    expect_identical(s[[match("f", s) - 1L]], "f[for]")
+  }
+})
+
+test_that("a loop in a promise's code is named after the function that made the promise", {
+  d <- data.frame(a = 1:10)
+  h <- compiler::cmpfun(function(expr) expr)
+  g <- compiler::cmpfun(function() h({
+    for (i in 1:2e4) d[1, 1]
+  }))
+  g()
+  p <- winch_profile(g(), interval = 0.002)
+  stacks <- stack_labels(p)
+  loops <- unique(unlist(lapply(stacks, function(s) grep("\\[for\\]$", s, value = TRUE))))
+  expect_identical(loops, "g[for]")
+  # Forced inside h: under h, which runs it.
+  with_loop <- stacks[vapply(stacks, function(s) "g[for]" %in% s, NA)]
+  expect_gt(length(with_loop), 0L)
+  expect_true(all(vapply(with_loop, function(s) s[[match("g[for]", s) + 1L]] == "h", NA)))
+})

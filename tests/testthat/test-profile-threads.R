@@ -51,14 +51,15 @@ outer_paths <- function(p, leaf) {
 
 test_that("an OpenMP region's worker is sampled on its own CPU time, under the R call that started it", {
   used <- NULL
-  p <- winch_profile(used <- run_omp(0.12, 0.3), interval = 0.002)
+  p <- winch_profile(used <- run_omp(0.2, 0.35), interval = 0.002)
   worker <- paste0(TH, "spin_omp_worker")
   main <- paste0(TH, "spin_omp_main")
-  # Each thread's sampled time is its CPU time, within 15% and 10 ms.
+  # Each thread's sampled time is its CPU time, within 15% and 20 ms (a
+  # loaded machine delivers a few timer signals late, after the burn).
   w <- seconds_in(p, worker)
   m <- seconds_in(p, main)
-  expect_lt(abs(w - used[[2L]]), 0.15 * used[[2L]] + 0.01)
-  expect_lt(abs(m - used[[1L]]), 0.15 * used[[1L]] + 0.01)
+  expect_lt(abs(w - used[[2L]]), 0.15 * used[[2L]] + 0.02)
+  expect_lt(abs(m - used[[1L]]), 0.15 * used[[1L]] + 0.02)
   # The worker's frames under [thread 1], under the function that started
   # the region (thr_omp called GOMP_parallel) and its R callers; the main
   # thread's share of the region beside it, with no [thread] frame.

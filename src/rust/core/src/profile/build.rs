@@ -6,7 +6,9 @@
 use super::collect::Times;
 use super::labels::{self, Labels};
 use super::model::{Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo};
-use super::sampler::{EXACT_IP, IP_MASK, NATIVE, POS, R, SNAPSHOT, TAG, TID_MASK, TID_SHIFT, UNCERTAIN};
+use super::sampler::{
+    EXACT_IP, IP_MASK, NATIVE, OWNER_MASK, OWNER_SHIFT, POS, R, SNAPSHOT, TAG, TID_MASK, TID_SHIFT, UNCERTAIN,
+};
 use super::session::Finished;
 use crate::debuginfo::Resolved;
 use crate::modules::ModuleMap;
@@ -436,14 +438,16 @@ impl<'a> Builder<'a> {
                     let id = (e & 0xffff_ffff) as u32;
                     // A loop is named after the R function running it: the
                     // next R frame further out that is not a loop.
-                    let owner = if is_loop(id) {
-                        entries[k + 1..]
+                    let owner_bits = (e >> OWNER_SHIFT) & OWNER_MASK;
+                    let owner = match owner_bits {
+                        _ if !is_loop(id) => None,
+                        0 => entries[k + 1..]
                             .iter()
                             .filter(|&&o| o & TAG == R)
                             .map(|&o| (o & 0xffff_ffff) as u32)
-                            .find(|&o| !is_loop(o))
-                    } else {
-                        None
+                            .find(|&o| !is_loop(o)),
+                        1 => None,
+                        b => Some((b - 2) as u32),
                     };
                     let pos = entries
                         .get(k + 1)

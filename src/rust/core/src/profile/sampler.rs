@@ -61,6 +61,13 @@ pub const POS: u64 = 3 << 62;
 pub const EXACT_IP: u64 = 1 << 60;
 /// The bits of a native entry that hold the ip.
 pub const IP_MASK: u64 = (1 << 56) - 1;
+/// On a loop's R entry: who the loop belongs to, from this bit up: 0 the
+/// next R frame further out (a loop of that function's body), 1 no
+/// function (code run by `eval()`, a loop at the top level), `2 + id` the
+/// R frame labelled `id` (a loop in a promise's code, which belongs to the
+/// function that made the promise, not to the function forcing it).
+pub const OWNER_SHIFT: u32 = 32;
+pub const OWNER_MASK: u64 = (1 << 29) - 1;
 
 /// Frames and contexts a sample holds at most.
 pub const MAX_FRAMES: usize = 4096;
@@ -196,6 +203,12 @@ struct Ctx {
     /// caller's function body (a loop the JIT compiled at top level, a
     /// promise, `eval()` of byte code).
     outer_loops: LoopPath,
+    /// Who those loops belong to, as the owner bits of their entries (see
+    /// [`OWNER_SHIFT`]).
+    outer_owner: u64,
+    /// The environment it was called from, and (function records) its own.
+    sysparent: usize,
+    cloenv: usize,
     /// Its source position now: (file label id, line).
     pos: Option<(u32, u32)>,
 }
@@ -318,7 +331,11 @@ pub fn sample(
                 }
             }
             for j in (0..c.outer_loops.len()).rev() {
-                push(&mut s.record, &mut len, R | loop_kind_label(c.outer_loops.get(j)) as u64);
+                push(
+                    &mut s.record,
+                    &mut len,
+                    R | c.outer_owner | loop_kind_label(c.outer_loops.get(j)) as u64,
+                );
             }
             k += 1;
         }
@@ -455,6 +472,9 @@ fn read_contexts(
             srcref_in,
             loops: LoopPath::default(),
             outer_loops: LoopPath::default(),
+            outer_owner: 0,
+            sysparent: if function { c.sysparent } else { 0 },
+            cloenv: if function { c.cloenv } else { 0 },
             pos: None,
         };
         n += 1;

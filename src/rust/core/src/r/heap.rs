@@ -15,6 +15,7 @@
 
 /// R's type codes (Rinternals.h).
 pub const SYMSXP: u8 = 1;
+pub const CLOSXP: u8 = 3;
 pub const LANGSXP: u8 = 6;
 pub const CHARSXP: u8 = 9;
 pub const INTSXP: u8 = 13;

@@ -131,7 +131,12 @@ pub(super) fn describe_frames(
             Some(rheap::Head::Symbol(sym)) => sym,
             _ => 0,
         };
-        let body = if r.bc.is_some() { h.word(c.callfun + 40).unwrap_or(0) } else { 0 };
+        // A closure's record has a body; the record R makes for a primitive
+        // that dispatches (`[` calling `[.data.frame`) has none, and the
+        // method it calls runs from the same code as the primitive's
+        // caller: that code stays the body further out.
+        let closure = rheap::type_of(&h, c.callfun) == Some(rheap::CLOSXP);
+        let body = if r.bc.is_some() && closure { h.word(c.callfun + 40).unwrap_or(0) } else { 0 };
         // Where the byte code is: from the inner call, else from the loop.
         let (from_body, pc) = match inner.filter(|j| j.bcintactive && j.bcbody == body && body != 0) {
             Some(j) if j.relpc > 0 => (j.bcbody, j.relpc as usize),
@@ -155,7 +160,14 @@ pub(super) fn describe_frames(
             }
             _ => (0, 0),
         };
-        outer_body = body;
+        if closure {
+            outer_body = body;
+        } else if caller_code != 0 {
+            // A dispatching primitive runs in the code that called it: the
+            // method it calls is called from that code too, whose loops are
+            // this record's already.
+            outer_body = caller_code;
+        }
         let key = FrameKey {
             addr: c.addr,
             call: c.call,
@@ -183,6 +195,27 @@ pub(super) fn describe_frames(
         ctx[k].label = seen.label;
         ctx[k].loops = seen.loops;
         ctx[k].outer_loops = seen.outer_loops;
+        // Loops of the code the call was made from belong to the function
+        // whose environment that code ran in (a promise forced further in
+        // belongs to the function that made it): the record further out
+        // whose environment the call came from.
+        ctx[k].outer_owner = if seen.outer_loops.is_empty() {
+            0
+        } else {
+            let sysparent = ctx[k].sysparent;
+            // (Closures only: `eval()` makes a record whose environment is
+            // the one it evaluates in, for no function's code.)
+            let owner = ((k + 1)..ctx.len()).find(|&j| {
+                !ctx[j].is_loop
+                    && ctx[j].cloenv == sysparent
+                    && sysparent != 0
+                    && rheap::type_of(&h, ctx[j].callfun) == Some(rheap::CLOSXP)
+            });
+            (match owner {
+                Some(j) => 2 + ctx[j].label as u64,
+                None => 1,
+            }) << super::OWNER_SHIFT
+        };
         ctx[k].pos = seen.pos;
         if let Some(slot) = memo.last[this].get_mut(i) {
             *slot = seen;
