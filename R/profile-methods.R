@@ -100,7 +100,31 @@ print.winch_profile <- function(x, ..., n = 10L, width = NULL) {
     print(format_time_table(tab, total * x$interval), row.names = FALSE, right = FALSE)
   }
   cat("summary() for modules, resource use and the profiler's own cost; plot() for a flame graph.\n")
+  hint <- unnamed_hint(x)
+  if (!is.null(hint)) {
+    cat(hint, "\n", sep = "")
+  }
   invisible(x)
+}
+
+# One line saying how to name unnamed native frames, when they hold much of
+# the native self time, debuginfod servers are configured and winch was
+# neither allowed nor told not to ask them.
+unnamed_hint <- function(p) {
+  if (!is.null(getOption("winch.debuginfod")) || !nzchar(trimws(Sys.getenv("DEBUGINFOD_URLS")))) {
+    return(NULL)
+  }
+  tab <- by_function_table(p)
+  native <- tab$kind == "native"
+  total <- sum(tab$self[native])
+  unnamed <- sum(tab$self[native & grepl("::\\+0x[0-9a-f]+\\??$", tab$label)])
+  if (total <= 0 || unnamed / total < 0.2) {
+    return(NULL)
+  }
+  sprintf(
+    "%.0f%% of the native time is in unnamed functions: `options(winch.debuginfod = TRUE)` names them from the servers in DEBUGINFOD_URLS (`FALSE` silences this).",
+    100 * unnamed / total
+  )
 }
 
 by_function_table <- function(p) {

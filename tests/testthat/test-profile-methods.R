@@ -111,3 +111,17 @@ test_that("plot() keeps its legend inside the device at any size, module colours
   expect_identical(winch:::module_colours(c("libc.so.6", "stats.so")), cols[c(3L, 1L)])
   expect_false(anyDuplicated(cols) > 0)
 })
+
+test_that("print() says how to name unnamed native frames when debuginfod servers are configured", {
+  p <- synthetic_profile()
+  p$functions$label[[4L]] <- "/libx.so::+0x1000"
+  p$functions$name[[4L]] <- "/libx.so::+0x1000"
+  withr::local_envvar(DEBUGINFOD_URLS = "https://debuginfod.example.org")
+  withr::local_options(winch.debuginfod = NULL)
+  expect_output(print(p), "73% of the native time is in unnamed functions: `options(winch.debuginfod = TRUE)`", fixed = TRUE)
+  withr::local_options(winch.debuginfod = FALSE)
+  expect_false(any(grepl("unnamed functions", capture.output(print(p)), fixed = TRUE)))
+  withr::local_options(winch.debuginfod = NULL)
+  withr::local_envvar(DEBUGINFOD_URLS = "")
+  expect_false(any(grepl("unnamed functions", capture.output(print(p)), fixed = TRUE)))
+})
