@@ -271,6 +271,7 @@ for (mode in c("ast", "bytecode")) {
 test_that("samples in PLT stubs keep every frame above them, and name the stub after its target", {
   lib <- compile_clib("wtest_plt", "plt.c", flags = "-g -O1 -fno-builtin -fplt")
   r_plt <- function(t) .Call("plt_burn", t, PACKAGE = "wtest_plt")
+  r_plt(0.001) # compiled by the JIT now, not while profiled
   loop <- "/wtest_plt.so::plt_loop"
   # How often a timer lands on a stub's one instruction varies from run to
   # run (a few in a hundred samples, or none): profiles until some do.
