@@ -161,7 +161,6 @@ test_that("threads joined before the call returns are under that call, one threa
   expect_gt(seconds_in(p, leaf), 0.6 * used)
   expect_lt(seconds_in(p, leaf), 1.15 * used + 0.01)
   expect_gte(nrow(p$threads), 6L)
-  expect_gt(p$stats$references, 0)
 })
 
 test_that("64 threads at once are all sampled and the profile stops cleanly", {
