@@ -314,7 +314,7 @@ test_that("libr = TRUE keeps R's own compiled code, but not its interpreter", {
   expect_error(winch_profile(1, libr = NA), class = "winch_error_bad_argument")
 })
 
-test_that("garbage collection is a <GC> frame under the code that allocated, as Rprof(gc.profiling = TRUE) shows it", {
+test_that("garbage collection is a <GC> frame under the code that allocated, with R's own share of it", {
   work <- function() for (i in 1:150) x <- lapply(1:2000, function(i) numeric(50))
   work()
   p <- winch_profile(work(), interval = 0.002)
@@ -323,18 +323,18 @@ test_that("garbage collection is a <GC> frame under the code that allocated, as 
   share <- sum(p$stacks$count[in_gc]) / sum(p$stacks$count)
   # Innermost, under the R code that allocated.
   expect_true(all(vapply(stacks[in_gc], function(s) s[[1L]] == "<GC>" && "work" %in% s, NA)))
+  # The share of the run R itself timed in its collector (gc.time() over
+  # the same run; Rprof(gc.profiling = TRUE) agrees on a run of its own,
+  # but heap growth makes two runs collect differently).
+  truth <- p$stats$gc_time / (sum(p$stacks$count) * p$interval)
+  expect_gt(truth, 0.05)
+  expect_lt(abs(share - truth), 0.1)
+  # In the Rprof file, with Rprof's own label.
   out <- tempfile()
   on.exit(unlink(out), add = TRUE)
-  Rprof(out, interval = 0.005, gc.profiling = TRUE)
-  work()
-  Rprof(NULL)
-  by_self <- summaryRprof(out)$by.self
-  rprof_share <- sum(by_self[grepl("<GC>", rownames(by_self), fixed = TRUE), "self.pct"]) / 100
-  expect_gt(rprof_share, 0.05)
-  expect_lt(abs(share - rprof_share), 0.1)
-  # In the Rprof file, with Rprof's own label.
   winch_write_rprof(p, out)
   expect_true(any(grepl("\"<GC>\"", readLines(out), fixed = TRUE)))
+  expect_true("\"<GC>\"" %in% rownames(summaryRprof(out)$by.self))
   # gc = FALSE folds it into the code that allocated.
   p0 <- winch_profile(work(), interval = 0.002, gc = FALSE)
   expect_false("<GC>" %in% unlist(stack_labels(p0)))
