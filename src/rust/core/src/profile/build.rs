@@ -122,11 +122,7 @@ pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
 /// order of their first sample (numbered from 1), then those found using
 /// CPU but never sampled.
 fn thread_table(f: &Finished) -> Vec<ThreadInfo> {
-    let comm = |tid: i32| {
-        std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
-            .map(|s| s.trim_end().to_string())
-            .unwrap_or_default()
-    };
+    let comm = super::threads::comm;
     let mut out = vec![ThreadInfo {
         number: 0,
         tid: f.main_tid as i64,

@@ -110,9 +110,8 @@ unsafe extern "C" fn hooked_create(
     }
     let context = CONTEXT_ADDR.load(Ordering::Acquire);
     let creator = if context != 0 && super::threads::gettid() == MAIN_TID.load(Ordering::Acquire) {
-        // SAFETY: `&R_GlobalContext`, a variable of R's library, mapped
-        // while R runs; read on R's main thread, which alone writes it.
-        unsafe { std::ptr::read_volatile(context as *const usize) }
+        // `&R_GlobalContext`, read on R's main thread, which alone writes it.
+        crate::memory::Memory::word(&crate::memory::Own, context).unwrap_or(0)
     } else {
         0
     };

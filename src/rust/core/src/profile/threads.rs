@@ -112,7 +112,8 @@ pub struct Threads {
 // SAFETY: timer ids are process-wide kernel handles, valid on any thread.
 unsafe impl Send for Threads {}
 
-fn comm(tid: i32) -> String {
+/// A thread's name (`/proc/self/task/<tid>/comm`; empty if unreadable).
+pub fn comm(tid: i32) -> String {
     std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
         .map(|s| s.trim_end().to_string())
         .unwrap_or_default()

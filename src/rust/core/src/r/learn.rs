@@ -163,8 +163,9 @@ pub fn gc_start(facts: &Facts) -> Option<usize> {
     *GC.get_or_init(|| {
         let r_gc = crate::got::versioned_symbol("R_gc", "")?;
         let mut code = [0u8; 48];
-        // SAFETY: code of R's library, mapped while R runs.
-        unsafe { std::ptr::copy_nonoverlapping(r_gc as *const u8, code.as_mut_ptr(), code.len()) };
+        if !crate::memory::Memory::read(&crate::memory::Own, r_gc, &mut code) {
+            return None;
+        }
         let target = first_call_target(r_gc, &code)?;
         let snap = Snapshot::take(facts.interpreter_addr);
         let libr = snap.libr?;

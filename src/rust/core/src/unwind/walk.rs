@@ -266,15 +266,7 @@ impl Snapshot {
     ) -> (usize, End) {
         // SAFETY: the only user of `scratch` at this moment (see above).
         let scratch = unsafe { &mut *self.scratch.get() };
-        let (ip, sp, bp) = start;
-        let mut fill = Fill { out, n: 0 };
-        let end = walk(&self.modules, scratch, Regs { ip, sp, bp: Some(bp) }, read, &mut fill);
-        let end = match end {
-            Ended::By(()) => End::Full,
-            Ended::Outermost => End::Outermost,
-            Ended::Stopped(why) => End::Stopped(why),
-        };
-        (fill.n, end)
+        self.walk_with(scratch, start, read, out)
     }
 
     /// [`Snapshot::walk`] with caches of the caller's (for walks that may
