@@ -68,11 +68,6 @@ SEXP thr_omp_threads(void) {
   return Rf_ScalarInteger(n);
 }
 
-struct job {
-  double want;
-  double used;
-};
-
 __attribute__((noinline)) double spin_joined(double want) {
   double t0 = thread_cpu(), t = t0, x = 1.0;
   while (t - t0 < want) {
@@ -83,34 +78,45 @@ __attribute__((noinline)) double spin_joined(double want) {
   return t - t0;
 }
 
-static void *joined_main(void *arg) {
+/* A thread's job: `fn(in)`, its result in `out`. */
+struct job {
+  double (*fn)(double);
+  double in;
+  double out;
+};
+
+static void *job_main(void *arg) {
   struct job *j = arg;
-  j->used = spin_joined(j->want);
+  j->out = j->fn(j->in);
   return NULL;
 }
 
-/* Starts `n` threads that each burn `seconds` and joins them before it
-   returns: R's main thread waits, using no CPU. Returns the CPU time the
-   threads used. */
-SEXP thr_join(SEXP n_, SEXP seconds) {
+/* Starts `n` threads that each compute `fn(in)` and joins them before it
+   returns (R's main thread waits, using no CPU); the sum of their results.
+   An error is raised only once no thread runs. */
+static double run_joined(SEXP n_, double in, double (*fn)(double)) {
   int n = Rf_asInteger(n_);
   if (n < 1 || n > 256) Rf_error("n must be in 1..256");
   pthread_t t[256];
   struct job jobs[256];
   int started = 0;
   for (int i = 0; i < n; i++) {
-    jobs[i].want = Rf_asReal(seconds);
-    jobs[i].used = 0;
-    if (pthread_create(&t[i], NULL, joined_main, &jobs[i]) != 0) break;
+    jobs[i] = (struct job) {fn, in, 0};
+    if (pthread_create(&t[i], NULL, job_main, &jobs[i]) != 0) break;
     started++;
   }
-  double used = 0;
+  double sum = 0;
   for (int i = 0; i < started; i++) {
     pthread_join(t[i], NULL);
-    used += jobs[i].used;
+    sum += jobs[i].out;
   }
   if (started < n) Rf_error("could only start %d threads", started);
-  return Rf_ScalarReal(used);
+  return sum;
+}
+
+/* `n` threads that each burn `seconds`: the CPU time they used. */
+SEXP thr_join(SEXP n_, SEXP seconds) {
+  return Rf_ScalarReal(run_joined(n_, Rf_asReal(seconds), spin_joined));
 }
 
 __attribute__((noinline)) double spin_detached(double want) {
@@ -150,11 +156,6 @@ SEXP thr_detach_done(void) {
 
 /* A fixed amount of work (not of CPU time), for benchmarks: `n` threads
    that each run `m` million steps of a loop, joined before it returns. */
-struct work {
-  double m;
-  double out;
-};
-
 __attribute__((noinline)) double work_steps(double m) {
   double x = 1.0;
   long steps = (long) (m * 1e6);
@@ -162,28 +163,6 @@ __attribute__((noinline)) double work_steps(double m) {
   return x;
 }
 
-static void *work_main(void *arg) {
-  struct work *w = arg;
-  w->out = work_steps(w->m);
-  return NULL;
-}
-
 SEXP thr_work(SEXP n_, SEXP m_) {
-  int n = Rf_asInteger(n_);
-  if (n < 1 || n > 256) Rf_error("n must be in 1..256");
-  pthread_t t[256];
-  struct work w[256];
-  int started = 0;
-  for (int i = 0; i < n; i++) {
-    w[i].m = Rf_asReal(m_);
-    if (pthread_create(&t[i], NULL, work_main, &w[i]) != 0) break;
-    started++;
-  }
-  double s = 0;
-  for (int i = 0; i < started; i++) {
-    pthread_join(t[i], NULL);
-    s += w[i].out;
-  }
-  if (started < n) Rf_error("could only start %d threads", started);
-  return Rf_ScalarReal(s);
+  return Rf_ScalarReal(run_joined(n_, Rf_asReal(m_), work_steps));
 }
