@@ -374,3 +374,44 @@ test_that("a loop in a promise's code is named after the function that made the 
   expect_gt(length(with_loop), 0L)
   expect_true(all(vapply(with_loop, function(s) s[[match("g[for]", s) + 1L]] == "h", NA)))
 })
+
+test_that("a loop in a promise is shown where it runs and named after the code it is in", {
+  # `h(<loop>)` at top level: the loop is no function's (R's JIT compiles
+  # it at level 3, with no record of its own; the AST runs it at level 0),
+  # and it runs inside h: `[for]` under h. Nothing is called in the loop:
+  # no record of a callee tells where it is.
+  on.exit(rm(list = intersect(".winch_test_h", ls(globalenv(), all.names = TRUE)), envir = globalenv()),
+    add = TRUE)
+  assign(".winch_test_h", function(expr) expr, envir = globalenv())
+  for (jit in c(0L, 3L)) {
+    old <- compiler::enableJIT(jit)
+    p <- eval(quote(winch::winch_profile(.winch_test_h({
+      x <- 0
+      for (i in 1:3e6) x <- x + i
+    }), interval = 0.002)), globalenv())
+    compiler::enableJIT(old)
+    stacks <- stack_labels(p)
+    with_loop <- stacks[vapply(stacks, function(s) "[for]" %in% s, NA)]
+    expect_gt(length(with_loop), length(stacks) / 2, label = paste("samples in the loop, JIT", jit))
+    expect_true(all(vapply(with_loop, function(s) s[[match("[for]", s) + 1L]] == ".winch_test_h", NA)),
+      label = paste("[for] under h, JIT", jit))
+    loops <- unique(unlist(lapply(stacks, function(s) grep("\\[for\\]$", s, value = TRUE))))
+    expect_identical(loops, "[for]", label = paste("loops, JIT", jit))
+  }
+  # The AST interpreter (JIT off) runs a promise made in k in k's
+  # environment: k's loop, under g.
+  old <- compiler::enableJIT(0L)
+  on.exit(compiler::enableJIT(old), add = TRUE)
+  g <- function(expr) expr
+  k <- function() g({
+    x <- 0
+    for (i in 1:3e6) x <- x + i
+  })
+  p <- winch_profile(k(), interval = 0.002)
+  stacks <- stack_labels(p)
+  loops <- unique(unlist(lapply(stacks, function(s) grep("\\[for\\]$", s, value = TRUE))))
+  expect_identical(loops, "k[for]")
+  with_loop <- stacks[vapply(stacks, function(s) "k[for]" %in% s, NA)]
+  expect_gt(length(with_loop), length(stacks) / 2)
+  expect_true(all(vapply(with_loop, function(s) s[[match("k[for]", s) + 1L]] == "g", NA)))
+})

@@ -316,6 +316,10 @@ pub fn sample(
             }
             let c = s.ctx[k];
             let label = if c.is_loop { loop_label(r, &s.frames, c.owner) } else { c.label };
+            // An AST loop belongs to the function whose environment it runs
+            // in (a promise's loop to the function that made the promise,
+            // a top-level one to none), not to the function called.
+            let owner = if c.is_loop { ast_loop_owner(&s.ctx[..nctx], k) } else { 0 };
             // A function's byte-code loops, innermost first, then itself.
             let pos = c.pos.map(|(file, line)| POS | (file as u64) << 32 | line as u64);
             for j in (0..c.loops.len()).rev() {
@@ -325,7 +329,7 @@ pub fn sample(
                 }
             }
             if !c.is_loop || r.with_loops {
-                push(&mut s.record, &mut len, R | label as u64);
+                push(&mut s.record, &mut len, R | owner | label as u64);
                 if let Some(p) = pos {
                     push(&mut s.record, &mut len, p);
                 }
@@ -338,6 +342,9 @@ pub fn sample(
                 );
             }
             k += 1;
+        }
+        if r.with_loops && i < n && jit_loop_at(r, &s.frames[..n], &s.ctx[..nctx], i) {
+            push(&mut s.record, &mut len, R | 1 << OWNER_SHIFT | loop_label(r, &s.frames, i) as u64);
         }
         if gc_at == Some(i) {
             push(&mut s.record, &mut len, R | labels::GC as u64);
@@ -375,6 +382,55 @@ fn loop_label(r: &RFacts, frames: &[Frame], owner: usize) -> u32 {
         Some(f) if f == l.repeat => labels::REPEAT,
         _ => labels::LOOP,
     }
+}
+
+/// Whether native frame `i` is one of R's AST loop functions running a
+/// loop the JIT compiled instead (R does so only for loops at top level):
+/// no loop record there, and the next frame further in that R code runs
+/// on is an interpreter loop, with no record made there or on the way (a
+/// record the compiled loop made carries the loop already; one on the way
+/// is the compiler's own code, or the loop's sequence being evaluated).
+fn jit_loop_at(r: &RFacts, frames: &[Frame], ctx: &[Ctx], i: usize) -> bool {
+    let (Some(l), Some(bc)) = (r.loops, r.bc.as_ref()) else { return false };
+    let start = frames[i].start;
+    if start == 0 || (start != l.for_ && start != l.while_ && start != l.repeat) {
+        return false;
+    }
+    if ctx.iter().any(|c| c.is_loop && c.owner == i) {
+        return false;
+    }
+    let is_bc_loop = |j: usize| bc.loop_frames.iter().any(|&(s, _)| s != 0 && s == frames[j].start);
+    match (0..i).rev().find(|&j| is_bc_loop(j)) {
+        // A record the loop's code made names the loop itself (its outer
+        // loops).
+        Some(j) => !ctx.iter().any(|c| {
+            c.anchor <= i && (c.anchor > j || (c.anchor..frames.len()).find(|&m| is_bc_loop(m)) == Some(j))
+        }),
+        None => false,
+    }
+}
+
+/// The owner bits (see [`OWNER_SHIFT`]) of AST loop record `k` of `ctx`
+/// (innermost first): 0 when the function record further out runs it (the
+/// usual case: the label says so already), else the closure whose
+/// environment the loop runs in, or none (top level, `eval()` in an
+/// environment of no function's).
+fn ast_loop_owner(ctx: &[Ctx], k: usize) -> u64 {
+    let env = ctx[k].cloenv;
+    let mut functions = ctx.iter().enumerate().skip(k + 1).filter(|(_, c)| !c.is_loop);
+    match functions.next() {
+        Some((_, c)) if env != 0 && c.cloenv == env => return 0,
+        None => return 1 << OWNER_SHIFT,
+        _ => {}
+    }
+    let h = crate::memory::Objects;
+    let owner = ctx.iter().skip(k + 1).find(|c| {
+        !c.is_loop && env != 0 && c.cloenv == env && rheap::type_of(&h, c.callfun) == Some(rheap::CLOSXP)
+    });
+    (match owner {
+        Some(c) => 2 + c.label as u64,
+        None => 1,
+    }) << OWNER_SHIFT
 }
 
 /// What [`read_contexts`] found.
@@ -474,7 +530,7 @@ fn read_contexts(
             outer_loops: LoopPath::default(),
             outer_owner: 0,
             sysparent: if function { c.sysparent } else { 0 },
-            cloenv: if function { c.cloenv } else { 0 },
+            cloenv: c.cloenv,
             pos: None,
         };
         n += 1;
