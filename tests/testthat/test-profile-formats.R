@@ -244,3 +244,32 @@ test_that("winch_write_collapsed() writes stacks that read back to the profile",
   expect_error(winch_write_collapsed(p, tempdir()), class = "winch_error_io")
   expect_error(winch_write_collapsed(list(), out), class = "winch_error_bad_argument")
 })
+
+test_that("go tool pprof shows R's own labels as they are: <Anonymous>, <GC>, calls in parentheses", {
+  skip_if(!nzchar(Sys.which("go")), "go is not on the PATH (Debian: golang-go)")
+  # pprof rewrites names that look like C++ (angle brackets, `::`):
+  # `<Anonymous>` became `<unknown>`, `(function(x) x[1])` lost its
+  # parentheses.
+  work <- function() {
+    x <- list()
+    for (i in 1:2e4) x[[i]] <- c(i, i)
+    x
+  }
+  p <- winch_profile({
+    (function() r_a(0.05))()
+    (function(x) x[[1]])(list(work))()
+  }, interval = 0.002)
+  labels <- unique(unlist(stack_labels(p)))
+  expect_true("<Anonymous>" %in% labels)
+  pb <- tempfile(fileext = ".pb.gz")
+  winch_write_pprof(p, pb)
+  top <- run_pprof(c("-top", "-nodecount=1000", pb))
+  expect_identical(attr(top, "status"), 0L, info = paste(top, collapse = "\n"))
+  rows <- sub("^\\s*\\S+\\s+\\S+\\s+\\S+\\s+\\S+\\s+\\S+\\s+", "", top[grepl("%", top, fixed = TRUE) &
+    !grepl("total", top, fixed = TRUE)])
+  expect_false("<unknown>" %in% rows, info = paste(rows, collapse = "\n"))
+  expect_true("<Anonymous>" %in% rows, info = paste(rows, collapse = "\n"))
+  for (l in intersect(labels, c("<GC>", "(function(x) x[[1]])(list(work))"))) {
+    expect_true(l %in% rows, info = l)
+  }
+})

@@ -213,14 +213,15 @@ fn location(i: usize, l: &Location) -> Message {
 
 /// A function: named as everywhere else, a C++ function without its
 /// parameter list (`ns::f`), with the whole signature as its system name
-/// (`ns::f(int) const`).
+/// (`ns::f(int) const`). R's frames (and winch's own: loops, `<GC>`,
+/// threads) have no system name: pprof rewrites a function whose name is
+/// its system name when that looks like C++ (`<Anonymous>` would lose
+/// everything between its angle brackets and show as `<unknown>`).
 fn function(strings: &mut Strings, p: &Profile, i: usize, f: &Function) -> Message {
-    let short = match f.kind {
-        super::model::FrameKind::Native => super::model::strip_parameters(&f.name),
-        _ => &f.name,
-    };
+    let native = f.kind == super::model::FrameKind::Native;
+    let short = if native { super::model::strip_parameters(&f.name) } else { &f.name };
     let name = strings.index(short);
-    let system_name = strings.index(&f.name);
+    let system_name = if native { strings.index(&f.name) } else { 0 };
     let mut m = Message::default();
     m.uint(field::function::ID, id(i));
     m.uint(field::function::NAME, name);
@@ -753,22 +754,22 @@ mod tests {
     #[test]
     fn functions_carry_name_and_file() {
         let p = parse(&encode(&profile(Event::Cpu)));
-        let f = |id, name: &str, filename: &str| Function {
+        let f = |id, name: &str, system: bool, filename: &str| Function {
             id,
             name: name.into(),
-            system_name: name.into(),
+            system_name: if system { name.into() } else { String::new() },
             filename: filename.into(),
             start_line: 0,
         };
         assert_eq!(
             p.functions,
             [
-                f(1, "lapply", ""),
-                f(2, "fit_model", "R/model.R"),
-                f(3, "[for]", "R/model.R"),
-                f(4, "do_dotcall", ""),
-                f(5, "fit_c", "src/fit.c"),
-                f(6, "dot", "src/dot.h"),
+                f(1, "lapply", false, ""),
+                f(2, "fit_model", false, "R/model.R"),
+                f(3, "[for]", false, "R/model.R"),
+                f(4, "do_dotcall", true, ""),
+                f(5, "fit_c", true, "src/fit.c"),
+                f(6, "dot", true, "src/dot.h"),
             ]
         );
     }
