@@ -338,20 +338,43 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
 #' what it called. R frames are grey, loops light grey, native frames
 #' coloured by module (legend at the top).
 #'
+#' A frame's label is drawn whole where it fits, shortened in the middle
+#' (`fo...ar`) where a few characters fit, and left out in narrower frames:
+#' to read those, draw the part of the profile under one frame with
+#' `focus`, or list every stack with [as.data.frame()][as.data.frame.winch_profile].
+#'
 #' @param x A `winch_profile`.
 #' @param ... Passed to [graphics::plot.window()].
 #' @param min_width Frames narrower than this share of the total are not
 #'   drawn.
+#' @param focus `NULL`, or the label of a frame (as printed, e.g.
+#'   `"glm.fit"` or `"/stats.so::Cdqrls"`): only the samples with that
+#'   frame are drawn, from that frame up (its outermost occurrence in each
+#'   stack), so that what it calls fills the width.
 #' @return `x`, invisibly.
+#' @examples
+#' p <- winch_profile(for (i in 1:20) sort(runif(1e5)), interval = 0.002)
+#' plot(p)
+#' plot(p, focus = "sort")
 #' @export
-plot.winch_profile <- function(x, ..., min_width = 0.002) {
+plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL) {
   p <- check_profile(x)
   stacks <- lapply(stack_functions(p), rev) # outermost first
   count <- p$stacks$count
+  if (!is.null(focus)) {
+    if (!is.character(focus) || length(focus) != 1L || is.na(focus)) {
+      abort_bad_argument("`focus` must be NULL or one frame label (a string).")
+    }
+    stacks <- lapply(stacks, function(s) {
+      at <- match(focus, p$functions$label[s])
+      if (is.na(at)) integer() else s[at:length(s)]
+    })
+    count <- count * (lengths(stacks) > 0L)
+  }
   total <- sum(count)
   if (!total) {
     graphics::plot.new()
-    graphics::title(main = "empty profile")
+    graphics::title(main = if (is.null(focus)) "empty profile" else sprintf("no sample has a frame %s", focus))
     return(invisible(x))
   }
   rects <- flame_rects(stacks, count, p$functions$label)
@@ -385,12 +408,16 @@ plot.winch_profile <- function(x, ..., min_width = 0.002) {
   # Labels as large as a row allows (rows are 1 unit high), and only in
   # frames wide enough for them; none when rows are too thin to read.
   cex <- min(1, 0.75 / graphics::strheight("M", cex = 1))
+  the$plot_labels <- NULL
   if (cex >= 0.3) {
-    labels <- f$label[rects$fn]
-    fits <- graphics::strwidth(labels, cex = cex) < rects$width * 0.95
-    graphics::text(rects$x[fits] + rects$width[fits] / 2, rects$depth[fits] + 0.47, labels[fits], cex = cex)
+    labels <- fit_labels(f$label[rects$fn], rects$width * 0.95, cex)
+    shown <- nzchar(labels)
+    graphics::text(rects$x[shown] + rects$width[shown] / 2, rects$depth[shown] + 0.47, labels[shown], cex = cex)
+    the$plot_labels <- data.frame(label = labels[shown], depth = rects$depth[shown])
   }
-  graphics::title(main = sprintf("winch profile: %s of %s", format_seconds(total * p$interval), profile_what(p)))
+  main <- sprintf("winch profile: %s of %s", format_seconds(total * p$interval), profile_what(p))
+  if (!is.null(focus)) main <- sprintf("%s, under %s", main, focus)
+  graphics::title(main = main)
   the$plot_legend <- NULL
   if (length(modules)) {
     the$plot_legend <- graphics::legend("topleft",
@@ -398,6 +425,27 @@ plot.winch_profile <- function(x, ..., min_width = 0.002) {
     )$rect
   }
   invisible(x)
+}
+
+# Labels that fit their frames' widths (in user coordinates): whole, else
+# shortened in the middle to the most characters that fit (at least 6 of
+# the label's own), else "".
+fit_labels <- function(labels, widths, cex) {
+  whole <- graphics::strwidth(labels, cex = cex) < widths
+  char <- graphics::strwidth("m", cex = cex)
+  out <- ifelse(whole, labels, "")
+  for (i in which(!whole)) {
+    keep <- floor(widths[[i]] / char) - 3L
+    if (keep >= 6L) {
+      cand <- shorten(labels[[i]], keep + 3L)
+      while (keep >= 6L && graphics::strwidth(cand, cex = cex) >= widths[[i]]) {
+        keep <- keep - 1L
+        cand <- shorten(labels[[i]], keep + 3L)
+      }
+      if (keep >= 6L) out[[i]] <- cand
+    }
+  }
+  out
 }
 
 # A colour per module name, the same in every plot: one of 64 hues, picked

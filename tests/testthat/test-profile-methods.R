@@ -125,3 +125,33 @@ test_that("print() says how to name unnamed native frames when debuginfod server
   withr::local_envvar(DEBUGINFOD_URLS = "")
   expect_false(any(grepl("unnamed functions", capture.output(print(p)), fixed = TRUE)))
 })
+
+test_that("plot(focus =) draws the samples under one frame from that frame up; narrow labels are shortened", {
+  p <- synthetic_profile()
+  lab <- p$functions$label
+  file <- tempfile(fileext = ".png")
+  grDevices::png(file, width = 700, height = 450)
+  on.exit(unlink(file), add = TRUE)
+  target <- lab[[p$stacks$locations[[1L]][[length(p$stacks$locations[[1L]]) - 1L]]]]
+  res <- withVisible(plot(p, focus = target))
+  drawn <- winch:::the$plot_labels
+  expect_false(res$visible)
+  # The focused frame is the bottom row, alone.
+  expect_identical(drawn$label[drawn$depth == 0], target)
+  plot(p, focus = "no such frame")
+  grDevices::dev.off()
+  expect_error(plot(p, focus = 1), class = "winch_error_bad_argument")
+  expect_error(plot(p, focus = c("a", "b")), class = "winch_error_bad_argument")
+
+  # Labels: whole where they fit, shortened in the middle, else none.
+  grDevices::png(file, width = 700, height = 450)
+  graphics::plot.new()
+  w <- graphics::strwidth("m")
+  long <- "a_rather_long_function_name_here"
+  out <- winch:::fit_labels(c("f", long, long), c(10 * w, 12 * w, 3 * w), 1)
+  grDevices::dev.off()
+  expect_identical(out[[1L]], "f")
+  expect_match(out[[2L]], "^a_rat.*\\.\\.\\..*here$")
+  expect_lt(nchar(out[[2L]]), nchar(long))
+  expect_identical(out[[3L]], "")
+})
