@@ -6,7 +6,12 @@
 #' interleaved exactly as [winch_sys_calls()] shows them, through any depth
 #' of R → native → R calls. Loops of R functions appear as frames of their
 #' own, labelled with the function whose body holds them (`f[for]`,
-#' `f[while]`, `f[repeat]`; `[for]` at the top level of `expr`).
+#' `f[while]`, `f[repeat]`; `[for]` at the top level of `expr`). A loop in
+#' code passed as an argument (`g(for (...) ...)`, forced inside `g`) shows
+#' under `g`, where it runs, and is labelled after the function that wrote
+#' it. One case is not seen: byte code of a promise running a loop that
+#' calls no R function while its own function's code is elsewhere (then
+#' the loop's time shows in the function forcing it, without a loop frame).
 #'
 #' Samples are taken by a timer of each thread that interrupts it every
 #' `interval` seconds of its own CPU time (`event = "cpu"`) or of wall-clock
