@@ -91,3 +91,7 @@ rs_crash_set <- function(enabled) .Call(C_rs_crash_set, enabled)
 rs_crash_status <- function() .Call(C_rs_crash_status)
 rs_crash_rearm <- function() .Call(C_rs_crash_rearm)
 rs_crash_handlers <- function() .Call(C_rs_crash_handlers)
+
+# From outside -------------------------------------------------------------
+
+rs_dump <- function(pid, libr) .Call(C_rs_dump, pid, libr)

@@ -46,7 +46,8 @@
   X(rs_crash_set, 1)            \
   X(rs_crash_status, 0)         \
   X(rs_crash_rearm, 0)          \
-  X(rs_crash_handlers, 0)
+  X(rs_crash_handlers, 0)       \
+  X(rs_dump, 2)
 
 /* Prototypes by number of arguments. */
 #define WINCH_ARGS_0 void

@@ -462,3 +462,56 @@ pub fn rs_rprof_running(method: Arg) -> Result<RValue> {
     };
     Ok(joint::r_profiling(rstate::facts()?, *fun)?.into())
 }
+
+/// The joint stack of every thread of process `pid`, read from outside
+/// (see winch_core::outside): per thread its id, name, native frames (a
+/// joint frame table) and, for R's main thread, R's calls as source text
+/// with their labels.
+pub fn rs_dump(pid: Arg, libr: Arg) -> Result<RValue> {
+    let pid = pid.int()?;
+    let libr = libr.flag()?;
+    let d = winch_core::outside::dump::dump(pid)?;
+    let mut threads = Vec::with_capacity(d.threads.len());
+    for t in &d.threads {
+        let (view, placement) = match &t.r {
+            Some(r) => (View::Joint { libr }, Some(&r.placement)),
+            None => (View::TraceBack { libr: true }, None),
+        };
+        let mut shown = view::select(&t.classes, view);
+        if t.r.is_none() {
+            shown.reverse(); // outermost first, as joint tables are
+        }
+        let resolved = t.trace.symbolize_some(&shown);
+        let mut table = FrameTable::in_order(&t.trace, &shown, &resolved, &t.classes, placement, true);
+        if placement.is_none() {
+            table.joint = true; // the same columns: no R frame to sit under
+        }
+        let (calls, labels, fallback) = match &t.r {
+            Some(r) => (r.calls.clone(), r.labels.clone(), r.fallback.clone()),
+            None => (Vec::new(), Vec::new(), None),
+        };
+        let mode = match (&t.r, placement.is_some_and(|p| p.is_approximate())) {
+            (Some(r), _) if r.fallback.is_some() => "fallback",
+            (Some(_), true) => "approximate",
+            _ => "exact",
+        };
+        table.attrs.push((c"placement", RValue::from(mode.to_string())));
+        table.attrs.push((c"fallback_reason", RValue::from(fallback.clone())));
+        threads.push(RValue::List(vec![
+            ("tid", t.tid.into()),
+            ("name", t.name.clone().into()),
+            ("r", t.r.is_some().into()),
+            ("calls", RValue::Str(calls)),
+            ("labels", labels.into()),
+            ("fallback", fallback.into()),
+            ("frames", RValue::Built(Box::new(table))),
+        ]));
+    }
+    let version = d.r.as_ref().map(|r| format!("{}.{}", r.version.0, r.version.1));
+    Ok(RValue::List(vec![
+        ("pid", d.pid.into()),
+        ("r_version", version.into()),
+        ("note", d.note.into()),
+        ("threads", RValue::Unnamed(threads)),
+    ]))
+}

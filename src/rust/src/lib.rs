@@ -79,4 +79,5 @@ entry_points! {
     rs_crash_status();
     rs_crash_rearm();
     rs_crash_handlers();
+    rs_dump(pid, libr);
 }

@@ -22,6 +22,10 @@ pub enum Error {
     Inconsistent(String),
     /// Reading or writing a file failed (the system's reason in the text).
     Io(String),
+    /// The system refused access (tracing another process).
+    Permission(String),
+    /// The process asked about does not exist (any more).
+    NoProcess(String),
     /// A bug in winch (a caught panic).
     Internal(String),
 }
@@ -39,6 +43,8 @@ impl Error {
             Error::Unreadable(_) => "winch_error_unreadable",
             Error::Inconsistent(_) => "winch_error_inconsistent",
             Error::Io(_) => "winch_error_io",
+            Error::Permission(_) => "winch_error_permission",
+            Error::NoProcess(_) => "winch_error_no_process",
             Error::Internal(_) => "winch_error_internal",
         }
     }
@@ -52,6 +58,8 @@ impl fmt::Display for Error {
             | Error::Unreadable(m)
             | Error::Inconsistent(m)
             | Error::Io(m)
+            | Error::Permission(m)
+            | Error::NoProcess(m)
             | Error::Busy(m) => f.write_str(m),
             Error::WrongThread => f.write_str("winch can only capture R's stack from R's main thread"),
             Error::Internal(m) => write!(f, "internal error in winch: {m}"),
@@ -74,6 +82,9 @@ mod tests {
             Error::Busy("b".into()),
             Error::Unreadable("r".into()),
             Error::Inconsistent("i".into()),
+            Error::Io("o".into()),
+            Error::Permission("p".into()),
+            Error::NoProcess("n".into()),
             Error::Internal("x".into()),
         ];
         let mut classes: Vec<&str> = all.iter().map(Error::class).collect();

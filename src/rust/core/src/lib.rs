@@ -14,7 +14,9 @@
 //! * [`joint`], [`view`], [`splice`]: the joint capture and what views show;
 //! * [`profile`], [`throws`], [`crash`]: the profiler, throw capture and the
 //!   crash report, each built on the parts above ([`loadhook`] tells the
-//!   last two when libraries load, through callbacks they register).
+//!   last two when libraries load, through callbacks they register);
+//! * [`outside`]: the same joint stacks of another process, read from
+//!   outside.
 //!
 //! Only Linux is supported. Elsewhere the crate compiles, but the module map
 //! is empty, no backend is available and nothing is captured.
@@ -32,6 +34,7 @@ pub mod joint;
 pub mod loadhook;
 pub mod memory;
 pub mod modules;
+pub mod outside;
 pub mod plt;
 pub mod profile;
 pub mod r;

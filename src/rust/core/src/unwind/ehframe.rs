@@ -30,6 +30,23 @@ impl EhTables<Slice> {
     /// image and parses the header's search table; None when the module has
     /// none, or they are not readable.
     pub fn of_loaded(m: &Module) -> Option<EhTables> {
+        // SAFETY: `copy` is only asked for bytes inside a readable segment
+        // of `m`, a module loaded in this process.
+        Self::copied_with(m, |addr, len| unsafe { crate::memory::copy_loaded(addr, len) })
+    }
+
+    /// As [`EhTables::of_loaded`], for module `m` of the process `mem`
+    /// reads (another process).
+    pub fn of_memory(m: &Module, mem: &impl crate::memory::Memory) -> Option<EhTables> {
+        Self::copied_with(m, |addr, len| {
+            let mut v = vec![0u8; len];
+            mem.read(addr, &mut v).then_some(v)
+        })
+    }
+
+    /// The tables of `m`, with `copy(addr, len)` reading bytes of its image
+    /// (asked only for bytes inside its readable segments).
+    fn copied_with(m: &Module, copy: impl Fn(usize, usize) -> Option<Vec<u8>>) -> Option<EhTables> {
         let (hdr_addr, hdr_len) = m.eh_frame_hdr?;
         let readable = |addr: usize, len: usize| {
             m.segments
@@ -37,8 +54,7 @@ impl EhTables<Slice> {
                 .find(|s| s.read && s.start <= addr && addr.checked_add(len).is_some_and(|e| e <= s.end))
         };
         readable(hdr_addr, hdr_len)?;
-        // SAFETY: checked to lie in a readable segment of a loaded module.
-        let hdr_bytes: Arc<[u8]> = unsafe { crate::memory::copy_loaded(hdr_addr, hdr_len)? }.into();
+        let hdr_bytes: Arc<[u8]> = copy(hdr_addr, hdr_len)?.into();
         let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_addr as u64);
         let hdr = EhFrameHdr::from(Slice::new(hdr_bytes, LittleEndian)).parse(&bases, 8).ok()?;
         let eh_frame_addr = match hdr.eh_frame_ptr() {
@@ -48,8 +64,7 @@ impl EhTables<Slice> {
         // `.eh_frame` has no recorded size: copy to the end of its segment,
         // then keep what precedes its zero terminator.
         let seg = readable(eh_frame_addr, 4)?;
-        // SAFETY: as above (up to the end of the same readable segment).
-        let mut eh = unsafe { crate::memory::copy_loaded(eh_frame_addr, seg.end - eh_frame_addr)? };
+        let mut eh = copy(eh_frame_addr, seg.end - eh_frame_addr)?;
         eh.truncate(eh_frame_len(&eh));
         let text = m.segments.iter().find(|s| s.exec).map_or(0, |s| s.start);
         let bases = BaseAddresses::default()

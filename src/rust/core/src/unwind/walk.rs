@@ -81,6 +81,18 @@ impl Modules<Tables> {
     pub fn copied(interpreter_addr: usize) -> Modules {
         Modules::build(modules::current_at(), interpreter_addr, Tables::of_loaded)
     }
+
+    /// The modules of another process (`map`, read through `mem`, which
+    /// must stay as it is while they are used: the process stopped), with
+    /// copies of their unwind tables.
+    pub fn of_process(
+        map: Arc<ModuleMap>,
+        interpreter_addr: usize,
+        mem: &impl crate::memory::Memory,
+    ) -> Modules {
+        let loaded = modules::Loaded { generation: (0, 0), exact: true, map };
+        Modules::build(loaded, interpreter_addr, |m| Tables::of_memory(m, mem))
+    }
 }
 
 impl Modules<Tables<rules::InPlace>> {
@@ -247,7 +259,8 @@ impl Snapshot {
         Snapshot::of(Modules::copied(interpreter_addr))
     }
 
-    fn of(modules: Modules) -> Snapshot {
+    /// A snapshot of `modules` (see [`Modules::of_process`]).
+    pub fn of(modules: Modules) -> Snapshot {
         Snapshot { modules, scratch: UnsafeCell::new(Caches::new(Sizes::SAMPLES)) }
     }
 

@@ -1,0 +1,139 @@
+#' The joint stack of another R process, from outside
+#'
+#' Reads the stacks of every thread of a running process that never loaded
+#' winch: a hung or busy R session, a job on a cluster node, a Shiny or
+#' plumber server that stopped answering. R's main thread shows as
+#' [winch_sys_calls()] would show it inside that process: its R calls with
+#' the native (C, C++, Fortran, Rust) frames in place among them; other
+#' threads show their native frames. Works on any process (a program
+#' without R gives native frames only).
+#'
+#' The process is stopped only while it is read (a few milliseconds; with
+#' `ptrace`'s `PTRACE_SEIZE` and `PTRACE_INTERRUPT`: no signal reaches it)
+#' and then goes on exactly as before; a system call it was blocked in
+#' (`Sys.sleep()`, reading a socket) is resumed. Its memory is read with
+#' `process_vm_readv()`; native frames are unwound with the unwind tables
+#' of the images it loaded, and named from the files on disk (debug files
+#' and debuginfod as for in-process traces). R's state is found through
+#' the dynamic symbols of its `libR.so` (which must be the file the
+#' process loaded: their build-ids are compared) and its version from that
+#' R's `Rversion.h`. R's frames are read from its context chain and shown
+#' only if the chain reads through to the top level; otherwise the native
+#' frames are listed and the reason is noted.
+#'
+#' @section Permissions:
+#' Reading another process needs the right to trace it: the same user with
+#' `kernel.yama.ptrace_scope` at 0, or root (or `CAP_SYS_PTRACE`; in a
+#' container, `--cap-add SYS_PTRACE`). A refusal is an error of class
+#' `winch_error_permission` that says which applies. A process already
+#' traced (by a debugger) cannot be read (`winch_error_busy`).
+#'
+#' @param pid The process id: one positive whole number, not this R
+#'   process's own (use [winch_sys_calls()] for that).
+#' @param libr Include frames of R's own library (the interpreter)?
+#' @return An object of class `winch_dump`: a list with one element per
+#'   thread, R's main thread first (named `"main"`, the others by thread
+#'   id), each a `winch_calls` list as [winch_sys_calls()] returns (R calls
+#'   read from the process, native frames as `` `/module`::function() ``
+#'   calls). Attributes: `pid`, `r_version` (`"4.5"`, or `NA` when the
+#'   process is not R or its R could not be read), `tid` and
+#'   `thread_name` (per thread), `note` (why R's frames are missing, or
+#'   `NA`).
+#' @examples
+#' \dontrun{
+#' # Another R session, busy: what is it doing?
+#' winch_dump(12345)
+#' # From a shell:
+#' #   Rscript -e 'winch::winch_dump(12345)'
+#' }
+#' @export
+winch_dump <- function(pid, libr = FALSE) {
+  pid <- check_pid(pid)
+  check_flag(libr)
+  res <- check_result(rs_dump(pid, libr))
+  threads <- lapply(res$threads, dump_thread)
+  tids <- vapply(res$threads, function(t) t$tid, 0L)
+  names(threads) <- ifelse(tids == pid, "main", as.character(tids))
+  structure(
+    threads,
+    pid = res$pid,
+    r_version = res$r_version,
+    tid = tids,
+    thread_name = vapply(res$threads, function(t) t$name, ""),
+    note = res$note,
+    class = "winch_dump"
+  )
+}
+
+# One positive whole number that fits a pid, and not our own.
+check_pid <- function(pid, call = rlang::caller_env()) {
+  ok <- is.numeric(pid) && length(pid) == 1L && !is.na(pid) && is.finite(pid) &&
+    pid == round(pid) && pid >= 1 && pid <= .Machine$integer.max
+  if (!ok) {
+    abort_bad_argument("`pid` must be one process id: a positive whole number.", call = call)
+  }
+  pid <- as.integer(pid)
+  if (pid == Sys.getpid()) {
+    abort_bad_argument(
+      "`pid` is this R process: use `winch_sys_calls()` or `winch_trace_back()` to see its own stack.",
+      call = call
+    )
+  }
+  pid
+}
+
+# A thread of a dump as a winch_calls list: R calls parsed from the text
+# read from the process (a call that cannot be written out is its label
+# called with no arguments), native frames in their places.
+dump_thread <- function(t) {
+  calls <- .mapply(dump_call, list(t$calls, t$labels), NULL)
+  out <- new_winch_calls(calls, t$frames, length(calls))
+  if (!t$r) {
+    # No R frames: nothing to place the native frames among.
+    attr(out, "status")[] <- "exact"
+  }
+  attr(out, "fallback_reason") <- attr(t$frames, "fallback_reason")
+  out
+}
+
+dump_call <- function(text, label) {
+  if (!is.na(text)) {
+    call <- tryCatch(str2lang(text), error = function(e) NULL)
+    if (is.call(call)) {
+      return(call)
+    }
+  }
+  as.call(list(as.name(label)))
+}
+
+#' @export
+format.winch_dump <- function(x, ...) {
+  pid <- attr(x, "pid")
+  rv <- attr(x, "r_version")
+  what <- if (is.na(rv)) "not R, or R not readable" else paste("R", rv)
+  head <- sprintf(
+    "<winch_dump> process %d (%s), %d thread%s", pid, what, length(x), if (length(x) == 1L) "" else "s"
+  )
+  note <- attr(x, "note")
+  if (!is.null(note) && !is.na(note)) {
+    head <- c(head, paste("R's frames are not shown:", note))
+  }
+  tids <- attr(x, "tid")
+  names <- attr(x, "thread_name")
+  body <- unlist(lapply(seq_along(x), function(i) {
+    title <- sprintf(
+      "\n%s (tid %d, \"%s\")", if (names(x)[[i]] == "main") "Main thread" else "Thread", tids[[i]], names[[i]]
+    )
+    lines <- if (length(x[[i]])) format(x[[i]]) else "  (no frames)"
+    why <- attr(x[[i]], "fallback_reason")
+    if (!is.null(why) && !is.na(why)) lines <- c(lines, paste("note:", why))
+    c(title, lines)
+  }))
+  c(head, body)
+}
+
+#' @export
+print.winch_dump <- function(x, ...) {
+  writeLines(format(x, ...))
+  invisible(x)
+}

@@ -1,0 +1,16 @@
+//! winch from outside: the joint stack of another process, which never
+//! loaded winch, read through `ptrace` and `process_vm_readv` while it is
+//! stopped for a moment.
+//!
+//! * [`ptrace`]: stopping every thread and letting it go on, on every way
+//!   out;
+//! * [`target`]: what the process has loaded (from `/proc/PID/maps` and the
+//!   loaded images' headers in its memory) and where its R keeps its state;
+//! * [`deparse`]: R calls read from its memory as R source;
+//! * [`dump`]: every thread's native frames and R's frames placed among
+//!   them.
+
+pub mod deparse;
+pub mod dump;
+pub mod ptrace;
+pub mod target;

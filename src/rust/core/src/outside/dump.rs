@@ -1,0 +1,254 @@
+//! The joint stack of every thread of another process, read while it is
+//! stopped: native frames walked with the same unwind rules as in-process
+//! over the target's memory, R's context chain read from the target's R,
+//! and R's frames placed among the native ones by where their records lie
+//! on the stack, as `winch_sys_calls()` places them.
+
+use super::ptrace::Stopped;
+use super::target::{self, TargetR};
+use crate::error::{Error, Result};
+use crate::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
+use crate::memory::{Memory, Process};
+use crate::modules::ModuleMap;
+use crate::r::context::RContext;
+use crate::r::heap::{self as rheap, Symbols};
+use crate::trace::{NativeFrame, NativeTrace};
+use crate::unwind::walk::{End, Frame, Modules, Snapshot};
+use crate::unwind::Backend;
+use crate::view::{self, Class, Known};
+use std::sync::Arc;
+
+/// Most native frames walked per thread.
+const MAX_FRAMES: usize = 4096;
+/// Most R frames read.
+const MAX_R_FRAMES: usize = 100_000;
+/// Most bytes of a thread's stack copied.
+const MAX_STACK: usize = 64 << 20;
+
+/// One thread of a dump.
+pub struct ThreadDump {
+    pub tid: i32,
+    pub name: String,
+    /// Its native frames, innermost first, and their classes.
+    pub trace: NativeTrace,
+    pub classes: Vec<Class>,
+    /// R's main thread: the R calls (outermost first, as source text; None
+    /// where a call could not be written), their labels, and where the
+    /// native frames go among them.
+    pub r: Option<RFrames>,
+}
+
+pub struct RFrames {
+    pub calls: Vec<Option<String>>,
+    pub labels: Vec<String>,
+    pub placement: Placement,
+    /// Why the native frames could not be placed (they are listed after
+    /// the R calls, unplaced), if so.
+    pub fallback: Option<String>,
+}
+
+pub struct Dump {
+    pub pid: i32,
+    pub map: Arc<ModuleMap>,
+    pub r: Option<TargetR>,
+    /// Why R's frames are not shown, for an R process whose R could not
+    /// be read.
+    pub note: Option<String>,
+    pub threads: Vec<ThreadDump>,
+}
+
+/// Dumps process `pid`: stops it, reads every thread, lets it go on.
+pub fn dump(pid: i32) -> Result<Dump> {
+    // SAFETY: getpid has no preconditions.
+    if pid == unsafe { libc::getpid() } {
+        return Err(Error::BadArgument(
+            "that is this R process: use winch_sys_calls() or winch_trace_back() to see its own stack".into(),
+        ));
+    }
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(Error::NoProcess(format!("there is no process {pid}")));
+    }
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) => {
+                Error::Permission(super::ptrace::permission_advice(pid))
+            }
+            Some(libc::ENOENT) => Error::NoProcess(format!("process {pid} has exited (or is a zombie)")),
+            _ => Error::Io(format!("/proc/{pid}/exe: {e}")),
+        })?;
+    let stopped = Stopped::stop(pid)?;
+    let mem = Process { pid };
+    let maps = target::parse_maps(
+        &std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .map_err(|e| Error::Io(format!("/proc/{pid}/maps: {e}")))?,
+    );
+    let modules = target::modules(&maps, &mem, &exe);
+    let map = Arc::new(ModuleMap::new(modules));
+    let r_home = target::environment_value(pid, "R_HOME");
+    let (r, note) = match target::find_r(map.modules(), r_home.as_deref()) {
+        Ok(r) => (r, None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let interp =
+        r.as_ref().and_then(|r| map.module(r.libr).segments.iter().find(|s| s.exec)).map_or(0, |s| s.start);
+    let snap = Snapshot::of(Modules::of_process(map.clone(), interp, &mem));
+    let known = Known::at(&map, 0, interp);
+    let mut threads = Vec::new();
+    for t in &stopped.threads {
+        let stack = stack_of(&maps, &mem, t.regs.1);
+        let (frames, end) = walk(&snap, t.regs, &stack);
+        let trace = native_trace(&map, &frames, end);
+        let modules: Vec<Option<usize>> = trace.frames.iter().map(|f| f.module).collect();
+        let classes = view::classify(&map, &modules, known, trace.truncated.is_none());
+        let r_frames = match &r {
+            Some(r) if t.tid == pid => Some(read_r(r, &mem, &trace, &classes, &stack)),
+            _ => None,
+        };
+        threads.push(ThreadDump { tid: t.tid, name: t.name.clone(), trace, classes, r: r_frames });
+    }
+    drop(stopped); // the process goes on
+    Ok(Dump { pid, map, r, note, threads })
+}
+
+/// A copy of the stack a thread runs on: `[lo, hi)` and its bytes.
+struct Stack {
+    lo: usize,
+    hi: usize,
+    bytes: Vec<u8>,
+}
+
+impl Stack {
+    fn word(&self, a: usize) -> Option<usize> {
+        let off = a.checked_sub(self.lo)?;
+        let b = self.bytes.get(off..off.checked_add(8)?)?;
+        Some(usize::from_ne_bytes(b.try_into().ok()?))
+    }
+}
+
+/// Copies the mapping holding `sp` from `sp` (less the red zone) up.
+fn stack_of(maps: &[target::MapsLine], mem: &impl Memory, sp: usize) -> Stack {
+    let Some(m) = maps.iter().find(|m| m.start <= sp && sp < m.end) else {
+        return Stack { lo: 0, hi: 0, bytes: Vec::new() };
+    };
+    let lo = sp.saturating_sub(128).max(m.start) & !7;
+    let hi = m.end.min(lo.saturating_add(MAX_STACK));
+    let mut bytes = vec![0u8; hi - lo];
+    if !mem.read(lo, &mut bytes) {
+        // Page by page: keep what can be read from the low end on.
+        let mut got = 0;
+        while got < bytes.len() {
+            let n = (4096 - (lo + got) % 4096).min(bytes.len() - got);
+            if !mem.read(lo + got, &mut bytes[got..got + n]) {
+                break;
+            }
+            got += n;
+        }
+        bytes.truncate(got);
+    }
+    let hi = lo + bytes.len();
+    Stack { lo, hi, bytes }
+}
+
+fn walk(snap: &Snapshot, regs: (usize, usize, usize), stack: &Stack) -> (Vec<Frame>, End) {
+    let mut frames = vec![Frame::default(); MAX_FRAMES];
+    let (n, end) = snap.walk(regs, |a| stack.word(a), &mut frames);
+    frames.truncate(n);
+    (frames, end)
+}
+
+fn native_trace(map: &Arc<ModuleMap>, frames: &[Frame], end: End) -> NativeTrace {
+    let mut out = Vec::with_capacity(frames.len());
+    let mut truncated = None;
+    for (i, f) in frames.iter().enumerate() {
+        if !map.lookup(f.ip).is_some_and(|h| h.exec) {
+            truncated = Some(format!(
+                "unwinding reached address {:#x}, which is not code of any loaded module",
+                f.ip
+            ));
+            break;
+        }
+        out.push(NativeFrame {
+            ip: f.ip,
+            lo: f.sp,
+            module: f.module.or_else(|| map.module_of(f.ip)),
+            probe: if i == 0 { f.ip } else { f.ip.wrapping_sub(1) },
+        });
+    }
+    if truncated.is_none() {
+        truncated = match end {
+            End::Outermost => None,
+            End::Full => Some(format!("more than {MAX_FRAMES} frames")),
+            End::Stopped(why) => Some(format!("unwinding stopped ({why})")),
+        };
+    }
+    NativeTrace { backend: Backend::Cfi, map: map.clone(), frames: out, truncated }
+}
+
+/// R's frames of the main thread, and where its native frames go.
+fn read_r(r: &TargetR, mem: &Process, trace: &NativeTrace, classes: &[Class], stack: &Stack) -> RFrames {
+    let nframes: Vec<NFrame> =
+        trace.frames.iter().zip(classes).map(|(f, c)| NFrame { lo: f.lo, foreign: c.is_code() }).collect();
+    let fallback = |why: String, calls: Vec<Option<String>>, labels: Vec<String>| RFrames {
+        placement: interleave::fallback(&nframes, calls.len()),
+        calls,
+        labels,
+        fallback: Some(why),
+    };
+    let records = match read_chain(r, mem) {
+        Ok(c) => c,
+        Err(e) => {
+            return fallback(format!("R's context chain could not be read: {e}"), Vec::new(), Vec::new())
+        }
+    };
+    // Function records, outermost first (sys.calls()'s order).
+    let functions: Vec<RContext> = records.iter().rev().filter(|c| c.is_function()).copied().collect();
+    let syms = Symbols {
+        double_colon: mem.word(r.symbol_vars[0]).unwrap_or(0),
+        triple_colon: mem.word(r.symbol_vars[1]).unwrap_or(0),
+        dollar: mem.word(r.symbol_vars[2]).unwrap_or(0),
+        bracket2: mem.word(r.symbol_vars[3]).unwrap_or(0),
+    };
+    let mut calls = Vec::with_capacity(functions.len());
+    let mut labels = Vec::with_capacity(functions.len());
+    for c in &functions {
+        calls.push(super::deparse::call_text(mem, c.call));
+        let mut b = rheap::Buf::default();
+        let label = match rheap::call_head(mem, c.call) {
+            Some(rheap::Head::Symbol(f)) | Some(rheap::Head::Other(f)) => {
+                rheap::label(mem, &syms, f, &mut b);
+                String::from_utf8_lossy(b.as_bytes()).into_owned()
+            }
+            None => "<Anonymous>".to_string(),
+        };
+        labels.push(label);
+    }
+    let range = (stack.lo, stack.hi);
+    let at: Vec<RFrameAt> =
+        functions.iter().map(|c| RFrameAt { ctx: c.addr, runner: c.runner(range) }).collect();
+    let ns = NativeStack {
+        frames: &nframes,
+        stack_lo: stack.lo,
+        stack_hi: stack.hi,
+        truncated: trace.truncated.is_some(),
+    };
+    match interleave::place(&ns, &at) {
+        Ok(placement) => RFrames { calls, labels, placement, fallback: None },
+        Err(e) => fallback(format!("the native frames could not be placed among R's: {e}"), calls, labels),
+    }
+}
+
+/// R's whole context chain, innermost first; an error unless it reaches
+/// the top level.
+fn read_chain(r: &TargetR, mem: &Process) -> Result<Vec<RContext>> {
+    let mut out = Vec::new();
+    for c in crate::r::Chain::from_global(mem, &r.layout, r.global_context, MAX_R_FRAMES) {
+        let c = c.map_err(|b| Error::Inconsistent(format!("{b:?}")))?;
+        let top = c.next == 0;
+        out.push(c);
+        if top {
+            return Ok(out);
+        }
+    }
+    Err(Error::Inconsistent("the chain does not reach the top level".into()))
+}

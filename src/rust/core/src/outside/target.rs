@@ -1,0 +1,312 @@
+//! What another process has loaded, read from `/proc/PID/maps` and from the
+//! loaded images in its memory (ELF header, program headers, build-id
+//! note), and where its R keeps what winch reads: `R_GlobalContext` and
+//! friends from the dynamic symbol table of R's library on disk, trusted
+//! only when its build-id is the loaded image's.
+
+use crate::error::{Error, Result};
+use crate::memory::Memory;
+use crate::modules::{MappedFile, Module, Segment};
+use crate::r::layout::{Layout, RVersion};
+
+/// One line of `/proc/PID/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapsLine {
+    pub start: usize,
+    pub end: usize,
+    pub read: bool,
+    pub exec: bool,
+    pub offset: usize,
+    pub dev: u64,
+    pub ino: u64,
+    pub path: String,
+}
+
+/// Parses `/proc/PID/maps` text.
+pub fn parse_maps(text: &str) -> Vec<MapsLine> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<MapsLine> {
+    let mut f = line.splitn(6, |c: char| c.is_ascii_whitespace()).filter(|s| !s.is_empty());
+    let (range, perms, offset, dev, ino) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+    let path = f.next().unwrap_or("").trim().to_string();
+    let (start, end) = range.split_once('-')?;
+    let (major, minor) = dev.split_once(':')?;
+    let dev =
+        libc::makedev(u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?) as u64;
+    Some(MapsLine {
+        start: usize::from_str_radix(start, 16).ok()?,
+        end: usize::from_str_radix(end, 16).ok()?,
+        read: perms.as_bytes().first() == Some(&b'r'),
+        exec: perms.as_bytes().get(2) == Some(&b'x'),
+        offset: usize::from_str_radix(offset, 16).ok()?,
+        dev,
+        ino: ino.parse().ok()?,
+        path,
+    })
+}
+
+/// The modules of a process: every ELF image mapped from offset 0 of a
+/// file (and the vDSO), described from its headers in `mem`. `exe` is the
+/// process's executable (`/proc/PID/exe`).
+pub fn modules(maps: &[MapsLine], mem: &impl Memory, exe: &str) -> Vec<Module> {
+    let mut out: Vec<Module> = Vec::new();
+    for (i, m) in maps.iter().enumerate() {
+        let vdso = m.path == "[vdso]";
+        if m.offset != 0 || !m.read || !(vdso || m.path.starts_with('/')) {
+            continue;
+        }
+        // A file mapped again at offset 0 by the same image (rare) or data
+        // files: only ELF images with program headers count.
+        let Some(mut module) = image_at(mem, m.start) else { continue };
+        if out.iter().any(|o| o.bias == module.bias && o.path == m.path) {
+            continue;
+        }
+        module.path = m.path.clone();
+        module.has_file = !vdso;
+        module.is_main = !vdso && m.path == exe;
+        module.mapped = (m.ino != 0).then_some(MappedFile { dev: m.dev, ino: m.ino });
+        // The image's segments as mapped, not only as declared: keep the
+        // declared ones, checked against the mappings of this file.
+        let same_file = |l: &MapsLine| l.path == m.path && l.ino == m.ino;
+        if !maps[i..].iter().any(same_file) {
+            continue;
+        }
+        out.push(module);
+    }
+    // The executable first, as the loader lists it.
+    if let Some(i) = out.iter().position(|m| m.is_main) {
+        out[..=i].rotate_right(1);
+    }
+    out
+}
+
+/// The module whose ELF header is at `base` in `mem`, path left empty.
+fn image_at(mem: &impl Memory, base: usize) -> Option<Module> {
+    let mut ehdr = [0u8; 64];
+    if !mem.read(base, &mut ehdr) || &ehdr[..4] != b"\x7fELF" || ehdr[4] != 2 {
+        return None;
+    }
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]) as usize;
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap()) as usize;
+    let (phoff, phentsize, phnum) = (u64_at(&ehdr, 32), u16_at(&ehdr, 54), u16_at(&ehdr, 56));
+    if phentsize != 56 || phnum == 0 || phnum > 256 {
+        return None;
+    }
+    let mut ph = vec![0u8; phentsize * phnum];
+    if !mem.read(base.checked_add(phoff)?, &mut ph) {
+        return None;
+    }
+    // (type, flags, offset, vaddr, memsz, align)
+    let phdrs: Vec<(u32, u32, usize, usize, usize, usize)> = ph
+        .chunks_exact(56)
+        .map(|p| {
+            (
+                u32_at(p, 0) as u32,
+                u32_at(p, 4) as u32,
+                u64_at(p, 8),
+                u64_at(p, 16),
+                u64_at(p, 40),
+                u64_at(p, 48),
+            )
+        })
+        .collect();
+    let first = phdrs.iter().find(|p| p.0 == libc::PT_LOAD)?;
+    // The first loadable segment maps the file's start (offset 0 here).
+    let bias = base.wrapping_sub(first.3 & !0xfff).wrapping_add(first.2 & !0xfff);
+    let segments: Vec<Segment> = phdrs
+        .iter()
+        .filter(|p| p.0 == libc::PT_LOAD)
+        .map(|p| Segment {
+            start: bias.wrapping_add(p.3),
+            end: bias.wrapping_add(p.3).wrapping_add(p.4),
+            exec: p.1 & libc::PF_X != 0,
+            read: p.1 & libc::PF_R != 0,
+            write: p.1 & libc::PF_W != 0,
+        })
+        .collect();
+    let build_id = phdrs.iter().filter(|p| p.0 == libc::PT_NOTE && p.4 <= 1 << 16).find_map(|p| {
+        let mut notes = vec![0u8; p.4];
+        mem.read(bias.wrapping_add(p.3), &mut notes).then_some(())?;
+        crate::modules::gnu_build_id(&notes, p.5)
+    });
+    let eh_frame_hdr =
+        phdrs.iter().find(|p| p.0 == libc::PT_GNU_EH_FRAME).map(|p| (bias.wrapping_add(p.3), p.4));
+    let dynamic = phdrs.iter().find(|p| p.0 == libc::PT_DYNAMIC).map(|p| bias.wrapping_add(p.3));
+    Some(Module {
+        path: String::new(),
+        bias,
+        segments,
+        build_id,
+        is_main: false,
+        has_file: true,
+        mapped: None,
+        eh_frame_hdr,
+        dynamic,
+    })
+}
+
+/// Where the target's R keeps what a dump reads.
+#[derive(Clone, Debug)]
+pub struct TargetR {
+    pub version: RVersion,
+    pub layout: Layout,
+    /// The module of R's library (or of the executable, R linked
+    /// statically).
+    pub libr: usize,
+    /// Addresses of the variables `R_GlobalContext`, `R_NilValue`.
+    pub global_context: usize,
+    pub nil_var: usize,
+    /// The variables holding the symbols labels are made with
+    /// (`R_DoubleColonSymbol`, `R_TripleColonSymbol`, `R_DollarSymbol`,
+    /// `R_Bracket2Symbol`; 0 where absent).
+    pub symbol_vars: [usize; 4],
+}
+
+/// The variables a dump reads, by name, from the dynamic symbol table.
+const VARIABLES: [&str; 6] = [
+    "R_GlobalContext",
+    "R_NilValue",
+    "R_DoubleColonSymbol",
+    "R_TripleColonSymbol",
+    "R_DollarSymbol",
+    "R_Bracket2Symbol",
+];
+
+/// Finds R in the target: the module exporting `R_GlobalContext` (libR, or
+/// the executable), its file's build-id checked against the loaded
+/// image's, and R's version from `Rversion.h` of its R home. An Err says
+/// why the process's R frames cannot be read (not R at all: Ok(None)).
+pub fn find_r(modules: &[Module], r_home: Option<&str>) -> Result<Option<TargetR>> {
+    let candidates = modules.iter().enumerate().filter(|(_, m)| {
+        m.has_file && (m.basename() == "libR.so" || m.is_main) && !m.path.ends_with(" (deleted)")
+    });
+    for (i, m) in candidates {
+        let Ok(data) = std::fs::read(&m.path) else { continue };
+        let Ok(file) = object::File::parse(&*data) else { continue };
+        use object::{Object, ObjectSymbol};
+        let mut found = [0usize; 6];
+        for sym in file.dynamic_symbols() {
+            if let Some(k) = sym.name().ok().and_then(|n| VARIABLES.iter().position(|v| *v == n)) {
+                if sym.is_definition() {
+                    found[k] = m.bias.wrapping_add(sym.address() as usize);
+                }
+            }
+        }
+        if found[0] == 0 {
+            continue;
+        }
+        let on_disk = file.build_id().ok().flatten().map(|b| b.to_vec());
+        if on_disk.is_none() || on_disk != m.build_id {
+            return Err(Error::Inconsistent(format!(
+                "R's library {} on disk is not the one the process loaded (build-ids differ: replaced since?)",
+                m.path
+            )));
+        }
+        let version = r_version(&m.path, r_home).ok_or_else(|| {
+            Error::Unavailable(format!(
+                "the version of the process's R could not be told (no Rversion.h near {})",
+                m.path
+            ))
+        })?;
+        let layout = Layout::for_r(version)
+            .ok_or_else(|| Error::Unavailable(format!("R {}.{} is not supported", version.0, version.1)))?;
+        return Ok(Some(TargetR {
+            version,
+            layout,
+            libr: i,
+            global_context: found[0],
+            nil_var: found[1],
+            symbol_vars: [found[2], found[3], found[4], found[5]],
+        }));
+    }
+    Ok(None)
+}
+
+/// R's version from `Rversion.h` (`R_MAJOR`, `R_MINOR`) of the R home that
+/// holds `libr` (`R_HOME/lib/libR.so`; Debian keeps the headers in
+/// `/usr/share/R/include`), or of `r_home` (the process's `R_HOME`).
+fn r_version(libr: &str, r_home: Option<&str>) -> Option<RVersion> {
+    let lib_dir = std::path::Path::new(libr).parent()?;
+    let mut places = vec![lib_dir.join("../include/Rversion.h")];
+    if let Some(h) = r_home {
+        places.push(std::path::Path::new(h).join("include/Rversion.h"));
+    }
+    if lib_dir.ends_with("usr/lib/R/lib") {
+        places.push("/usr/share/R/include/Rversion.h".into());
+    }
+    places.iter().find_map(|p| parse_rversion(&std::fs::read_to_string(p).ok()?))
+}
+
+/// `(major, minor)` from the text of `Rversion.h`.
+pub fn parse_rversion(text: &str) -> Option<RVersion> {
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.trim().strip_prefix("#define")?.trim().strip_prefix(name)?.trim().strip_prefix('"')
+            })
+            .and_then(|v| v.split('"').next())
+            .map(str::to_string)
+    };
+    let major: u32 = value("R_MAJOR")?.parse().ok()?;
+    let minor: u32 = value("R_MINOR")?.split('.').next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// The value of `name` in the environment of process `pid`.
+pub fn environment_value(pid: i32, name: &str) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0).find_map(|kv| {
+        let kv = std::str::from_utf8(kv).ok()?;
+        kv.strip_prefix(name)?.strip_prefix('=').map(str::to_string)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_parse_with_and_without_paths() {
+        let text = "55d0c0000000-55d0c0001000 r--p 00000000 08:01 1234 /usr/lib/R/bin/exec/R\n\
+                    7f0000000000-7f0000021000 rw-p 00000000 00:00 0 \n\
+                    7ffd1000-7ffd3000 r-xp 00000000 00:00 0 [vdso]\n\
+                    7f10-7f20 r-xp 00001000 fd:02 99 /tmp/a file.so\n";
+        let m = parse_maps(text);
+        assert_eq!(m.len(), 4);
+        assert_eq!(m[0].path, "/usr/lib/R/bin/exec/R");
+        assert_eq!(
+            (m[0].dev, m[0].ino, m[0].read, m[0].exec),
+            (libc::makedev(8, 1) as u64, 1234, true, false)
+        );
+        assert_eq!(m[1].path, "");
+        assert_eq!(m[2].path, "[vdso]");
+        assert!(m[2].exec);
+        assert_eq!((m[3].offset, m[3].path.as_str()), (0x1000, "/tmp/a file.so"));
+    }
+
+    #[test]
+    fn rversion_h_gives_major_and_minor() {
+        let h = "#define R_VERSION 262658\n#define R_MAJOR  \"4\"\n#define R_MINOR  \"5.1\"\n";
+        assert_eq!(parse_rversion(h), Some((4, 5)));
+        assert_eq!(parse_rversion("#define R_MAJOR \"4\"\n"), None);
+    }
+
+    #[test]
+    fn this_process_modules_read_through_memory_match_the_loaders() {
+        let pid = std::process::id() as i32;
+        let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let exe = std::fs::read_link("/proc/self/exe").unwrap().to_string_lossy().into_owned();
+        let mods = modules(&maps, &crate::memory::Process { pid }, &exe);
+        assert!(mods[0].is_main, "{:?}", mods[0].path);
+        let loader = crate::modules::read_loaded_modules();
+        for l in loader.iter().filter(|l| l.has_file && l.path.starts_with('/')) {
+            let m = mods.iter().find(|m| m.bias == l.bias).unwrap_or_else(|| panic!("{} missing", l.path));
+            assert_eq!(m.segments, l.segments, "{}", l.path);
+            assert_eq!(m.build_id, l.build_id, "{}", l.path);
+            assert_eq!(m.eh_frame_hdr, l.eh_frame_hdr, "{}", l.path);
+        }
+    }
+}

@@ -1,0 +1,162 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+skip_if_not(Sys.info()[["sysname"]] == "Linux" && R.version$arch == "x86_64", "winch_dump() reads x86_64 Linux processes")
+
+# winch_dump(): the joint stack of another process, which never loaded
+# winch, read from outside. Children are R scripts started by the tests
+# (helper-outside.R), killed when each test ends.
+
+burn <- build_clib("wtest_burn", "burn.c")
+
+# A child that reaches `leaf` (R code) under R -> C -> R: outer() burns,
+# then calls back through burn_call into cb(), which signals it is ready
+# and spins in burn_b for ever.
+spin_child <- function(jit = 3L, frame = parent.frame()) {
+  local_r_child(c(
+    sprintf("dyn.load(%s)", deparse(burn$path)),
+    "r_b <- function(t) .Call('burn_b', t, PACKAGE = 'wtest_burn')",
+    "cb <- function() { file.create(ready); r_b(1e6) }",
+    "outer <- function() .Call('burn_call', quote(cb), environment(), PACKAGE = 'wtest_burn')",
+    "outer()"
+  ), env = paste0("R_ENABLE_JIT=", jit), frame = frame)
+}
+
+test_that("the dump of a child stuck in native code under R -> C -> R is its exact joint stack", {
+  for (jit in c(0L, 3L)) {
+    child <- spin_child(jit)
+    d <- winch_dump(child$pid)
+    expect_s3_class(d, "winch_dump")
+    expect_identical(names(d)[[1L]], "main")
+    expect_identical(attr(d, "pid"), child$pid)
+    expect_identical(attr(d, "r_version"), paste(R.version$major, sub("\\..*", "", R.version$minor), sep = "."))
+    main <- d$main
+    expect_s3_class(main, "winch_calls")
+    expect_identical(attr(main, "placement"), "exact")
+    # Exactly what winch_sys_calls() shows there: R's calls (sys.calls()),
+    # each native frame right after the R call that entered it.
+    # (burn_b may be reading its CPU clock: those frames follow it.)
+    lines <- dump_lines(main)
+    expect_identical(lines[1:5], c(
+      "outer()",
+      "`/wtest_burn.so`::burn_call()",
+      "cb()",
+      "r_b(1e+06)",
+      "`/wtest_burn.so`::burn_b()"
+    ), label = paste("JIT", jit))
+    rest <- lines[-(1:5)]
+    expect_true(all(grepl("^`/(wtest_burn.so`::thread_cpu|libc.so.6|\\[vdso\\])", rest)), info = paste(rest, collapse = "\n"))
+    expect_identical(attr(main, "native"), c(FALSE, TRUE, FALSE, FALSE, rep(TRUE, length(lines) - 4L)))
+    expect_identical(attr(main, "status"), c("r", "exact", "r", "r", rep("exact", length(lines) - 4L)))
+    # It goes on running, not stopped.
+    Sys.sleep(0.2)
+    expect_true(process_state(child$pid) %in% c("R", "S"))
+    kill_child(child$pid)
+  }
+})
+
+test_that("a child blocked in Sys.sleep() is dumped and then finishes its sleep normally", {
+  done <- tempfile("done-")
+  child <- local_r_child(c(
+    "f <- function(done) {",
+    "  t0 <- Sys.time(); file.create(ready); Sys.sleep(2)",
+    "  writeLines(format(as.numeric(Sys.time() - t0, units = 'secs')), done)",
+    "}",
+    sprintf("f(%s)", deparse(done))
+  ))
+  d <- winch_dump(child$pid)
+  lines <- dump_lines(d$main)
+  expect_identical(lines[1:2], c(sprintf("f(%s)", deparse(done)), "Sys.sleep(2)"))
+  # The system call it waits in, under Sys.sleep().
+  expect_true(all(attr(d$main, "native")[-(1:2)]))
+  expect_gte(length(lines), 3L)
+  expect_true(wait_exit(child$pid, 30))
+  expect_true(file.exists(done), info = paste(readLines(child$out), collapse = "\n"))
+  # It slept its two seconds: the interrupted wait was resumed, not cut.
+  expect_gte(as.numeric(readLines(done)), 1.99)
+})
+
+test_that("a non-R process is dumped with native frames only", {
+  child <- local_child_command("sleep 60")
+  Sys.sleep(0.3)
+  d <- winch_dump(child$pid)
+  expect_identical(attr(d, "r_version"), NA_character_)
+  expect_identical(names(d), "main")
+  expect_true(all(attr(d$main, "native")))
+  expect_gt(length(d$main), 0L)
+  # The frames walked to the program's start: no truncation.
+  expect_false(isTRUE(attr(d$main, "truncated")))
+  expect_true(any(grepl("libc.so", dump_lines(d$main), fixed = TRUE)))
+  expect_snapshot(cat(format(d)[[1L]]), transform = function(x) gsub("[0-9]+", "<n>", x))
+})
+
+test_that("other threads of the process are listed with their native frames", {
+  threads <- tryCatch(
+    build_clib("wtest_threads", "threads.c", flags = "-g -O1 -fopenmp", ldflags = "-fopenmp -pthread"),
+    error = function(e) NULL
+  )
+  skip_if(is.null(threads), "the threads fixture could not be compiled (gcc with -fopenmp needed)")
+  child <- local_r_child(c(
+    sprintf("dyn.load(%s)", deparse(threads$path)),
+    "invisible(.Call('thr_detach', 1e6, PACKAGE = 'wtest_threads'))",
+    "wait <- function() { file.create(ready); Sys.sleep(100) }",
+    "wait()"
+  ))
+  d <- winch_dump(child$pid)
+  expect_gte(length(d), 2L)
+  expect_identical(dump_lines(d$main)[1:2], c("wait()", "Sys.sleep(100)"))
+  expect_identical(attr(d, "tid")[[1L]], child$pid)
+  others <- d[-1L]
+  expect_true(all(names(others) == as.character(attr(d, "tid")[-1L])))
+  spinning <- vapply(others, function(t) any(grepl("/wtest_threads.so`::detached_main", dump_lines(t), fixed = TRUE)), NA)
+  expect_true(any(spinning))
+  t <- others[[which(spinning)[[1L]]]]
+  expect_true(all(attr(t, "native")))
+  expect_true(all(attr(t, "status") == "exact"))
+  out <- format(d)
+  expect_true(any(grepl("^\nThread \\(tid [0-9]+", out)))
+})
+
+test_that("bad input is refused before any process is touched", {
+  expect_error(winch_dump("1"), class = "winch_error_bad_argument")
+  expect_error(winch_dump(-1), class = "winch_error_bad_argument")
+  expect_error(winch_dump(0), class = "winch_error_bad_argument")
+  expect_error(winch_dump(NA), class = "winch_error_bad_argument")
+  expect_error(winch_dump(1.5), class = "winch_error_bad_argument")
+  expect_error(winch_dump(c(1, 2)), class = "winch_error_bad_argument")
+  expect_error(winch_dump(Inf), class = "winch_error_bad_argument")
+  expect_error(winch_dump(Sys.getpid()), "winch_sys_calls", class = "winch_error_bad_argument")
+  expect_error(winch_dump(1, libr = NA), class = "winch_error_bad_argument")
+  # A process that has exited.
+  child <- local_child_command("true")
+  expect_true(wait_exit(child$pid))
+  expect_error(winch_dump(child$pid), class = "winch_error_no_process")
+})
+
+test_that("a refusal to trace says what to do, and leaves the target alone", {
+  skip_if(Sys.info()[["effective_user"]] != "root", "needs root to run the dump as another user")
+  skip_if(!nzchar(Sys.which("setpriv")), "setpriv is not installed (Debian: util-linux)")
+  child <- local_child_command("sleep 60")
+  Sys.sleep(0.2)
+  probe <- run_as_nobody("cat(requireNamespace('winch', quietly = TRUE))")
+  skip_if(!identical(probe, "TRUE"), "user nobody cannot load winch from this library")
+  out <- run_as_nobody(sprintf(
+    "r <- tryCatch(winch::winch_dump(%d), error = function(e) e); cat(class(r)[[1L]], conditionMessage(r), sep = '\\n')",
+    child$pid
+  ))
+  expect_identical(out[[1L]], "winch_error_permission", info = paste(out, collapse = "\n"))
+  expect_match(paste(out, collapse = " "), "sudo|root")
+  expect_true(process_state(child$pid) %in% c("R", "S"))
+})
+
+test_that("a process traced by another tracer is refused with a clear error", {
+  skip_if(!nzchar(Sys.which("strace")), "strace is not installed")
+  child <- local_child_command("sleep 60")
+  tracer <- local_child_command(sprintf("strace -p %d -o /dev/null", child$pid))
+  deadline <- Sys.time() + 10
+  traced <- function() {
+    st <- readLines(sprintf("/proc/%d/status", child$pid))
+    as.integer(sub("TracerPid:\\s*", "", grep("^TracerPid:", st, value = TRUE))) != 0L
+  }
+  while (!traced() && Sys.time() < deadline) Sys.sleep(0.05)
+  skip_if(!traced(), "strace did not attach")
+  expect_error(winch_dump(child$pid), "already being traced", class = "winch_error_busy")
+})
