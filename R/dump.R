@@ -50,6 +50,7 @@
 winch_dump <- function(pid, libr = FALSE) {
   pid <- check_pid(pid)
   check_flag(libr)
+  sync_options(capture_throws = FALSE)
   res <- check_result(rs_dump(pid, libr))
   threads <- lapply(res$threads, dump_thread)
   tids <- vapply(res$threads, function(t) t$tid, 0L)

@@ -310,6 +310,9 @@ profile_state <- function() {
 # profiler starts, with `token` (what identifies the caller's session to
 # profile_abandon()), `kind` ("profile" or "rprof") and the pid.
 profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
+  # Debug directories and debuginfod as the options say now: the names of
+  # the profile are looked up with them when it stops.
+  sync_options(call = call, capture_throws = FALSE)
   if (opts$loops) {
     learn_loops()
   }

@@ -172,3 +172,24 @@ test_that("the option must be TRUE or FALSE", {
   withr::local_options(winch.debuginfod = "yes")
   expect_error(winch_trace_back(), class = "winch_error_bad_argument")
 })
+
+test_that("a profile names its frames from debuginfod as the option says when it starts", {
+  skip_without_debuginfod()
+  skip_without_tools(c("strip", "readelf"))
+  profile_fixture()
+  lib <- stripped_lib("wtest_dbgd_profile")
+  served <- tempfile("served-")
+  dir.create(served)
+  file.copy(lib$unstripped, served)
+  server <- start_debuginfod(served)
+  on.exit(stop_debuginfod(server), add = TRUE)
+  withr::local_envvar(DEBUGINFOD_URLS = server$url, DEBUGINFOD_CACHE_PATH = tempfile("cache-"))
+  # The last capture passed the option off; the profile is the first thing
+  # to run with it on (it did not pass it, and named nothing).
+  withr::with_options(list(winch.debuginfod = FALSE), helper_row(lib))
+  withr::local_options(winch.debuginfod = TRUE)
+  p <- winch_profile(capture_stripped(lib, function() r_a(0.1)), interval = 0.002)
+  mine <- p$functions[!is.na(p$functions$module) & p$modules$path[p$functions$module] == lib$path, ]
+  expect_true(all(c("st_entry", "st_helper") %in% mine$name), info = paste(mine$name, collapse = " "))
+  expect_gt(length(buildid_requests(server)), 0L)
+})
