@@ -28,8 +28,25 @@
 #' `winch_error_permission` that says which applies. A process already
 #' traced (by a debugger) cannot be read (`winch_error_busy`).
 #'
+#' @section Core files:
+#' With `core`, the same is read from a core file (the process is gone: a
+#' crash on a cluster node or in CI). Its threads' registers and memory are
+#' in the core; what the kernel left out of it (code, read-only data) is
+#' read from the files the process had mapped, as the core lists them, so
+#' they must still be there, unchanged (a library whose build-id differs
+#' from the loaded image's is not used for R's state). `exe` is the program
+#' the process ran, when it is no longer where the core says.
+#'
+#' A core of an R process needs the kernel to write one: `ulimit -c
+#' unlimited` (or `prlimit --core=unlimited`) before R starts, and a
+#' `kernel.core_pattern` that writes a file (systemd's `coredumpctl dump`
+#' or `gcore PID` from gdb give one too).
+#'
 #' @param pid The process id: one positive whole number, not this R
 #'   process's own (use [winch_sys_calls()] for that).
+#' @param core Instead of `pid`, the path of a core file.
+#' @param exe With `core`: the path of the executable it ran, if not where
+#'   the core says (`NULL`).
 #' @param libr Include frames of R's own library (the interpreter)?
 #' @return An object of class `winch_dump`: a list with one element per
 #'   thread, R's main thread first (named `"main"`, the others by thread
@@ -38,20 +55,45 @@
 #'   calls). Attributes: `pid`, `r_version` (`"4.5"`, or `NA` when the
 #'   process is not R or its R could not be read), `tid` and
 #'   `thread_name` (per thread), `note` (why R's frames are missing, or
-#'   `NA`).
+#'   `NA`), `core` (the core file, or `NULL`).
 #' @examples
 #' \dontrun{
 #' # Another R session, busy: what is it doing?
 #' winch_dump(12345)
 #' # From a shell:
 #' #   Rscript -e 'winch::winch_dump(12345)'
+#' # A core file left by a crash:
+#' winch_dump(core = "core.12345")
 #' }
 #' @export
-winch_dump <- function(pid, libr = FALSE) {
-  pid <- check_pid(pid)
+winch_dump <- function(pid, libr = FALSE, core = NULL, exe = NULL) {
   check_flag(libr)
+  if (is.null(core)) {
+    pid <- check_pid(pid)
+  } else {
+    if (!missing(pid)) {
+      abort_bad_argument("Give either `pid` or `core`, not both.")
+    }
+    if (!is.character(core) || length(core) != 1L || is.na(core) || !nzchar(core)) {
+      abort_bad_argument("`core` must be the path of a core file (one string).")
+    }
+    if (!file.exists(core)) {
+      abort_bad_argument(sprintf("The core file `%s` does not exist.", core))
+    }
+    if (!is.null(exe) && (!is.character(exe) || length(exe) != 1L || is.na(exe) || !nzchar(exe))) {
+      abort_bad_argument("`exe` must be NULL or the path of an executable (one string).")
+    }
+  }
+  if (is.null(core) && !is.null(exe)) {
+    abort_bad_argument("`exe` goes with `core`: a running process's executable is known.")
+  }
   sync_options(capture_throws = FALSE)
-  res <- check_result(rs_dump(pid, libr))
+  res <- if (is.null(core)) {
+    check_result(rs_dump(pid, libr))
+  } else {
+    check_result(rs_dump_core(normalizePath(core), if (!is.null(exe)) normalizePath(exe, mustWork = FALSE), libr))
+  }
+  pid <- res$pid
   threads <- lapply(res$threads, dump_thread)
   tids <- vapply(res$threads, function(t) t$tid, 0L)
   names(threads) <- ifelse(tids == pid, "main", as.character(tids))
@@ -62,6 +104,7 @@ winch_dump <- function(pid, libr = FALSE) {
     tid = tids,
     thread_name = vapply(res$threads, function(t) t$name, ""),
     note = res$note,
+    core = core,
     class = "winch_dump"
   )
 }
@@ -113,7 +156,8 @@ format.winch_dump <- function(x, ...) {
   rv <- attr(x, "r_version")
   what <- if (is.na(rv)) "not R, or R not readable" else paste("R", rv)
   head <- sprintf(
-    "<winch_dump> process %d (%s), %d thread%s", pid, what, length(x), if (length(x) == 1L) "" else "s"
+    "<winch_dump> process %d (%s), %d thread%s%s", pid, what, length(x), if (length(x) == 1L) "" else "s",
+    if (is.null(attr(x, "core"))) "" else paste0(", from core file ", attr(x, "core"))
   )
   note <- attr(x, "note")
   if (!is.null(note) && !is.na(note)) {

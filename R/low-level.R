@@ -95,3 +95,4 @@ rs_crash_handlers <- function() .Call(C_rs_crash_handlers)
 # From outside -------------------------------------------------------------
 
 rs_dump <- function(pid, libr) .Call(C_rs_dump, pid, libr)
+rs_dump_core <- function(path, exe, libr) .Call(C_rs_dump_core, path, exe, libr)

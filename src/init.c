@@ -47,7 +47,8 @@
   X(rs_crash_status, 0)         \
   X(rs_crash_rearm, 0)          \
   X(rs_crash_handlers, 0)       \
-  X(rs_dump, 2)
+  X(rs_dump, 2)                 \
+  X(rs_dump_core, 3)
 
 /* Prototypes by number of arguments. */
 #define WINCH_ARGS_0 void

@@ -160,3 +160,81 @@ test_that("a process traced by another tracer is refused with a clear error", {
   skip_if(!traced(), "strace did not attach")
   expect_error(winch_dump(child$pid), "already being traced", class = "winch_error_busy")
 })
+
+# A core file of a child stuck as spin_child() is: the kernel's (when it
+# writes core files to the working directory), else gdb's gcore; NULL when
+# neither can make one here.
+core_of_spin_child <- function(frame = parent.frame()) {
+  dir <- tempfile("core-")
+  dir.create(dir)
+  withr::defer(unlink(dir, recursive = TRUE), envir = frame)
+  pattern <- readLines("/proc/sys/kernel/core_pattern", warn = FALSE)
+  script <- tempfile(fileext = ".R")
+  ready <- tempfile("ready-")
+  writeLines(c(
+    sprintf("ready <- %s", deparse(ready)),
+    sprintf("dyn.load(%s)", deparse(burn$path)),
+    "r_b <- function(t) .Call('burn_b', t, PACKAGE = 'wtest_burn')",
+    "cb <- function() { file.create(ready); r_b(1e6) }",
+    "outer <- function() .Call('burn_call', quote(cb), environment(), PACKAGE = 'wtest_burn')",
+    "outer()"
+  ), script)
+  cmd <- sprintf(
+    "cd %s && ulimit -c unlimited && exec %s --vanilla %s",
+    shQuote(dir), shQuote(file.path(R.home("bin"), "Rscript")), shQuote(script)
+  )
+  child <- local_child_command(sprintf("sh -c %s", shQuote(cmd)), ready = ready, frame = frame)
+  if (!grepl("^[|/]", pattern) && nzchar(pattern)) {
+    tools::pskill(child$pid, 6L) # SIGABRT
+    wait_exit(child$pid)
+    deadline <- Sys.time() + 20
+    while (!length(cores <- list.files(dir, pattern = "^core", full.names = TRUE)) && Sys.time() < deadline) {
+      Sys.sleep(0.1)
+    }
+    # The kernel may still be writing it: wait until its size settles.
+    if (length(cores)) {
+      repeat {
+        s <- file.size(cores[[1L]])
+        Sys.sleep(0.3)
+        if (identical(s, file.size(cores[[1L]]))) break
+      }
+      return(cores[[1L]])
+    }
+  }
+  if (nzchar(Sys.which("gcore")) && process_alive(child$pid)) {
+    out <- file.path(dir, "gcore")
+    suppressWarnings(system2("gcore", c("-o", shQuote(out), child$pid), stdout = FALSE, stderr = FALSE))
+    made <- list.files(dir, pattern = "^gcore", full.names = TRUE)
+    if (length(made)) return(made[[1L]])
+  }
+  NULL
+}
+
+test_that("a core file is dumped as the process was: R's calls with native frames in place", {
+  core <- core_of_spin_child()
+  skip_if(is.null(core), "no core file can be made here (core_pattern pipes to a program and gdb's gcore is not installed)")
+  d <- winch_dump(core = core)
+  expect_s3_class(d, "winch_dump")
+  expect_identical(attr(d, "core"), core)
+  lines <- dump_lines(d$main)
+  expect_identical(lines[1:5], c(
+    "outer()",
+    "`/wtest_burn.so`::burn_call()",
+    "cb()",
+    "r_b(1e+06)",
+    "`/wtest_burn.so`::burn_b()"
+  ))
+  expect_match(format(d)[[1L]], "from core file", fixed = TRUE)
+})
+
+test_that("bad core files are refused with classed errors", {
+  expect_error(winch_dump(core = tempfile()), "does not exist", class = "winch_error_bad_argument")
+  not_core <- tempfile()
+  writeLines("hello", not_core)
+  expect_error(winch_dump(core = not_core), "not an ELF core", class = "winch_error_bad_argument")
+  expect_error(winch_dump(core = burn$path), "not an ELF core", class = "winch_error_bad_argument")
+  expect_error(winch_dump(1, core = not_core), "either", class = "winch_error_bad_argument")
+  expect_error(winch_dump(core = 1), class = "winch_error_bad_argument")
+  expect_error(winch_dump(core = c("a", "b")), class = "winch_error_bad_argument")
+  expect_error(winch_dump(2, exe = "/bin/sh"), "core", class = "winch_error_bad_argument")
+})

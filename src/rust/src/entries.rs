@@ -470,7 +470,19 @@ pub fn rs_rprof_running(method: Arg) -> Result<RValue> {
 pub fn rs_dump(pid: Arg, libr: Arg) -> Result<RValue> {
     let pid = pid.int()?;
     let libr = libr.flag()?;
-    let d = winch_core::outside::dump::dump(pid)?;
+    Ok(dump_value(&winch_core::outside::dump::dump(pid)?, libr))
+}
+
+/// [`rs_dump`] of the process core file `path` was made of, `exe` (a
+/// string, or NULL) the program it ran.
+pub fn rs_dump_core(path: Arg, exe: Arg, libr: Arg) -> Result<RValue> {
+    let path = path.string()?;
+    let exe = if exe.is_null() { None } else { Some(exe.string()?) };
+    let libr = libr.flag()?;
+    Ok(dump_value(&winch_core::outside::dump::dump_core(&path, exe.as_deref())?, libr))
+}
+
+fn dump_value(d: &winch_core::outside::dump::Dump, libr: bool) -> RValue {
     let mut threads = Vec::with_capacity(d.threads.len());
     for t in &d.threads {
         let (view, placement) = match &t.r {
@@ -508,10 +520,10 @@ pub fn rs_dump(pid: Arg, libr: Arg) -> Result<RValue> {
         ]));
     }
     let version = d.r.as_ref().map(|r| format!("{}.{}", r.version.0, r.version.1));
-    Ok(RValue::List(vec![
+    RValue::List(vec![
         ("pid", d.pid.into()),
         ("r_version", version.into()),
-        ("note", d.note.into()),
+        ("note", d.note.clone().into()),
         ("threads", RValue::Unnamed(threads)),
-    ]))
+    ])
 }

@@ -80,4 +80,5 @@ entry_points! {
     rs_crash_rearm();
     rs_crash_handlers();
     rs_dump(pid, libr);
+    rs_dump_core(path, exe, libr);
 }

@@ -6,10 +6,12 @@
 //!   out;
 //! * [`target`]: what the process has loaded (from `/proc/PID/maps` and the
 //!   loaded images' headers in its memory) and where its R keeps its state;
+//! * [`core_file`]: a core file read as the process it was made of;
 //! * [`deparse`]: R calls read from its memory as R source;
 //! * [`dump`]: every thread's native frames and R's frames placed among
 //!   them.
 
+pub mod core_file;
 pub mod deparse;
 pub mod dump;
 pub mod ptrace;

@@ -71,44 +71,104 @@ pub fn dump(pid: i32) -> Result<Dump> {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .map(|p| p.to_string_lossy().into_owned())
         .map_err(|e| match e.raw_os_error() {
-            Some(libc::EACCES) | Some(libc::EPERM) => {
-                Error::Permission(super::ptrace::permission_advice(pid))
-            }
+            Some(libc::EACCES) | Some(libc::EPERM) => Error::Permission(super::ptrace::permission_advice(pid)),
             Some(libc::ENOENT) => Error::NoProcess(format!("process {pid} has exited (or is a zombie)")),
             _ => Error::Io(format!("/proc/{pid}/exe: {e}")),
         })?;
     let stopped = Stopped::stop(pid)?;
-    let mem = Process { pid };
     let maps = target::parse_maps(
-        &std::fs::read_to_string(format!("/proc/{pid}/maps"))
-            .map_err(|e| Error::Io(format!("/proc/{pid}/maps: {e}")))?,
+        &std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| Error::Io(format!("/proc/{pid}/maps: {e}")))?,
     );
-    let modules = target::modules(&maps, &mem, &exe);
+    let ranges = maps.iter().map(|m| (m.start, m.end)).collect();
+    let src = Source {
+        pid,
+        exe,
+        maps,
+        ranges,
+        threads: &stopped.threads,
+        mem: Process { pid },
+        r_home: target::environment_value(pid, "R_HOME"),
+    };
+    let d = read(&src);
+    drop(stopped); // the process goes on
+    Ok(d)
+}
+
+/// Dumps the process a core file at `path` was made of; `exe` its
+/// executable when the core's own record of it is not where it was.
+pub fn dump_core(path: &str, exe: Option<&str>) -> Result<Dump> {
+    let core = super::core_file::Core::open(path)?;
+    let exe = match exe {
+        Some(e) => e.to_string(),
+        None => core.exe().ok_or_else(|| {
+            Error::BadArgument(format!("the core file {path} does not say which executable it ran: give `exe`"))
+        })?,
+    };
+    if !std::path::Path::new(&exe).exists() {
+        return Err(Error::BadArgument(format!(
+            "the executable of the core file ({exe}) is not there: give `exe`, the path of the program it ran"
+        )));
+    }
+    let mut maps = core.maps();
+    // A program moved since: its mappings are read from `exe`.
+    if let Some(old) = core.exe().filter(|o| *o != exe) {
+        maps.iter_mut().filter(|m| m.path == old).for_each(|m| m.path = exe.clone());
+    }
+    let pid = core.pid;
+    let mut threads = core.threads.clone();
+    for t in threads.iter_mut().filter(|t| t.tid == pid) {
+        t.name = core.name.clone();
+    }
+    let ranges = core.ranges();
+    let src = Source { pid, exe, maps, ranges, threads: &threads, mem: core, r_home: None };
+    Ok(read(&src))
+}
+
+/// A process to read: stopped, or its core file.
+struct Source<'a, M: Memory> {
+    pid: i32,
+    exe: String,
+    maps: Vec<target::MapsLine>,
+    /// Where memory that a stack may lie in is.
+    ranges: Vec<(usize, usize)>,
+    threads: &'a [super::ptrace::Thread],
+    mem: M,
+    r_home: Option<String>,
+}
+
+/// Every thread of `src`, with R's frames on its main thread.
+fn read<M: Memory>(src: &Source<M>) -> Dump {
+    let (pid, mem) = (src.pid, &src.mem);
+    let modules = target::modules(&src.maps, mem, &src.exe);
     let map = Arc::new(ModuleMap::new(modules));
-    let r_home = target::environment_value(pid, "R_HOME");
-    let (r, note) = match target::find_r(map.modules(), r_home.as_deref()) {
+    let (r, note) = match target::find_r(map.modules(), src.r_home.as_deref()) {
         Ok(r) => (r, None),
         Err(e) => (None, Some(e.to_string())),
     };
-    let interp =
-        r.as_ref().and_then(|r| map.module(r.libr).segments.iter().find(|s| s.exec)).map_or(0, |s| s.start);
-    let snap = Snapshot::of(Modules::of_process(map.clone(), interp, &mem));
+    let interp = r.as_ref().and_then(|r| map.module(r.libr).segments.iter().find(|s| s.exec)).map_or(0, |s| s.start);
+    let snap = Snapshot::of(Modules::of_process(map.clone(), interp, mem));
     let known = Known::at(&map, 0, interp);
+    // R's main thread: the process's first (its tid is the pid).
+    let main = src.threads.iter().position(|t| t.tid == pid).unwrap_or(0);
     let mut threads = Vec::new();
-    for t in &stopped.threads {
-        let stack = stack_of(&maps, &mem, t.regs.1);
+    for (k, t) in src.threads.iter().enumerate() {
+        let stack = stack_of(&src.ranges, mem, t.regs.1);
         let (frames, end) = walk(&snap, t.regs, &stack);
         let trace = native_trace(&map, &frames, end);
         let modules: Vec<Option<usize>> = trace.frames.iter().map(|f| f.module).collect();
         let classes = view::classify(&map, &modules, known, trace.truncated.is_none());
         let r_frames = match &r {
-            Some(r) if t.tid == pid => Some(read_r(r, &mem, &trace, &classes, &stack)),
+            Some(r) if k == main => Some(read_r(r, mem, &trace, &classes, &stack)),
             _ => None,
         };
         threads.push(ThreadDump { tid: t.tid, name: t.name.clone(), trace, classes, r: r_frames });
     }
-    drop(stopped); // the process goes on
-    Ok(Dump { pid, map, r, note, threads })
+    // The main thread first.
+    if main != 0 && main < threads.len() {
+        let m = threads.remove(main);
+        threads.insert(0, m);
+    }
+    Dump { pid, map, r, note, threads }
 }
 
 /// A copy of the stack a thread runs on: `[lo, hi)` and its bytes.
@@ -126,13 +186,13 @@ impl Stack {
     }
 }
 
-/// Copies the mapping holding `sp` from `sp` (less the red zone) up.
-fn stack_of(maps: &[target::MapsLine], mem: &impl Memory, sp: usize) -> Stack {
-    let Some(m) = maps.iter().find(|m| m.start <= sp && sp < m.end) else {
+/// Copies the memory range holding `sp` from `sp` (less the red zone) up.
+fn stack_of(ranges: &[(usize, usize)], mem: &impl Memory, sp: usize) -> Stack {
+    let Some(&(start, end)) = ranges.iter().find(|r| r.0 <= sp && sp < r.1) else {
         return Stack { lo: 0, hi: 0, bytes: Vec::new() };
     };
-    let lo = sp.saturating_sub(128).max(m.start) & !7;
-    let hi = m.end.min(lo.saturating_add(MAX_STACK));
+    let lo = sp.saturating_sub(128).max(start) & !7;
+    let hi = end.min(lo.saturating_add(MAX_STACK));
     let mut bytes = vec![0u8; hi - lo];
     if !mem.read(lo, &mut bytes) {
         // Page by page: keep what can be read from the low end on.
@@ -186,7 +246,7 @@ fn native_trace(map: &Arc<ModuleMap>, frames: &[Frame], end: End) -> NativeTrace
 }
 
 /// R's frames of the main thread, and where its native frames go.
-fn read_r(r: &TargetR, mem: &Process, trace: &NativeTrace, classes: &[Class], stack: &Stack) -> RFrames {
+fn read_r(r: &TargetR, mem: &impl Memory, trace: &NativeTrace, classes: &[Class], stack: &Stack) -> RFrames {
     let nframes: Vec<NFrame> =
         trace.frames.iter().zip(classes).map(|(f, c)| NFrame { lo: f.lo, foreign: c.is_code() }).collect();
     let fallback = |why: String, calls: Vec<Option<String>>, labels: Vec<String>| RFrames {
@@ -240,7 +300,7 @@ fn read_r(r: &TargetR, mem: &Process, trace: &NativeTrace, classes: &[Class], st
 
 /// R's whole context chain, innermost first; an error unless it reaches
 /// the top level.
-fn read_chain(r: &TargetR, mem: &Process) -> Result<Vec<RContext>> {
+fn read_chain(r: &TargetR, mem: &impl Memory) -> Result<Vec<RContext>> {
     let mut out = Vec::new();
     for c in crate::r::Chain::from_global(mem, &r.layout, r.global_context, MAX_R_FRAMES) {
         let c = c.map_err(|b| Error::Inconsistent(format!("{b:?}")))?;
