@@ -429,16 +429,14 @@ new_gc_counter <- function() {
   )
 }
 
-new_winch_profile <- function(raw, session) {
+new_winch_profile <- function(raw, session, usage_end = resource_usage(), gc_time = gc.time() - session$gc_time) {
   as_df <- function(x) {
     attr(x, "row.names") <- .set_row_names(length(x[[1L]]))
     class(x) <- "data.frame"
     x
   }
-  usage_end <- resource_usage()
   usage <- mapply(function(a, b) b - a, session$usage, usage_end, SIMPLIFY = FALSE)
   usage$max_rss <- usage_end$max_rss
-  gc_time <- gc.time() - session$gc_time
   structure(
     list(
       event = raw$event,

@@ -48,7 +48,11 @@
   X(rs_crash_rearm, 0)          \
   X(rs_crash_handlers, 0)       \
   X(rs_dump, 2)                 \
-  X(rs_dump_core, 3)
+  X(rs_dump_core, 3)            \
+  X(rs_record_start, 4)         \
+  X(rs_record_tick, 0)          \
+  X(rs_record_stop, 0)          \
+  X(rs_record_discard, 0)
 
 /* Prototypes by number of arguments. */
 #define WINCH_ARGS_0 void

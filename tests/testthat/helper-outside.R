@@ -38,7 +38,7 @@ local_child_command <- function(cmd, env = character(), ready = NULL, out = temp
 
 process_alive <- function(pid) {
   # A zombie (exited, not yet reaped) counts as gone.
-  st <- tryCatch(readLines(sprintf("/proc/%d/stat", pid), warn = FALSE), error = function(e) "")
+  st <- tryCatch(suppressWarnings(readLines(sprintf("/proc/%d/stat", pid), warn = FALSE)), error = function(e) "")
   nzchar(st[[1L]]) && !grepl("^[0-9]+ \\(.*\\) [ZX] ", st[[1L]])
 }
 

@@ -14,6 +14,11 @@ mod entries;
 mod entry;
 mod frames;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod outside;
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+#[path = "outside_unsupported.rs"]
+mod outside;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod profile;
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 #[path = "profile_unsupported.rs"]
@@ -81,4 +86,8 @@ entry_points! {
     rs_crash_handlers();
     rs_dump(pid, libr);
     rs_dump_core(path, exe, libr);
+    rs_record_start(pid, interval, threads, idle);
+    rs_record_tick();
+    rs_record_stop();
+    rs_record_discard();
 }

@@ -266,7 +266,7 @@ fn index(x: Option<usize>) -> Option<i32> {
 /// The R form of a profile (R/profile.R turns the tables into data
 /// frames): indices 1-based, addresses as hex strings. `from_r()` reads
 /// the same fields by the same names.
-fn to_r(p: &Profile, s: &Stats) -> RValue {
+pub(crate) fn to_r(p: &Profile, s: &Stats) -> RValue {
     let f = &p.functions;
     let functions = RValue::List(vec![
         ("name", RValue::Str(f.iter().map(|f| Some(f.name.clone())).collect())),

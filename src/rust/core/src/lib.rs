@@ -34,6 +34,7 @@ pub mod joint;
 pub mod loadhook;
 pub mod memory;
 pub mod modules;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub mod outside;
 pub mod plt;
 pub mod profile;

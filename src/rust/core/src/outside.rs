@@ -9,10 +9,12 @@
 //! * [`core_file`]: a core file read as the process it was made of;
 //! * [`deparse`]: R calls read from its memory as R source;
 //! * [`dump`]: every thread's native frames and R's frames placed among
-//!   them.
+//!   them;
+//! * [`record`]: sampling it, into the profiler's records.
 
 pub mod core_file;
 pub mod deparse;
 pub mod dump;
 pub mod ptrace;
+pub mod record;
 pub mod target;

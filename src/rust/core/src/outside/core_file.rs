@@ -51,7 +51,8 @@ impl Core {
     /// Opens the core file at `path`: a classed error when it is missing or
     /// not an x86_64 ELF core.
     pub fn open(path: &str) -> Result<Core> {
-        let file = File::open(path).map_err(|e| Error::BadArgument(format!("cannot open core file {path}: {e}")))?;
+        let file =
+            File::open(path).map_err(|e| Error::BadArgument(format!("cannot open core file {path}: {e}")))?;
         let not_core = || Error::BadArgument(format!("{path} is not an ELF core file of an x86_64 process"));
         let mut ehdr = [0u8; 64];
         file.read_exact_at(&mut ehdr, 0).map_err(|_| not_core())?;
@@ -62,8 +63,10 @@ impl Core {
             return Err(not_core()); // EM_X86_64
         }
         let phoff = u64_at(&ehdr, 32).ok_or_else(not_core)?;
-        let (phentsize, phnum) =
-            (u16::from_le_bytes([ehdr[54], ehdr[55]]) as usize, u16::from_le_bytes([ehdr[56], ehdr[57]]) as usize);
+        let (phentsize, phnum) = (
+            u16::from_le_bytes([ehdr[54], ehdr[55]]) as usize,
+            u16::from_le_bytes([ehdr[56], ehdr[57]]) as usize,
+        );
         if phentsize != 56 || phnum == 0 {
             return Err(not_core());
         }
@@ -82,8 +85,12 @@ impl Core {
         };
         for p in ph.chunks_exact(56) {
             let kind = u32_at(p, 0).unwrap_or(0);
-            let (offset, vaddr, filesz, memsz) =
-                (u64_at(p, 8).unwrap_or(0), u64_at(p, 16).unwrap_or(0), u64_at(p, 32).unwrap_or(0), u64_at(p, 40).unwrap_or(0));
+            let (offset, vaddr, filesz, memsz) = (
+                u64_at(p, 8).unwrap_or(0),
+                u64_at(p, 16).unwrap_or(0),
+                u64_at(p, 32).unwrap_or(0),
+                u64_at(p, 40).unwrap_or(0),
+            );
             match kind {
                 PT_LOAD => core.loads.push((vaddr as usize, memsz as usize, offset, filesz as usize)),
                 PT_NOTE if filesz <= 64 << 20 => {
@@ -95,7 +102,9 @@ impl Core {
             }
         }
         if core.threads.is_empty() {
-            return Err(Error::BadArgument(format!("{path} has no thread (no NT_PRSTATUS note): not a process's core")));
+            return Err(Error::BadArgument(format!(
+                "{path} has no thread (no NT_PRSTATUS note): not a process's core"
+            )));
         }
         Ok(core)
     }
@@ -103,7 +112,8 @@ impl Core {
     fn read_notes(&mut self, notes: &[u8]) {
         let mut at = 0;
         while at + 12 <= notes.len() {
-            let (Some(namesz), Some(descsz), Some(kind)) = (u32_at(notes, at), u32_at(notes, at + 4), u32_at(notes, at + 8))
+            let (Some(namesz), Some(descsz), Some(kind)) =
+                (u32_at(notes, at), u32_at(notes, at + 4), u32_at(notes, at + 8))
             else {
                 break;
             };
@@ -151,7 +161,10 @@ impl Core {
         let mut names = names.split(|&b| b == 0);
         for i in 0..count {
             let e = 16 + 24 * i;
-            let (Some(start), Some(end), Some(off)) = (u64_at(d, e), u64_at(d, e + 8), u64_at(d, e + 16)) else { return };
+            let (Some(start), Some(end), Some(off)) = (u64_at(d, e), u64_at(d, e + 8), u64_at(d, e + 16))
+            else {
+                return;
+            };
             let name = String::from_utf8_lossy(names.next().unwrap_or(&[])).into_owned();
             self.files.push((start as usize, end as usize, off * page, name));
         }
@@ -226,7 +239,9 @@ impl Memory for Core {
             }
             // Then the mapped file's bytes (code and read-only data, which
             // a core leaves out).
-            let Some((start, end, off, path)) = self.files.iter().find(|f| f.0 <= a && a < f.1) else { return false };
+            let Some((start, end, off, path)) = self.files.iter().find(|f| f.0 <= a && a < f.1) else {
+                return false;
+            };
             let n = (end - a).min(buf.len() - done);
             if !self.read_file(path, off + (a - start) as u64, &mut buf[done..done + n]) {
                 return false;

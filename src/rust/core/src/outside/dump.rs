@@ -59,25 +59,11 @@ pub struct Dump {
 
 /// Dumps process `pid`: stops it, reads every thread, lets it go on.
 pub fn dump(pid: i32) -> Result<Dump> {
-    // SAFETY: getpid has no preconditions.
-    if pid == unsafe { libc::getpid() } {
-        return Err(Error::BadArgument(
-            "that is this R process: use winch_sys_calls() or winch_trace_back() to see its own stack".into(),
-        ));
-    }
-    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        return Err(Error::NoProcess(format!("there is no process {pid}")));
-    }
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-        .map(|p| p.to_string_lossy().into_owned())
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::EACCES) | Some(libc::EPERM) => Error::Permission(super::ptrace::permission_advice(pid)),
-            Some(libc::ENOENT) => Error::NoProcess(format!("process {pid} has exited (or is a zombie)")),
-            _ => Error::Io(format!("/proc/{pid}/exe: {e}")),
-        })?;
+    let exe = check_target(pid)?;
     let stopped = Stopped::stop(pid)?;
     let maps = target::parse_maps(
-        &std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| Error::Io(format!("/proc/{pid}/maps: {e}")))?,
+        &std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .map_err(|e| Error::Io(format!("/proc/{pid}/maps: {e}")))?,
     );
     let ranges = maps.iter().map(|m| (m.start, m.end)).collect();
     let src = Source {
@@ -94,6 +80,29 @@ pub fn dump(pid: i32) -> Result<Dump> {
     Ok(d)
 }
 
+/// Checks that process `pid` is another process that can be read; its
+/// executable's path.
+pub(super) fn check_target(pid: i32) -> Result<String> {
+    // SAFETY: getpid has no preconditions.
+    if pid == unsafe { libc::getpid() } {
+        return Err(Error::BadArgument(
+            "that is this R process: use winch_sys_calls() or winch_trace_back() to see its own stack".into(),
+        ));
+    }
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(Error::NoProcess(format!("there is no process {pid}")));
+    }
+    std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.to_string_lossy().into_owned()).map_err(|e| {
+        match e.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) => {
+                Error::Permission(super::ptrace::permission_advice(pid))
+            }
+            Some(libc::ENOENT) => Error::NoProcess(format!("process {pid} has exited (or is a zombie)")),
+            _ => Error::Io(format!("/proc/{pid}/exe: {e}")),
+        }
+    })
+}
+
 /// Dumps the process a core file at `path` was made of; `exe` its
 /// executable when the core's own record of it is not where it was.
 pub fn dump_core(path: &str, exe: Option<&str>) -> Result<Dump> {
@@ -101,7 +110,9 @@ pub fn dump_core(path: &str, exe: Option<&str>) -> Result<Dump> {
     let exe = match exe {
         Some(e) => e.to_string(),
         None => core.exe().ok_or_else(|| {
-            Error::BadArgument(format!("the core file {path} does not say which executable it ran: give `exe`"))
+            Error::BadArgument(format!(
+                "the core file {path} does not say which executable it ran: give `exe`"
+            ))
         })?,
     };
     if !std::path::Path::new(&exe).exists() {
@@ -145,7 +156,8 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
         Ok(r) => (r, None),
         Err(e) => (None, Some(e.to_string())),
     };
-    let interp = r.as_ref().and_then(|r| map.module(r.libr).segments.iter().find(|s| s.exec)).map_or(0, |s| s.start);
+    let interp =
+        r.as_ref().and_then(|r| map.module(r.libr).segments.iter().find(|s| s.exec)).map_or(0, |s| s.start);
     let snap = Snapshot::of(Modules::of_process(map.clone(), interp, mem));
     let known = Known::at(&map, 0, interp);
     // R's main thread: the process's first (its tid is the pid).
@@ -172,7 +184,7 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
 }
 
 /// A copy of the stack a thread runs on: `[lo, hi)` and its bytes.
-struct Stack {
+pub(super) struct Stack {
     lo: usize,
     hi: usize,
     bytes: Vec<u8>,
@@ -187,7 +199,7 @@ impl Stack {
 }
 
 /// Copies the memory range holding `sp` from `sp` (less the red zone) up.
-fn stack_of(ranges: &[(usize, usize)], mem: &impl Memory, sp: usize) -> Stack {
+pub(super) fn stack_of(ranges: &[(usize, usize)], mem: &impl Memory, sp: usize) -> Stack {
     let Some(&(start, end)) = ranges.iter().find(|r| r.0 <= sp && sp < r.1) else {
         return Stack { lo: 0, hi: 0, bytes: Vec::new() };
     };
@@ -215,6 +227,27 @@ fn walk(snap: &Snapshot, regs: (usize, usize, usize), stack: &Stack) -> (Vec<Fra
     let (n, end) = snap.walk(regs, |a| stack.word(a), &mut frames);
     frames.truncate(n);
     (frames, end)
+}
+
+/// The frames walked from `regs` over `stack`, up to the first that is not
+/// code of a module, and why the walk did not reach the outermost frame
+/// (None: it did).
+pub(super) fn native_walk(
+    snap: &Snapshot,
+    regs: (usize, usize, usize),
+    stack: &Stack,
+) -> (Vec<Frame>, Option<String>) {
+    let (mut frames, end) = walk(snap, regs, stack);
+    if let Some(bad) = frames.iter().position(|f| !snap.map.lookup(f.ip).is_some_and(|h| h.exec)) {
+        frames.truncate(bad);
+        return (frames, Some("unwinding reached an address that is not code".into()));
+    }
+    let why = match end {
+        End::Outermost => None,
+        End::Full => Some(format!("more than {MAX_FRAMES} frames")),
+        End::Stopped(why) => Some(why.to_string()),
+    };
+    (frames, why)
 }
 
 fn native_trace(map: &Arc<ModuleMap>, frames: &[Frame], end: End) -> NativeTrace {
@@ -300,7 +333,7 @@ fn read_r(r: &TargetR, mem: &impl Memory, trace: &NativeTrace, classes: &[Class]
 
 /// R's whole context chain, innermost first; an error unless it reaches
 /// the top level.
-fn read_chain(r: &TargetR, mem: &impl Memory) -> Result<Vec<RContext>> {
+pub(super) fn read_chain(r: &TargetR, mem: &impl Memory) -> Result<Vec<RContext>> {
     let mut out = Vec::new();
     for c in crate::r::Chain::from_global(mem, &r.layout, r.global_context, MAX_R_FRAMES) {
         let c = c.map_err(|b| Error::Inconsistent(format!("{b:?}")))?;

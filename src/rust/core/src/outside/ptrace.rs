@@ -111,6 +111,7 @@ impl Stopped {
             return Err(Gone);
         }
         let deadline = Instant::now() + STOP_WAIT;
+        let mut tries = 0u32;
         loop {
             let mut status = 0;
             // SAFETY: waits for our tracee `tid`; `status` is a valid int.
@@ -142,7 +143,14 @@ impl Stopped {
                     STOP_WAIT.as_secs()
                 ))));
             }
-            std::thread::sleep(Duration::from_micros(200));
+            // A running thread stops within microseconds: yield at first,
+            // sleep only if it takes longer (a thread in the kernel).
+            tries += 1;
+            if tries < 20 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
         }
     }
 }

@@ -122,11 +122,10 @@ pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
 /// order of their first sample (numbered from 1), then those found using
 /// CPU but never sampled.
 fn thread_table(f: &Finished) -> Vec<ThreadInfo> {
-    let comm = super::threads::comm;
     let mut out = vec![ThreadInfo {
         number: 0,
         tid: f.main_tid as i64,
-        name: comm(f.main_tid),
+        name: f.main_name.clone(),
         cpu_ns: Some(f.main_cpu_ns),
     }];
     if !f.all_threads {
@@ -266,7 +265,7 @@ impl<'a> Builder<'a> {
             function_ids: HashMap::new(),
             locations: Vec::new(),
             native_ids: HashMap::new(),
-            now: crate::modules::current(),
+            now: fin.modules_now.clone().unwrap_or_else(crate::modules::current),
             maps: fin.snapshots.iter().map(|s| &*s.map).collect(),
             r_ids: HashMap::new(),
             files: Vec::new(),
@@ -276,7 +275,9 @@ impl<'a> Builder<'a> {
             module_loads: Vec::new(),
             markers: HashMap::new(),
             interpreter_ids: HashMap::new(),
-            launch_module: {
+            launch_module: if fin.modules_now.is_some() {
+                None
+            } else {
                 let now = crate::modules::current();
                 now.module_of(super::spawn::launch_address()).map(|i| now.module(i).basename().to_string())
             },

@@ -181,9 +181,15 @@ pub struct Finished {
     pub all_threads: bool,
     pub threads: Vec<Thread>,
     pub main_tid: i32,
+    /// Its name (`comm`).
+    pub main_name: String,
     pub main_cpu_ns: u64,
     /// Other threads' samples lost.
     pub thread_dropped: u64,
+    /// The modules addresses are named through: None for this process's
+    /// loaded now; another process's (a recording from outside) as last
+    /// seen.
+    pub modules_now: Option<Arc<crate::modules::ModuleMap>>,
 }
 
 /// Whether a session is running in this process.
@@ -717,6 +723,8 @@ impl Running {
             all_threads: !s.slots.is_empty(),
             threads,
             main_tid: s.main_tid,
+            main_name: threads::comm(s.main_tid),
+            modules_now: None,
             main_cpu_ns,
             thread_dropped: s.thread_dropped.load(Ordering::Relaxed),
         }

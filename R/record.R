@@ -1,0 +1,125 @@
+#' Profile another process from outside
+#'
+#' Samples the stacks of process `pid`, which never loaded winch, every
+#' `interval` seconds for `duration` seconds, and returns the same kind of
+#' profile [winch_profile()] returns in-process: R's main thread's R frames
+#' with native frames in place, other threads under `[thread N]`, with
+#' `print()`, `summary()`, `plot()`, `as.data.frame()`,
+#' [winch_write_rprof()], [winch_write_pprof()] and
+#' [winch_write_collapsed()]. The process goes on running.
+#'
+#' Each sample stops every thread of the process for as long as it takes
+#' to read it (as [winch_dump()] does: `PTRACE_SEIZE` and
+#' `PTRACE_INTERRUPT`, no signal, then detached): typically 0.1 to 1 ms
+#' per sample, depending on the depth of its stacks and the number of its
+#' threads, so at the default 100 samples a second the process runs at
+#' about 95 to 99 % of its speed (see `bench/record.R`). Between samples it
+#' is not traced at all: an interrupt of the recording R session (or an
+#' error) leaves it running untouched.
+#'
+#' By default only threads running at the moment of a sample are sampled
+#' (the profile is of CPU time, as `winch_profile()`'s default); with `idle
+#' = TRUE` every thread at every sample (elapsed time: waiting shows).
+#'
+#' Loop frames, `<GC>` frames and source lines are not read from outside
+#' yet; R frames are labelled as `Rprof()` labels them. Permissions are
+#' those of [winch_dump()].
+#'
+#' @param pid The process id: one positive whole number, not this R
+#'   process's own (use [winch_profile()] for that).
+#' @param duration Seconds to record: one positive number. The recording
+#'   ends earlier if the process ends.
+#' @param interval Seconds between samples (at least 0.001).
+#' @param file `NULL`, or a file to write the profile to in `Rprof()`'s
+#'   format as well.
+#' @param threads `"all"` (default) or `"main"` (R's main thread only).
+#' @param idle Sample threads that are not running too?
+#' @return A `winch_profile`. Its `target` element holds the process's
+#'   `pid`, whether it `ended` during the recording, the number of samples
+#'   `missed` (the process could not be stopped in time, or no thread was
+#'   running) and a `note` saying why R's frames are missing, if they are.
+#' @examples
+#' \dontrun{
+#' p <- winch_record(12345, duration = 10)
+#' p
+#' plot(p)
+#' winch_write_pprof(p, "server.pb.gz")
+#' }
+#' @export
+winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = c("all", "main"), idle = FALSE) {
+  pid <- check_pid(pid)
+  if (!is.numeric(duration) || length(duration) != 1L || is.na(duration) || !is.finite(duration) || duration <= 0) {
+    abort_bad_argument("`duration` must be one positive number of seconds.")
+  }
+  if (!is.numeric(interval) || length(interval) != 1L || is.na(interval) || !is.finite(interval) ||
+    interval < 0.001 || interval > duration) {
+    abort_bad_argument("`interval` must be a number of seconds, at least 0.001 and at most `duration`.")
+  }
+  if (!is.character(threads) || anyNA(threads) || !all(threads %in% c("all", "main"))) {
+    abort_bad_argument("`threads` must be \"all\" or \"main\".")
+  }
+  threads <- threads[[1L]]
+  check_flag(idle)
+  check_path(file, null_ok = TRUE)
+  check_writable(file)
+  sync_options(capture_throws = FALSE)
+  usage <- target_usage(pid)
+  started <- Sys.time()
+  check_result(rs_record_start(pid, interval, threads, idle))
+  on.exit(rs_record_discard(), add = TRUE)
+  ended <- FALSE
+  next_at <- started
+  deadline <- started + duration
+  repeat {
+    if (!check_result(rs_record_tick())) {
+      ended <- TRUE
+      break
+    }
+    now <- Sys.time()
+    if (now >= deadline) break
+    next_at <- next_at + interval
+    wait <- as.numeric(next_at - now, units = "secs")
+    if (wait > 0) {
+      Sys.sleep(min(wait, as.numeric(deadline - now, units = "secs")))
+    } else {
+      next_at <- now # late: no burst to catch up
+    }
+  }
+  raw <- check_result(rs_record_stop())
+  usage_end <- if (ended) usage else target_usage(pid)
+  session <- list(
+    opts = list(loops = FALSE, lines = FALSE, threads = threads),
+    usage = usage, gc_counter = list(count = function() NA_real_)
+  )
+  p <- new_winch_profile(raw, session, usage_end = usage_end, gc_time = c(NA_real_, NA_real_, NA_real_))
+  p$target <- list(pid = pid, ended = ended, missed = raw$missed, note = raw$note)
+  if (!is.null(file)) {
+    winch_write_rprof(p, file)
+  }
+  p
+}
+
+# What /proc tells of process `pid`'s resource use so far, as
+# resource_usage() describes this process's (NA where /proc has nothing).
+target_usage <- function(pid) {
+  read <- function(what) suppressWarnings(readLines(sprintf("/proc/%d/%s", pid, what), warn = FALSE))
+  stat <- tryCatch(read("stat")[[1L]], error = function(e) NA_character_)
+  status <- tryCatch(read("status"), error = function(e) character())
+  f <- if (is.na(stat)) rep(NA_character_, 20L) else strsplit(sub("^.*\\) ", "", stat), " ", fixed = TRUE)[[1L]]
+  hz <- 100 # USER_HZ on Linux
+  field <- function(name) {
+    v <- grep(paste0("^", name, ":"), status, value = TRUE)
+    if (length(v)) as.numeric(sub("^[^:]*:\\s*([0-9]+).*$", "\\1", v)) else NA_real_
+  }
+  list(
+    user = as.numeric(f[[12L]]) / hz,
+    system = as.numeric(f[[13L]]) / hz,
+    max_rss = field("VmHWM") * 1024,
+    minor_faults = as.numeric(f[[8L]]),
+    major_faults = as.numeric(f[[10L]]),
+    block_input = NA_real_,
+    block_output = NA_real_,
+    voluntary_switches = field("voluntary_ctxt_switches"),
+    involuntary_switches = field("nonvoluntary_ctxt_switches")
+  )
+}

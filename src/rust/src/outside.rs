@@ -1,0 +1,139 @@
+//! winch from outside (see winch_core::outside): dumps of another process
+//! or of a core file, and recordings of another process, whose profile is
+//! built and converted as in-process profiles are.
+
+use crate::args::Arg;
+use crate::frames::FrameTable;
+use crate::value::RValue;
+use std::sync::Mutex;
+use winch_core::error::{Error, Result};
+use winch_core::outside::record::Recorder;
+use winch_core::profile::build;
+use winch_core::profile::model::Event;
+use winch_core::view::{self, View};
+
+/// The joint stack of every thread of process `pid`, read from outside
+/// (see winch_core::outside): per thread its id, name, native frames (a
+/// joint frame table) and, for R's main thread, R's calls as source text
+/// with their labels.
+pub fn rs_dump(pid: Arg, libr: Arg) -> Result<RValue> {
+    let pid = pid.int()?;
+    let libr = libr.flag()?;
+    Ok(dump_value(&winch_core::outside::dump::dump(pid)?, libr))
+}
+
+/// [`rs_dump`] of the process core file `path` was made of, `exe` (a
+/// string, or NULL) the program it ran.
+pub fn rs_dump_core(path: Arg, exe: Arg, libr: Arg) -> Result<RValue> {
+    let path = path.string()?;
+    let exe = if exe.is_null() { None } else { Some(exe.string()?) };
+    let libr = libr.flag()?;
+    Ok(dump_value(&winch_core::outside::dump::dump_core(&path, exe.as_deref())?, libr))
+}
+
+fn dump_value(d: &winch_core::outside::dump::Dump, libr: bool) -> RValue {
+    let mut threads = Vec::with_capacity(d.threads.len());
+    for t in &d.threads {
+        let (view, placement) = match &t.r {
+            Some(r) => (View::Joint { libr }, Some(&r.placement)),
+            None => (View::TraceBack { libr: true }, None),
+        };
+        let mut shown = view::select(&t.classes, view);
+        if t.r.is_none() {
+            shown.reverse(); // outermost first, as joint tables are
+        }
+        let resolved = t.trace.symbolize_some(&shown);
+        let mut table = FrameTable::in_order(&t.trace, &shown, &resolved, &t.classes, placement, true);
+        if placement.is_none() {
+            table.joint = true; // the same columns: no R frame to sit under
+        }
+        let (calls, labels, fallback) = match &t.r {
+            Some(r) => (r.calls.clone(), r.labels.clone(), r.fallback.clone()),
+            None => (Vec::new(), Vec::new(), None),
+        };
+        let mode = match (&t.r, placement.is_some_and(|p| p.is_approximate())) {
+            (Some(r), _) if r.fallback.is_some() => "fallback",
+            (Some(_), true) => "approximate",
+            _ => "exact",
+        };
+        table.attrs.push((c"placement", RValue::from(mode.to_string())));
+        table.attrs.push((c"fallback_reason", RValue::from(fallback.clone())));
+        threads.push(RValue::List(vec![
+            ("tid", t.tid.into()),
+            ("name", t.name.clone().into()),
+            ("r", t.r.is_some().into()),
+            ("calls", RValue::Str(calls)),
+            ("labels", labels.into()),
+            ("fallback", fallback.into()),
+            ("frames", RValue::Built(Box::new(table))),
+        ]));
+    }
+    let version = d.r.as_ref().map(|r| format!("{}.{}", r.version.0, r.version.1));
+    RValue::List(vec![
+        ("pid", d.pid.into()),
+        ("r_version", version.into()),
+        ("note", d.note.clone().into()),
+        ("threads", RValue::Unnamed(threads)),
+    ])
+}
+
+/// The recording in progress, with its event and interval.
+static RECORDING: Mutex<Option<(Recorder, Event, u64)>> = Mutex::new(None);
+
+fn recording() -> std::sync::MutexGuard<'static, Option<(Recorder, Event, u64)>> {
+    RECORDING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts recording process `pid` every `interval` seconds (the ticks are
+/// R's to call): all threads or R's main thread (`threads`), idle threads
+/// too or not (`idle`).
+pub fn rs_record_start(pid: Arg, interval: Arg, threads: Arg, idle: Arg) -> Result<RValue> {
+    let pid = pid.int()?;
+    let interval_ns = (interval.number()? * 1e9).round() as u64;
+    let all = threads.string()? == "all";
+    let idle = idle.flag()?;
+    let mut current = recording();
+    if current.is_some() {
+        return Err(Error::Busy("a recording is running already: stop it first".into()));
+    }
+    let r = Recorder::start(pid, all, idle)?;
+    let event = if idle { Event::Elapsed } else { Event::Cpu };
+    *current = Some((r, event, interval_ns));
+    Ok(true.into())
+}
+
+/// One sample of the recorded process; FALSE when it has ended.
+pub fn rs_record_tick() -> Result<RValue> {
+    let mut current = recording();
+    let Some((r, _, _)) = current.as_mut() else {
+        return Err(Error::BadArgument("no recording is running".into()));
+    };
+    match r.tick() {
+        Ok(()) => Ok(true.into()),
+        Err(Error::NoProcess(_)) => Ok(false.into()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Ends the recording and builds its profile (as `rs_profile_stop`
+/// returns one), with `missed` (ticks that read nothing) and `note` (why
+/// R's frames are missing).
+pub fn rs_record_stop() -> Result<RValue> {
+    let Some((r, event, interval_ns)) = recording().take() else {
+        return Err(Error::BadArgument("no recording is running".into()));
+    };
+    let (missed, note) = (r.missed, r.note.clone());
+    let finished = r.finish();
+    let (profile, stats) = build::build(&finished, event, interval_ns);
+    let mut value = crate::profile::to_r(&profile, &stats);
+    if let RValue::List(ref mut fields) = value {
+        fields.push(("missed", (missed as f64).into()));
+        fields.push(("note", note.into()));
+    }
+    Ok(value)
+}
+
+/// Ends the recording without building anything; TRUE if one was running.
+pub fn rs_record_discard() -> Result<RValue> {
+    Ok(recording().take().is_some().into())
+}

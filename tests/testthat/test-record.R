@@ -1,0 +1,126 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+skip_if_not(Sys.info()[["sysname"]] == "Linux" && R.version$arch == "x86_64", "winch_record() reads x86_64 Linux processes")
+
+# winch_record(): profiles of another process, which never loaded winch,
+# sampled from outside. Children are R scripts (helper-outside.R), killed
+# when each test ends.
+
+burn <- build_clib("wtest_burn", "burn.c")
+
+burn_child_code <- function(body) {
+  c(
+    sprintf("dyn.load(%s)", deparse(burn$path)),
+    "r_a <- function(t) .Call('burn_a', t, PACKAGE = 'wtest_burn')",
+    "r_b <- function(t) .Call('burn_b', t, PACKAGE = 'wtest_burn')",
+    body
+  )
+}
+
+test_that("a recording has the same stacks and labels as an in-process profile, in the right shares", {
+  # 3:1 CPU between burn_a (under r_a) and burn_b (under r_b), from one
+  # R function's loop.
+  child <- local_r_child(burn_child_code(c(
+    "work <- function() repeat { r_a(0.03); r_b(0.01) }",
+    "file.create(ready)",
+    "work()"
+  )))
+  p <- winch_record(child$pid, duration = 3, interval = 0.01)
+  expect_s3_class(p, "winch_profile")
+  expect_identical(p$target$pid, child$pid)
+  expect_false(p$target$ended)
+  expect_gt(sum(p$stacks$count), 50)
+  A <- "/wtest_burn.so::burn_a"
+  B <- "/wtest_burn.so::burn_b"
+  expect_setequal(paths_from(p, A), path(A, "r_a", "work"))
+  expect_setequal(paths_from(p, B), path(B, "r_b", "work"))
+  a <- seconds_in(p, A)
+  b <- seconds_in(p, B)
+  expect_gt(a + b, 0.8 * sum(p$stacks$count) * p$interval)
+  expect_equal(a / (a + b), 0.75, tolerance = 0.15 / 0.75)
+  # It goes on running.
+  expect_true(process_state(child$pid) %in% c("R", "S"))
+  # The formats read it as they read in-process profiles.
+  out <- tempfile(fileext = ".out")
+  winch_write_rprof(p, out)
+  s <- summaryRprof(out)
+  expect_true(all(c("\"r_a\"", "\"work\"") %in% rownames(s$by.total)) || all(c("r_a", "work") %in% rownames(s$by.total)))
+  expect_output(print(p), "samples of CPU time")
+  expect_output(print(summary(p)), "By function")
+})
+
+test_that("a recording ends when the process ends, and writes Rprof's file on request", {
+  child <- local_r_child(burn_child_code(c(
+    "file.create(ready)",
+    "r_a(0.5)"
+  )))
+  out <- tempfile(fileext = ".out")
+  t0 <- Sys.time()
+  p <- winch_record(child$pid, duration = 30, file = out)
+  expect_lt(as.numeric(Sys.time() - t0, units = "secs"), 20)
+  expect_true(p$target$ended)
+  expect_true(file.exists(out))
+  expect_true(any(grepl("burn_a", readLines(out), fixed = TRUE)))
+})
+
+test_that("other threads are recorded under [thread_N]; idle = TRUE samples waiting threads too", {
+  threads <- tryCatch(
+    build_clib("wtest_threads", "threads.c", flags = "-g -O1 -fopenmp", ldflags = "-fopenmp -pthread"),
+    error = function(e) NULL
+  )
+  skip_if(is.null(threads), "the threads fixture could not be compiled (gcc with -fopenmp needed)")
+  child <- local_r_child(c(
+    sprintf("dyn.load(%s)", deparse(threads$path)),
+    "invisible(.Call('thr_detach', 1e6, PACKAGE = 'wtest_threads'))",
+    "wait <- function() { file.create(ready); Sys.sleep(100) }",
+    "wait()"
+  ))
+  p <- winch_record(child$pid, duration = 1)
+  stacks <- stack_labels(p)
+  spin <- vapply(stacks, function(s) "/wtest_threads.so::detached_main" %in% s, NA)
+  expect_true(any(spin))
+  expect_true(all(vapply(stacks[spin], function(s) grepl("^\\[thread_[0-9]+\\]$", s[[length(s)]]), NA)))
+  # The main thread sleeps: not sampled by default.
+  expect_false(any(vapply(stacks, function(s) "wait" %in% s, NA)))
+  p_idle <- winch_record(child$pid, duration = 1, idle = TRUE)
+  expect_identical(p_idle$event, "elapsed")
+  expect_true(any(vapply(stack_labels(p_idle), function(s) all(c("Sys.sleep", "wait") %in% s), NA)))
+  expect_true(nrow(p$threads) >= 2L)
+})
+
+test_that("an error while recording leaves the process running and nothing recording", {
+  child <- local_r_child(burn_child_code(c("file.create(ready)", "r_a(100)")))
+  n <- 0
+  ns <- asNamespace("winch")
+  real <- ns$rs_record_tick
+  unlockBinding("rs_record_tick", ns)
+  assign("rs_record_tick", function() {
+    n <<- n + 1
+    if (n > 3) stop("boom")
+    real()
+  }, envir = ns)
+  on.exit({
+    assign("rs_record_tick", real, envir = ns)
+    lockBinding("rs_record_tick", ns)
+  }, add = TRUE)
+  expect_error(winch_record(child$pid, duration = 5), "boom")
+  expect_false(winch:::rs_record_discard())
+  Sys.sleep(0.1)
+  expect_true(process_state(child$pid) %in% c("R", "S"))
+})
+
+test_that("bad arguments are refused before the process is touched", {
+  expect_error(winch_record(Sys.getpid(), 1), class = "winch_error_bad_argument")
+  expect_error(winch_record("1", 1), class = "winch_error_bad_argument")
+  for (d in list(0, -1, NA, "1", c(1, 2), Inf)) {
+    expect_error(winch_record(1, d), class = "winch_error_bad_argument")
+  }
+  for (i in list(0, 0.0001, NA, "0.1", 2)) {
+    expect_error(winch_record(1, 1, interval = i), class = "winch_error_bad_argument")
+  }
+  expect_error(winch_record(1, 1, threads = "some"), class = "winch_error_bad_argument")
+  expect_error(winch_record(1, 1, idle = NA), class = "winch_error_bad_argument")
+  expect_error(winch_record(1, 1, file = file.path(tempfile(), "x.out")), class = "winch_error_bad_argument")
+  child <- local_child_command("true")
+  expect_true(wait_exit(child$pid))
+  expect_error(winch_record(child$pid, 1), class = "winch_error_no_process")
+})
