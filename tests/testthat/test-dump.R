@@ -238,3 +238,29 @@ test_that("bad core files are refused with classed errors", {
   expect_error(winch_dump(core = c("a", "b")), class = "winch_error_bad_argument")
   expect_error(winch_dump(2, exe = "/bin/sh"), "core", class = "winch_error_bad_argument")
 })
+
+test_that("the command line installed with the package dumps a process and says how to use it", {
+  cli <- system.file("bin", "winch", package = "winch")
+  skip_if(!nzchar(cli), "winch's command line is not installed")
+  run <- function(...) {
+    out <- suppressWarnings(system2(cli, c(...), stdout = TRUE, stderr = TRUE, env = c(
+      paste0("R_LIBS=", paste(.libPaths(), collapse = ":")),
+      paste0("RSCRIPT=", file.path(R.home("bin"), "Rscript"))
+    )))
+    structure(out, status = attr(out, "status") %||% 0L)
+  }
+  child <- spin_child()
+  out <- run("dump", child$pid)
+  expect_identical(attr(out, "status"), 0L, info = paste(out, collapse = "\n"))
+  expect_true(any(grepl("^<winch_dump> process [0-9]+ \\(R [0-9.]+\\)", out)))
+  expect_true(any(grepl("cb()", out, fixed = TRUE)))
+  expect_true(any(grepl("`/wtest_burn.so`::burn_call()", out, fixed = TRUE)))
+  help <- run("help")
+  expect_identical(attr(help, "status"), 0L)
+  expect_true(any(grepl("winch record PID", help, fixed = TRUE)))
+  bad <- run("frobnicate")
+  expect_identical(attr(bad, "status"), 2L)
+  expect_true(any(grepl("unknown command", bad, fixed = TRUE)))
+  gone <- run("dump", "999999999")
+  expect_identical(attr(gone, "status"), 1L)
+})

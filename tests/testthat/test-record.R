@@ -51,7 +51,7 @@ test_that("a recording has the same stacks and labels as an in-process profile, 
 test_that("a recording ends when the process ends, and writes Rprof's file on request", {
   child <- local_r_child(burn_child_code(c(
     "file.create(ready)",
-    "r_a(0.5)"
+    "r_a(2)"
   )))
   out <- tempfile(fileext = ".out")
   t0 <- Sys.time()
@@ -123,4 +123,19 @@ test_that("bad arguments are refused before the process is touched", {
   child <- local_child_command("true")
   expect_true(wait_exit(child$pid))
   expect_error(winch_record(child$pid, 1), class = "winch_error_no_process")
+})
+
+test_that("the command line records a process into the file format its name says", {
+  cli <- system.file("bin", "winch", package = "winch")
+  skip_if(!nzchar(cli), "winch's command line is not installed")
+  child <- local_r_child(burn_child_code(c("file.create(ready)", "r_a(100)")))
+  out <- tempfile(fileext = ".pb.gz")
+  res <- suppressWarnings(system2(cli, c("record", child$pid, "-d", "1", "-o", out), stdout = TRUE, stderr = TRUE, env = c(
+    paste0("R_LIBS=", paste(.libPaths(), collapse = ":")),
+    paste0("RSCRIPT=", file.path(R.home("bin"), "Rscript"))
+  )))
+  expect_null(attr(res, "status"), info = paste(res, collapse = "\n"))
+  expect_true(file.exists(out))
+  expect_identical(readBin(out, "raw", 2L), as.raw(c(0x1f, 0x8b))) # gzip
+  expect_true(any(grepl("samples of process", res, fixed = TRUE)))
 })

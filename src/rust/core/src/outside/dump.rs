@@ -94,6 +94,9 @@ pub(super) fn check_target(pid: i32) -> Result<String> {
     }
     std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.to_string_lossy().into_owned()).map_err(|e| {
         match e.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) if super::ptrace::exiting(pid) => {
+                Error::NoProcess(format!("process {pid} has exited"))
+            }
             Some(libc::EACCES) | Some(libc::EPERM) => {
                 Error::Permission(super::ptrace::permission_advice(pid))
             }

@@ -96,6 +96,8 @@ impl Stopped {
             let e = std::io::Error::last_os_error();
             return Err(match e.raw_os_error() {
                 Some(libc::ESRCH) => Gone,
+                // An exiting thread cannot be traced either.
+                Some(libc::EPERM) if exiting(tid) => Gone,
                 Some(libc::EPERM) if tracer_of(tid).is_some_and(|t| t != 0) => Refused(Error::Busy(format!(
                     "process {} is already being traced by process {} (a debugger?): detach it first",
                     self.pid,
@@ -191,6 +193,16 @@ fn registers(tid: i32) -> Option<(usize, usize, usize)> {
     // SAFETY: PTRACE_GETREGS writes one user_regs_struct to `regs`.
     let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0, &mut regs as *mut libc::user_regs_struct) };
     (r == 0).then_some((regs.rip as usize, regs.rsp as usize, regs.rbp as usize))
+}
+
+/// Whether thread `tid` has ended or is ending (a zombie, or gone).
+pub(super) fn exiting(tid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{tid}/stat")) {
+        Ok(s) => s
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+        Err(_) => true,
+    }
 }
 
 /// The tracer of thread `tid` (`TracerPid` of its status; 0: none).

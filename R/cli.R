@@ -1,0 +1,103 @@
+# The command line installed with the package (inst/bin/winch): parses its
+# arguments, runs winch_dump() or winch_record(), prints or writes the
+# result, and exits with a status (0 done, 1 an error, 2 bad usage).
+
+cli_usage <- function() {
+  c(
+    "Usage:",
+    "  winch dump PID [--libr]                 the joint stack of every thread of process PID",
+    "  winch dump --core FILE [--exe PROGRAM]  the same from a core file",
+    "  winch record PID [-d SECONDS] [-i SECONDS] [-o FILE] [--idle] [--main]",
+    "                                          profile process PID for SECONDS (default 10);",
+    "                                          FILE ending .pb.gz: pprof, .folded: collapsed stacks,",
+    "                                          else Rprof's format; without -o, a summary is printed",
+    "  winch help"
+  )
+}
+
+cli_main <- function(args, quit = TRUE) {
+  status <- tryCatch(cli_run(args), winch_cli_usage = function(e) {
+    writeLines(c(paste("winch:", conditionMessage(e)), cli_usage()), con = stderr())
+    2L
+  }, error = function(e) {
+    writeLines(paste("winch:", conditionMessage(e)), con = stderr())
+    1L
+  })
+  if (quit) base::quit(save = "no", status = status) else status
+}
+
+cli_abort <- function(message) {
+  rlang::abort(message, class = "winch_cli_usage")
+}
+
+# The value after option `name` in `args`, or `default`; options and their
+# values are removed from `rest` (an environment's `args`).
+cli_take <- function(state, names, default = NULL, flag = FALSE) {
+  at <- which(state$args %in% names)
+  if (!length(at)) {
+    return(if (flag) FALSE else default)
+  }
+  at <- at[[1L]]
+  if (flag) {
+    state$args <- state$args[-at]
+    return(TRUE)
+  }
+  if (at == length(state$args)) cli_abort(sprintf("%s needs a value", names[[1L]]))
+  value <- state$args[[at + 1L]]
+  state$args <- state$args[-c(at, at + 1L)]
+  value
+}
+
+cli_number <- function(x, what) {
+  v <- suppressWarnings(as.numeric(x))
+  if (is.na(v)) cli_abort(sprintf("%s must be a number, not '%s'", what, x))
+  v
+}
+
+cli_run <- function(args) {
+  if (!length(args) || args[[1L]] %in% c("help", "--help", "-h")) {
+    writeLines(cli_usage())
+    return(0L)
+  }
+  state <- new.env()
+  state$args <- args[-1L]
+  switch(args[[1L]],
+    dump = {
+      libr <- cli_take(state, "--libr", flag = TRUE)
+      core <- cli_take(state, "--core")
+      exe <- cli_take(state, "--exe")
+      if (is.null(core)) {
+        if (length(state$args) != 1L) cli_abort("dump needs one PID (or --core FILE)")
+        print(winch_dump(cli_number(state$args[[1L]], "PID"), libr = libr))
+      } else {
+        if (length(state$args)) cli_abort("dump --core takes no PID")
+        print(winch_dump(core = core, exe = exe, libr = libr))
+      }
+      0L
+    },
+    record = {
+      duration <- cli_number(cli_take(state, c("-d", "--duration"), "10"), "-d")
+      interval <- cli_number(cli_take(state, c("-i", "--interval"), "0.01"), "-i")
+      out <- cli_take(state, c("-o", "--output"))
+      idle <- cli_take(state, "--idle", flag = TRUE)
+      main <- cli_take(state, "--main", flag = TRUE)
+      if (length(state$args) != 1L) cli_abort("record needs one PID")
+      pid <- cli_number(state$args[[1L]], "PID")
+      p <- winch_record(pid, duration, interval = interval, threads = if (main) "main" else "all", idle = idle)
+      if (is.null(out)) {
+        print(summary(p))
+      } else if (grepl("\\.pb(\\.gz)?$", out)) {
+        winch_write_pprof(p, out)
+      } else if (grepl("\\.(folded|collapsed)$", out)) {
+        winch_write_collapsed(p, out)
+      } else {
+        winch_write_rprof(p, out)
+      }
+      if (!is.null(out)) {
+        message(sprintf("winch: %d samples of process %d written to %s", sum(p$stacks$count), as.integer(pid), out))
+      }
+      0L
+    },
+    cli_abort(sprintf("unknown command '%s'", args[[1L]]))
+  )
+}
