@@ -149,6 +149,10 @@ impl Recorder {
         // Which threads ran since the last sample (read before they are
         // stopped: then they all show as stopped).
         let running: Option<Vec<i32>> = (!self.idle).then(|| self.running_threads());
+        // The mappings are read before the process is stopped, to keep it
+        // stopped for as short a time as can be: a module loaded between
+        // the two shows as unknown code in this sample only.
+        self.refresh_modules()?;
         let stopped = match Stopped::stop(self.pid) {
             Ok(s) => s,
             Err(Error::Unreadable(_)) => {
@@ -157,7 +161,6 @@ impl Recorder {
             }
             Err(e) => return Err(e),
         };
-        self.refresh_modules()?;
         self.seq += 1;
         let index = self.snapshots.len() - 1;
         let mem = Process { pid: self.pid };
