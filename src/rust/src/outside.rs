@@ -42,7 +42,24 @@ fn dump_value(d: &winch_core::outside::dump::Dump, libr: bool) -> RValue {
         if t.r.is_none() {
             shown.reverse(); // outermost first, as joint tables are
         }
-        let resolved = t.trace.symbolize_some(&shown);
+        let mut resolved = t.trace.symbolize_some(&shown);
+        // Function starts the symbolizer could not find (it reads this
+        // process's unwind tables) from the target's, as walked.
+        for (k, &i) in shown.iter().enumerate() {
+            let (start, module) = (t.starts[i], t.trace.frames[i].module);
+            if let (Some(m), true) = (module, start != 0 && resolved[k].iter().any(|r| r.start.is_none())) {
+                let rel = start.wrapping_sub(d.map.module(m).bias) as u64;
+                let fixed: Vec<_> = resolved[k]
+                    .iter()
+                    .cloned()
+                    .map(|mut r| {
+                        r.start = r.start.or(Some(rel));
+                        r
+                    })
+                    .collect();
+                resolved[k] = fixed.into();
+            }
+        }
         let mut table = FrameTable::in_order(&t.trace, &shown, &resolved, &t.classes, placement, true);
         if placement.is_none() {
             table.joint = true; // the same columns: no R frame to sit under

@@ -197,9 +197,18 @@ fn call(h: &impl Memory, x: usize, depth: usize, out: &mut String) {
             out.push(')');
         }
         None => {
-            out.push('(');
+            // `pkg::f(x)`, `obj$f(x)` as written; other heads (a function
+            // made on the spot, a call's result) in parentheses.
+            let plain = rheap::type_of(h, head) == Some(rheap::LANGSXP)
+                && rheap::car(h, head).is_some_and(|op| {
+                    rheap::type_of(h, op) == Some(rheap::SYMSXP)
+                        && matches!(name_of(h, op).as_deref(), Some("::" | ":::" | "$" | "@"))
+                });
+            if !plain {
+                out.push('(');
+            }
             sub(head, out);
-            out.push_str(")(");
+            out.push_str(if plain { "(" } else { ")(" });
             arg_list(h, &a, depth, out);
             out.push(')');
         }
@@ -303,6 +312,13 @@ mod tests {
         let c = heap.call(f, &[many]);
         let m = &heap;
         assert_eq!(call_text(&m, c).unwrap(), "f(`<int[3]>`)");
+        let (colons, stats, fft) = (heap.symbol("::"), heap.symbol("stats"), heap.symbol("fft"));
+        let head = heap.call(colons, &[stats, fft]);
+        let qualified = heap.call(head, &[x]);
+        let anon = heap.call(inner, &[x]);
+        let m = &heap;
+        assert_eq!(call_text(&m, qualified).unwrap(), "stats::fft(x)");
+        assert_eq!(call_text(&m, anon).unwrap(), "(f(x, 1L))(x)");
         assert_eq!(call_text(&m, x), None, "a symbol is not a call");
     }
 

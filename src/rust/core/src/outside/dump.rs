@@ -31,6 +31,9 @@ pub struct ThreadDump {
     pub name: String,
     /// Its native frames, innermost first, and their classes.
     pub trace: NativeTrace,
+    /// The start of each frame's function from the target's unwind tables
+    /// (absolute; 0 where none covers it).
+    pub starts: Vec<usize>,
     pub classes: Vec<Class>,
     /// R's main thread: the R calls (outermost first, as source text; None
     /// where a call could not be written), their labels, and where the
@@ -170,13 +173,14 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
         let stack = stack_of(&src.ranges, mem, t.regs.1);
         let (frames, end) = walk(&snap, t.regs, &stack);
         let trace = native_trace(&map, &frames, end);
+        let starts = frames.iter().take(trace.frames.len()).map(|f| f.start).collect();
         let modules: Vec<Option<usize>> = trace.frames.iter().map(|f| f.module).collect();
         let classes = view::classify(&map, &modules, known, trace.truncated.is_none());
         let r_frames = match &r {
             Some(r) if k == main => Some(read_r(r, mem, &trace, &classes, &stack)),
             _ => None,
         };
-        threads.push(ThreadDump { tid: t.tid, name: t.name.clone(), trace, classes, r: r_frames });
+        threads.push(ThreadDump { tid: t.tid, name: t.name.clone(), trace, starts, classes, r: r_frames });
     }
     // The main thread first.
     if main != 0 && main < threads.len() {

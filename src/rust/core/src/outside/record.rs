@@ -106,6 +106,11 @@ impl Recorder {
             .filter(|m| m.offset == 0 && !m.path.is_empty())
             .map(|m| (m.start, m.end, m.path.clone()))
             .collect();
+        // An exiting process (a zombie) has no mappings left: it is gone,
+        // and its last modules stay the ones its samples are named by.
+        if seen.is_empty() {
+            return Err(Error::NoProcess(format!("process {} has exited", self.pid)));
+        }
         let changed = seen != self.seen;
         self.maps = maps;
         if !changed && !self.snapshots.is_empty() {
@@ -334,7 +339,7 @@ impl Recorder {
 }
 
 impl Recorder {
-    /// The threads that used the CPU for at least a fifth of the time
+    /// The threads that used the CPU for at least a twentieth of the time
     /// since the last sample (their scheduler's run time, in
     /// nanoseconds); where that is not known yet, those running now. A
     /// thread's state alone misleads: a thread woken by the last sample's
@@ -351,7 +356,7 @@ impl Recorder {
                 .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
             let before = ran.and_then(|r| self.run_ns.insert(tid, r));
             let running = match (ran, before) {
-                (Some(r), Some(b)) => r.saturating_sub(b) * 5 >= elapsed,
+                (Some(r), Some(b)) => r.saturating_sub(b) * 20 >= elapsed,
                 _ => std::fs::read_to_string(format!("{base}/stat"))
                     .ok()
                     .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('R')))
