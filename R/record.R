@@ -10,12 +10,14 @@
 #'
 #' Each sample stops every thread of the process for as long as it takes
 #' to read it (as [winch_dump()] does: `PTRACE_SEIZE` and
-#' `PTRACE_INTERRUPT`, no signal, then detached): typically 0.1 to 1 ms
-#' per sample, depending on the depth of its stacks and the number of its
-#' threads, so at the default 100 samples a second the process runs at
-#' about 95 to 99 % of its speed (see `bench/record.R`). Between samples it
-#' is not traced at all: an interrupt of the recording R session (or an
-#' error) leaves it running untouched.
+#' `PTRACE_INTERRUPT`, no signal, then detached): about 0.5 ms for a
+#' single-threaded R process (more with deeper stacks and more threads), so
+#' at the default 100 samples a second it runs about 1 % slower (measured
+#' by `bench/outside.R`). On a machine whose cores are all busy, a stopped
+#' process may wait for a core to go on, and a sample can cost it several
+#' milliseconds: use a longer `interval` there. Between samples it is not
+#' traced at all: an interrupt of the recording R session (or an error)
+#' leaves it running untouched.
 #'
 #' By default only threads running at the moment of a sample are sampled
 #' (the profile is of CPU time, as `winch_profile()`'s default); with `idle

@@ -385,18 +385,21 @@ test_that("a loop in a promise is shown where it runs and named after the code i
   assign(".winch_test_h", function(expr) expr, envir = globalenv())
   for (jit in c(0L, 3L)) {
     old <- compiler::enableJIT(jit)
-    p <- eval(quote(winch::winch_profile(.winch_test_h({
+    # (Byte code runs the loop about ten times as fast as the AST.)
+    n <- if (jit > 0L) 3e7 else 3e6
+    p <- eval(bquote(winch::winch_profile(.winch_test_h({
       x <- 0
-      for (i in 1:3e6) x <- x + i
+      for (i in 1:.(n)) x <- x + i
     }), interval = 0.002)), globalenv())
     compiler::enableJIT(old)
     stacks <- stack_labels(p)
-    with_loop <- stacks[vapply(stacks, function(s) "[for]" %in% s, NA)]
-    expect_gt(length(with_loop), length(stacks) / 2, label = paste("samples in the loop, JIT", jit))
-    expect_true(all(vapply(with_loop, function(s) s[[match("[for]", s) + 1L]] == ".winch_test_h", NA)),
+    in_loop <- vapply(stacks, function(s) "[for]" %in% s, NA)
+    expect_gt(sum(p$stacks$count[in_loop]), sum(p$stacks$count) / 2, label = paste("samples in the loop, JIT", jit))
+    expect_true(all(vapply(stacks[in_loop], function(s) s[[match("[for]", s) + 1L]] == ".winch_test_h", NA)),
       label = paste("[for] under h, JIT", jit))
+    # (The JIT compiler's own loops may show while it compiles the loop.)
     loops <- unique(unlist(lapply(stacks, function(s) grep("\\[for\\]$", s, value = TRUE))))
-    expect_identical(loops, "[for]", label = paste("loops, JIT", jit))
+    expect_false(any(grepl("winch_test_h", loops, fixed = TRUE)), label = paste("loops, JIT", jit))
   }
   # The AST interpreter (JIT off) runs a promise made in k in k's
   # environment: k's loop, under g.
