@@ -23,9 +23,11 @@
 #' (the profile is of CPU time, as `winch_profile()`'s default); with `idle
 #' = TRUE` every thread at every sample (elapsed time: waiting shows).
 #'
-#' Loop frames, `<GC>` frames and source lines are not read from outside
-#' yet; R frames are labelled as `Rprof()` labels them. Permissions are
-#' those of [winch_dump()].
+#' R frames are labelled as `Rprof()` labels them, and garbage collection
+#' is a `<GC>` frame under the R code that allocated, as in-process. Loop
+#' frames and source lines are not read from outside yet, nor R's table of
+#' registered routines (functions of stripped libraries that only it
+#' names stay `+0x...`). Permissions are those of [winch_dump()].
 #'
 #' @param pid The process id: one positive whole number, not this R
 #'   process's own (use [winch_profile()] for that).

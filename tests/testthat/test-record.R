@@ -139,3 +139,18 @@ test_that("the command line records a process into the file format its name says
   expect_identical(readBin(out, "raw", 2L), as.raw(c(0x1f, 0x8b))) # gzip
   expect_true(any(grepl("samples of process", res, fixed = TRUE)))
 })
+
+test_that("garbage collection in the recorded process is a <GC> frame under the code that allocated", {
+  child <- local_r_child(c(
+    "work <- function() repeat x <- lapply(1:2000, function(i) numeric(50))",
+    "file.create(ready)",
+    "work()"
+  ))
+  p <- winch_record(child$pid, duration = 2)
+  stacks <- stack_labels(p)
+  in_gc <- vapply(stacks, function(s) "<GC>" %in% s, NA)
+  expect_true(any(in_gc))
+  expect_true(all(vapply(stacks[in_gc], function(s) s[[1L]] == "<GC>" && "work" %in% s, NA)))
+  # The collector's own functions are not shown.
+  expect_false(any(grepl("R_gc|RunGenCollect", unlist(stacks))))
+})

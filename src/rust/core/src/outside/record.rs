@@ -37,6 +37,9 @@ pub struct Recorder {
     snapshots: Vec<Box<Snapshot>>,
     r: Option<TargetR>,
     syms: Symbols,
+    /// The start of R's garbage collector in the process (0: unknown):
+    /// its frames become one `<GC>`.
+    gc_start: usize,
     labels: Labels,
     /// Labels of calls whose function is a symbol, by symbol (symbols live
     /// as long as the process).
@@ -74,6 +77,7 @@ impl Recorder {
             snapshots: Vec::new(),
             r: None,
             syms: Symbols::default(),
+            gc_start: 0,
             labels: Labels::new(),
             by_symbol: HashMap::new(),
             collected: Collected::default(),
@@ -87,6 +91,8 @@ impl Recorder {
             last_check: Instant::now(),
             note: None,
         };
+        // Run times now, before the first stop wakes sleeping threads.
+        r.running_threads();
         // The first look: refusals and a process that is not there show
         // now, as errors.
         let stopped = Stopped::stop(pid)?;
@@ -143,7 +149,9 @@ impl Recorder {
             .as_ref()
             .and_then(|r| map.module(r.libr).segments.iter().find(|s| s.exec))
             .map_or(0, |s| s.start);
-        self.snapshots.push(Box::new(Snapshot::of(Modules::of_process(map, interp, &mem))));
+        let snap = Snapshot::of(Modules::of_process(map, interp, &mem));
+        self.gc_start = self.r.as_ref().and_then(|r| gc_start(r, &snap, &mem)).unwrap_or(0);
+        self.snapshots.push(Box::new(snap));
         Ok(())
     }
 
@@ -259,6 +267,9 @@ impl Recorder {
             (true, Some(l)) => (0..n).rev().find(|&i| frames[i].module == Some(l)).map_or(n, |i| i + 1),
             _ => n,
         };
+        // Inside the garbage collector: its frames become one `<GC>`.
+        let gc_at =
+            (self.gc_start != 0).then(|| frames.iter().position(|f| f.start == self.gc_start)).flatten();
         let mut rec = vec![flags | (1 << 8) | (spent << 32), SNAPSHOT | index as u64, self.seq, context];
         let mut k = 0;
         #[allow(clippy::needless_range_loop)] // i == n: the records beyond the last frame
@@ -267,7 +278,11 @@ impl Recorder {
                 rec.push(R | records[k].1 as u64);
                 k += 1;
             }
-            if i < n && i < host_from && !is_interp(snap, &frames[i]) {
+            if gc_at == Some(i) {
+                rec.push(R | crate::profile::labels::GC as u64);
+            } else if gc_at.is_some_and(|g| i < g) {
+                // The collector's own frames.
+            } else if i < n && i < host_from && !is_interp(snap, &frames[i]) {
                 rec.push(native(i, &frames[i]));
             }
         }
@@ -368,6 +383,18 @@ impl Recorder {
         }
         out
     }
+}
+
+/// The start of the target's garbage collector: the target of `R_gc`'s
+/// first call, if that is a function start of R's library.
+fn gc_start(r: &TargetR, snap: &Snapshot, mem: &impl Memory) -> Option<usize> {
+    let mut code = [0u8; 48];
+    if r.r_gc == 0 || !mem.read(r.r_gc, &mut code) {
+        return None;
+    }
+    let target = crate::r::learn::first_call_target(r.r_gc, &code)?;
+    (snap.map.module_of(target) == Some(r.libr) && snap.function_start(target) == Some(target))
+        .then_some(target)
 }
 
 fn is_interp(snap: &Snapshot, f: &Frame) -> bool {

@@ -163,16 +163,20 @@ pub struct TargetR {
     /// (`R_DoubleColonSymbol`, `R_TripleColonSymbol`, `R_DollarSymbol`,
     /// `R_Bracket2Symbol`; 0 where absent).
     pub symbol_vars: [usize; 4],
+    /// The function `R_gc` (0: not found): its first call is the start of
+    /// R's garbage collector (see `r::learn::gc_start`).
+    pub r_gc: usize,
 }
 
 /// The variables a dump reads, by name, from the dynamic symbol table.
-const VARIABLES: [&str; 6] = [
+const VARIABLES: [&str; 7] = [
     "R_GlobalContext",
     "R_NilValue",
     "R_DoubleColonSymbol",
     "R_TripleColonSymbol",
     "R_DollarSymbol",
     "R_Bracket2Symbol",
+    "R_gc",
 ];
 
 /// Finds R in the target: the module exporting `R_GlobalContext` (libR, or
@@ -187,7 +191,7 @@ pub fn find_r(modules: &[Module], r_home: Option<&str>) -> Result<Option<TargetR
         let Ok(data) = std::fs::read(&m.path) else { continue };
         let Ok(file) = object::File::parse(&*data) else { continue };
         use object::{Object, ObjectSymbol};
-        let mut found = [0usize; 6];
+        let mut found = [0usize; VARIABLES.len()];
         for sym in file.dynamic_symbols() {
             if let Some(k) = sym.name().ok().and_then(|n| VARIABLES.iter().position(|v| *v == n)) {
                 if sym.is_definition() {
@@ -220,6 +224,7 @@ pub fn find_r(modules: &[Module], r_home: Option<&str>) -> Result<Option<TargetR
             global_context: found[0],
             nil_var: found[1],
             symbol_vars: [found[2], found[3], found[4], found[5]],
+            r_gc: found[6],
         }));
     }
     Ok(None)
