@@ -355,13 +355,23 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
     let link = if s.main_context.load(Ordering::Acquire) == context {
         seq
     } else {
-        if start.saturating_sub(s.requested_ns.load(Ordering::Relaxed)) >= s.interval_ns
-            && s.requested.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        let since = start.saturating_sub(s.requested_ns.load(Ordering::Relaxed));
+        // A request unanswered for four intervals was lost (the kernel may
+        // refuse to queue a signal): another may go, or no thread would
+        // ever be joined again.
+        let lost = since >= 4 * s.interval_ns;
+        if since >= s.interval_ns
+            && (s.requested.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                || lost)
         {
+            s.requested.store(true, Ordering::Release);
             s.requested_ns.store(start, Ordering::Relaxed);
             // SAFETY: tgkill to R's main thread of this process; the signal
             // is ours and handled.
-            unsafe { libc::syscall(libc::SYS_tgkill, s.pid, s.main_tid, s.signal) };
+            let sent = unsafe { libc::syscall(libc::SYS_tgkill, s.pid, s.main_tid, s.signal) };
+            if sent != 0 {
+                s.requested.store(false, Ordering::Release);
+            }
         }
         seq + 1
     };
