@@ -229,9 +229,12 @@ impl Collected {
     fn settle(&mut self, p: &Pending, last: bool) -> bool {
         let parent = match self.mains.get(&p.link) {
             Some(&(context, i)) if context == p.context && context != 0 => Some(i),
-            Some(_) => None,
+            Some(_) => self.next_in(p),
             None if p.link > self.last_main && !last => return false,
-            None => None,
+            // The sample asked for never came (the request was lost, or the
+            // sample was not kept): one of the next few taken in the same
+            // record of R's will do.
+            None => self.next_in(p),
         };
         match parent {
             Some(i) => {
@@ -245,6 +248,18 @@ impl Collected {
             }
         }
         true
+    }
+
+    /// The first of R's main thread's next few samples after `p`'s link
+    /// taken while R's innermost record was `p`'s.
+    fn next_in(&self, p: &Pending) -> Option<usize> {
+        if p.context == 0 {
+            return None;
+        }
+        (p.link + 1..=p.link + 64).find_map(|seq| match self.mains.get(&seq) {
+            Some(&(context, i)) if context == p.context => Some(i),
+            _ => None,
+        })
     }
 
     /// Settles the samples of other threads whose main thread's sample has
@@ -351,6 +366,13 @@ mod tests {
         c.settle_pending(true);
         assert_eq!(c.alone, 2);
         assert_eq!(c.thread_order, vec![5, 6]);
+        // The sample asked for never came, but one of the next ones was
+        // taken in the same record of R's: under it.
+        c.absorb(&worker(5, 11, 0x400));
+        c.absorb(&main(12, 0x400, 0x30));
+        c.settle_pending(false);
+        assert_eq!((c.joined, c.alone), (3, 2));
+        assert_eq!(c.counts(&under(5, 0x30)).unwrap().weight, 1);
     }
 
     #[test]
