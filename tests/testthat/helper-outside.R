@@ -82,3 +82,20 @@ run_as_nobody <- function(code) {
     file.path(R.home("bin"), "Rscript"), "--vanilla", file
   ), stdout = TRUE, stderr = TRUE, env = paste0("R_LIBS=", paste(.libPaths(), collapse = ":"))))
 }
+
+# A child whose main thread sleeps in wait() while a thread it started
+# (threads.c's detached one) spins; skips the test when the fixture cannot
+# be compiled.
+local_threads_child <- function(frame = parent.frame()) {
+  threads <- tryCatch(
+    build_clib("wtest_threads", "threads.c", flags = "-g -O1 -fopenmp", ldflags = "-fopenmp -pthread"),
+    error = function(e) NULL
+  )
+  skip_if(is.null(threads), "the threads fixture could not be compiled (gcc with -fopenmp needed)")
+  local_r_child(c(
+    sprintf("dyn.load(%s)", deparse(threads$path)),
+    "invisible(.Call('thr_detach', 1e6, PACKAGE = 'wtest_threads'))",
+    "wait <- function() { file.create(ready); Sys.sleep(100) }",
+    "wait()"
+  ), frame = frame)
+}

@@ -89,17 +89,7 @@ test_that("a non-R process is dumped with native frames only", {
 })
 
 test_that("other threads of the process are listed with their native frames", {
-  threads <- tryCatch(
-    build_clib("wtest_threads", "threads.c", flags = "-g -O1 -fopenmp", ldflags = "-fopenmp -pthread"),
-    error = function(e) NULL
-  )
-  skip_if(is.null(threads), "the threads fixture could not be compiled (gcc with -fopenmp needed)")
-  child <- local_r_child(c(
-    sprintf("dyn.load(%s)", deparse(threads$path)),
-    "invisible(.Call('thr_detach', 1e6, PACKAGE = 'wtest_threads'))",
-    "wait <- function() { file.create(ready); Sys.sleep(100) }",
-    "wait()"
-  ))
+  child <- local_threads_child()
   d <- winch_dump(child$pid)
   expect_gte(length(d), 2L)
   expect_identical(dump_lines(d$main)[1:2], c("wait()", "Sys.sleep(100)"))

@@ -63,17 +63,7 @@ test_that("a recording ends when the process ends, and writes Rprof's file on re
 })
 
 test_that("other threads are recorded under [thread_N]; idle = TRUE samples waiting threads too", {
-  threads <- tryCatch(
-    build_clib("wtest_threads", "threads.c", flags = "-g -O1 -fopenmp", ldflags = "-fopenmp -pthread"),
-    error = function(e) NULL
-  )
-  skip_if(is.null(threads), "the threads fixture could not be compiled (gcc with -fopenmp needed)")
-  child <- local_r_child(c(
-    sprintf("dyn.load(%s)", deparse(threads$path)),
-    "invisible(.Call('thr_detach', 1e6, PACKAGE = 'wtest_threads'))",
-    "wait <- function() { file.create(ready); Sys.sleep(100) }",
-    "wait()"
-  ))
+  child <- local_threads_child()
   p <- winch_record(child$pid, duration = 1)
   stacks <- stack_labels(p)
   spin <- vapply(stacks, function(s) "/wtest_threads.so::detached_main" %in% s, NA)

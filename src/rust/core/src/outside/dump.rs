@@ -11,7 +11,7 @@ use crate::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
 use crate::memory::{Memory, Process};
 use crate::modules::ModuleMap;
 use crate::r::context::RContext;
-use crate::r::heap::{self as rheap, Symbols};
+use crate::r::heap as rheap;
 use crate::trace::{NativeFrame, NativeTrace};
 use crate::unwind::walk::{End, Frame, Modules, Snapshot};
 use crate::unwind::Backend;
@@ -303,12 +303,7 @@ fn read_r(r: &TargetR, mem: &impl Memory, trace: &NativeTrace, classes: &[Class]
     };
     // Function records, outermost first (sys.calls()'s order).
     let functions: Vec<RContext> = records.iter().rev().filter(|c| c.is_function()).copied().collect();
-    let syms = Symbols {
-        double_colon: mem.word(r.symbol_vars[0]).unwrap_or(0),
-        triple_colon: mem.word(r.symbol_vars[1]).unwrap_or(0),
-        dollar: mem.word(r.symbol_vars[2]).unwrap_or(0),
-        bracket2: mem.word(r.symbol_vars[3]).unwrap_or(0),
-    };
+    let syms = r.symbols(mem);
     let mut calls = Vec::with_capacity(functions.len());
     let mut labels = Vec::with_capacity(functions.len());
     for c in &functions {

@@ -137,12 +137,7 @@ impl Recorder {
             }
         }
         if let Some(r) = &self.r {
-            self.syms = Symbols {
-                double_colon: mem.word(r.symbol_vars[0]).unwrap_or(0),
-                triple_colon: mem.word(r.symbol_vars[1]).unwrap_or(0),
-                dollar: mem.word(r.symbol_vars[2]).unwrap_or(0),
-                bracket2: mem.word(r.symbol_vars[3]).unwrap_or(0),
-            };
+            self.syms = r.symbols(&mem);
         }
         let interp = self
             .r

@@ -168,6 +168,20 @@ pub struct TargetR {
     pub r_gc: usize,
 }
 
+impl TargetR {
+    /// The symbols labels are made with, read from their variables in
+    /// `mem` (0 for one that cannot be read).
+    pub fn symbols(&self, mem: &impl Memory) -> crate::r::heap::Symbols {
+        let sym = |k: usize| mem.word(self.symbol_vars[k]).unwrap_or(0);
+        crate::r::heap::Symbols {
+            double_colon: sym(0),
+            triple_colon: sym(1),
+            dollar: sym(2),
+            bracket2: sym(3),
+        }
+    }
+}
+
 /// The variables a dump reads, by name, from the dynamic symbol table.
 const VARIABLES: [&str; 7] = [
     "R_GlobalContext",
