@@ -14,7 +14,12 @@
 #' (`Sys.sleep()`, reading a socket) is resumed. Its memory is read with
 #' `process_vm_readv()`; native frames are unwound with the unwind tables
 #' of the images it loaded, and named from the files on disk (debug files
-#' and debuginfod as for in-process traces). R's state is found through
+#' and debuginfod as for in-process traces), and, for entry points of
+#' stripped libraries, from the process's own table of routines registered
+#' with R (read from its memory, checked before it is used, and given only
+#' to a function starting exactly at a registered address, as in-process).
+#' The vDSO's functions are named from this process's vDSO (the same
+#' kernel's). R's state is found through
 #' the dynamic symbols of its `libR.so` (which must be the file the
 #' process loaded: their build-ids are compared) and its version from that
 #' R's `Rversion.h`. R's frames are read from its context chain and shown

@@ -23,11 +23,29 @@
 #' (the profile is of CPU time, as `winch_profile()`'s default); with `idle
 #' = TRUE` every thread at every sample (elapsed time: waiting shows).
 #'
-#' R frames are labelled as `Rprof()` labels them, and garbage collection
-#' is a `<GC>` frame under the R code that allocated, as in-process. Loop
-#' frames and source lines are not read from outside yet, nor R's table of
-#' registered routines (functions of stripped libraries that only it
-#' names stay `+0x...`). Permissions are those of [winch_dump()].
+#' Each sample of R's main thread is read the way [winch_profile()] reads
+#' its own samples (the same code, over the other process's memory): R
+#' frames labelled as `Rprof()` labels them, native frames in place, loops
+#' as frames (`f[for]`), garbage collection as a `<GC>` frame under the R
+#' code that allocated, and with `lines = TRUE` source positions. Loops are
+#' named by kind, and byte code's loops seen at all, with what this R
+#' session learns about its own R (as [winch_profile()] does): that holds
+#' when the process runs the same build of R (the same build-id of
+#' `libR.so`, as when both run the same installation; the `winch` command
+#' uses the R it is installed in). Another build of R: AST loops are
+#' `[loop]`, and byte code's loops are not shown. Native frames are named
+#' as [winch_dump()] names them. Permissions are those of [winch_dump()].
+#'
+#' A thread is sampled where the kernel stops it, which favours the points
+#' right after system calls: code that makes a system call every few
+#' microseconds is seen at its system calls more often than it is there: a
+#' C loop that reads a CPU
+#' clock (`clock_gettime()` of a thread's CPU time, a system call) a few
+#' million times a second showed all its samples in the vDSO's
+#' `__vdso_clock_gettime`, where `perf` and [winch_profile()] (sampling in
+#' the process, on its own CPU clock) put over 90 % in the loop itself.
+#' Totals (the time under each R call and native function) are not
+#' affected; self time at such call sites is.
 #'
 #' @param pid The process id: one positive whole number, not this R
 #'   process's own (use [winch_profile()] for that).
@@ -38,6 +56,9 @@
 #'   format as well.
 #' @param threads `"all"` (default) or `"main"` (R's main thread only).
 #' @param idle Sample threads that are not running too?
+#' @param loops Show R's loops as frames (see [winch_profile()])?
+#' @param lines Record source positions (where the process's R code was
+#'   parsed with `keep.source = TRUE`)? Written to `file` too.
 #' @return A `winch_profile`. Its `target` element holds the process's
 #'   `pid`, whether it `ended` during the recording, the number of samples
 #'   `missed` (the process could not be stopped in time, or no thread was
@@ -50,7 +71,8 @@
 #' winch_write_pprof(p, "server.pb.gz")
 #' }
 #' @export
-winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = c("all", "main"), idle = FALSE) {
+winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = c("all", "main"), idle = FALSE,
+                         loops = TRUE, lines = FALSE) {
   pid <- check_pid(pid)
   if (!is.numeric(duration) || length(duration) != 1L || is.na(duration) || !is.finite(duration) || duration <= 0) {
     abort_bad_argument("`duration` must be one positive number of seconds.")
@@ -64,12 +86,18 @@ winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = 
   }
   threads <- threads[[1L]]
   check_flag(idle)
+  check_flag(loops)
+  check_flag(lines)
   check_path(file, null_ok = TRUE)
   check_writable(file)
   sync_options(capture_throws = FALSE)
+  if (loops || lines) {
+    # What is learnt about this R holds for a process running the same build.
+    learn_loops()
+  }
   usage <- target_usage(pid)
   started <- Sys.time()
-  check_result(rs_record_start(pid, interval, threads, idle))
+  check_result(rs_record_start(pid, interval, threads, idle, loops, lines))
   on.exit(rs_record_discard(), add = TRUE)
   ended <- FALSE
   next_at <- started
@@ -92,7 +120,7 @@ winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = 
   raw <- check_result(rs_record_stop())
   usage_end <- if (ended) usage else target_usage(pid)
   session <- list(
-    opts = list(loops = FALSE, lines = FALSE, threads = threads),
+    opts = list(loops = loops, lines = lines, threads = threads),
     usage = usage, gc_counter = list(count = function() NA_real_)
   )
   p <- new_winch_profile(raw, session, usage_end = usage_end, gc_time = c(NA_real_, NA_real_, NA_real_))

@@ -43,7 +43,7 @@ test_that("the dump of a child stuck in native code under R -> C -> R is its exa
       "`/wtest_burn.so`::burn_b()"
     ), label = paste("JIT", jit))
     rest <- lines[-(1:5)]
-    expect_true(all(grepl("^`/(wtest_burn.so`::thread_cpu|libc.so.6|\\[vdso\\])", rest)), info = paste(rest, collapse = "\n"))
+    expect_true(all(grepl("^`/(wtest_burn.so`::thread_cpu|libc.so.6|linux-vdso.so.1)", rest)), info = paste(rest, collapse = "\n"))
     expect_identical(attr(main, "native"), c(FALSE, TRUE, FALSE, FALSE, rep(TRUE, length(lines) - 4L)))
     expect_identical(attr(main, "status"), c("r", "exact", "r", "r", rep("exact", length(lines) - 4L)))
     # It goes on running, not stopped.
@@ -199,6 +199,31 @@ core_of_spin_child <- function(frame = parent.frame()) {
   }
   NULL
 }
+
+test_that("a stripped library's entry point is named from the process's registration table", {
+  skip_without_tools("strip")
+  # Built as installed packages are (hidden, registered, stripped), and
+  # never loaded here: only the child's own table can name st_entry.
+  name <- "wtest_out_stripped"
+  lib <- build_fixture(name, "stripped.c",
+    flags = "-g -O2 -fvisibility=hidden",
+    prelude = sprintf("#define INIT_NAME R_init_%s", name)
+  )
+  run_tool("strip", c("--strip-all", shQuote(lib$path)))
+  child <- local_r_child(c(
+    sprintf("dll <- dyn.load(%s)", deparse(lib$path)),
+    "entry <- getNativeSymbolInfo('st_entry', PACKAGE = dll)",
+    "spin <- function() { file.create(ready); repeat NULL }",
+    ".Call(entry, spin, environment())"
+  ))
+  expect_false(name %in% names(getLoadedDLLs()))
+  lines <- dump_lines(winch_dump(child$pid)$main)
+  at <- match(sprintf("`/%s.so`::st_entry()", name), lines)
+  expect_false(is.na(at), label = paste(lines, collapse = "\n"))
+  expect_identical(lines[at + 2L], "(`<fn>`)()") # st_helper between them, unnamed
+  p <- winch_record(child$pid, duration = 0.5, interval = 0.01)
+  expect_true(any(vapply(stack_labels(p), function(s) sprintf("/%s.so::st_entry", name) %in% s, NA)))
+})
 
 test_that("a core file is dumped as the process was: R's calls with native frames in place", {
   core <- core_of_spin_child()

@@ -31,8 +31,8 @@ test_that("a recording has the same stacks and labels as an in-process profile, 
   expect_gt(sum(p$stacks$count), 50)
   A <- "/wtest_burn.so::burn_a"
   B <- "/wtest_burn.so::burn_b"
-  expect_setequal(paths_from(p, A), path(A, "r_a", "work"))
-  expect_setequal(paths_from(p, B), path(B, "r_b", "work"))
+  expect_setequal(paths_from(p, A), path(A, "r_a", "work[repeat]", "work"))
+  expect_setequal(paths_from(p, B), path(B, "r_b", "work[repeat]", "work"))
   a <- seconds_in(p, A)
   b <- seconds_in(p, B)
   expect_gt(a + b, 0.8 * sum(p$stacks$count) * p$interval)
@@ -47,6 +47,92 @@ test_that("a recording has the same stacks and labels as an in-process profile, 
   expect_output(print(p), "samples of CPU time")
   expect_output(print(summary(p)), "By function")
 })
+
+# The R part of each sample of an Rprof file written with lines = TRUE
+# that holds `leaf`: from the first R frame out, positions as "path#line"
+# (file numbers differ between files).
+r_parts <- function(out, leaf) {
+  lines <- readLines(out)
+  files <- lines[startsWith(lines, "#File ")]
+  paths <- setNames(
+    normalizePath(sub("^#File [0-9]+: ", "", files), mustWork = FALSE),
+    sub("^#File ([0-9]+): .*$", "\\1", files)
+  )
+  samples <- lines[-1L][!startsWith(lines[-1L], "#")]
+  samples <- samples[grepl(leaf, samples, fixed = TRUE)]
+  parts <- vapply(samples, function(s) {
+    tok <- regmatches(s, gregexpr('([0-9]+#[0-9]+ )?"[^"]*"', s))[[1L]]
+    first_r <- which(!grepl('"/', tok, fixed = TRUE))[1L]
+    if (is.na(first_r)) return(NA_character_)
+    tok <- tok[first_r:length(tok)]
+    num <- sub("^([0-9]+)#.*$", "\\1", tok)
+    has <- grepl("^[0-9]+#", tok)
+    tok[has] <- paste0(paths[num[has]], substring(tok[has], nchar(num[has]) + 1L))
+    paste(tok, collapse = " ")
+  }, "", USE.NAMES = FALSE)
+  sort(unique(parts[!is.na(parts)]))
+}
+
+# R code with loops, in a file sourced with keep.source = TRUE, AST or byte
+# code: recorded from outside and profiled in this process, the same R
+# frames, loops and lines.
+for (mode in c("ast", "bytecode")) {
+  test_that(paste0("loops and source lines are read from outside as in-process (", mode, ")"), {
+    src <- tempfile(fileext = ".R")
+    writeLines(c(
+      "r_a <- function(t) .Call(\"burn_a\", t, PACKAGE = \"wtest_burn\")",
+      "r_b <- function(t) .Call(\"burn_b\", t, PACKAGE = \"wtest_burn\")",
+      "work <- function(n) {",
+      "  for (i in seq_len(n)) {",
+      "    r_a(0.03)",
+      "    j <- 0",
+      "    while (j < 1) {",
+      "      j <- j + 1",
+      "      r_b(0.01)",
+      "    }",
+      "  }",
+      "}"
+    ), src)
+    setup <- c(
+      if (mode == "ast") "compiler::enableJIT(0L)",
+      sprintf("e <- new.env(); sys.source(%s, envir = e, keep.source = TRUE)", deparse(src)),
+      if (mode == "bytecode") "for (f in c('r_a', 'r_b', 'work')) e[[f]] <- compiler::cmpfun(e[[f]])"
+    )
+    child <- local_r_child(c(
+      sprintf("dyn.load(%s)", deparse(burn$path)),
+      setup,
+      "file.create(ready)",
+      "work <- e$work",
+      "work(1e6)"
+    ))
+    rec <- tempfile(fileext = ".out")
+    p <- winch_record(child$pid, duration = 2, interval = 0.01, file = rec, lines = TRUE)
+    expect_true(p$options$lines)
+    A <- "/wtest_burn.so::burn_a"
+    B <- "/wtest_burn.so::burn_b"
+    expect_setequal(paths_from(p, A), path(A, "r_a", "work[for]", "work"))
+    expect_setequal(paths_from(p, B), path(B, "r_b", "work[while]", "work[for]", "work"))
+
+    # The same code in this process.
+    dyn.load(burn$path)
+    on.exit(dyn.unload(burn$path), add = TRUE)
+    old <- compiler::enableJIT(if (mode == "ast") 0L else compiler::enableJIT(-1L))
+    on.exit(compiler::enableJIT(old), add = TRUE)
+    e <- new.env()
+    sys.source(src, envir = e, keep.source = TRUE)
+    if (mode == "bytecode") for (f in c("r_a", "r_b", "work")) e[[f]] <- compiler::cmpfun(e[[f]])
+    here <- tempfile(fileext = ".out")
+    work <- e$work
+    winch_profile(work(12), file = here, interval = 0.01, lines = TRUE)
+    for (leaf in c("burn_a", "burn_b")) {
+      expect_identical(r_parts(rec, leaf), r_parts(here, leaf), label = paste("recorded", leaf))
+    }
+    # Positions are the file's lines: r_a's .Call, work's call of r_a.
+    at <- function(line, label) paste0(normalizePath(src), "#", line, " \"", label, "\"")
+    expect_match(r_parts(rec, "burn_a"), at(1, "r_a"), fixed = TRUE)
+    expect_match(r_parts(rec, "burn_a"), at(5, "work"), fixed = TRUE)
+  })
+}
 
 test_that("a recording ends when the process ends, and writes Rprof's file on request", {
   child <- local_r_child(burn_child_code(c(

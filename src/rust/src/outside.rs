@@ -10,6 +10,7 @@ use winch_core::error::{Error, Result};
 use winch_core::outside::record::Recorder;
 use winch_core::profile::build;
 use winch_core::profile::model::Event;
+use winch_core::symbolizer;
 use winch_core::view::{self, View};
 
 /// The joint stack of every thread of process `pid`, read from outside
@@ -32,6 +33,8 @@ pub fn rs_dump_core(path: Arg, exe: Arg, libr: Arg) -> Result<RValue> {
 }
 
 fn dump_value(d: &winch_core::outside::dump::Dump, libr: bool) -> RValue {
+    // The names R's registration table gives that process's routines.
+    symbolizer::with_global(|s| s.add_registered_in(&d.map, d.routines.clone()));
     let mut threads = Vec::with_capacity(d.threads.len());
     for t in &d.threads {
         let (view, placement) = match &t.r {
@@ -104,16 +107,26 @@ fn recording() -> std::sync::MutexGuard<'static, Option<(Recorder, Event, u64)>>
 /// Starts recording process `pid` every `interval` seconds (the ticks are
 /// R's to call): all threads or R's main thread (`threads`), idle threads
 /// too or not (`idle`).
-pub fn rs_record_start(pid: Arg, interval: Arg, threads: Arg, idle: Arg) -> Result<RValue> {
+pub fn rs_record_start(
+    pid: Arg,
+    interval: Arg,
+    threads: Arg,
+    idle: Arg,
+    loops: Arg,
+    lines: Arg,
+) -> Result<RValue> {
     let pid = pid.int()?;
     let interval_ns = (interval.number()? * 1e9).round() as u64;
     let all = threads.string()? == "all";
     let idle = idle.flag()?;
+    let how = (loops.flag()?, lines.flag()?);
     let mut current = recording();
     if current.is_some() {
         return Err(Error::Busy("a recording is running already: stop it first".into()));
     }
-    let r = Recorder::start(pid, all, idle)?;
+    // What this session learnt about its own R holds for a target running
+    // the same build (see `winch_core::r::learn::moved`).
+    let r = Recorder::start(pid, all, idle, how, crate::rstate::libr_addr())?;
     let event = if idle { Event::Elapsed } else { Event::Cpu };
     *current = Some((r, event, interval_ns));
     Ok(true.into())
@@ -140,7 +153,11 @@ pub fn rs_record_stop() -> Result<RValue> {
         return Err(Error::BadArgument("no recording is running".into()));
     };
     let (missed, note) = (r.missed, r.note.clone());
+    let routines = r.routines.clone();
     let finished = r.finish();
+    if let Some(map) = &finished.modules_now {
+        symbolizer::with_global(|s| s.add_registered_in(map, routines));
+    }
     let (profile, stats) = build::build(&finished, event, interval_ns);
     let mut value = crate::profile::to_r(&profile, &stats);
     if let RValue::List(ref mut fields) = value {

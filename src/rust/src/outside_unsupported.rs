@@ -15,7 +15,14 @@ pub fn rs_dump(_pid: Arg, _libr: Arg) -> Result<RValue> {
 pub fn rs_dump_core(_path: Arg, _exe: Arg, _libr: Arg) -> Result<RValue> {
     unavailable()
 }
-pub fn rs_record_start(_pid: Arg, _interval: Arg, _threads: Arg, _idle: Arg) -> Result<RValue> {
+pub fn rs_record_start(
+    _pid: Arg,
+    _interval: Arg,
+    _threads: Arg,
+    _idle: Arg,
+    _loops: Arg,
+    _lines: Arg,
+) -> Result<RValue> {
     unavailable()
 }
 pub fn rs_record_tick() -> Result<RValue> {

@@ -235,7 +235,18 @@ pub fn add_debug_file(
 /// files under `debug_roots` (normally `/usr/lib/debug`).
 pub fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {
     if !module.has_file {
-        return ModuleInfo::empty(Status::NoFile);
+        // The vDSO has no file, but its image is this process's own vDSO
+        // where the build-ids agree (one kernel: every process's is the
+        // same), and its symbols name its functions.
+        return match own_vdso().filter(|_| module.build_id.is_some()) {
+            Some((image, id)) if Some(id) == module.build_id.as_ref() => {
+                match object::File::parse(&image[..]) {
+                    Ok(obj) => load_parsed(module, &[], obj, None),
+                    Err(_) => ModuleInfo::empty(Status::NoFile),
+                }
+            }
+            _ => ModuleInfo::empty(Status::NoFile),
+        };
     }
     let path = Path::new(&module.path);
     let file = match File::open(path) {
@@ -263,6 +274,28 @@ pub fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {
             Err(e) => ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),
         }
     }
+}
+
+/// A copy of this process's vDSO image and its build-id (read once).
+fn own_vdso() -> Option<&'static (Vec<u8>, Vec<u8>)> {
+    static VDSO: std::sync::OnceLock<Option<(Vec<u8>, Vec<u8>)>> = std::sync::OnceLock::new();
+    VDSO.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: getauxval has no preconditions.
+            let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+            if base == 0 {
+                return None;
+            }
+            let (lo, hi) = crate::memory::mapping_containing(base)?;
+            let image = crate::memory::copy(base, hi.checked_sub(base).filter(|_| lo <= base)?)?;
+            let id = object::File::parse(&image[..]).ok()?.build_id().ok()??.to_vec();
+            Some((image, id))
+        }
+        #[cfg(not(target_os = "linux"))]
+        None
+    })
+    .as_ref()
 }
 
 /// Files up to this size are read into memory whole.

@@ -82,6 +82,9 @@ pub struct ModuleMap {
     index: Vec<(usize, usize, usize, bool)>,
     /// Unique per map built in this process (caches keyed on a map use it).
     serial: u64,
+    /// The modules of another process (or of a core file): their images
+    /// are not in this process's memory, only their files are.
+    foreign: bool,
 }
 
 /// Where an address falls.
@@ -104,7 +107,20 @@ impl ModuleMap {
         index.sort_by_key(|&(start, end, _, _)| (start, end));
         static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        ModuleMap { modules, index, serial }
+        ModuleMap { modules, index, serial, foreign: false }
+    }
+
+    /// The map of another process's (or a core file's) modules: see
+    /// [`ModuleMap::is_foreign`].
+    pub fn of_other_process(modules: Vec<Module>) -> ModuleMap {
+        ModuleMap { foreign: true, ..ModuleMap::new(modules) }
+    }
+
+    /// Whether the modules are another process's: what is read of them
+    /// comes from their files, never from this process's memory at their
+    /// addresses.
+    pub fn is_foreign(&self) -> bool {
+        self.foreign
     }
 
     pub fn serial(&self) -> u64 {

@@ -10,11 +10,13 @@
 //! * [`deparse`]: R calls read from its memory as R source;
 //! * [`dump`]: every thread's native frames and R's frames placed among
 //!   them;
-//! * [`record`]: sampling it, into the profiler's records.
+//! * [`record`]: sampling it, into the profiler's records;
+//! * [`registration`]: R's table of registered native routines there.
 
 pub mod core_file;
 pub mod deparse;
 pub mod dump;
 pub mod ptrace;
 pub mod record;
+pub mod registration;
 pub mod target;

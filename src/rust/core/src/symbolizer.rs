@@ -163,8 +163,10 @@ pub struct Symbolizer {
     /// bytes they hold.
     starts: HashMap<u32, (Option<EhTables>, usize)>,
     frames: HashMap<(u32, u64), Arc<[Resolved]>>,
-    /// R's registered native routines: absolute address to name.
-    registered: HashMap<usize, Arc<str>>,
+    /// R's registered native routines: this process's, and those read
+    /// from other processes (see `outside::registration`).
+    registered: Routines,
+    other_registered: Routines,
     /// debuginfod: the session's state (kept while turned off, so that
     /// misses stay remembered), whether it is on, and the modules still to
     /// try (their capture's time ran out before their turn).
@@ -224,7 +226,8 @@ impl Symbolizer {
             infos: HashMap::new(),
             starts: HashMap::new(),
             frames: HashMap::new(),
-            registered: HashMap::new(),
+            registered: Routines::default(),
+            other_registered: Routines::default(),
             debuginfod: None,
             debuginfod_on: false,
             pending: HashSet::new(),
@@ -305,12 +308,26 @@ impl Symbolizer {
     /// Sets R's registered native routines (absolute address, name); a
     /// change forgets the resolutions made with the old table.
     pub fn set_registered(&mut self, routines: Vec<(usize, String)>) {
-        let new: HashMap<usize, Arc<str>> =
-            routines.into_iter().filter(|(a, _)| *a != 0).map(|(a, n)| (a, Arc::from(n))).collect();
+        let new = Routines::of(&crate::modules::current(), routines);
         if new != self.registered {
             self.registered = new;
             self.frames.clear();
         }
+    }
+
+    /// Adds the registered routines of another process whose modules are
+    /// `map` (absolute address there, name): they name that process's
+    /// frames only (a table is per module load: its path and bias).
+    pub fn add_registered_in(&mut self, map: &ModuleMap, routines: Vec<(usize, String)>) {
+        let new = Routines::of(map, routines);
+        if new.0.iter().all(|(k, v)| self.other_registered.0.get(k) == Some(v)) {
+            return;
+        }
+        if self.other_registered.0.len() + new.0.len() > MAX_OTHER_ROUTINES {
+            self.other_registered.0.clear();
+        }
+        self.other_registered.0.extend(new.0);
+        self.frames.clear();
     }
 
     /// Turns fetching from debuginfod servers on or off; `fetcher` is used
@@ -482,13 +499,19 @@ impl Symbolizer {
             .starts
             .entry(id)
             .or_insert_with(|| {
-                let (tables, held) = heap::measure(|| EhTables::of_loaded(module));
+                let (tables, held) = heap::measure(|| {
+                    if map.is_foreign() {
+                        EhTables::of_file(module)
+                    } else {
+                        EhTables::of_loaded(module)
+                    }
+                });
                 (tables, held.max(0) as usize)
             })
             .0;
         let start =
             tables.as_ref().and_then(|t| t.function_start((probe as usize).wrapping_add(module.bias)));
-        name_registered(&mut r, start, &self.registered);
+        name_registered(&mut r, module, start, &[&self.registered, &self.other_registered]);
         for f in r.iter_mut() {
             f.start = start.map(|s| s.wrapping_sub(module.bias) as u64);
         }
@@ -550,8 +573,7 @@ impl Symbolizer {
                 .values()
                 .map(|(t, held)| (*held).max(t.as_ref().map_or(0, |t| t.heap_bytes())))
                 .sum::<usize>();
-        let registered_bytes = heap::table(self.registered.capacity(), size_of::<(usize, Arc<str>)>())
-            + self.registered.values().map(|n| heap::chunk(16 + n.len())).sum::<usize>();
+        let registered_bytes = self.registered.heap_bytes() + self.other_registered.heap_bytes();
         // The module index: keys, boxes, the small tables.
         let index_bytes = heap::table(self.ids.capacity(), size_of::<(ModuleKey, u32)>())
             + self
@@ -585,14 +607,52 @@ fn resolved_bytes(r: &[Resolved], capacity: usize) -> usize {
         + r.iter().map(|f| heap::unique_str(&f.func) + heap::unique_str(&f.file)).sum::<usize>()
 }
 
+/// Registered routines, by the module load they are in (its bias) and
+/// their absolute address, with the module's path and the name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Routines(HashMap<(usize, usize), (Arc<str>, Arc<str>)>);
+
+/// Bound on the routines kept from other processes; past it the table
+/// restarts.
+const MAX_OTHER_ROUTINES: usize = 1_000_000;
+
+impl Routines {
+    /// The routines (absolute address, name) that lie in modules of `map`.
+    fn of(map: &ModuleMap, routines: Vec<(usize, String)>) -> Routines {
+        let mut paths: HashMap<usize, Arc<str>> = HashMap::new();
+        let mut out = HashMap::new();
+        for (addr, name) in routines.into_iter().filter(|(a, _)| *a != 0) {
+            let Some(i) = map.module_of(addr) else { continue };
+            let path = paths.entry(i).or_insert_with(|| Arc::from(map.module(i).path.as_str())).clone();
+            out.insert((map.module(i).bias, addr), (path, Arc::from(name)));
+        }
+        Routines(out)
+    }
+
+    /// The name of the routine at `start` in `module`.
+    fn get(&self, module: &Module, start: usize) -> Option<&Arc<str>> {
+        self.0.get(&(module.bias, start)).filter(|(path, _)| **path == *module.path).map(|(_, name)| name)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn heap_bytes(&self) -> usize {
+        heap::table(self.0.capacity(), std::mem::size_of::<((usize, usize), (Arc<str>, Arc<str>))>())
+            + self.0.values().map(|(_, n)| heap::chunk(16 + n.len())).sum::<usize>()
+    }
+}
+
 /// Names the physical frame of `r` (its last entry) after the registered
-/// routine whose address is `start`, the absolute start of its function,
-/// when nothing else named it. An address inside a function is never named
-/// after the entry point that called it: only an exact start matches.
-fn name_registered(r: &mut [Resolved], start: Option<usize>, registered: &HashMap<usize, Arc<str>>) {
+/// routine whose address is `start`, the absolute start of its function in
+/// `module`, when nothing else named it. An address inside a function is
+/// never named after the entry point that called it: only an exact start
+/// matches.
+fn name_registered(r: &mut [Resolved], module: &Module, start: Option<usize>, tables: &[&Routines]) {
     let (Some(last), Some(start)) = (r.last_mut(), start) else { return };
     if last.func.is_none() {
-        if let Some(name) = registered.get(&start) {
+        if let Some(name) = tables.iter().find_map(|t| t.get(module, start)) {
             last.func = Some(name.clone());
             last.source = Some(Source::Registration);
         }
@@ -729,23 +789,36 @@ mod tests {
 
     #[test]
     fn registered_names_only_at_an_exact_start() {
-        let registered: HashMap<usize, Arc<str>> = [(0x5000usize, Arc::from("entry"))].into_iter().collect();
+        let map = ModuleMap::new(vec![Module::synthetic("/lib/pkg.so", 0x4000, 0x8000, false)]);
+        let m = map.module(0);
+        let registered = Routines::of(&map, vec![(0x5000, "entry".into()), (0x9000, "elsewhere".into())]);
+        assert_eq!(registered.len(), 1, "a routine outside every module is left out");
         let mut r = vec![Resolved::unnamed()];
-        name_registered(&mut r, Some(0x5000), &registered);
+        name_registered(&mut r, m, Some(0x5000), &[&registered]);
         assert_eq!(r[0].func.as_deref(), Some("entry"));
         assert_eq!(r[0].source, Some(Source::Registration));
         // A helper the entry point called (another start), or an address no
         // unwind entry covers: no name.
         for start in [Some(0x5100), None] {
             let mut r = vec![Resolved::unnamed()];
-            name_registered(&mut r, start, &registered);
+            name_registered(&mut r, m, start, &[&registered]);
             assert_eq!(r[0].func, None);
         }
         // A name from the symbol tables is kept.
         let mut r =
             vec![Resolved { func: Some("real".into()), source: Some(Source::Dynsym), ..Resolved::unnamed() }];
-        name_registered(&mut r, Some(0x5000), &registered);
+        name_registered(&mut r, m, Some(0x5000), &[&registered]);
         assert_eq!(r[0].func.as_deref(), Some("real"));
+        // The same address in another process's load of another file (or
+        // of the same file at another address): no name.
+        for other in [
+            Module::synthetic("/lib/other.so", 0x4000, 0x8000, false),
+            Module::synthetic("/lib/pkg.so", 0x3000, 0x8000, false),
+        ] {
+            let mut r = vec![Resolved::unnamed()];
+            name_registered(&mut r, &other, Some(0x5000), &[&registered]);
+            assert_eq!(r[0].func, None);
+        }
     }
 
     #[cfg(target_os = "linux")]

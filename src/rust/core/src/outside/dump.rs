@@ -58,6 +58,8 @@ pub struct Dump {
     /// be read.
     pub note: Option<String>,
     pub threads: Vec<ThreadDump>,
+    /// R's registered native routines there (absolute address, name).
+    pub routines: Vec<(usize, String)>,
 }
 
 /// Dumps process `pid`: stops it, reads every thread, lets it go on.
@@ -157,7 +159,7 @@ struct Source<'a, M: Memory> {
 fn read<M: Memory>(src: &Source<M>) -> Dump {
     let (pid, mem) = (src.pid, &src.mem);
     let modules = target::modules(&src.maps, mem, &src.exe);
-    let map = Arc::new(ModuleMap::new(modules));
+    let map = Arc::new(ModuleMap::of_other_process(modules));
     let (r, note) = match target::find_r(map.modules(), src.r_home.as_deref()) {
         Ok(r) => (r, None),
         Err(e) => (None, Some(e.to_string())),
@@ -187,7 +189,11 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
         let m = threads.remove(main);
         threads.insert(0, m);
     }
-    Dump { pid, map, r, note, threads }
+    let routines = r
+        .as_ref()
+        .map(|r| super::registration::routines(mem, &map, r.libr, r.get_dll_info))
+        .unwrap_or_default();
+    Dump { pid, map, r, note, threads, routines }
 }
 
 /// A copy of the stack a thread runs on: `[lo, hi)` and its bytes.
@@ -197,7 +203,36 @@ pub(super) struct Stack {
     bytes: Vec<u8>,
 }
 
+/// A thread's copied stack in front of the rest of its process's memory:
+/// reads inside the copy come from it (the stack as the thread left it
+/// when it stopped, read once), others from `rest`.
+pub(super) struct Behind<'a, M: Memory> {
+    pub stack: &'a Stack,
+    pub rest: &'a M,
+}
+
+impl<M: Memory> Memory for Behind<'_, M> {
+    fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
+        match addr.checked_sub(self.stack.lo) {
+            Some(off) if addr.checked_add(buf.len()).is_some_and(|e| e <= self.stack.hi) => {
+                buf.copy_from_slice(&self.stack.bytes[off..off + buf.len()]);
+                true
+            }
+            _ => self.rest.read(addr, buf),
+        }
+    }
+
+    fn bulk(&self) -> bool {
+        self.rest.bulk()
+    }
+}
+
 impl Stack {
+    /// The addresses copied, `[lo, hi)`.
+    pub(super) fn range(&self) -> (usize, usize) {
+        (self.lo, self.hi)
+    }
+
     fn word(&self, a: usize) -> Option<usize> {
         let off = a.checked_sub(self.lo)?;
         let b = self.bytes.get(off..off.checked_add(8)?)?;

@@ -5,18 +5,19 @@
 //! exactly as an in-process one: R's main thread's R frames with native
 //! frames in place, other threads under `[thread N]`.
 
-use super::dump::{native_walk, read_chain, stack_of};
+use super::dump::{native_walk, stack_of, Behind};
 use super::ptrace::{task_ids, thread_name, Stopped};
 use super::target::{self, MapsLine, TargetR};
 use crate::error::{Error, Result};
-use crate::interleave;
-use crate::memory::{Memory, Process};
+use crate::memory::{Memory, Process, Ranges};
 use crate::modules::ModuleMap;
-use crate::profile::collect::{Collected, TRUNCATED_NATIVE, TRUNCATED_R, WORKER};
-use crate::profile::labels::Labels;
-use crate::profile::sampler::{EXACT_IP, IP_MASK, NATIVE, R, SNAPSHOT, TID_SHIFT};
+use crate::profile::collect::{Collected, TRUNCATED_NATIVE, WORKER};
+use crate::profile::sampler::{
+    self, BcFacts, LineFacts, RFacts, Reads, Region, Scratch, EXACT_IP, IP_MASK, NATIVE, SNAPSHOT, TID_SHIFT,
+};
 use crate::profile::session::Finished;
-use crate::r::heap::{self as rheap, Symbols};
+use crate::r::bcode::BcSymbols;
+use crate::r::learn;
 use crate::unwind::walk::{Frame, Modules, Snapshot};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +28,12 @@ pub struct Recorder {
     pid: i32,
     all_threads: bool,
     idle: bool,
+    /// Show loops as frames; record source positions.
+    with_loops: bool,
+    lines: bool,
+    /// This session's R (its load bias and build-id): what it learnt
+    /// about itself holds for a target running the same build.
+    own_r: Option<(usize, Vec<u8>)>,
     exe: String,
     /// The modules as last seen (the offset-0 mappings of `/proc/PID/maps`)
     /// and the snapshots made of them, the current one last.
@@ -36,14 +43,11 @@ pub struct Recorder {
     #[allow(clippy::vec_box)]
     snapshots: Vec<Box<Snapshot>>,
     r: Option<TargetR>,
-    syms: Symbols,
-    /// The start of R's garbage collector in the process (0: unknown):
-    /// its frames become one `<GC>`.
-    gc_start: usize,
-    labels: Labels,
-    /// Labels of calls whose function is a symbol, by symbol (symbols live
-    /// as long as the process).
-    by_symbol: HashMap<usize, u32>,
+    /// What R's main thread's samples are read with (None: the process
+    /// is not R, or its R cannot be read).
+    facts: Option<RFacts>,
+    /// The sampler's buffers, and the labels of R frames.
+    scratch: Box<Scratch>,
     collected: Collected,
     seq: u64,
     started: SystemTime,
@@ -59,27 +63,47 @@ pub struct Recorder {
     last_check: Instant,
     /// Why R's frames are not in the samples, if they are not.
     pub note: Option<String>,
+    /// R's registered native routines (absolute address, name), read while
+    /// the process was stopped, after its modules last changed.
+    pub routines: Vec<(usize, String)>,
+    routines_stale: bool,
 }
 
 impl Recorder {
     /// Starts recording process `pid`: its threads' stacks with `threads`
     /// (all, or R's main thread only); with `idle`, threads that are not
-    /// running too.
-    pub fn start(pid: i32, all_threads: bool, idle: bool) -> Result<Recorder> {
+    /// running too; loops as frames with `with_loops`, source positions
+    /// with `lines`. `own_r`: an address in this session's R (see
+    /// [`learn::moved`]), 0 for none.
+    pub fn start(
+        pid: i32,
+        all_threads: bool,
+        idle: bool,
+        (with_loops, lines): (bool, bool),
+        own_r: usize,
+    ) -> Result<Recorder> {
         let exe = super::dump::check_target(pid)?;
+        let own_r = (own_r != 0)
+            .then(|| {
+                let map = crate::modules::current();
+                let m = map.module(map.module_of(own_r)?);
+                Some((m.bias, m.build_id.clone()?))
+            })
+            .flatten();
         let mut r = Recorder {
             pid,
             all_threads,
             idle,
+            with_loops,
+            lines,
+            own_r,
             exe,
             seen: Vec::new(),
             maps: Vec::new(),
             snapshots: Vec::new(),
             r: None,
-            syms: Symbols::default(),
-            gc_start: 0,
-            labels: Labels::new(),
-            by_symbol: HashMap::new(),
+            facts: None,
+            scratch: Box::default(),
             collected: Collected::default(),
             seq: 0,
             started: SystemTime::now(),
@@ -90,6 +114,8 @@ impl Recorder {
             run_ns: HashMap::new(),
             last_check: Instant::now(),
             note: None,
+            routines: Vec::new(),
+            routines_stale: true,
         };
         // Run times now, before the first stop wakes sleeping threads.
         r.running_threads();
@@ -97,6 +123,7 @@ impl Recorder {
         // now, as errors.
         let stopped = Stopped::stop(pid)?;
         r.refresh_modules()?;
+        r.read_routines();
         drop(stopped);
         Ok(r)
     }
@@ -124,7 +151,7 @@ impl Recorder {
         }
         self.seen = seen;
         let mem = Process { pid: self.pid };
-        let map = Arc::new(ModuleMap::new(target::modules(&self.maps, &mem, &self.exe)));
+        let map = Arc::new(ModuleMap::of_other_process(target::modules(&self.maps, &mem, &self.exe)));
         let r_home = target::environment_value(self.pid, "R_HOME");
         match target::find_r(map.modules(), r_home.as_deref()) {
             Ok(r) => {
@@ -136,16 +163,14 @@ impl Recorder {
                 self.r = None;
             }
         }
-        if let Some(r) = &self.r {
-            self.syms = r.symbols(&mem);
-        }
         let interp = self
             .r
             .as_ref()
             .and_then(|r| map.module(r.libr).segments.iter().find(|s| s.exec))
             .map_or(0, |s| s.start);
         let snap = Snapshot::of(Modules::of_process(map, interp, &mem));
-        self.gc_start = self.r.as_ref().and_then(|r| gc_start(r, &snap, &mem)).unwrap_or(0);
+        self.facts = self.r.as_ref().map(|r| self.facts_of(r, &snap, &mem));
+        self.routines_stale = true;
         self.snapshots.push(Box::new(snap));
         Ok(())
     }
@@ -170,6 +195,7 @@ impl Recorder {
             Err(e) => return Err(e),
         };
         self.seq += 1;
+        self.read_routines();
         let index = self.snapshots.len() - 1;
         let mem = Process { pid: self.pid };
         let mut took = 0;
@@ -187,24 +213,43 @@ impl Recorder {
             let snap = &self.snapshots[index];
             let ranges: Vec<(usize, usize)> = self.maps.iter().map(|m| (m.start, m.end)).collect();
             let stack = stack_of(&ranges, &mem, t.regs.1);
+            let spent = || started.elapsed().as_nanos().min(u32::MAX as u128) as u64;
+            if let (true, Some(facts)) = (main, self.facts.as_mut()) {
+                // As the in-process sampler composes a sample, over the
+                // copied stack and the process's memory.
+                facts.ranges.stack = stack.range();
+                let behind = Behind { stack: &stack, rest: &mem };
+                let context = behind.word(facts.base.global_context).unwrap_or(0) as u64;
+                let reads = Reads { heap: &behind, chain: &behind };
+                let made = sampler::compose(
+                    t.regs,
+                    0,
+                    (snap, index as u32),
+                    (self.seq, context),
+                    facts,
+                    &reads,
+                    &mut self.scratch,
+                );
+                let record = self.scratch.record(made.len);
+                record[0] = made.flags | (1 << 8) | (spent() << 32);
+                self.collected.absorb(record);
+                took += 1;
+                continue;
+            }
             let (frames, end) = native_walk(snap, t.regs, &stack);
             let truncated = if end.is_none() { 0 } else { TRUNCATED_NATIVE };
-            let spent = started.elapsed().as_nanos().min(u32::MAX as u128) as u64;
-            let record = if main {
-                self.main_record(&mem, &frames, truncated, index, spent)
-            } else {
-                let mut rec = vec![
-                    WORKER | truncated | (1 << 8) | (spent << 32),
-                    SNAPSHOT | index as u64 | (t.tid as u64) << TID_SHIFT,
-                    self.seq,
-                    0,
-                ];
-                let snap = &self.snapshots[index];
-                rec.extend(
-                    frames.iter().enumerate().filter(|(_, f)| !is_interp(snap, f)).map(|(i, f)| native(i, f)),
-                );
-                rec
-            };
+            // Native frames only: R's main thread of a process whose R
+            // cannot be read (or that is not R), and other threads.
+            let (kind, tid) = if main { (0, 0) } else { (WORKER, (t.tid as u64) << TID_SHIFT) };
+            let mut record = vec![
+                kind | truncated | (1 << 8) | (spent() << 32),
+                SNAPSHOT | index as u64 | tid,
+                self.seq,
+                0,
+            ];
+            record.extend(
+                frames.iter().enumerate().filter(|(_, f)| !is_interp(snap, f)).map(|(i, f)| native(i, f)),
+            );
             self.collected.absorb(&record);
             took += 1;
         }
@@ -213,96 +258,6 @@ impl Recorder {
             self.missed += 1;
         }
         Ok(())
-    }
-
-    /// R's main thread's record: its R frames with its native frames in
-    /// place, innermost first.
-    fn main_record(
-        &mut self,
-        mem: &Process,
-        frames: &[Frame],
-        truncated: u64,
-        index: usize,
-        spent: u64,
-    ) -> Vec<u64> {
-        let mut flags = truncated;
-        let sps: Vec<usize> = frames.iter().map(|f| f.sp).collect();
-        let n = frames.len();
-        // Function records, innermost first, with the native frame each
-        // sits in.
-        let mut records: Vec<(usize, u32)> = Vec::new();
-        let mut context = 0u64;
-        if let Some(r) = self.r.clone() {
-            match read_chain(&r, mem) {
-                Ok(chain) => {
-                    context = chain.first().map_or(0, |c| c.addr as u64);
-                    let range = (sps.first().copied().unwrap_or(0), usize::MAX);
-                    for c in chain.iter().filter(|c| c.is_function()) {
-                        let at = match interleave::owner_index(&sps, c.addr) {
-                            Some(i) => i,
-                            None => match c.runner(range).and_then(|a| interleave::owner_index(&sps, a)) {
-                                Some(i) => i,
-                                None => interleave::UNKNOWN,
-                            },
-                        };
-                        let label = self.label(mem, c.call);
-                        records.push((at, label));
-                    }
-                    if !interleave::settle_anchors(&mut records, |r| &mut r.0) {
-                        flags |= TRUNCATED_R;
-                    }
-                }
-                Err(_) => flags |= TRUNCATED_R,
-            }
-        }
-        let snap = &self.snapshots[index];
-        let libr = snap.libr;
-        // The program around R: frames further out than R's outermost.
-        let host_from = match (truncated == 0, libr) {
-            (true, Some(l)) => (0..n).rev().find(|&i| frames[i].module == Some(l)).map_or(n, |i| i + 1),
-            _ => n,
-        };
-        // Inside the garbage collector: its frames become one `<GC>`.
-        let gc_at =
-            (self.gc_start != 0).then(|| frames.iter().position(|f| f.start == self.gc_start)).flatten();
-        let mut rec = vec![flags | (1 << 8) | (spent << 32), SNAPSHOT | index as u64, self.seq, context];
-        let mut k = 0;
-        #[allow(clippy::needless_range_loop)] // i == n: the records beyond the last frame
-        for i in 0..=n {
-            while k < records.len() && (records[k].0 <= i || (i == n && records[k].0 >= n)) {
-                rec.push(R | records[k].1 as u64);
-                k += 1;
-            }
-            if gc_at == Some(i) {
-                rec.push(R | crate::profile::labels::GC as u64);
-            } else if gc_at.is_some_and(|g| i < g) {
-                // The collector's own frames.
-            } else if i < n && i < host_from && !is_interp(snap, &frames[i]) {
-                rec.push(native(i, &frames[i]));
-            }
-        }
-        rec
-    }
-
-    /// The label id of a call, as `Rprof()` labels it.
-    fn label(&mut self, mem: &Process, call: usize) -> u32 {
-        let mut buf = rheap::Buf::default();
-        match rheap::call_head(mem, call) {
-            Some(rheap::Head::Symbol(sym)) => {
-                if let Some(&id) = self.by_symbol.get(&sym) {
-                    return id;
-                }
-                rheap::label(mem, &self.syms, sym, &mut buf);
-                let id = self.labels.intern(buf.as_bytes());
-                self.by_symbol.insert(sym, id);
-                id
-            }
-            Some(rheap::Head::Other(f)) => {
-                rheap::label(mem, &self.syms, f, &mut buf);
-                self.labels.intern(buf.as_bytes())
-            }
-            None => crate::profile::labels::ANONYMOUS,
-        }
     }
 
     /// Ends the recording: what the profile is built from.
@@ -331,7 +286,7 @@ impl Recorder {
         Finished {
             modules_now,
             collected: self.collected,
-            labels: self.labels,
+            labels: self.scratch.take_labels(),
             snapshots: self.snapshots,
             handler_runs: self.seq,
             dropped: 0,
@@ -349,6 +304,50 @@ impl Recorder {
 }
 
 impl Recorder {
+    /// What R's main thread's samples are read with: R's variables in the
+    /// target, and what this session learnt about its own R where the
+    /// target runs the same build (loops named by kind, byte code's
+    /// loops); otherwise AST loops are `[loop]` and byte code's are not
+    /// seen. R's symbols for `while`, `repeat` and `filename` are not
+    /// exported: they are told by name (see `rheap::is_symbol`).
+    fn facts_of(&self, r: &TargetR, snap: &Snapshot, mem: &Process) -> RFacts {
+        let base = r.facts(mem);
+        let libr = snap.map.module(r.libr);
+        let moved = match (&self.own_r, &libr.build_id) {
+            (Some((bias, id)), Some(target)) if id == target => learn::moved(libr.bias.wrapping_sub(*bias)),
+            _ => learn::Moved::default(),
+        };
+        let bc = moved.bc_frames.map(|loop_frames| BcFacts {
+            syms: BcSymbols { for_: 0, while_: 0, repeat: 0, class: base.class_symbol },
+            loop_frames,
+            ops: moved.ops,
+        });
+        let srcfile = if r.srcfile_var == 0 { 0 } else { mem.word(r.srcfile_var).unwrap_or(0) };
+        RFacts {
+            base,
+            ranges: Ranges::default(),
+            loops: moved.loops,
+            bc,
+            lines: (self.lines && srcfile != 0)
+                .then_some(LineFacts { srcfile_sym: srcfile, filename_sym: 0 }),
+            with_loops: self.with_loops,
+            keep_libr: false,
+            gc_start: gc_start(r, snap, mem).unwrap_or(0),
+            region: Region::All,
+        }
+    }
+
+    /// Reads R's registration table (the process stopped) if the modules
+    /// changed since it was read.
+    fn read_routines(&mut self) {
+        let (Some(r), Some(snap)) = (&self.r, self.snapshots.last()) else { return };
+        if self.routines_stale {
+            let mem = Process { pid: self.pid };
+            self.routines = super::registration::routines(&mem, &snap.map, r.libr, r.get_dll_info);
+            self.routines_stale = false;
+        }
+    }
+
     /// The threads that used the CPU for at least a twentieth of the time
     /// since the last sample (their scheduler's run time, in
     /// nanoseconds); where that is not known yet, those running now. A

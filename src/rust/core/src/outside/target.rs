@@ -47,6 +47,9 @@ fn parse_line(line: &str) -> Option<MapsLine> {
     })
 }
 
+/// The name the dynamic loader gives the vDSO.
+pub const VDSO_NAME: &str = "linux-vdso.so.1";
+
 /// The modules of a process: every ELF image mapped from offset 0 of a
 /// file (and the vDSO), described from its headers in `mem`. `exe` is the
 /// process's executable (`/proc/PID/exe`).
@@ -63,7 +66,8 @@ pub fn modules(maps: &[MapsLine], mem: &impl Memory, exe: &str) -> Vec<Module> {
         if out.iter().any(|o| o.bias == module.bias && o.path == m.path) {
             continue;
         }
-        module.path = m.path.clone();
+        // (The vDSO under the loader's name, as in-process.)
+        module.path = if vdso { VDSO_NAME.to_string() } else { m.path.clone() };
         module.has_file = !vdso;
         module.is_main = !vdso && m.path == exe;
         module.mapped = (m.ino != 0).then_some(MappedFile { dev: m.dev, ino: m.ino });
@@ -166,6 +170,14 @@ pub struct TargetR {
     /// The function `R_gc` (0: not found): its first call is the start of
     /// R's garbage collector (see `r::learn::gc_start`).
     pub r_gc: usize,
+    /// The variables `R_Srcref`, `R_InBCInterpreter`, `R_ClassSymbol` and
+    /// `R_SrcfileSymbol` (0 where absent).
+    pub srcref_var: usize,
+    pub in_bc_var: usize,
+    pub class_var: usize,
+    pub srcfile_var: usize,
+    /// The function `R_getDllInfo` (0: not found): see `registration`.
+    pub get_dll_info: usize,
 }
 
 impl TargetR {
@@ -180,10 +192,34 @@ impl TargetR {
             bracket2: sym(3),
         }
     }
+
+    /// The facts a sample of R's main thread is read with (see
+    /// `profile::sampler`), read from `mem`: the target's own addresses of
+    /// R's variables and symbols. What only the running R can give (its
+    /// thread, its stack's bounds, winch's own library) is left 0.
+    pub fn facts(&self, mem: &impl Memory) -> crate::r::Facts {
+        let value = |var: usize| if var == 0 { 0 } else { mem.word(var).unwrap_or(0) };
+        crate::r::Facts {
+            version: self.version,
+            layout: self.layout,
+            main_thread: 0,
+            interpreter_addr: 0,
+            own_addr: 0,
+            global_context: self.global_context,
+            cstack_vars: [0; 3],
+            node_stack: None,
+            data: [(0, 0); 4],
+            symbols: self.symbols(mem),
+            nil: value(self.nil_var),
+            srcref_var: self.srcref_var,
+            in_bc: value(self.in_bc_var),
+            class_symbol: value(self.class_var),
+        }
+    }
 }
 
 /// The variables a dump reads, by name, from the dynamic symbol table.
-const VARIABLES: [&str; 7] = [
+const VARIABLES: [&str; 12] = [
     "R_GlobalContext",
     "R_NilValue",
     "R_DoubleColonSymbol",
@@ -191,6 +227,11 @@ const VARIABLES: [&str; 7] = [
     "R_DollarSymbol",
     "R_Bracket2Symbol",
     "R_gc",
+    "R_Srcref",
+    "R_InBCInterpreter",
+    "R_ClassSymbol",
+    "R_SrcfileSymbol",
+    "R_getDllInfo",
 ];
 
 /// Finds R in the target: the module exporting `R_GlobalContext` (libR, or
@@ -239,6 +280,11 @@ pub fn find_r(modules: &[Module], r_home: Option<&str>) -> Result<Option<TargetR
             nil_var: found[1],
             symbol_vars: [found[2], found[3], found[4], found[5]],
             r_gc: found[6],
+            srcref_var: found[7],
+            in_bc_var: found[8],
+            class_var: found[9],
+            srcfile_var: found[10],
+            get_dll_info: found[11],
         }));
     }
     Ok(None)

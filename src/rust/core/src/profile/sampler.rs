@@ -30,7 +30,7 @@ use super::collect::{TRUNCATED_NATIVE, TRUNCATED_R};
 use super::labels::{self, Labels};
 use super::ring::Ring;
 use crate::interleave;
-use crate::memory::Ranges;
+use crate::memory::{Memory, Ranges};
 use crate::r::bcode::{self, BcSymbols, LoopPath, OpTable};
 use crate::r::heap as rheap;
 use crate::r::layout::CTXT_LOOP;
@@ -245,9 +245,64 @@ pub fn sample(
     s: &mut Scratch,
     ring: &Ring,
 ) -> Outcome {
-    let mut flags = flags;
     prefetch_last_contexts(&s.memo, r.base.layout.call);
-    let read_stack = |a: usize| r.ranges.stack_word(a);
+    // R's objects in place; its records and the stack in place, inside the
+    // ranges where R keeps them.
+    let mem = Reads { heap: &crate::memory::Objects, chain: &r.ranges };
+    let made = compose(regs, flags, (snap, index), (seq, context), r, &mem, s);
+    if made.outside {
+        return Outcome { flags: made.flags, frames: 0, pushed: false, outside: true };
+    }
+    let spent = now_ns().saturating_sub(started_ns);
+    s.record[0] = made.flags | (weight.min(0xff_ffff) << 8) | (spent.min(u32::MAX as u64) << 32);
+    let pushed = ring.push(&s.record[..made.len]);
+    Outcome { flags: made.flags, frames: made.len - PREFIX, pushed, outside: false }
+}
+
+/// Where a sample reads R: its objects (`heap`), and its context records
+/// and the main thread's stack (`chain`, whose stack part is the range
+/// `RFacts::ranges` names). In a signal handler both read in place (see
+/// [`sample`]); from outside, both read another process (see
+/// `outside::record`).
+pub struct Reads<'a, H: Memory, C: Memory> {
+    pub heap: &'a H,
+    pub chain: &'a C,
+}
+
+impl<H: Memory, C: Memory> Reads<'_, H, C> {
+    /// An aligned word of the main thread's stack.
+    #[inline]
+    fn stack_word(&self, r: &RFacts, a: usize) -> Option<usize> {
+        (r.ranges.on_stack(a) && a.is_multiple_of(8)).then(|| self.chain.word(a)).flatten()
+    }
+}
+
+/// What [`compose`] made.
+#[derive(Clone, Copy, Debug)]
+pub struct Composed {
+    /// The record's header flags.
+    pub flags: u64,
+    /// The record's length (it is `Scratch::record(len)`), header word
+    /// left for the caller.
+    pub len: usize,
+    /// Taken outside the profiled code: no record.
+    pub outside: bool,
+}
+
+/// Makes the record of one sample of R's main thread in `s` (all but its
+/// header word): the native stack walked from `regs`, R's context chain,
+/// merged. What [`sample`] pushes; what a recording from outside keeps.
+pub fn compose<H: Memory, C: Memory>(
+    regs: (usize, usize, usize),
+    flags: u64,
+    (snap, index): (&Snapshot, u32),
+    (seq, context): (u64, u64),
+    r: &RFacts,
+    mem: &Reads<H, C>,
+    s: &mut Scratch,
+) -> Composed {
+    let mut flags = flags;
+    let read_stack = |a: usize| mem.stack_word(r, a);
     // A signal that arrived while R ran on another stack (a signal
     // handler's alternate stack): no native frames, R's chain only.
     let (n, end) = if r.ranges.on_stack(regs.1) {
@@ -262,9 +317,9 @@ pub fn sample(
     for i in 0..n {
         s.sps[i] = s.frames[i].sp;
     }
-    let (nctx, cut) = match read_contexts(r, &r.ranges, &s.sps[..n], complete, &mut s.ctx) {
+    let (nctx, cut) = match read_contexts(r, mem.chain, &s.sps[..n], complete, &mut s.ctx) {
         Some(Chain { outside: true, .. }) => {
-            return Outcome { flags, frames: 0, pushed: false, outside: true };
+            return Composed { flags, len: 0, outside: true };
         }
         Some(Chain { len: k, consistent, cut, outside: false }) => {
             if !consistent {
@@ -276,7 +331,7 @@ pub fn sample(
                 bodies: &mut s.bodies,
                 files: &mut s.files,
             };
-            describe_frames(r, &s.frames[..n], &mut s.ctx[..k], &mut d, &mut s.memo);
+            describe_frames(r, mem, &s.frames[..n], &mut s.ctx[..k], &mut d, &mut s.memo);
             (k, cut)
         }
         None => {
@@ -319,7 +374,7 @@ pub fn sample(
             // An AST loop belongs to the function whose environment it runs
             // in (a promise's loop to the function that made the promise,
             // a top-level one to none), not to the function called.
-            let owner = if c.is_loop { ast_loop_owner(&s.ctx[..nctx], k) } else { 0 };
+            let owner = if c.is_loop { ast_loop_owner(mem.heap, &s.ctx[..nctx], k) } else { 0 };
             // A function's byte-code loops, innermost first, then itself.
             let pos = c.pos.map(|(file, line)| POS | (file as u64) << 32 | line as u64);
             for j in (0..c.loops.len()).rev() {
@@ -358,10 +413,22 @@ pub fn sample(
             push(&mut s.record, &mut len, NATIVE | exact | (s.frames[i].ip as u64 & IP_MASK));
         }
     }
-    let spent = now_ns().saturating_sub(started_ns);
-    s.record[0] = flags | (weight.min(0xff_ffff) << 8) | (spent.min(u32::MAX as u64) << 32);
-    let pushed = ring.push(&s.record[..len]);
-    Outcome { flags, frames: len - PREFIX, pushed, outside: false }
+    Composed { flags, len, outside: false }
+}
+
+impl Scratch {
+    /// The record [`compose`] made, `len` words long; its header word is
+    /// the caller's to write.
+    pub fn record(&mut self, len: usize) -> &mut [u64] {
+        let len = len.min(self.record.len());
+        &mut self.record[..len]
+    }
+
+    /// The labels the samples' R frames were given (taken: the scratch's
+    /// table starts empty again).
+    pub fn take_labels(&mut self) -> Labels {
+        std::mem::take(&mut self.labels)
+    }
 }
 
 fn loop_kind_label(kind: u32) -> u32 {
@@ -415,7 +482,7 @@ fn jit_loop_at(r: &RFacts, frames: &[Frame], ctx: &[Ctx], i: usize) -> bool {
 /// usual case: the label says so already), else the closure whose
 /// environment the loop runs in, or none (top level, `eval()` in an
 /// environment of no function's).
-fn ast_loop_owner(ctx: &[Ctx], k: usize) -> u64 {
+fn ast_loop_owner(h: &impl Memory, ctx: &[Ctx], k: usize) -> u64 {
     let env = ctx[k].cloenv;
     let mut functions = ctx.iter().enumerate().skip(k + 1).filter(|(_, c)| !c.is_loop);
     match functions.next() {
@@ -423,9 +490,8 @@ fn ast_loop_owner(ctx: &[Ctx], k: usize) -> u64 {
         None => return 1 << OWNER_SHIFT,
         _ => {}
     }
-    let h = crate::memory::Objects;
     let owner = ctx.iter().skip(k + 1).find(|c| {
-        !c.is_loop && env != 0 && c.cloenv == env && rheap::type_of(&h, c.callfun) == Some(rheap::CLOSXP)
+        !c.is_loop && env != 0 && c.cloenv == env && rheap::type_of(h, c.callfun) == Some(rheap::CLOSXP)
     });
     (match owner {
         Some(c) => 2 + c.label as u64,
@@ -453,7 +519,7 @@ struct Chain {
 /// not be read.
 fn read_contexts(
     r: &RFacts,
-    mem: &impl crate::memory::Memory,
+    mem: &impl Memory,
     sps: &[usize],
     complete: bool,
     ctx: &mut [Ctx],

@@ -152,9 +152,10 @@ pub fn located(h: &impl Memory, syms: &BcSymbols, body: usize, name: &[u8], relp
     element(h, consts, usize::try_from(idx).ok()?)
 }
 
-/// The value bound to `sym` in environment `env` (hashed or not), if it is
-/// an ordinary binding. `nil`: R's NULL.
-pub fn env_value(h: &impl Memory, env: usize, sym: usize, nil: usize) -> Option<usize> {
+/// The value bound to symbol `sym` (0: the symbol named `name`, see
+/// [`rheap::is_symbol`]) in environment `env` (hashed or not), if it is an
+/// ordinary binding. `nil`: R's NULL.
+pub fn env_value(h: &impl Memory, env: usize, (sym, name): (usize, &[u8]), nil: usize) -> Option<usize> {
     const ENVSXP: u8 = 4;
     const FRAME: usize = 32;
     const HASHTAB: usize = 48;
@@ -166,7 +167,7 @@ pub fn env_value(h: &impl Memory, env: usize, sym: usize, nil: usize) -> Option<
             if cell == nil || rheap::type_of(h, cell)? != LISTSXP {
                 return None;
             }
-            if h.word(cell + TAG)? == sym {
+            if rheap::is_symbol(h, h.word(cell + TAG)?, sym, name) {
                 return rheap::car(h, cell);
             }
             cell = rheap::cdr(h, cell)?;
@@ -250,6 +251,15 @@ impl OpTable {
         let op = |x: i32| u8::try_from(x).ok().filter(|&o| (o as usize) < argc.len());
         let (goto, stepfor) = (op(goto)?, op(stepfor)?);
         Some(OpTable { words: words.into(), argc: argc.into(), goto, stepfor })
+    }
+
+    /// The table of the same build of R loaded `delta` bytes further on
+    /// (wrapping): the encoded words are addresses in R's interpreter.
+    pub fn moved(&self, delta: usize) -> OpTable {
+        let mut words: Vec<(usize, u8)> =
+            self.words.iter().map(|&(w, op)| (w.wrapping_add(delta), op)).collect();
+        words.sort_unstable();
+        OpTable { words: words.into(), argc: self.argc.clone(), goto: self.goto, stepfor: self.stepfor }
     }
 
     fn decode(&self, word: usize) -> Option<u8> {
@@ -377,8 +387,8 @@ impl BodyTables {
             } else if op == ops.goto {
                 let e = located(h, syms, body, b"expressionsIndex", pc)?;
                 match (rheap::type_of(h, e)?, rheap::car(h, e)?) {
-                    (LANGSXP, s) if s == syms.while_ => WHILE,
-                    (LANGSXP, s) if s == syms.repeat => REPEAT,
+                    (LANGSXP, s) if rheap::is_symbol(h, s, syms.while_, b"while") => WHILE,
+                    (LANGSXP, s) if rheap::is_symbol(h, s, syms.repeat, b"repeat") => REPEAT,
                     _ => 0, // `break`, `next`, `if`, `switch`
                 }
             } else {

@@ -60,6 +60,29 @@ pub fn length(h: &impl Memory, x: usize) -> Option<usize> {
     h.word(x + VEC_LENGTH)
 }
 
+/// Whether `x` is the symbol `known`, or, where that symbol's address is
+/// not known (0: R read from outside, where only exported symbols are
+/// found), a symbol whose name is `name`.
+pub fn is_symbol(h: &impl Memory, x: usize, known: usize, name: &[u8]) -> bool {
+    if known != 0 {
+        return x == known;
+    }
+    let named = || -> Option<bool> {
+        if type_of(h, x)? != SYMSXP {
+            return Some(false);
+        }
+        let chars = h.word(x + PRINTNAME)?;
+        if type_of(h, chars)? != CHARSXP || length(h, chars)? != name.len() {
+            return Some(false);
+        }
+        let mut buf = [0u8; 16];
+        let got = buf.get_mut(..name.len())?;
+        h.bytes(data(h, chars)?, got)?;
+        Some(got == name)
+    };
+    named().unwrap_or(false)
+}
+
 /// The address of a vector's data (not ALTREP).
 pub fn data(h: &impl Memory, x: usize) -> Option<usize> {
     if is_altrep(h, x)? {

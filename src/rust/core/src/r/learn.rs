@@ -136,6 +136,47 @@ pub fn loops_known() -> bool {
     loops().is_some() && bc_frames().is_some() && ops().is_some()
 }
 
+/// What this session learnt, for another process running the same build
+/// of R (the same build-id) loaded `delta` bytes further on (wrapping):
+/// the functions and the instructions' words are addresses in R's code,
+/// and the slots' offsets are the same. Nothing that is not learnt here.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Moved {
+    pub loops: Option<LoopStarts>,
+    pub bc_frames: Option<[(usize, usize); 2]>,
+    pub ops: Option<&'static OpTable>,
+}
+
+/// Instruction tables moved for other processes, by `delta` (kept for the
+/// session, as this process's own is: a few, one per distinct address R
+/// was loaded at in the processes recorded).
+static MOVED_OPS: Mutex<Vec<(usize, &'static OpTable)>> = Mutex::new(Vec::new());
+const MAX_MOVED: usize = 32;
+
+/// See [`Moved`].
+pub fn moved(delta: usize) -> Moved {
+    let shift = |a: usize| if a == 0 { 0 } else { a.wrapping_add(delta) };
+    let loops =
+        loops().map(|l| LoopStarts { for_: shift(l.for_), while_: shift(l.while_), repeat: shift(l.repeat) });
+    let bc_frames = bc_frames().map(|f| f.map(|(start, offset)| (shift(start), offset)));
+    let ops = ops().and_then(|own| {
+        if delta == 0 {
+            return Some(own);
+        }
+        let mut cache = lock(&MOVED_OPS);
+        if let Some(&(_, t)) = cache.iter().find(|(d, _)| *d == delta) {
+            return Some(t);
+        }
+        if cache.len() >= MAX_MOVED {
+            return None; // (no more leaked: byte code's loops go unnamed)
+        }
+        let t: &'static OpTable = Box::leak(Box::new(own.moved(delta)));
+        cache.push((delta, t));
+        Some(t)
+    });
+    Moved { loops, bc_frames, ops }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

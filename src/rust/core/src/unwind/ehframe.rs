@@ -44,6 +44,34 @@ impl EhTables<Slice> {
         })
     }
 
+    /// As [`EhTables::of_loaded`], for module `m` of another process, from
+    /// its file (when the file's build-id is the loaded image's: the same
+    /// bytes).
+    pub fn of_file(m: &Module) -> Option<EhTables> {
+        use object::{Object, ObjectSegment};
+        let data = std::fs::read(&m.path).ok()?;
+        let file = object::File::parse(&*data).ok()?;
+        let id = file.build_id().ok()??;
+        if m.build_id.as_deref() != Some(id) {
+            return None;
+        }
+        // The loaded image's addresses, as offsets in the file.
+        let segments: Vec<(usize, usize, usize)> = file
+            .segments()
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                (m.bias.wrapping_add(s.address() as usize), size as usize, offset as usize)
+            })
+            .collect();
+        Self::copied_with(m, |addr, len| {
+            let &(start, _, offset) = segments
+                .iter()
+                .find(|&&(s, n, _)| addr >= s && addr.checked_add(len).is_some_and(|e| e <= s + n))?;
+            let from = offset + (addr - start);
+            data.get(from..from + len).map(<[u8]>::to_vec)
+        })
+    }
+
     /// The tables of `m`, with `copy(addr, len)` reading bytes of its image
     /// (asked only for bytes inside its readable segments).
     fn copied_with(m: &Module, copy: impl Fn(usize, usize) -> Option<Vec<u8>>) -> Option<EhTables> {
@@ -211,5 +239,12 @@ mod tests {
         assert_eq!(t.function_start(m.segments[0].start), None);
         // A synthetic module has no tables.
         assert!(EhTables::of_loaded(&Module::synthetic("/x.so", 0x1000, 0x2000, false)).is_none());
+        // From the file (as for another process's module): the same
+        // starts; a file whose build-id is not the image's gives none.
+        let from_file = EhTables::of_file(m).expect("the test binary's file has unwind tables");
+        assert_eq!(from_file.function_start(f + 1), Some(f));
+        let mut other = m.clone();
+        other.build_id = Some(vec![1, 2, 3]);
+        assert!(EhTables::of_file(&other).is_none());
     }
 }

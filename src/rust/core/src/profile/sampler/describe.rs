@@ -3,8 +3,8 @@
 //! descriptions where R's stack did not change. Part of the signal handler:
 //! no allocation, no lock.
 
-use super::{BcFacts, Ctx, LineFacts, RFacts, MAX_CONTEXTS};
-use crate::memory::{Memory, Objects};
+use super::{BcFacts, Ctx, LineFacts, RFacts, Reads, MAX_CONTEXTS};
+use crate::memory::Memory;
 use crate::profile::labels::{self, Labels};
 use crate::r::bcode::{self, LoopPath};
 use crate::r::heap as rheap;
@@ -107,15 +107,16 @@ pub(super) struct Describe<'a> {
 /// A record made by byte code that is not the body of the function further
 /// out (a loop the JIT compiled at top level, a promise's code, `eval()` of
 /// byte code) also gets the loops of that code around the call.
-pub(super) fn describe_frames(
+pub(super) fn describe_frames<H: Memory, C: Memory>(
     r: &RFacts,
+    mem: &Reads<H, C>,
     frames: &[Frame],
     ctx: &mut [Ctx],
     d: &mut Describe,
     memo: &mut Memo,
 ) {
-    let h = Objects;
-    let stack_word = |a: usize| r.ranges.stack_word(a);
+    let h = mem.heap;
+    let stack_word = |a: usize| mem.stack_word(r, a);
     let current_srcref = r.lines.as_ref().and_then(|_| h.word(r.base.srcref_var)).unwrap_or(0);
     let this = 1 - memo.which;
     let mut i = 0; // outermost-first index
@@ -127,7 +128,7 @@ pub(super) fn describe_frames(
         }
         let c = ctx[k];
         let inner = (0..k).rev().find(|&j| !ctx[j].is_loop).map(|j| ctx[j]);
-        let symbol = match rheap::call_head(&h, c.call) {
+        let symbol = match rheap::call_head(h, c.call) {
             Some(rheap::Head::Symbol(sym)) => sym,
             _ => 0,
         };
@@ -135,7 +136,7 @@ pub(super) fn describe_frames(
         // that dispatches (`[` calling `[.data.frame`) has none, and the
         // method it calls runs from the same code as the primitive's
         // caller: that code stays the body further out.
-        let closure = rheap::type_of(&h, c.callfun) == Some(rheap::CLOSXP);
+        let closure = rheap::type_of(h, c.callfun) == Some(rheap::CLOSXP);
         let body = if r.bc.is_some() && closure { h.word(c.callfun + 40).unwrap_or(0) } else { 0 };
         // Where the byte code is: from the inner call, else from the loop.
         let (from_body, pc) = match inner.filter(|j| j.bcintactive && j.bcbody == body && body != 0) {
@@ -185,12 +186,12 @@ pub(super) fn describe_frames(
             Some(seen) if symbol != 0 && seen.key == key => *seen,
             _ => Seen {
                 key,
-                label: label_of(r, c.call, d.labels, d.buf),
+                label: label_of(h, r, c.call, d.labels, d.buf),
                 loops: LoopPath::default(),
                 outer_loops: LoopPath::default(),
                 pos: None,
             }
-            .described(r, &key, d),
+            .described(h, r, &key, d),
         };
         ctx[k].label = seen.label;
         ctx[k].loops = seen.loops;
@@ -209,7 +210,7 @@ pub(super) fn describe_frames(
                 !ctx[j].is_loop
                     && ctx[j].cloenv == sysparent
                     && sysparent != 0
-                    && rheap::type_of(&h, ctx[j].callfun) == Some(rheap::CLOSXP)
+                    && rheap::type_of(h, ctx[j].callfun) == Some(rheap::CLOSXP)
             });
             (match owner {
                 Some(j) => 2 + ctx[j].label as u64,
@@ -228,8 +229,7 @@ pub(super) fn describe_frames(
 
 impl Seen {
     /// Fills in the loops and position of a frame with key `k`.
-    fn described(mut self, r: &RFacts, k: &FrameKey, d: &mut Describe) -> Seen {
-        let h = Objects;
+    fn described(mut self, h: &impl Memory, r: &RFacts, k: &FrameKey, d: &mut Describe) -> Seen {
         let at = r.bc.as_ref().and_then(|bc| {
             let body = bcode::closure_code(&h, k.callfun)?;
             Some((bc, body, position(&h, body, k.from_body != 0, k.pc)?))
@@ -252,7 +252,7 @@ impl Seen {
             });
             self.pos = srcref.and_then(|s| {
                 let (line, srcfile) = bcode::srcref_parts(&h, s, lf.srcfile_sym)?;
-                let file = file_label(lf, r.base.nil, srcfile, d.labels, d.files)?;
+                let file = file_label(h, lf, r.base.nil, srcfile, d.labels, d.files)?;
                 Some((file, u32::try_from(line).ok()?))
             });
         }
@@ -274,13 +274,13 @@ fn position(h: &impl Memory, body: usize, recorded: bool, pc: usize) -> Option<u
 /// The label id of a srcfile's file name, cached by the srcfile (with its
 /// frame, to tell it from a later environment at the same address).
 fn file_label(
+    h: &impl Memory,
     lf: &LineFacts,
     nil: usize,
     srcfile: usize,
     labels: &mut Labels,
     files: &mut [(usize, usize, u32)],
 ) -> Option<u32> {
-    let h = Objects;
     let frame = h.word(srcfile + 32)?;
     let slot = (srcfile.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) & (files.len() - 1);
     if let Some(&(env, f, id)) = files.get(slot) {
@@ -288,12 +288,12 @@ fn file_label(
             return Some(id);
         }
     }
-    let name = bcode::env_value(&h, srcfile, lf.filename_sym, nil)?;
-    if rheap::type_of(&h, name)? != rheap::STRSXP || rheap::length(&h, name)? == 0 {
+    let name = bcode::env_value(h, srcfile, (lf.filename_sym, b"filename"), nil)?;
+    if rheap::type_of(h, name)? != rheap::STRSXP || rheap::length(h, name)? == 0 {
         return None;
     }
     let mut buf = rheap::Buf::default();
-    rheap::push_chars(&h, h.word(rheap::data(&h, name)?)?, &mut buf)?;
+    rheap::push_chars(h, h.word(rheap::data(h, name)?)?, &mut buf)?;
     let id = labels.intern(buf.as_bytes());
     if id == labels::FULL {
         return None;
@@ -314,8 +314,7 @@ fn loop_slot(bc: &BcFacts, frames: &[Frame], limit: usize) -> Option<usize> {
 }
 
 /// The label id of a function record's call.
-fn label_of(r: &RFacts, call: usize, table: &mut Labels, buf: &mut rheap::Buf) -> u32 {
-    let h = Objects;
+fn label_of(h: &impl Memory, r: &RFacts, call: usize, table: &mut Labels, buf: &mut rheap::Buf) -> u32 {
     match rheap::call_head(&h, call) {
         Some(rheap::Head::Symbol(sym)) => {
             if let Some(id) = table.symbol(sym) {
