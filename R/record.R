@@ -10,10 +10,10 @@
 #'
 #' Each sample stops every thread of the process for as long as it takes
 #' to read it (as [winch_dump()] does: `PTRACE_SEIZE` and
-#' `PTRACE_INTERRUPT`, no signal, then detached): about 0.5 ms for a
-#' single-threaded R process (more with deeper stacks and more threads), so
-#' at the default 100 samples a second it runs about 1 % slower (measured
-#' by `bench/outside.R`). On a machine whose cores are all busy, a stopped
+#' `PTRACE_INTERRUPT`, no signal, then detached): about 0.1 ms for a
+#' single-threaded R process with a shallow stack, 0.6 ms with 200 R and
+#' native frames (more with more threads), so at the default 100 samples a
+#' second it runs about 1 % slower (measured by `bench/outside.R`). On a machine whose cores are all busy, a stopped
 #' process may wait for a core to go on, and a sample can cost it several
 #' milliseconds: use a longer `interval` there. Between samples it is not
 #' traced at all: an interrupt of the recording R session (or an error)

@@ -4,7 +4,8 @@
 # 1. winch_dump() of a process whose main thread is 100 R <-> C round trips
 #    deep (burn_nest): the first dump in this session (cold: modules read,
 #    unwind tables copied, names looked up) and the next ones (warm),
-#    bench::mark medians. Targets: <= 1 s cold, <= 50 ms warm.
+#    bench::mark medians. Targets: <= 1 s cold, <= 50 ms warm. Then a
+#    recording of it: what one sample of a deep stack costs.
 # 2. winch_record() at 100 Hz: the target's slowdown, as the rate of its
 #    own CPU-clocked work (a loop of burn_a(0.01) calls, counted per wall
 #    second by the child itself) while recorded against while not,
@@ -45,7 +46,11 @@ cold <- system.time(d <- winch_dump(pid))[["elapsed"]]
 cat(sprintf("winch_dump(): %d entries on the main thread\n", length(d$main)))
 cat(sprintf("  cold (first in this session): %.1f ms\n", 1000 * cold))
 m <- bench::mark(winch_dump(pid), iterations = 20, check = FALSE)
-cat(sprintf("  warm: median %.1f ms (min %.1f)\n\n", 1000 * as.numeric(m$median), 1000 * as.numeric(m$min)))
+cat(sprintf("  warm: median %.1f ms (min %.1f)\n", 1000 * as.numeric(m$median), 1000 * as.numeric(m$min)))
+# A recording of the same deep stack: what one sample costs there.
+p <- winch_record(pid, 2, interval = 0.01)
+cat(sprintf("  winch_record() of it at 100 Hz: %d frames a sample, %.2f ms a sample (median, stop to detach)\n\n",
+  max(lengths(p$stacks$locations)), 1000 * summary(p)$cost$handler_median))
 tools::pskill(pid)
 
 # 2. The target's work rate while recorded.

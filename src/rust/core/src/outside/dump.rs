@@ -205,25 +205,74 @@ pub(super) struct Stack {
 
 /// A thread's copied stack in front of the rest of its process's memory:
 /// reads inside the copy come from it (the stack as the thread left it
-/// when it stopped, read once), others from `rest`.
+/// when it stopped, read once), others from `rest` a page at a time, each
+/// page read once (R's objects that one sample reads lie on few pages;
+/// each read of another process is a system call). For one look at a
+/// stopped process: pages are not read again.
 pub(super) struct Behind<'a, M: Memory> {
-    pub stack: &'a Stack,
-    pub rest: &'a M,
+    stack: &'a Stack,
+    rest: &'a M,
+    pages: std::cell::RefCell<std::collections::HashMap<usize, Option<Box<[u8]>>>>,
+}
+
+const PAGE: usize = 4096;
+/// Pages kept at most (past it, reads go straight to `rest`).
+const MAX_PAGES: usize = 4096;
+
+impl<'a, M: Memory> Behind<'a, M> {
+    pub(super) fn new(stack: &'a Stack, rest: &'a M) -> Behind<'a, M> {
+        Behind { stack, rest, pages: Default::default() }
+    }
+
+    /// Copies what page `page` holds of `addr..addr + buf.len()` into
+    /// `buf`; false if the page cannot be read.
+    fn from_page(&self, page: usize, addr: usize, buf: &mut [u8]) -> bool {
+        let mut pages = self.pages.borrow_mut();
+        if !pages.contains_key(&page) {
+            if pages.len() >= MAX_PAGES {
+                return self.rest.read(addr, buf);
+            }
+            let mut bytes = vec![0u8; PAGE].into_boxed_slice();
+            let ok = self.rest.read(page, &mut bytes);
+            pages.insert(page, ok.then_some(bytes));
+        }
+        match pages.get(&page) {
+            Some(Some(bytes)) => {
+                buf.copy_from_slice(&bytes[addr - page..addr - page + buf.len()]);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 impl<M: Memory> Memory for Behind<'_, M> {
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
-        match addr.checked_sub(self.stack.lo) {
-            Some(off) if addr.checked_add(buf.len()).is_some_and(|e| e <= self.stack.hi) => {
-                buf.copy_from_slice(&self.stack.bytes[off..off + buf.len()]);
-                true
-            }
-            _ => self.rest.read(addr, buf),
+        let Some(end) = addr.checked_add(buf.len()) else { return false };
+        if let Some(off) = addr.checked_sub(self.stack.lo).filter(|_| end <= self.stack.hi) {
+            buf.copy_from_slice(&self.stack.bytes[off..off + buf.len()]);
+            return true;
         }
+        if buf.len() > PAGE {
+            return self.rest.read(addr, buf);
+        }
+        // Page by page (an object may cross a page's end).
+        let mut at = addr;
+        let mut got = 0;
+        while got < buf.len() {
+            let page = at & !(PAGE - 1);
+            let n = (page + PAGE - at).min(buf.len() - got);
+            if !self.from_page(page, at, &mut buf[got..got + n]) {
+                return false;
+            }
+            got += n;
+            at += n;
+        }
+        true
     }
 
     fn bulk(&self) -> bool {
-        self.rest.bulk()
+        false // (reads are cheap once a page is in)
     }
 }
 
@@ -381,4 +430,43 @@ pub(super) fn read_chain(r: &TargetR, mem: &impl Memory) -> Result<Vec<RContext>
         }
     }
     Err(Error::Inconsistent("the chain does not reach the top level".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::Image;
+    use std::cell::Cell;
+
+    /// An image that counts its reads.
+    struct Counted(Image, Cell<usize>);
+
+    impl Memory for Counted {
+        fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
+            self.1.set(self.1.get() + 1);
+            self.0.read(addr, buf)
+        }
+    }
+
+    #[test]
+    fn reads_behind_a_copied_stack_come_from_the_copy_or_from_pages_read_once() {
+        let mut img = Image::new();
+        img.put(0x10000, (0..2 * 4096).map(|i| (i % 251) as u8).collect());
+        let mem = Counted(img, Cell::new(0));
+        let stack = Stack { lo: 0x7000, hi: 0x7010, bytes: (1..=16).collect() };
+        let b = Behind::new(&stack, &mem);
+        assert_eq!(b.word(0x7008), Some(usize::from_ne_bytes([9, 10, 11, 12, 13, 14, 15, 16])));
+        assert_eq!(mem.1.get(), 0, "the stack is the copy's");
+        // Across the end of a page: both pages, each read once.
+        let mut buf = [0u8; 16];
+        assert!(b.read(0x10ff8, &mut buf));
+        let want: Vec<u8> = (0xff8..0x1008).map(|i| (i % 251) as u8).collect();
+        assert_eq!(&buf[..], &want[..]);
+        assert!(b.read(0x10010, &mut buf[..8]));
+        assert_eq!(mem.1.get(), 2);
+        // An unreadable page: refused, and not asked again.
+        assert!(!b.read(0x30000, &mut buf[..8]));
+        assert!(!b.read(0x30008, &mut buf[..8]));
+        assert_eq!(mem.1.get(), 3);
+    }
 }

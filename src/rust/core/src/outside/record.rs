@@ -178,7 +178,6 @@ impl Recorder {
     /// Takes one sample of every thread (or of R's main thread). An error
     /// when the process cannot be read any more (it ended).
     pub fn tick(&mut self) -> Result<()> {
-        let started = Instant::now();
         // Which threads ran since the last sample (read before they are
         // stopped: then they all show as stopped).
         let running: Option<Vec<i32>> = (!self.idle).then(|| self.running_threads());
@@ -186,6 +185,8 @@ impl Recorder {
         // stopped for as short a time as can be: a module loaded between
         // the two shows as unknown code in this sample only.
         self.refresh_modules()?;
+        // A sample's cost: from the stop on (the process runs before).
+        let started = Instant::now();
         let stopped = match Stopped::stop(self.pid) {
             Ok(s) => s,
             Err(Error::Unreadable(_)) => {
@@ -218,7 +219,7 @@ impl Recorder {
                 // As the in-process sampler composes a sample, over the
                 // copied stack and the process's memory.
                 facts.ranges.stack = stack.range();
-                let behind = Behind { stack: &stack, rest: &mem };
+                let behind = Behind::new(&stack, &mem);
                 let context = behind.word(facts.base.global_context).unwrap_or(0) as u64;
                 let reads = Reads { heap: &behind, chain: &behind };
                 let made = sampler::compose(
