@@ -226,7 +226,7 @@ impl<'a, M: Memory> Behind<'a, M> {
 
     /// Copies what page `page` holds of `addr..addr + buf.len()` into
     /// `buf`; false if the page cannot be read.
-    fn from_page(&self, page: usize, addr: usize, buf: &mut [u8]) -> bool {
+    fn read_in_page(&self, page: usize, addr: usize, buf: &mut [u8]) -> bool {
         let mut pages = self.pages.borrow_mut();
         if !pages.contains_key(&page) {
             if pages.len() >= MAX_PAGES {
@@ -262,7 +262,7 @@ impl<M: Memory> Memory for Behind<'_, M> {
         while got < buf.len() {
             let page = at & !(PAGE - 1);
             let n = (page + PAGE - at).min(buf.len() - got);
-            if !self.from_page(page, at, &mut buf[got..got + n]) {
+            if !self.read_in_page(page, at, &mut buf[got..got + n]) {
                 return false;
             }
             got += n;
