@@ -191,7 +191,7 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
     }
     let routines = r
         .as_ref()
-        .map(|r| super::registration::routines(mem, &map, r.libr, r.get_dll_info))
+        .map(|r| super::registration::routines(mem, &map, r.libr, r.dll_info_fns))
         .unwrap_or_default();
     Dump { pid, map, r, note, threads, routines }
 }

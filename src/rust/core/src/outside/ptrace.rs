@@ -195,14 +195,31 @@ fn registers(tid: i32) -> Option<(usize, usize, usize)> {
     (r == 0).then_some((regs.rip as usize, regs.rsp as usize, regs.rbp as usize))
 }
 
+/// What a thread's `stat` file says (`/proc/PID/task/TID/stat`; with `tid`
+/// None, the process's own, `/proc/PID/stat`).
+pub(super) struct TaskStat {
+    /// Its state: `R` running, `S` sleeping, `Z` zombie, ...
+    pub state: char,
+    /// CPU time used, user and system, in clock ticks.
+    pub cpu_ticks: u64,
+}
+
+pub(super) fn task_stat(pid: i32, tid: Option<i32>) -> Option<TaskStat> {
+    let path = match tid {
+        Some(tid) => format!("/proc/{pid}/task/{tid}/stat"),
+        None => format!("/proc/{pid}/stat"),
+    };
+    let s = std::fs::read_to_string(path).ok()?;
+    // The fields after the command's name (which may hold spaces and
+    // parentheses: it ends at the last ')'): state is 0; utime 11, stime 12.
+    let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+    Some(TaskStat { state: f.first()?.chars().next()?, cpu_ticks: tick(11)? + tick(12)? })
+}
+
 /// Whether thread `tid` has ended or is ending (a zombie, or gone).
 pub(super) fn exiting(tid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{tid}/stat")) {
-        Ok(s) => s
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
-        Err(_) => true,
-    }
+    task_stat(tid, None).is_none_or(|s| matches!(s.state, 'Z' | 'X'))
 }
 
 /// The tracer of thread `tid` (`TracerPid` of its status; 0: none).
@@ -227,4 +244,35 @@ pub fn permission_advice(pid: i32) -> String {
     }
     msg.push_str(" In a container, start it with `--cap-add SYS_PTRACE`.");
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_threads_stat_gives_its_state_and_cpu_time() {
+        let pid = std::process::id() as i32;
+        // Use 50 ms of CPU (of this thread's own clock): several ticks.
+        let cpu_ms = || {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: clock_gettime writes one timespec.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
+        };
+        let t0 = cpu_ms();
+        let mut x = 0u64;
+        while cpu_ms() - t0 < 50 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let me = task_stat(pid, Some(tid)).expect("this thread's stat");
+        assert_eq!(me.state, 'R', "a thread reading its own stat runs");
+        assert!(me.cpu_ticks >= 1, "50 ms of CPU is several ticks (of 10 ms), {x} turns");
+        assert!(task_stat(pid, None).is_some());
+        assert!(!exiting(pid));
+        assert!(task_stat(pid, Some(i32::MAX)).is_none());
+        assert!(exiting(i32::MAX), "a process that is not there has ended");
+    }
 }

@@ -6,7 +6,7 @@
 //! frames in place, other threads under `[thread N]`.
 
 use super::dump::{native_walk, stack_of, Behind};
-use super::ptrace::{task_ids, thread_name, Stopped};
+use super::ptrace::{task_ids, task_stat, thread_name, Stopped};
 use super::target::{self, MapsLine, TargetR};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, Process, Ranges};
@@ -344,7 +344,7 @@ impl Recorder {
         let (Some(r), Some(snap)) = (&self.r, self.snapshots.last()) else { return };
         if self.routines_stale {
             let mem = Process { pid: self.pid };
-            self.routines = super::registration::routines(&mem, &snap.map, r.libr, r.get_dll_info);
+            self.routines = super::registration::routines(&mem, &snap.map, r.libr, r.dll_info_fns);
             self.routines_stale = false;
         }
     }
@@ -367,10 +367,7 @@ impl Recorder {
             let before = ran.and_then(|r| self.run_ns.insert(tid, r));
             let running = match (ran, before) {
                 (Some(r), Some(b)) => r.saturating_sub(b) * 20 >= elapsed,
-                _ => std::fs::read_to_string(format!("{base}/stat"))
-                    .ok()
-                    .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('R')))
-                    .unwrap_or(false),
+                _ => task_stat(self.pid, Some(tid)).is_some_and(|s| s.state == 'R'),
             };
             if running {
                 out.push(tid);
@@ -408,13 +405,6 @@ fn thread_cpu(pid: i32) -> Vec<(i32, u64)> {
     task_ids(pid)
         .unwrap_or_default()
         .into_iter()
-        .filter_map(|tid| {
-            let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-            let rest = s.rsplit_once(')')?.1;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            // Fields after the name: state is 0; utime 11, stime 12.
-            let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-            Some((tid, ticks * 1_000_000_000 / hz))
-        })
+        .filter_map(|tid| Some((tid, task_stat(pid, Some(tid))?.cpu_ticks * 1_000_000_000 / hz)))
         .collect()
 }

@@ -5,8 +5,10 @@
 //!
 //! R keeps its loaded libraries in two variables private to its library
 //! (the count and the array of `DllInfo` pointers), with no exported
-//! symbol. `R_getDllInfo()` (exported) reads both first: the candidates are
-//! the RIP-relative loads among its first instructions, and a pair is
+//! symbol. `R_getDllInfo()` reads both first, and so does
+//! `R_getEmbeddingDllInfo()`, which calls it (inlined: R >= 4.5 exports only
+//! the second): the candidates are the RIP-relative loads among their
+//! first instructions, and a pair is
 //! taken only when everything read through it checks out: a plausible
 //! count, every library with a readable path and name, routine tables of
 //! sane sizes, at least one path that is a loaded module's. A routine is
@@ -31,27 +33,30 @@ const NAME: usize = 8;
 const TABLES: [(usize, usize, usize); 4] = [(28, 32, 32), (40, 48, 24), (56, 64, 32), (72, 80, 24)];
 
 /// The routines registered with the R of the process `mem` reads, by
-/// absolute address: `get_dll_info` is the address of `R_getDllInfo` there
-/// (0: unknown), `libr` the index of R's module in `map`. Empty where the
-/// table cannot be found or does not check out.
+/// absolute address: `functions` are the addresses of `R_getDllInfo` and
+/// `R_getEmbeddingDllInfo` there (0: unknown), `libr` the index of R's
+/// module in `map`. Empty where the table cannot be found or does not
+/// check out.
 pub fn routines(
     mem: &impl Memory,
     map: &ModuleMap,
     libr: usize,
-    get_dll_info: usize,
+    functions: [usize; 2],
 ) -> Vec<(usize, String)> {
-    if get_dll_info == 0 {
-        return Vec::new();
-    }
-    let mut code = [0u8; 96];
-    if !mem.read(get_dll_info, &mut code) {
-        return Vec::new();
-    }
     let data: Vec<(usize, usize)> =
         map.module(libr).segments.iter().filter(|s| s.write).map(|s| (s.start, s.end)).collect();
     let in_data = |a: usize| data.iter().any(|&(lo, hi)| a >= lo && a < hi);
-    let candidates: Vec<usize> =
-        rip_relative_loads(get_dll_info, &code).into_iter().filter(|&a| in_data(a)).collect();
+    let mut candidates: Vec<usize> = Vec::new();
+    for f in functions.into_iter().filter(|&f| f != 0) {
+        let mut code = [0u8; 96];
+        if mem.read(f, &mut code) {
+            for a in rip_relative_loads(f, &code) {
+                if in_data(a) && !candidates.contains(&a) {
+                    candidates.push(a);
+                }
+            }
+        }
+    }
     for &count_at in &candidates {
         for &array_at in candidates.iter().filter(|&&a| a != count_at) {
             if let Some(found) = table_at(mem, map, count_at, array_at) {
@@ -227,7 +232,7 @@ mod tests {
     #[test]
     fn the_table_is_read_through_the_variables_r_get_dll_info_loads() {
         let (m, map) = process(0x50040);
-        let got = routines(&m, &map, 0, 0x10000);
+        let got = routines(&m, &map, 0, [0, 0x10000]);
         assert_eq!(got, vec![(0x50040, "C_entry".to_string())]);
     }
 
@@ -236,16 +241,16 @@ mod tests {
         let (mut m, map) = process(0x50040);
         // A library whose path is unreadable: nothing, not a partial table.
         m.put_word(0x30100 + PATH, 0x9_0000);
-        assert!(routines(&m, &map, 0, 0x10000).is_empty());
+        assert!(routines(&m, &map, 0, [0, 0x10000]).is_empty());
         // No path of a loaded module among the libraries: not R's table.
         let (mut m, map) = process(0x50040);
         m.put(0x30400, b"/elsewhere.so\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0".to_vec());
-        assert!(routines(&m, &map, 0, 0x10000).is_empty());
+        assert!(routines(&m, &map, 0, [0, 0x10000]).is_empty());
         // An absurd count.
         let (mut m, map) = process(0x50040);
         m.put(0x20000, 100_000i32.to_ne_bytes().to_vec());
-        assert!(routines(&m, &map, 0, 0x10000).is_empty());
+        assert!(routines(&m, &map, 0, [0, 0x10000]).is_empty());
         // No R_getDllInfo.
-        assert!(routines(&process(0x50040).0, &map, 0, 0).is_empty());
+        assert!(routines(&process(0x50040).0, &map, 0, [0, 0]).is_empty());
     }
 }

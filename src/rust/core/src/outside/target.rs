@@ -176,8 +176,9 @@ pub struct TargetR {
     pub in_bc_var: usize,
     pub class_var: usize,
     pub srcfile_var: usize,
-    /// The function `R_getDllInfo` (0: not found): see `registration`.
-    pub get_dll_info: usize,
+    /// The functions `R_getDllInfo` and `R_getEmbeddingDllInfo` (0: not
+    /// found; R >= 4.5 exports only the second): see `registration`.
+    pub dll_info_fns: [usize; 2],
 }
 
 impl TargetR {
@@ -219,7 +220,7 @@ impl TargetR {
 }
 
 /// The variables a dump reads, by name, from the dynamic symbol table.
-const VARIABLES: [&str; 12] = [
+const VARIABLES: [&str; 13] = [
     "R_GlobalContext",
     "R_NilValue",
     "R_DoubleColonSymbol",
@@ -232,6 +233,7 @@ const VARIABLES: [&str; 12] = [
     "R_ClassSymbol",
     "R_SrcfileSymbol",
     "R_getDllInfo",
+    "R_getEmbeddingDllInfo",
 ];
 
 /// Finds R in the target: the module exporting `R_GlobalContext` (libR, or
@@ -284,7 +286,7 @@ pub fn find_r(modules: &[Module], r_home: Option<&str>) -> Result<Option<TargetR
             in_bc_var: found[8],
             class_var: found[9],
             srcfile_var: found[10],
-            get_dll_info: found[11],
+            dll_info_fns: [found[11], found[12]],
         }));
     }
     Ok(None)
