@@ -163,6 +163,31 @@ test_that("other threads are recorded under [thread_N]; idle = TRUE samples wait
   expect_true(nrow(p$threads) >= 2L)
 })
 
+test_that("a CPU profile of a process that works and sleeps in turn has its work and none of its sleep", {
+  # Half the time burning in burn_a, half asleep: a thread that ran since
+  # the last sample but sleeps now is not sampled in its sleep (it was: a
+  # quarter of the samples were in Sys.sleep()).
+  child <- local_r_child(burn_child_code(c(
+    "serve <- function() repeat { Sys.sleep(0.02); r_a(0.02) }",
+    "file.create(ready)",
+    "serve()"
+  )))
+  p <- winch_record(child$pid, duration = 2)
+  stacks <- stack_labels(p)
+  asleep <- vapply(stacks, function(s) "Sys.sleep" %in% s, NA)
+  working <- vapply(stacks, function(s) "/wtest_burn.so::burn_a" %in% s, NA)
+  # (A thread seen running just as it goes to sleep may be stopped in the
+  # call: a sample or two.)
+  expect_lte(sum(p$stacks$count[asleep]), 0.05 * sum(p$stacks$count))
+  expect_gt(sum(p$stacks$count[working]), 0.9 * sum(p$stacks$count))
+  # About the CPU time it used: half the time.
+  expect_gt(sum(p$stacks$count) * p$interval, 0.5)
+  expect_lt(sum(p$stacks$count) * p$interval, 1.5)
+  # With idle = TRUE, its sleep too.
+  p_idle <- winch_record(child$pid, duration = 1, idle = TRUE)
+  expect_true(any(vapply(stack_labels(p_idle), function(s) "Sys.sleep" %in% s, NA)))
+})
+
 test_that("an error while recording leaves the process running and nothing recording", {
   child <- local_r_child(burn_child_code(c("file.create(ready)", "r_a(100)")))
   n <- 0

@@ -349,11 +349,12 @@ impl Recorder {
         }
     }
 
-    /// The threads that used the CPU for at least a twentieth of the time
-    /// since the last sample (their scheduler's run time, in
-    /// nanoseconds); where that is not known yet, those running now. A
-    /// thread's state alone misleads: a thread woken by the last sample's
-    /// stop is running for a moment.
+    /// The threads running now (on a CPU or ready for one) that also used
+    /// it for at least a twentieth of the time since the last sample (their
+    /// scheduler's run time, in nanoseconds, where known). Either alone
+    /// misleads: a thread that ran and has gone to sleep would put CPU
+    /// time on the call it sleeps in, and a thread woken by the last
+    /// sample's stop runs for a moment.
     fn running_threads(&mut self) -> Vec<i32> {
         let now = Instant::now();
         let elapsed = now.duration_since(self.last_check).as_nanos() as u64;
@@ -365,10 +366,11 @@ impl Recorder {
                 .ok()
                 .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
             let before = ran.and_then(|r| self.run_ns.insert(tid, r));
-            let running = match (ran, before) {
+            let ran_enough = match (ran, before) {
                 (Some(r), Some(b)) => r.saturating_sub(b) * 20 >= elapsed,
-                _ => task_stat(self.pid, Some(tid)).is_some_and(|s| s.state == 'R'),
+                _ => true,
             };
+            let running = ran_enough && task_stat(self.pid, Some(tid)).is_some_and(|s| s.state == 'R');
             if running {
                 out.push(tid);
             }
