@@ -12,7 +12,8 @@
 #' `ptrace`'s `PTRACE_SEIZE` and `PTRACE_INTERRUPT`: no signal reaches it)
 #' and then goes on exactly as before; a system call it was blocked in
 #' (`Sys.sleep()`, reading a socket) is resumed. Its memory is read with
-#' `process_vm_readv()`; native frames are unwound with the unwind tables
+#' `process_vm_readv()` (from `/proc/PID/mem` where a seccomp profile
+#' refuses that call); native frames are unwound with the unwind tables
 #' of the images it loaded, and named from the files on disk (debug files
 #' and debuginfod as for in-process traces), and, for entry points of
 #' stripped libraries, from the process's own table of routines registered

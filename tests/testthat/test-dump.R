@@ -200,6 +200,28 @@ core_of_spin_child <- function(frame = parent.frame()) {
   NULL
 }
 
+test_that("where the kernel refuses process_vm_readv, the process is read through /proc/PID/mem", {
+  child <- spin_child()
+  # WINCH_NO_PROCESS_VM_READV=1 makes winch take the kernel's refusal (as
+  # a seccomp profile gives it) in the session that dumps.
+  code <- sprintf(
+    "d <- winch::winch_dump(%d)$main; cat(vapply(d, function(cl) paste(deparse(cl, width.cutoff = 500L), collapse = ' '), ''), sep = '\\n')",
+    child$pid
+  )
+  out <- suppressWarnings(system2(file.path(R.home("bin"), "Rscript"), c("-e", shQuote(code)),
+    stdout = TRUE, stderr = TRUE,
+    env = c(paste0("R_LIBS=", paste(.libPaths(), collapse = ":")), "WINCH_NO_PROCESS_VM_READV=1")
+  ))
+  expect_null(attr(out, "status"), info = paste(out, collapse = "\n"))
+  expect_identical(out[1:5], c(
+    "outer()",
+    "`/wtest_burn.so`::burn_call()",
+    "cb()",
+    "r_b(1e+06)",
+    "`/wtest_burn.so`::burn_b()"
+  ))
+})
+
 test_that("a stripped library's entry point is named from the process's registration table", {
   skip_without_tools("strip")
   # Built as installed packages are (hidden, registered, stripped), and

@@ -217,9 +217,11 @@ impl Memory for Live {
     }
 }
 
-/// Another process (or this one), read through `process_vm_readv`: needs
-/// the right to trace it (the same user, and ptrace's access mode). Each
-/// read is one system call.
+/// Another process (or this one), read through `process_vm_readv`, or,
+/// where the kernel refuses that call (a seccomp profile: see
+/// [`super::available`]), through `/proc/PID/mem`: needs the right to
+/// trace it (the same user, and ptrace's access mode). Each read is one
+/// system call.
 #[derive(Clone, Copy, Debug)]
 pub struct Process {
     pub pid: i32,
@@ -228,12 +230,45 @@ pub struct Process {
 impl Memory for Process {
     #[inline]
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
-        super::read_from(self.pid, addr, buf)
+        if super::available() {
+            super::read_from(self.pid, addr, buf)
+        } else {
+            read_proc_mem(self.pid, addr, buf)
+        }
     }
 
     fn bulk(&self) -> bool {
         true
     }
+}
+
+/// The open `/proc/PID/mem` of the process read last (kept: opening it is
+/// the costly part).
+static PROC_MEM: std::sync::Mutex<Option<(i32, std::fs::File)>> = std::sync::Mutex::new(None);
+
+/// Reads `buf.len()` bytes at `addr` of process `pid` from its
+/// `/proc/PID/mem` (not async-signal-safe: it may open the file).
+pub fn read_proc_mem(pid: i32, addr: usize, buf: &mut [u8]) -> bool {
+    use std::os::unix::fs::FileExt;
+    if buf.is_empty() {
+        return true;
+    }
+    if addr.checked_add(buf.len()).is_none_or(|e| e > USER_TOP) {
+        return false;
+    }
+    let mut open = PROC_MEM.lock().unwrap_or_else(|e| e.into_inner());
+    // Twice at most: a file kept from a process that has ended (its pid
+    // since reused) reads nothing, and is opened again.
+    for fresh in [false, true] {
+        if fresh || open.as_ref().is_none_or(|(p, _)| *p != pid) {
+            *open = std::fs::File::open(format!("/proc/{pid}/mem")).ok().map(|f| (pid, f));
+        }
+        let Some((_, file)) = open.as_ref() else { return false };
+        if file.read_exact_at(buf, addr as u64).is_ok() {
+            return true;
+        }
+    }
+    false
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -279,6 +314,11 @@ mod tests {
             }
         }
         let word = Process { pid }.word(at);
+        // Through /proc/PID/mem, the way taken where the kernel refuses
+        // process_vm_readv: the same bytes; an unmapped address is refused.
+        let mut b = [0u8; 8];
+        let by_file = read_proc_mem(pid, at, &mut b).then(|| usize::from_ne_bytes(b));
+        let unmapped = read_proc_mem(pid, 8, &mut b);
         // SAFETY: ending and reaping our own child.
         unsafe {
             libc::kill(pid, libc::SIGKILL);
@@ -288,6 +328,10 @@ mod tests {
         if crate::memory::available() {
             assert_eq!(word, Some(0x1234_5678_9abc_def0));
         }
+        assert_eq!(by_file, Some(0x1234_5678_9abc_def0));
+        assert!(!unmapped);
+        // The process has ended: its file reads nothing.
+        assert!(!read_proc_mem(pid, at, &mut b));
     }
 
     #[test]
