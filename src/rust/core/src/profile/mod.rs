@@ -4,6 +4,8 @@
 //! R through [`crate::r`] and walks stacks with [`crate::unwind::walk`].
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub mod alloc;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub mod build;
 pub mod collect;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]

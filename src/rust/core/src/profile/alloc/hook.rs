@@ -1,0 +1,384 @@
+//! The allocation functions of every loaded module, seen while a memory
+//! profile runs: their GOT slots of `malloc`, `calloc`, `realloc`,
+//! `reallocarray`, `free`, `posix_memalign`, `aligned_alloc` and `memalign`
+//! point to the functions here (as `spawn` hooks `pthread_create`), which
+//! call the C library's own and count the bytes (see `poisson`): about one
+//! allocation per `mean` bytes is handed to the profile's sampler, and the
+//! blocks sampled are kept in a table until freed (see `live`).
+//!
+//! Only slots bound to the C library's functions are rewritten: a library
+//! with an allocator of its own keeps it. The C library's own calls, the
+//! dynamic loader's and winch's go straight to the C library. Nothing is
+//! added to a block, so a block allocated while hooked may be freed after
+//! (and the other way round). The fast path of an allocation is a
+//! thread-local subtraction; of a free, one atomic load while no sampled
+//! block is held, else a probe of the table.
+//!
+//! The sampler runs on the allocating thread, inside the allocation,
+//! with a thread-local guard against re-entry (what it allocates is not
+//! sampled).
+
+use super::live::Live;
+use super::poisson::Countdown;
+use crate::got::{self, Patched, Wanted};
+use crate::modules::ModuleMap;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+type Malloc = unsafe extern "C" fn(usize) -> *mut libc::c_void;
+type Calloc = unsafe extern "C" fn(usize, usize) -> *mut libc::c_void;
+type Realloc = unsafe extern "C" fn(*mut libc::c_void, usize) -> *mut libc::c_void;
+type ReallocArray = unsafe extern "C" fn(*mut libc::c_void, usize, usize) -> *mut libc::c_void;
+type Free = unsafe extern "C" fn(*mut libc::c_void);
+type PosixMemalign = unsafe extern "C" fn(*mut *mut libc::c_void, usize, usize) -> libc::c_int;
+type AlignedAlloc = unsafe extern "C" fn(usize, usize) -> *mut libc::c_void;
+
+/// The functions hooked, as the C library versions them on x86_64.
+const WANTED: [Wanted<'static>; 8] = [
+    Wanted { name: "malloc", version: "GLIBC_2.2.5" },
+    Wanted { name: "calloc", version: "GLIBC_2.2.5" },
+    Wanted { name: "realloc", version: "GLIBC_2.2.5" },
+    Wanted { name: "reallocarray", version: "GLIBC_2.26" },
+    Wanted { name: "free", version: "GLIBC_2.2.5" },
+    Wanted { name: "posix_memalign", version: "GLIBC_2.2.5" },
+    Wanted { name: "aligned_alloc", version: "GLIBC_2.16" },
+    Wanted { name: "memalign", version: "GLIBC_2.2.5" },
+];
+
+/// The C library's functions, in `WANTED`'s order (0: not found).
+static REAL: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+/// Whether allocations are counted (a memory profile runs).
+static ON: AtomicBool = AtomicBool::new(false);
+/// The mean gap between sampled bytes.
+static MEAN: AtomicU64 = AtomicU64::new(512 * 1024);
+/// What takes a sample: called with the size and the block, on the
+/// allocating thread; returns the sample's number (0: not taken).
+pub type OnSample = fn(usize, usize) -> u64;
+static ON_SAMPLE: AtomicUsize = AtomicUsize::new(0);
+/// Allocations seen and sampled (all threads).
+pub static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+pub static SAMPLED: AtomicU64 = AtomicU64::new(0);
+
+/// Slots of a sampled table live for the process (a hooked `free` may run
+/// on another thread while a profile stops): one table, made by the first
+/// memory profile, emptied by each next one.
+const TABLE_SLOTS: usize = 1 << 16;
+static LIVE: OnceLock<Live> = OnceLock::new();
+
+thread_local! {
+    /// This thread's bytes to the next sample.
+    static COUNTDOWN: Cell<Option<Countdown>> = const { Cell::new(None) };
+    /// Inside the sampler: allocations pass through.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The slots patched, and the modules scanned (path, bias).
+type Hooked = (Vec<Patched>, Vec<(String, usize)>);
+static PATCHED: Mutex<Option<Hooked>> = Mutex::new(None);
+
+fn real(i: usize) -> usize {
+    REAL[i].load(Ordering::Acquire)
+}
+
+/// The table of sampled blocks still allocated.
+pub fn live() -> &'static Live {
+    LIVE.get_or_init(|| Live::new(TABLE_SLOTS))
+}
+
+/// Counts an allocation of `size` bytes at `block` (not null) on this
+/// thread, and samples it when its turn comes.
+#[inline]
+fn counted(size: usize, block: *mut libc::c_void) {
+    if !ON.load(Ordering::Relaxed) || block.is_null() {
+        return;
+    }
+    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    let mean = MEAN.load(Ordering::Relaxed);
+    // (A thread being torn down has no thread-locals left: not counted.)
+    let due = COUNTDOWN
+        .try_with(|c| {
+            let mut cd = c.get().unwrap_or_else(|| Countdown::new(seed(), mean));
+            let due = cd.take(size, mean);
+            c.set(Some(cd));
+            due
+        })
+        .unwrap_or(false);
+    if !due || BUSY.try_with(|b| b.replace(true)).unwrap_or(true) {
+        return;
+    }
+    let f = ON_SAMPLE.load(Ordering::Acquire);
+    if f != 0 {
+        // SAFETY: ON_SAMPLE only ever holds an `OnSample` (set in `install`).
+        let f: OnSample = unsafe { std::mem::transmute::<usize, OnSample>(f) };
+        let sample = f(size, block as usize);
+        if sample != 0 {
+            SAMPLED.fetch_add(1, Ordering::Relaxed);
+            live().insert(block as usize, sample);
+        }
+    }
+    let _ = BUSY.try_with(|b| b.set(false));
+}
+
+/// A seed for this thread's countdown.
+fn seed() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (crate::profile::threads::gettid() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ts.tv_nsec as u64
+}
+
+/// A block freed: forgotten by the table first (before the C library may
+/// hand its address out again).
+#[inline]
+fn forget(block: *mut libc::c_void) -> Option<u64> {
+    if block.is_null() {
+        return None;
+    }
+    LIVE.get()?.remove(block as usize)
+}
+
+// The functions modules call instead. Each has the contract of the C
+// library's function it stands for, which it calls with the same
+// arguments.
+
+unsafe extern "C" fn hooked_malloc(size: usize) -> *mut libc::c_void {
+    // SAFETY: REAL[0] holds the C library's malloc before any slot points
+    // here (set in `install`, never cleared).
+    let p = unsafe { std::mem::transmute::<usize, Malloc>(real(0))(size) };
+    counted(size, p);
+    p
+}
+
+unsafe extern "C" fn hooked_calloc(n: usize, size: usize) -> *mut libc::c_void {
+    // SAFETY: as for malloc (REAL[1]: calloc).
+    let p = unsafe { std::mem::transmute::<usize, Calloc>(real(1))(n, size) };
+    counted(n.saturating_mul(size), p);
+    p
+}
+
+unsafe extern "C" fn hooked_realloc(block: *mut libc::c_void, size: usize) -> *mut libc::c_void {
+    let was = forget(block);
+    // SAFETY: as for malloc (REAL[2]: realloc).
+    let p = unsafe { std::mem::transmute::<usize, Realloc>(real(2))(block, size) };
+    after_realloc(block, was, size, p);
+    p
+}
+
+unsafe extern "C" fn hooked_reallocarray(
+    block: *mut libc::c_void,
+    n: usize,
+    size: usize,
+) -> *mut libc::c_void {
+    let was = forget(block);
+    // SAFETY: as for malloc (REAL[3]: reallocarray).
+    let p = unsafe { std::mem::transmute::<usize, ReallocArray>(real(3))(block, n, size) };
+    after_realloc(block, was, n.saturating_mul(size), p);
+    p
+}
+
+/// After a reallocation of `old` (sample `was`, if sampled) to `size`
+/// bytes at `new`: a failed one left the old block as it was.
+fn after_realloc(old: *mut libc::c_void, was: Option<u64>, size: usize, new: *mut libc::c_void) {
+    if new.is_null() && size != 0 {
+        if let Some(sample) = was {
+            live().insert(old as usize, sample);
+        }
+        return;
+    }
+    counted(size, new);
+}
+
+unsafe extern "C" fn hooked_free(block: *mut libc::c_void) {
+    forget(block);
+    // SAFETY: as for malloc (REAL[4]: free).
+    unsafe { std::mem::transmute::<usize, Free>(real(4))(block) }
+}
+
+unsafe extern "C" fn hooked_posix_memalign(
+    out: *mut *mut libc::c_void,
+    align: usize,
+    size: usize,
+) -> libc::c_int {
+    // SAFETY: as for malloc (REAL[5]: posix_memalign).
+    let rc = unsafe { std::mem::transmute::<usize, PosixMemalign>(real(5))(out, align, size) };
+    if rc == 0 && !out.is_null() {
+        // SAFETY: on success the C library wrote the block to `*out`.
+        counted(size, unsafe { *out });
+    }
+    rc
+}
+
+unsafe extern "C" fn hooked_aligned_alloc(align: usize, size: usize) -> *mut libc::c_void {
+    // SAFETY: as for malloc (REAL[6]: aligned_alloc).
+    let p = unsafe { std::mem::transmute::<usize, AlignedAlloc>(real(6))(align, size) };
+    counted(size, p);
+    p
+}
+
+unsafe extern "C" fn hooked_memalign(align: usize, size: usize) -> *mut libc::c_void {
+    // SAFETY: as for malloc (REAL[7]: memalign).
+    let p = unsafe { std::mem::transmute::<usize, AlignedAlloc>(real(7))(align, size) };
+    counted(size, p);
+    p
+}
+
+/// The hooks, in `WANTED`'s order.
+fn hooks() -> [usize; 8] {
+    [
+        hooked_malloc as Malloc as usize,
+        hooked_calloc as Calloc as usize,
+        hooked_realloc as Realloc as usize,
+        hooked_reallocarray as ReallocArray as usize,
+        hooked_free as Free as usize,
+        hooked_posix_memalign as PosixMemalign as usize,
+        hooked_aligned_alloc as AlignedAlloc as usize,
+        hooked_memalign as AlignedAlloc as usize,
+    ]
+}
+
+/// Finds the C library's functions; false if one of the essential ones
+/// (`malloc`, `calloc`, `realloc`, `free`) is missing.
+fn find_real() -> bool {
+    for (i, w) in WANTED.iter().enumerate() {
+        if real(i) == 0 {
+            let a = got::versioned_symbol(w.name, w.version).or_else(|| got::versioned_symbol(w.name, ""));
+            REAL[i].store(a.unwrap_or(0), Ordering::Release);
+        }
+    }
+    [0, 1, 2, 4].iter().all(|&i| real(i) != 0)
+}
+
+/// Starts counting allocations, one sample per `mean` bytes on average,
+/// each handed to `on_sample`, and hooks every loaded module but winch's
+/// own, the C library and the dynamic loader. Returns the slots patched
+/// (0 where the C library's functions are not found: nothing is counted).
+pub fn install(mean: u64, on_sample: OnSample) -> usize {
+    if !find_real() {
+        return 0;
+    }
+    let table = live();
+    // Empty the table of the last profile.
+    for (addr, _) in table.kept() {
+        table.remove(addr);
+    }
+    MEAN.store(mean.max(1), Ordering::Release);
+    ON_SAMPLE.store(on_sample as usize, Ordering::Release);
+    ALLOCATIONS.store(0, Ordering::Release);
+    SAMPLED.store(0, Ordering::Release);
+    table.lost.store(0, Ordering::Release);
+    let Ok(mut p) = PATCHED.try_lock() else { return 0 };
+    *p = Some((Vec::new(), Vec::new()));
+    drop(p);
+    ON.store(true, Ordering::Release);
+    rescan(&crate::modules::current())
+}
+
+/// Hooks the modules loaded since the last scan. Returns the slots
+/// patched in all.
+pub fn rescan(map: &ModuleMap) -> usize {
+    let mut guard = PATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((patched, scanned)) = guard.as_mut() else { return 0 };
+    let targets: Vec<usize> = (0..WANTED.len()).map(real).collect();
+    let values = hooks();
+    let own = map.module_of(values[0]);
+    let libc_module = map.module_of(real(0));
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    scanned.retain(|k| map.modules().iter().any(|m| m.path == k.0 && m.bias == k.1));
+    for (i, m) in map.modules().iter().enumerate() {
+        let key = (m.path.clone(), m.bias);
+        if scanned.contains(&key) {
+            continue;
+        }
+        scanned.push(key);
+        let loader = m.basename().starts_with("ld-linux");
+        if Some(i) == own || Some(i) == libc_module || loader || !m.has_file {
+            continue;
+        }
+        // (Functions the C library lacks are left alone: their slots are
+        // not bound to a real function of ours.)
+        let wanted: Vec<usize> = (0..WANTED.len()).filter(|&k| targets[k] != 0).collect();
+        let w: Vec<Wanted> = wanted.iter().map(|&k| WANTED[k]).collect();
+        let t: Vec<usize> = wanted.iter().map(|&k| targets[k]).collect();
+        let v: Vec<usize> = wanted.iter().map(|&k| values[k]).collect();
+        patched.extend(got::patch_module(m, &w, &t, &v, &maps));
+    }
+    patched.len()
+}
+
+/// Stops counting and gives every slot back its value. Returns the slots
+/// restored. The table keeps the blocks sampled and not freed (see
+/// [`live`]).
+pub fn uninstall() -> usize {
+    ON.store(false, Ordering::Release);
+    let taken = PATCHED.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let Some((patched, _)) = taken else { return 0 };
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    got::restore(&patched, &crate::modules::current(), &maps)
+}
+
+/// In a `fork()` child: nothing is counted (its slots still point to the
+/// hooks, which then only call the C library's functions).
+pub fn forget_in_child() {
+    ON.store(false, Ordering::Release);
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    static SEEN: AtomicU64 = AtomicU64::new(0);
+    fn sample(size: usize, _block: usize) -> u64 {
+        SEEN.fetch_add(size as u64, Ordering::Relaxed) + 1
+    }
+
+    /// The hooks called as a module's slots would call them: the C
+    /// library's blocks come back, sampled ones are kept until freed.
+    #[test]
+    fn hooked_functions_allocate_count_and_keep_sampled_blocks_until_freed() {
+        assert!(find_real());
+        MEAN.store(1, Ordering::Release); // every allocation sampled
+        ON_SAMPLE.store(sample as OnSample as usize, Ordering::Release);
+        ON.store(true, Ordering::Release);
+        // SAFETY: the C library's contracts, kept below: every block is
+        // freed once, through the hook or directly.
+        unsafe {
+            let a = hooked_malloc(1000);
+            let b = hooked_calloc(10, 100);
+            assert!(!a.is_null() && !b.is_null());
+            assert_eq!(*(b as *const u8).add(999), 0, "calloc's block is zeroed");
+            assert!(live().kept().iter().any(|k| k.0 == a as usize), "a sampled block is kept");
+            let c = hooked_realloc(a, 5000);
+            assert!(!c.is_null());
+            let mut d: *mut libc::c_void = std::ptr::null_mut();
+            assert_eq!(hooked_posix_memalign(&mut d, 64, 256), 0);
+            assert_eq!(d as usize % 64, 0);
+            let e = hooked_aligned_alloc(128, 256);
+            assert_eq!(e as usize % 128, 0);
+            ON.store(false, Ordering::Release);
+            // The reallocated block replaced the old one in the table
+            // (realloc may return the same address).
+            let kept: Vec<usize> = live().kept().iter().map(|k| k.0).collect();
+            assert!(kept.contains(&(c as usize)) && kept.contains(&(b as usize)));
+            assert_eq!(kept.iter().filter(|&&k| k == a as usize).count(), (a == c) as usize);
+            for p in [b, c, d, e] {
+                hooked_free(p);
+            }
+            for p in [b, c, d, e] {
+                assert_eq!(live().remove(p as usize), None, "freed: forgotten");
+            }
+        }
+        assert!(SEEN.load(Ordering::Relaxed) >= 1000 + 1000 + 5000 + 256 + 256);
+        MEAN.store(512 * 1024, Ordering::Release);
+    }
+
+    #[test]
+    fn the_c_librarys_functions_are_found_and_hooks_differ_from_them() {
+        assert!(find_real());
+        let h = hooks();
+        for (i, w) in WANTED.iter().enumerate() {
+            assert_ne!(real(i), h[i], "{}", w.name);
+        }
+        assert_eq!(real(0), got::versioned_symbol("malloc", "").unwrap());
+    }
+}
