@@ -6,8 +6,9 @@
 # The fields of a winch_profile, each with what it must be. Tables are data
 # frames (lists of equal-length columns).
 profile_fields <- list(
-  event = function(x) is.character(x) && length(x) == 1L && x %in% c("cpu", "elapsed"),
-  interval = function(x) is.numeric(x) && length(x) == 1L && is.finite(x) && x > 0,
+  event = function(x) is.character(x) && length(x) == 1L && x %in% c("cpu", "elapsed", "alloc"),
+  # (NA in a memory profile, whose samples are spaced by bytes.)
+  interval = function(x) is.numeric(x) && length(x) == 1L && (is.na(x) || (is.finite(x) && x > 0)),
   start = function(x) (is.numeric(x) || inherits(x, "POSIXct")) && length(x) == 1L && is.finite(unclass(x)),
   duration = function(x) is.numeric(x) && length(x) == 1L && is.finite(x) && x >= 0,
   stacks = function(x) {

@@ -7,12 +7,11 @@ stack_functions <- function(p) {
   lapply(p$stacks$locations, function(locs) unlist(by_location[locs], use.names = FALSE))
 }
 
-# Self and total counts per function.
-function_counts <- function(p, stacks = stack_functions(p)) {
+# Self and total counts (or `count`, any value per stack) per function.
+function_counts <- function(p, stacks = stack_functions(p), count = p$stacks$count) {
   n <- nrow(p$functions)
   self <- numeric(n)
   total <- numeric(n)
-  count <- p$stacks$count
   for (i in seq_along(stacks)) {
     f <- stacks[[i]]
     if (length(f)) {
@@ -85,6 +84,9 @@ unseen_share <- function(p, threads = by_thread_table(p)) {
 print.winch_profile <- function(x, ..., n = 10L, width = NULL) {
   width <- width %||% max(20L, getOption("width", 80L) - 42L)
   check_profile(x)
+  if (is_memory_profile(x)) {
+    return(print_memory_profile(x, n, width))
+  }
   total <- sum(x$stacks$count)
   what <- profile_what(x)
   cat(sprintf(
@@ -234,6 +236,9 @@ format_time_table <- function(tab, total) {
 #' @export
 summary.winch_profile <- function(object, ...) {
   p <- check_profile(object)
+  if (is_memory_profile(p)) {
+    return(summary_memory_profile(p))
+  }
   s <- p$stats
   fun <- by_function_table(p)
   threads <- by_thread_table(p)
@@ -271,6 +276,9 @@ summary.winch_profile <- function(object, ...) {
 
 #' @export
 print.summary.winch_profile <- function(x, ..., n = 15L) {
+  if (identical(x$event, "alloc")) {
+    return(print_memory_summary(x, n))
+  }
   total <- x$samples * x$interval
   cat(sprintf(
     "%s samples (%s every %s) over %s; %s with a truncated stack, %s dropped, %s distinct stacks\n",
@@ -351,16 +359,21 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
 #'   `"glm.fit"` or `"/stats.so::Cdqrls"`): only the samples with that
 #'   frame are drawn, from that frame up (its outermost occurrence in each
 #'   stack), so that what it calls fills the width.
+#' @param what For a memory profile (`event = "alloc"`): frames as wide as
+#'   the bytes allocated under them (`"alloc"`), or of those still
+#'   allocated when the profile ended (`"inuse"`).
 #' @return `x`, invisibly.
 #' @examples
 #' p <- winch_profile(for (i in 1:20) sort(runif(1e5)), interval = 0.002)
 #' plot(p)
 #' plot(p, focus = "sort")
 #' @export
-plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL) {
+plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL, what = c("alloc", "inuse")) {
   p <- check_profile(x)
   stacks <- lapply(stack_functions(p), rev) # outermost first
-  count <- p$stacks$count
+  memory <- is_memory_profile(p)
+  what <- match.arg(what)
+  count <- if (memory) stack_bytes(p, what) else p$stacks$count
   if (!is.null(focus)) {
     if (!is.character(focus) || length(focus) != 1L || is.na(focus)) {
       abort_bad_argument("`focus` must be NULL or one frame label (a string).")
@@ -415,7 +428,11 @@ plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL) {
     graphics::text(rects$x[shown] + rects$width[shown] / 2, rects$depth[shown] + 0.47, labels[shown], cex = cex)
     the$plot_labels <- data.frame(label = labels[shown], depth = rects$depth[shown])
   }
-  main <- sprintf("winch profile: %s of %s", format_seconds(total * p$interval), profile_what(p))
+  main <- if (memory) {
+    sprintf("winch memory profile: %s %s", format_bytes(total), if (what == "alloc") "allocated" else "still allocated at the end")
+  } else {
+    sprintf("winch profile: %s of %s", format_seconds(total * p$interval), profile_what(p))
+  }
   if (!is.null(focus)) main <- sprintf("%s, under %s", main, focus)
   graphics::title(main = main)
   the$plot_legend <- NULL

@@ -18,6 +18,11 @@
 #' @return `as.data.frame()`: a data frame with columns `stack` (character),
 #'   `samples` (integer-valued double), `time` (seconds) and `thread` (`"main"`,
 #'   or `"thread N"` for a stack of another thread), heaviest stack first.
+#'   For a memory profile (`winch_profile(event = "alloc")`), instead of
+#'   `time`: `alloc_bytes`, `alloc_count` (estimates of the bytes and
+#'   allocations made there), `inuse_bytes` and `inuse_count` (of those
+#'   still allocated when the profile ended), most bytes first; its
+#'   collapsed stacks are weighted by `alloc_bytes`.
 #'   `winch_write_collapsed()`: `path`, invisibly.
 #' @seealso [winch_write_rprof()], [winch_write_pprof()].
 #' @export
@@ -37,11 +42,27 @@ as.data.frame.winch_profile <- function(x, row.names = NULL, optional = FALSE, .
   th <- profile_threads(p)
   thread <- p$stacks$thread %||% rep(1L, length(stack))
   number <- th$number[thread]
+  thread <- ifelse(is.na(number) | number == 0L, "main", paste("thread", number))
+  if (is_memory_profile(p)) {
+    out <- data.frame(
+      stack = stack,
+      alloc_bytes = as.double(p$stacks$alloc_bytes),
+      alloc_count = as.double(p$stacks$alloc_count),
+      inuse_bytes = as.double(p$stacks$inuse_bytes),
+      inuse_count = as.double(p$stacks$inuse_count),
+      samples = as.double(p$stacks$count),
+      thread = thread,
+      stringsAsFactors = FALSE
+    )
+    out <- out[order(-out$alloc_bytes, out$stack), , drop = FALSE]
+    rownames(out) <- NULL
+    return(out)
+  }
   out <- data.frame(
     stack = stack,
     samples = as.double(p$stacks$count),
     time = as.double(p$stacks$count) * p$interval,
-    thread = ifelse(is.na(number) | number == 0L, "main", paste("thread", number)),
+    thread = thread,
     stringsAsFactors = FALSE
   )
   out <- out[order(-out$samples, out$stack), , drop = FALSE]
@@ -55,9 +76,11 @@ winch_write_collapsed <- function(profile, path) {
   check_profile(profile)
   check_path(path)
   df <- as.data.frame(profile)
-  df <- df[df$samples > 0, , drop = FALSE]
+  # (A memory profile's weights are the bytes allocated.)
+  df$weight <- if (is_memory_profile(profile)) df$alloc_bytes else df$samples
+  df <- df[df$weight > 0, , drop = FALSE]
   # One line per distinct stack (two threads' stacks can come out alike).
-  counts <- tapply(df$samples, df$stack, sum)
+  counts <- tapply(df$weight, df$stack, sum)
   lines <- sprintf("%s %s", names(counts), format(as.vector(counts), scientific = FALSE, trim = TRUE))
   check_writable(path)
   tryCatch(

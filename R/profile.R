@@ -55,6 +55,31 @@
 #'
 #' `threads = "main"` samples R's main thread only, as before.
 #'
+#' @section Memory:
+#' With `event = "alloc"`, allocations are sampled instead of time: the
+#' allocation functions of every loaded library (`malloc()`, `calloc()`,
+#' `realloc()`, `reallocarray()`, `free()`, `posix_memalign()`,
+#' `aligned_alloc()`, `memalign()`; C++'s `operator new` ends in these)
+#' are hooked through their GOT slots for the time `expr` runs (libraries
+#' loaded meanwhile too), and every slot gets its value back when it ends.
+#' On average one allocation is sampled per `sample_bytes` bytes allocated:
+#' each byte with probability `1 / sample_bytes`, so that a large
+#' allocation is nearly always seen, and each sample stands for the bytes
+#' and allocations it estimates (unbiased estimates, as Go's heap profile
+#' and tcmalloc sample). A sample holds the joint stack of the allocating
+#' thread, taken as a CPU sample is. Frees of sampled blocks are followed,
+#' so the profile also tells which sampled bytes were still allocated when
+#' `expr` ended (`inuse`). R's own vectors count where R allocates them
+#' with `malloc()`: a large vector when it is made, small vectors through
+#' the pages R takes for them (a page is charged to the call that needed a
+#' new one). Its stacks' columns are `alloc_bytes`, `alloc_count`,
+#' `inuse_bytes` and `inuse_count` (see [as.data.frame.winch_profile()]);
+#' `count` is the number of samples. It is written with
+#' [winch_write_pprof()] (Go's heap profile's types: `go tool pprof
+#' -sample_index=inuse_space`) and [winch_write_collapsed()] (bytes
+#' allocated), not in `Rprof()`'s format. Allocations of other threads
+#' show under their `[thread N]` frame at the root of the profile.
+#'
 #' One profile runs at a time: starting another one is an error of class
 #' `winch_error_busy`. An error or an interrupt in `expr`, or while the
 #' profiler starts, stops it. A process forked while a profile runs (by
@@ -80,8 +105,8 @@
 #'   error of class `winch_error_io`. Should writing fail afterwards, the
 #'   profile is returned with a warning of class `winch_warning_io`.
 #' @param interval Seconds between samples, at least 0.001 and at most 3600.
-#' @param event `"cpu"` (CPU time of R's main thread) or `"elapsed"`
-#'   (wall-clock time).
+#' @param event `"cpu"` (CPU time of R's main thread), `"elapsed"`
+#'   (wall-clock time) or `"alloc"` (allocations: see the section "Memory").
 #' @param loops Show loops as frames?
 #' @param lines Record source positions and write them in the Rprof file:
 #'   R frames' file and line from their srcrefs (code sourced or parsed with
@@ -101,6 +126,8 @@
 #'   allocation triggered them? With `FALSE`, their time is folded into that
 #'   code. (winch finds R's collector from the code of R's `R_gc`; in an R
 #'   whose `R_gc` it cannot read, collections stay folded.)
+#' @param sample_bytes With `event = "alloc"`: the mean bytes allocated
+#'   between two samples (one number, at least 1).
 #' @return A `winch_profile` object: distinct stacks with their counts, the
 #'   functions, locations, files and modules they refer to, and figures about
 #'   the run (`summary()`), with `print()`, `summary()` and `plot()` methods.
@@ -112,11 +139,13 @@
 #'   p <- winch_profile(for (i in 1:200) sum(sort(runif(1e4))), interval = 0.005)
 #'   p
 #' }
-winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "elapsed"),
+winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "elapsed", "alloc"),
                           loops = TRUE, lines = FALSE, ..., threads = c("all", "main"), libr = FALSE,
-                          gc = TRUE) {
+                          gc = TRUE, sample_bytes = 512 * 1024) {
   rlang::check_dots_empty()
-  opts <- check_profile_args(file, interval, event, loops, lines, threads, libr, gc)
+  opts <- check_profile_args(file, interval, event, loops, lines, threads, libr, gc,
+    sample_bytes = sample_bytes, alloc_ok = TRUE
+  )
   # The profiled code is what runs under force(expr) below: samples taken
   # before or after it (the profiler starting and stopping) are left out,
   # and so are force()'s frame and those further out.
@@ -220,7 +249,10 @@ rprof_stop <- function(call = rlang::caller_env()) {
 }
 
 check_profile_args <- function(file, interval, event, loops, lines, threads = "main", libr = FALSE,
-                               gc = TRUE, call = rlang::caller_env()) {
+                               gc = TRUE, sample_bytes = 512 * 1024, alloc_ok = FALSE,
+                               call = rlang::caller_env()) {
+  events <- if (alloc_ok) c("cpu", "elapsed", "alloc") else c("cpu", "elapsed")
+  events_msg <- if (alloc_ok) '`event` must be "cpu", "elapsed" or "alloc".' else '`event` must be "cpu" or "elapsed".'
   if (!is.numeric(interval) || length(interval) != 1L || is.na(interval) || !is.finite(interval)) {
     abort_bad_argument("`interval` must be a single number of seconds.", call = call)
   }
@@ -231,13 +263,23 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
     abort_bad_argument("`interval` must be at most 3600 seconds (one sample an hour).", call = call)
   }
   if (!is.character(event) || !length(event) || anyNA(event)) {
-    abort_bad_argument('`event` must be "cpu" or "elapsed".', call = call)
+    abort_bad_argument(events_msg, call = call)
   }
   if (length(event) > 1L) {
     event <- event[[1L]]
   }
-  if (!event %in% c("cpu", "elapsed")) {
-    abort_bad_argument('`event` must be "cpu" or "elapsed".', call = call)
+  if (!event %in% events) {
+    abort_bad_argument(events_msg, call = call)
+  }
+  if (!is.numeric(sample_bytes) || length(sample_bytes) != 1L || is.na(sample_bytes) ||
+    !is.finite(sample_bytes) || sample_bytes < 1 || sample_bytes > 1e15) {
+    abort_bad_argument("`sample_bytes` must be one number of bytes, at least 1.", call = call)
+  }
+  if (event == "alloc" && !is.null(file)) {
+    abort_bad_argument(
+      "A memory profile cannot be written in `Rprof()`'s format: leave `file` NULL and use `winch_write_pprof()`.",
+      call = call
+    )
   }
   check_flag(loops, call = call)
   check_flag(lines, call = call)
@@ -271,7 +313,10 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
   if (rprof_running()) {
     abort_winch("R's profiler is running: stop it with `Rprof(NULL)` first.", class = "winch_error_busy", call = call)
   }
-  list(file = file, interval = interval, event = event, loops = loops, lines = lines, threads = threads, libr = libr, gc = gc)
+  list(
+    file = file, interval = interval, event = event, loops = loops, lines = lines, threads = threads,
+    libr = libr, gc = gc, sample_bytes = as.double(sample_bytes)
+  )
 }
 
 # Whether a session of this process runs (the native side's word: a fork
@@ -335,7 +380,7 @@ profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
       as.double(opts$interval), opts$event, opts$loops, opts$region,
       opts$lines, list(quote(`for`), quote(`while`), quote(`repeat`), quote(srcfile), quote(filename)),
       as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels,
-      opts$threads, list(libr = opts$libr, gc = opts$gc)
+      opts$threads, list(libr = opts$libr, gc = opts$gc, sample_bytes = opts$sample_bytes %||% (512 * 1024))
     ),
     call = call
   )
@@ -441,6 +486,7 @@ new_winch_profile <- function(raw, session, usage_end = resource_usage(), gc_tim
     list(
       event = raw$event,
       interval = raw$interval,
+      sample_bytes = raw$sample_bytes,
       start = structure(raw$start, class = c("POSIXct", "POSIXt")),
       duration = raw$duration,
       stacks = raw$stacks,
@@ -475,6 +521,7 @@ profile_parts <- function(p) {
   list(
     event = p$event,
     interval = as.double(p$interval),
+    sample_bytes = as.double(p$sample_bytes %||% NA_real_),
     start = as.double(p$start),
     duration = as.double(p$duration),
     functions = list(
@@ -486,9 +533,14 @@ profile_parts <- function(p) {
       location = as.integer(x$location), `function` = as.integer(x$`function`),
       file = as.integer(x$file), line = as.integer(x$line)
     ),
-    stacks = list(
-      count = as.double(p$stacks$count), locations = lapply(p$stacks$locations, as.integer),
-      thread = as.integer(p$stacks$thread %||% rep(1L, length(p$stacks$count)))
+    stacks = c(
+      list(
+        count = as.double(p$stacks$count), locations = lapply(p$stacks$locations, as.integer),
+        thread = as.integer(p$stacks$thread %||% rep(1L, length(p$stacks$count)))
+      ),
+      if (identical(p$event, "alloc")) {
+        lapply(p$stacks[c("alloc_bytes", "alloc_count", "inuse_bytes", "inuse_count")], as.double)
+      }
     ),
     threads = list(
       number = as.integer(th$number), tid = as.double(th$tid), name = as.character(th$name),

@@ -11,7 +11,7 @@ use winch_core::memory::Objects;
 use winch_core::profile::build::{self, Stats};
 use winch_core::profile::cost;
 use winch_core::profile::model::{
-    Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo,
+    Bytes, Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo,
 };
 use winch_core::profile::sampler::{BcFacts, LineFacts, RFacts, Region};
 use winch_core::profile::session::{self, Clock, Running};
@@ -123,7 +123,8 @@ pub fn rs_profile_start(
     let (clock, event) = match event.string()?.as_str() {
         "cpu" => (Clock::Cpu, Event::Cpu),
         "elapsed" => (Clock::Elapsed, Event::Elapsed),
-        _ => return Err(Error::BadArgument("`event` must be \"cpu\" or \"elapsed\"".into())),
+        "alloc" => (Clock::Cpu, Event::Alloc),
+        _ => return Err(Error::BadArgument("`event` must be \"cpu\", \"elapsed\" or \"alloc\"".into())),
     };
     let all_threads = match threads.string()?.as_str() {
         "all" => true,
@@ -148,7 +149,16 @@ pub fn rs_profile_start(
     if options.field("gc")?.flag()? {
         facts.gc_start = learn::gc_start(&facts.base).unwrap_or(0);
     }
-    let running = session::start(facts, rstate::libr_addr(), clock, interval_ns as u64, all_threads)?;
+    let running = if event == Event::Alloc {
+        // `list(..., sample_bytes = )`: the mean bytes between samples.
+        let mean = options.field("sample_bytes")?.number()?;
+        if !(1.0..=1e15).contains(&mean) {
+            return Err(Error::BadArgument("`sample_bytes` must be a number of bytes, at least 1".into()));
+        }
+        session::start_alloc(facts, rstate::libr_addr(), mean.round() as u64, all_threads)?
+    } else {
+        session::start(facts, rstate::libr_addr(), clock, interval_ns as u64, all_threads)?
+    };
     *current = Some(Current { running, event });
     Ok(true.into()) // NULL would read as "out of memory"
 }
@@ -288,7 +298,7 @@ pub(crate) fn to_r(p: &Profile, s: &Stats) -> RValue {
         ("file", RValue::Int(all.iter().map(|(_, x)| index(x.file)).collect())),
         ("line", RValue::Int(all.iter().map(|(_, x)| x.line.and_then(|v| i32::try_from(v).ok())).collect())),
     ]);
-    let stacks = RValue::List(vec![
+    let mut stack_columns = vec![
         ("count", RValue::Dbl(p.stacks.iter().map(|s| s.count as f64).collect())),
         ("thread", RValue::Int(p.stacks.iter().map(|s| index(Some(s.thread))).collect())),
         (
@@ -300,7 +310,17 @@ pub(crate) fn to_r(p: &Profile, s: &Stats) -> RValue {
                     .collect(),
             ),
         ),
-    ]);
+    ];
+    if p.event == Event::Alloc {
+        let column = |f: fn(&Bytes) -> u64| {
+            RValue::Dbl(p.stacks.iter().map(|s| s.bytes.as_ref().map_or(0.0, |b| f(b) as f64)).collect())
+        };
+        stack_columns.push(("alloc_bytes", column(|b| b.alloc_bytes)));
+        stack_columns.push(("alloc_count", column(|b| b.alloc_count)));
+        stack_columns.push(("inuse_bytes", column(|b| b.inuse_bytes)));
+        stack_columns.push(("inuse_count", column(|b| b.inuse_count)));
+    }
+    let stacks = RValue::List(stack_columns);
     let m = &p.modules;
     let modules = RValue::List(vec![
         ("path", RValue::Str(m.iter().map(|m| Some(m.path.clone())).collect())),
@@ -325,6 +345,9 @@ pub(crate) fn to_r(p: &Profile, s: &Stats) -> RValue {
         ("thread_alone", (s.thread_alone as f64).into()),
         ("thread_dropped", (s.thread_dropped as f64).into()),
         ("references", (s.references as f64).into()),
+        ("allocations", (s.allocations as f64).into()),
+        ("sampled_allocations", (s.sampled_allocations as f64).into()),
+        ("untracked", (s.untracked as f64).into()),
     ]);
     let t = &p.threads;
     let threads = RValue::List(vec![
@@ -333,9 +356,15 @@ pub(crate) fn to_r(p: &Profile, s: &Stats) -> RValue {
         ("name", RValue::Str(t.iter().map(|t| Some(t.name.clone())).collect())),
         ("cpu", RValue::Dbl(t.iter().map(|t| t.cpu_ns.map_or(f64::NAN, |c| c as f64 / 1e9)).collect())),
     ]);
+    // A memory profile's interval is the mean bytes between samples.
+    let (interval, sample_bytes) = match p.event {
+        Event::Alloc => (f64::NAN, p.interval_ns as f64),
+        _ => (p.interval_ns as f64 / 1e9, f64::NAN),
+    };
     RValue::List(vec![
         ("event", p.event.name().to_string().into()),
-        ("interval", (p.interval_ns as f64 / 1e9).into()),
+        ("interval", interval.into()),
+        ("sample_bytes", sample_bytes.into()),
         ("start", (p.start_unix_ns as f64 / 1e9).into()),
         ("duration", (p.duration_ns as f64 / 1e9).into()),
         ("functions", functions),
@@ -373,9 +402,22 @@ fn from_r(parts: &Arg) -> Result<Profile> {
     let event = match p.field("event")?.string()?.as_str() {
         "cpu" => Event::Cpu,
         "elapsed" => Event::Elapsed,
+        "alloc" => Event::Alloc,
         _ => return Err(bad("event")),
     };
     let ns = |x: f64| (x * 1e9).round().max(0.0) as u64;
+    // A memory profile's values per stack.
+    let bytes_columns = match event {
+        Event::Alloc => Some(
+            ["stacks$alloc_bytes", "stacks$alloc_count", "stacks$inuse_bytes", "stacks$inuse_count"]
+                .map(|c| p.field(c).and_then(|f| f.doubles())),
+        ),
+        _ => None,
+    };
+    let bytes_columns = match bytes_columns {
+        Some([a, b, c, d]) => Some([a?, b?, c?, d?]),
+        None => None,
+    };
     let (names, labels, kinds) = (
         p.field("functions$name")?.strings()?,
         p.field("functions$label")?.strings()?,
@@ -466,8 +508,12 @@ fn from_r(parts: &Arg) -> Result<Profile> {
             line,
         });
     }
+    if bytes_columns.as_ref().is_some_and(|c| c.iter().any(|v| v.len() != scount.len())) {
+        return Err(bad("table (columns of different lengths)"));
+    }
+    let whole = |x: f64| (x.is_finite() && x >= 0.0 && x.fract() == 0.0).then_some(x as u64);
     let mut stacks = Vec::with_capacity(scount.len());
-    for ((count, locs), thread) in scount.iter().zip(&slocs).zip(&sthread) {
+    for (k, ((count, locs), thread)) in scount.iter().zip(&slocs).zip(&sthread).enumerate() {
         let locations = locs
             .ints()?
             .into_iter()
@@ -477,7 +523,16 @@ fn from_r(parts: &Arg) -> Result<Profile> {
             return Err(bad("count"));
         }
         let thread = one_based(*thread, nt.max(1), "thread index")?.unwrap_or(0);
-        stacks.push(Stack { locations, count: *count as u64, thread });
+        let bytes = match &bytes_columns {
+            Some([a, b, c, d]) => Some(Bytes {
+                alloc_bytes: whole(a[k]).ok_or_else(|| bad("byte count"))?,
+                alloc_count: whole(b[k]).ok_or_else(|| bad("allocation count"))?,
+                inuse_bytes: whole(c[k]).ok_or_else(|| bad("byte count"))?,
+                inuse_count: whole(d[k]).ok_or_else(|| bad("allocation count"))?,
+            }),
+            None => None,
+        };
+        stacks.push(Stack { locations, count: *count as u64, thread, bytes });
     }
     let modules = (0..nm)
         .map(|i| {
@@ -490,9 +545,16 @@ fn from_r(parts: &Arg) -> Result<Profile> {
             })
         })
         .collect::<Result<_>>()?;
+    let interval_ns = match event {
+        Event::Alloc => {
+            let b = p.field("sample_bytes")?.number()?;
+            whole(b).filter(|&b| b > 0).ok_or_else(|| bad("sample_bytes"))?
+        }
+        _ => ns(p.field("interval")?.number()?),
+    };
     let profile = Profile {
         event,
-        interval_ns: ns(p.field("interval")?.number()?),
+        interval_ns,
         start_unix_ns: ns(p.field("start")?.number()?),
         duration_ns: ns(p.field("duration")?.number()?),
         functions,
@@ -519,6 +581,11 @@ pub fn rs_profile_write(parts: Arg, path: Arg, format: Arg, lines: Arg) -> Resul
     let path = path.string()?;
     let io = |e: std::io::Error| Error::Io(format!("cannot write {path}: {e}"));
     match format.string()?.as_str() {
+        "rprof" if p.event == Event::Alloc => {
+            return Err(Error::BadArgument(
+                "Rprof's format holds samples of time, not bytes: write a memory profile with winch_write_pprof() or winch_write_collapsed()".into(),
+            ))
+        }
         "rprof" => {
             let mut file = std::fs::File::create(&path).map_err(io)?;
             winch_core::profile::rprof::write(&p, lines.flag()?, &mut file).map_err(io)?;

@@ -300,6 +300,7 @@ impl Recorder {
             main_name: self.names.get(&self.pid).cloned().unwrap_or_else(|| thread_name(self.pid, self.pid)),
             main_cpu_ns: cpu(self.pid),
             thread_dropped: 0,
+            alloc: None,
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use super::collect::Times;
 use super::labels::{self, Labels};
-use super::model::{Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo};
+use super::model::{Bytes, Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo};
 use super::sampler::{
     EXACT_IP, IP_MASK, NATIVE, OWNER_MASK, OWNER_SHIFT, POS, R, SNAPSHOT, TAG, TID_MASK, TID_SHIFT, UNCERTAIN,
 };
@@ -45,6 +45,31 @@ pub struct Stats {
     pub thread_alone: u64,
     pub thread_dropped: u64,
     pub references: u64,
+    /// A memory profile: allocations seen, sampled, and sampled blocks
+    /// whose freeing could not be followed (counted as freed).
+    pub allocations: u64,
+    pub sampled_allocations: u64,
+    pub untracked: u64,
+}
+
+/// A memory profile's values per collected stack (by index): each
+/// sample's estimates (see `alloc::poisson::estimate`), and those of the
+/// samples whose blocks were still allocated at the end.
+fn alloc_values(c: &super::collect::Collected, a: &super::session::AllocFigures) -> Vec<Bytes> {
+    let mut out = vec![Bytes::default(); c.stacks.len()];
+    let live: std::collections::HashSet<u64> = a.live.iter().copied().collect();
+    for (n, &(size, i)) in &c.allocs {
+        let (bytes, count) = super::alloc::poisson::estimate(size as usize, a.mean);
+        let (bytes, count) = (bytes.round() as u64, count.round().max(1.0) as u64);
+        let v = &mut out[i];
+        v.alloc_bytes += bytes;
+        v.alloc_count += count;
+        if live.contains(n) {
+            v.inuse_bytes += bytes;
+            v.inuse_count += count;
+        }
+    }
+    out
 }
 
 /// Builds the profile.
@@ -59,30 +84,44 @@ pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
         }
     }
     let threads = thread_table(f);
+    let bytes = f.alloc.as_ref().map(|a| alloc_values(&f.collected, a));
     let mut stacks: Vec<Stack> = f
         .collected
         .stacks
         .iter()
-        .filter(|(_, counts)| counts.weight > 0)
-        .map(|(entries, counts)| {
+        .enumerate()
+        .filter(|(_, (_, counts))| counts.weight > 0)
+        .map(|(i, (entries, counts))| {
             let (locations, tid) = b.stack(entries);
             let thread = match tid {
                 0 => 0,
                 t => threads.iter().position(|x| x.number > 0 && x.tid == t as i64).unwrap_or(0),
             };
-            Stack { locations, count: counts.weight, thread }
+            let bytes = bytes.as_ref().map(|v| v.get(i).copied().unwrap_or_default());
+            Stack { locations, count: counts.weight, thread, bytes }
         })
         .collect();
     // Samples whose frames came out the same (another thread's samples
     // joined to different samples of the main thread with the same frames
     // kept) are one stack.
-    let mut merged: HashMap<(Vec<usize>, usize), u64> = HashMap::with_capacity(stacks.len());
+    let mut merged: HashMap<(Vec<usize>, usize), (u64, Option<Bytes>)> = HashMap::with_capacity(stacks.len());
     for st in stacks.drain(..) {
-        *merged.entry((st.locations, st.thread)).or_default() += st.count;
+        let m = merged.entry((st.locations, st.thread)).or_default();
+        m.0 += st.count;
+        if let Some(b) = st.bytes {
+            *m.1.get_or_insert_with(Bytes::default) += b;
+        }
     }
-    stacks.extend(merged.into_iter().map(|((locations, thread), count)| Stack { locations, count, thread }));
-    // Heaviest first: readers that stop early see what matters.
-    stacks.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.locations.cmp(&b.locations)));
+    stacks.extend(merged.into_iter().map(|((locations, thread), (count, bytes))| Stack {
+        locations,
+        count,
+        thread,
+        bytes,
+    }));
+    // Heaviest first (in bytes allocated, for a memory profile): readers
+    // that stop early see what matters.
+    let weight = |s: &Stack| s.bytes.map_or(s.count, |b| b.alloc_bytes);
+    stacks.sort_by(|a, b| weight(b).cmp(&weight(a)).then_with(|| a.locations.cmp(&b.locations)));
     let start_unix_ns =
         f.started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let c = &f.collected;
@@ -102,6 +141,9 @@ pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
         thread_alone: c.alone,
         thread_dropped: f.thread_dropped,
         references: c.references,
+        allocations: f.alloc.as_ref().map_or(0, |a| a.allocations),
+        sampled_allocations: f.alloc.as_ref().map_or(0, |a| a.sampled),
+        untracked: f.alloc.as_ref().map_or(0, |a| a.untracked),
     };
     let profile = Profile {
         event,

@@ -99,6 +99,10 @@ impl Times {
 /// counted: its weight is 0), and a sample of another thread.
 pub const REFERENCE: u64 = 4;
 pub const WORKER: u64 = 8;
+/// A sample of an allocation (a memory profile): its link word is the
+/// sample's number, its context word the size allocated; another thread's
+/// is not joined to R's main thread's stack.
+pub const ALLOC: u64 = 16;
 
 /// A sample of another thread waiting for the main thread's sample it is to
 /// be shown under.
@@ -142,6 +146,8 @@ pub struct Collected {
     /// Other threads by kernel id, in the order of their first sample.
     pub thread_order: Vec<u32>,
     pub times: Times,
+    /// Allocation samples by number: (bytes allocated, stack).
+    pub allocs: HashMap<u64, (u64, usize)>,
 }
 
 impl Collected {
@@ -204,6 +210,18 @@ impl Collected {
         let mut key = Vec::with_capacity(entries.len() + 2);
         key.push(snap);
         key.extend_from_slice(entries);
+        if flags & ALLOC != 0 {
+            if flags & WORKER != 0 {
+                let tid = super::sampler::tid_of(snap);
+                if !self.thread_order.contains(&tid) {
+                    self.thread_order.push(tid);
+                }
+                key.push(super::sampler::R | super::labels::THREAD as u64);
+            }
+            let i = self.add(&key, weight, truncated);
+            self.allocs.insert(link, (context, i));
+            return;
+        }
         if flags & WORKER == 0 {
             let i = self.add(&key, weight, truncated);
             self.mains.insert(link, (context, i));
@@ -279,6 +297,7 @@ impl Collected {
             + self.mains.len() * 32
             + self.pending.iter().map(|p| p.part.len() * 8 + 48).sum::<usize>()
             + self.times.buckets.len() * 8
+            + self.allocs.len() * 32
     }
 
     /// The counts of a stack (tests).
@@ -310,6 +329,29 @@ mod tests {
         let a = c.counts(&[1u64, 2]).unwrap();
         assert_eq!((a.weight, a.samples, a.truncated), (2503, 2501, 1));
         assert!(c.heap_bytes() < 400_000);
+    }
+
+    #[test]
+    fn allocation_samples_are_kept_by_number_with_their_size() {
+        use crate::profile::sampler::{tid_of, NATIVE, R, SNAPSHOT, TID_SHIFT};
+        let mut c = Collected::default();
+        c.absorb(&[header(ALLOC, 1, 900), SNAPSHOT, 1, 4096, NATIVE | 0x10, R | 5]);
+        c.absorb(&[header(ALLOC, 1, 900), SNAPSHOT, 2, 100, NATIVE | 0x10, R | 5]);
+        // Another thread's: under its [thread N] frame, never joined to R's
+        // main thread's stack (even with a main sample of that number).
+        let other = SNAPSHOT | 77 << TID_SHIFT;
+        assert_eq!(tid_of(other), 77);
+        c.absorb(&[header(ALLOC | WORKER, 1, 900), other, 3, 64, NATIVE | 0x20]);
+        assert_eq!(c.stacks.len(), 2);
+        assert_eq!(c.allocs[&1], (4096, 0));
+        assert_eq!(c.allocs[&2], (100, 0));
+        assert_eq!(c.allocs[&3], (64, 1));
+        assert_eq!(
+            &c.stacks[1].0[..],
+            &[other, NATIVE | 0x20, R | crate::profile::labels::THREAD as u64][..]
+        );
+        assert_eq!(c.thread_order, vec![77]);
+        assert_eq!((c.samples, c.joined, c.alone), (3, 0, 0));
     }
 
     #[test]

@@ -109,6 +109,28 @@ pub struct Stack {
     /// The thread sampled: an index into `Profile::threads` (0: R's main
     /// thread).
     pub thread: usize,
+    /// A memory profile's values (None in a time profile).
+    pub bytes: Option<Bytes>,
+}
+
+/// What a stack's samples of a memory profile stand for: estimates of the
+/// bytes and the allocations made there, and of those still allocated when
+/// the profile ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bytes {
+    pub alloc_bytes: u64,
+    pub alloc_count: u64,
+    pub inuse_bytes: u64,
+    pub inuse_count: u64,
+}
+
+impl std::ops::AddAssign for Bytes {
+    fn add_assign(&mut self, o: Bytes) {
+        self.alloc_bytes += o.alloc_bytes;
+        self.alloc_count += o.alloc_count;
+        self.inuse_bytes += o.inuse_bytes;
+        self.inuse_count += o.inuse_count;
+    }
 }
 
 /// A thread of the profiled process.
@@ -132,6 +154,9 @@ pub enum Event {
     Cpu,
     /// Wall-clock time.
     Elapsed,
+    /// Allocations (a memory profile): `interval_ns` is the mean bytes
+    /// between samples.
+    Alloc,
 }
 
 impl Event {
@@ -139,6 +164,7 @@ impl Event {
         match self {
             Event::Cpu => "cpu",
             Event::Elapsed => "elapsed",
+            Event::Alloc => "alloc",
         }
     }
 }
@@ -183,6 +209,9 @@ impl Profile {
         // together, and for the clock readings around the profile.
         // Every thread is sampled on its own clock.
         let threads = self.threads.len().max(1) as f64;
+        if self.event == Event::Alloc {
+            return self.check_indices();
+        }
         let possible = (self.duration_ns as f64 / self.interval_ns as f64) * 1.5 * threads + 1000.0 * threads;
         let samples = self.samples();
         if samples as f64 > possible {
@@ -193,6 +222,10 @@ impl Profile {
                 self.duration_ns as f64 / 1e9
             ));
         }
+        self.check_indices()
+    }
+
+    fn check_indices(&self) -> Result<(), String> {
         let (nl, nf, nfiles, nm) =
             (self.locations.len(), self.functions.len(), self.files.len(), self.modules.len());
         let bad_module = |m: Option<usize>| m.is_some_and(|m| m >= nm);
@@ -276,7 +309,7 @@ mod tests {
                 address: 0,
                 lines: vec![Line { function: 0, file: None, line: None }],
             }],
-            stacks: vec![Stack { locations: vec![0], count, thread: 0 }],
+            stacks: vec![Stack { locations: vec![0], count, thread: 0, bytes: None }],
             files: Vec::new(),
             modules: Vec::new(),
             threads: Vec::new(),

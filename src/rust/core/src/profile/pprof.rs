@@ -92,12 +92,29 @@ pub fn encode(p: &Profile) -> Vec<u8> {
 fn message(p: &Profile) -> Vec<u8> {
     let mut strings = Strings::new();
     let mut out = Message::default();
-    // The time type is the last and the default one: what pprof shows.
+    // The time type is the last and the default one: what pprof shows. A
+    // memory profile has Go's heap profile's four types, the default the
+    // bytes still allocated.
     let (time, unit) = time_type(p.event);
-    let count_type = value_type(&mut strings, "samples", "count");
-    let time_type = value_type(&mut strings, time, unit);
-    out.message(field::profile::SAMPLE_TYPE, &count_type);
-    out.message(field::profile::SAMPLE_TYPE, &time_type);
+    let types: &[(&str, &str)] = if p.event == Event::Alloc {
+        &[
+            ("alloc_objects", "count"),
+            ("alloc_space", "bytes"),
+            ("inuse_objects", "count"),
+            ("inuse_space", "bytes"),
+        ]
+    } else {
+        &[("samples", "count"), (time, unit)]
+    };
+    let types: Vec<Message> = types.iter().map(|(t, u)| value_type(&mut strings, t, u)).collect();
+    for t in &types {
+        out.message(field::profile::SAMPLE_TYPE, t);
+    }
+    // The period: an interval of time, or the mean bytes between samples.
+    let time_type = match p.event {
+        Event::Alloc => value_type(&mut strings, "space", "bytes"),
+        _ => value_type(&mut strings, time, unit),
+    };
     // With threads sampled, every sample says which (`-tagfocus`).
     let threads: Vec<(u64, u64, i64)> =
         p.threads.iter().map(|t| (strings.index("thread"), strings.index(&thread_label(t)), t.tid)).collect();
@@ -150,11 +167,14 @@ pub fn thread_label(t: &super::model::ThreadInfo) -> String {
     }
 }
 
-/// The type and unit of the time a sample stands for.
+/// The type and unit of what a sample stands for (a memory profile: the
+/// bytes still allocated; the period is then the mean bytes between
+/// samples, of the bytes allocated).
 fn time_type(event: Event) -> (&'static str, &'static str) {
     match event {
         Event::Cpu => ("cpu", "nanoseconds"),
         Event::Elapsed => ("wall", "nanoseconds"),
+        Event::Alloc => ("inuse_space", "bytes"),
     }
 }
 
@@ -174,7 +194,14 @@ fn sample(stack: &Stack, interval_ns: u64) -> Message {
     let time = stack.count.saturating_mul(interval_ns).min(i64::MAX as u64);
     let mut m = Message::default();
     m.packed(field::sample::LOCATION_ID, &ids);
-    m.packed(field::sample::VALUE, &[stack.count.min(i64::MAX as u64), time]);
+    match stack.bytes {
+        Some(b) => {
+            let v =
+                [b.alloc_count, b.alloc_bytes, b.inuse_count, b.inuse_bytes].map(|x| x.min(i64::MAX as u64));
+            m.packed(field::sample::VALUE, &v)
+        }
+        None => m.packed(field::sample::VALUE, &[stack.count.min(i64::MAX as u64), time]),
+    }
     m
 }
 
@@ -604,10 +631,10 @@ mod tests {
                 },
             ],
             stacks: vec![
-                Stack { locations: vec![4, 3, 2, 1, 0], count: 5, thread: 0 },
-                Stack { locations: vec![2, 1, 0], count: 3, thread: 0 },
-                Stack { locations: vec![1, 0], count: 0, thread: 0 },
-                Stack { locations: vec![3, 1, 0], count: 2, thread: 0 },
+                Stack { locations: vec![4, 3, 2, 1, 0], count: 5, thread: 0, bytes: None },
+                Stack { locations: vec![2, 1, 0], count: 3, thread: 0, bytes: None },
+                Stack { locations: vec![1, 0], count: 0, thread: 0, bytes: None },
+                Stack { locations: vec![3, 1, 0], count: 2, thread: 0, bytes: None },
             ],
             threads: Vec::new(),
         }
@@ -665,6 +692,36 @@ mod tests {
         assert_eq!(sorted.len(), p.strings.len(), "{:?}", p.strings);
         // Files shared by functions and mappings' build ids are in once.
         assert!(p.strings.iter().any(|s| s == "R/model.R"));
+    }
+
+    #[test]
+    fn a_memory_profile_has_the_heap_profiles_four_types() {
+        let mut profile = profile(Event::Alloc);
+        profile.interval_ns = 512 * 1024;
+        profile.stacks.truncate(2);
+        profile.stacks[0].bytes = Some(crate::profile::model::Bytes {
+            alloc_bytes: 3 << 20,
+            alloc_count: 6,
+            inuse_bytes: 1 << 20,
+            inuse_count: 2,
+        });
+        profile.stacks[1].bytes =
+            Some(crate::profile::model::Bytes { alloc_bytes: 1 << 20, alloc_count: 2, ..Default::default() });
+        let p = parse(&encode(&profile));
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(
+            p.sample_types,
+            [
+                pair("alloc_objects", "count"),
+                pair("alloc_space", "bytes"),
+                pair("inuse_objects", "count"),
+                pair("inuse_space", "bytes")
+            ]
+        );
+        assert_eq!(p.default_sample_type, "inuse_space");
+        assert_eq!((p.period_type, p.period), (pair("space", "bytes"), 512 * 1024));
+        assert_eq!(p.samples[0].value, [6, 3 << 20, 2, 1 << 20]);
+        assert_eq!(p.samples[1].value, [2, 1 << 20, 0, 0]);
     }
 
     #[test]
@@ -830,7 +887,7 @@ mod tests {
     #[test]
     fn huge_counts_saturate() {
         let mut p = empty();
-        p.stacks.push(Stack { locations: vec![], count: u64::MAX, thread: 0 });
+        p.stacks.push(Stack { locations: vec![], count: u64::MAX, thread: 0, bytes: None });
         let p = parse(&encode(&p));
         let max = i64::MAX as u64;
         assert_eq!(p.samples, [Sample { location_id: vec![], value: vec![max, max] }]);

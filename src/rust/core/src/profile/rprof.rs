@@ -204,7 +204,7 @@ mod tests {
         }
 
         fn stack(&mut self, locations: &[usize], count: u64) {
-            self.0.stacks.push(Stack { locations: locations.to_vec(), count, thread: 0 });
+            self.0.stacks.push(Stack { locations: locations.to_vec(), count, thread: 0, bytes: None });
         }
     }
 

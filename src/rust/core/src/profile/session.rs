@@ -29,7 +29,7 @@
 //! exist there: `Running::inherited` tells, and `Running::forget` lets go of
 //! it without touching them, so the child can start a session of its own.
 
-use super::collect::{Collected, REFERENCE};
+use super::collect::{Collected, ALLOC, REFERENCE};
 use super::ring::Ring;
 use super::sampler::{self, RFacts, Scratch, WorkerScratch};
 use super::threads::{self, Thread, Threads};
@@ -127,6 +127,12 @@ pub struct Session {
     pub outside: AtomicU64,
     stop: AtomicBool,
     collected: Mutex<Collected>,
+    /// A memory profile: the mean bytes between samples (None: a timer
+    /// samples), the last allocation sample's number, and the code of
+    /// winch's own library (the hook's frames, left out of samples).
+    alloc: Option<u64>,
+    alloc_seq: AtomicU64,
+    own_code: (usize, usize),
 }
 
 // SAFETY: `scratch` is touched only by the signal handler on the main
@@ -142,7 +148,8 @@ static ACTIVE: AtomicPtr<Session> = AtomicPtr::new(std::ptr::null_mut());
 /// Handlers running now, on any thread.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
-/// A started session, owned by the thread that started it.
+/// A started session, owned by the thread that started it. (A memory
+/// profile has no signal and no timer: `signal` 0.)
 pub struct Running {
     session: Arc<Session>,
     signal: libc::c_int,
@@ -186,10 +193,28 @@ pub struct Finished {
     pub main_cpu_ns: u64,
     /// Other threads' samples lost.
     pub thread_dropped: u64,
+    /// A memory profile's figures (None: a time profile).
+    pub alloc: Option<AllocFigures>,
     /// The modules addresses are named through: None for this process's
     /// loaded now; another process's (a recording from outside) as last
     /// seen.
     pub modules_now: Option<Arc<crate::modules::ModuleMap>>,
+}
+
+/// What a memory profile adds to a finished session.
+#[derive(Clone, Debug, Default)]
+pub struct AllocFigures {
+    /// The mean bytes between samples.
+    pub mean: u64,
+    /// The numbers of the samples whose blocks were not freed when the
+    /// profile ended.
+    pub live: Vec<u64>,
+    /// Allocations seen, and sampled.
+    pub allocations: u64,
+    pub sampled: u64,
+    /// Sampled blocks the table of live ones had no room for (counted as
+    /// freed).
+    pub untracked: u64,
 }
 
 /// Whether a session is running in this process.
@@ -221,6 +246,7 @@ extern "C" fn after_fork_in_child() {
     // The child has no timer; make sure nothing it might receive samples.
     ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
     super::spawn::forget_in_child();
+    super::alloc::hook::forget_in_child();
     // The only thread of the child is the one that called fork(), which was
     // not in the handler (handlers running on other threads of the parent
     // do not exist here): stopping a session of the child's own must not
@@ -384,7 +410,7 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
     let tid = threads::gettid();
     let out = sampler::sample_worker(
         regs,
-        1 + overrun,
+        (1 + overrun, 0, &|_| false),
         start,
         now_ns,
         snap,
@@ -415,7 +441,9 @@ impl Session {
             g.push((snapshot.generation, snapshot.exact));
             (g.len() - 1) as u32
         };
-        if !self.slots.is_empty() {
+        if self.alloc.is_some() {
+            super::alloc::hook::rescan(&snapshot.map); // allocations of new modules
+        } else if !self.slots.is_empty() {
             super::spawn::rescan(&snapshot.map); // threads of new modules
         }
         let fresh = Box::into_raw(Box::new(Used { snapshot, index }));
@@ -475,6 +503,78 @@ fn spare_snapshot() -> Option<Box<Snapshot>> {
     (spare.exact && spare.generation == crate::modules::loader_generation()).then_some(spare)
 }
 
+/// A session not yet published, with its first snapshot (published by
+/// the session: freed by the caller only if the session never runs).
+fn new_session(
+    facts: RFacts,
+    interpreter_addr: usize,
+    interval_ns: u64,
+    all_threads: bool,
+    signal: libc::c_int,
+    alloc: Option<u64>,
+) -> (Arc<Session>, *mut Used) {
+    let first = spare_snapshot().unwrap_or_else(|| Box::new(Snapshot::take(interpreter_addr)));
+    let own_code = own_code(&first.map);
+    let generations = Mutex::new(vec![(first.generation, first.exact)]);
+    let snapshot = Box::into_raw(Box::new(Used { snapshot: first, index: 0 }));
+    // Other threads' stacks are read through the kernel (see `worker`).
+    let all_threads = all_threads && crate::memory::available();
+    let slots: Box<[Slot]> = if all_threads {
+        (0..SLOTS)
+            .map(|_| Slot {
+                busy: AtomicBool::new(false),
+                scratch: UnsafeCell::new(WorkerScratch::default()),
+                ring: Ring::new(SLOT_RING_WORDS),
+            })
+            .collect()
+    } else {
+        Box::new([])
+    };
+    let session = Arc::new(Session {
+        facts,
+        ring: Ring::new(RING_WORDS),
+        scratch: UnsafeCell::new(Scratch::default()),
+        snapshot: AtomicPtr::new(snapshot),
+        retired: Mutex::new(Vec::new()),
+        generations,
+        interpreter_addr,
+        // SAFETY: the calling thread's own id.
+        main_thread: unsafe { libc::pthread_self() },
+        main_tid: threads::gettid(),
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+        signal,
+        slots,
+        main_seq: AtomicU64::new(0),
+        main_context: AtomicUsize::new(0),
+        requested: AtomicBool::new(false),
+        requested_ns: AtomicU64::new(0),
+        interval_ns,
+        thread_dropped: AtomicU64::new(0),
+        handler_runs: AtomicU64::new(0),
+        dropped: AtomicU64::new(0),
+        outside: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        collected: Mutex::new(Collected::default()),
+        alloc,
+        alloc_seq: AtomicU64::new(0),
+        own_code,
+    });
+    (session, snapshot)
+}
+
+/// The range of winch's own code (its library's executable segments).
+fn own_code(map: &crate::modules::ModuleMap) -> (usize, usize) {
+    let here = own_code as fn(&crate::modules::ModuleMap) -> (usize, usize) as usize;
+    map.module_of(here)
+        .map(|i| {
+            let exec = map.module(i).segments.iter().filter(|s| s.exec);
+            let lo = exec.clone().map(|s| s.start).min().unwrap_or(0);
+            (lo, exec.map(|s| s.end).max().unwrap_or(0))
+        })
+        .unwrap_or((0, 0))
+}
+
 /// Starts sampling R's main thread (the calling thread) every
 /// `interval_ns` of `clock`, and with `all_threads` every other thread of
 /// the process every `interval_ns` of its own clock.
@@ -500,51 +600,9 @@ pub fn start(
     let signal = free_signal()
         .ok_or_else(|| Error::Unavailable("no free real-time signal for the sampling timer".into()))?;
     register_fork_handler();
-    let first = spare_snapshot().unwrap_or_else(|| Box::new(Snapshot::take(interpreter_addr)));
-    let generations = Mutex::new(vec![(first.generation, first.exact)]);
-    let snapshot = Box::into_raw(Box::new(Used { snapshot: first, index: 0 }));
-    // Other threads' stacks are read through the kernel (see `worker`).
-    let all_threads = all_threads && crate::memory::available();
-    let slots: Box<[Slot]> = if all_threads {
-        (0..SLOTS)
-            .map(|_| Slot {
-                busy: AtomicBool::new(false),
-                scratch: UnsafeCell::new(WorkerScratch::default()),
-                ring: Ring::new(SLOT_RING_WORDS),
-            })
-            .collect()
-    } else {
-        Box::new([])
-    };
-    let main_tid = threads::gettid();
+    let (session, snapshot) = new_session(facts, interpreter_addr, interval_ns, all_threads, signal, None);
+    let main_tid = session.main_tid;
     let main_cpu_start = threads::read_clock(threads::cpu_clock(main_tid)).unwrap_or(0);
-    let session = Arc::new(Session {
-        facts,
-        ring: Ring::new(RING_WORDS),
-        scratch: UnsafeCell::new(Scratch::default()),
-        snapshot: AtomicPtr::new(snapshot),
-        retired: Mutex::new(Vec::new()),
-        generations,
-        interpreter_addr,
-        // SAFETY: the calling thread's own id.
-        main_thread: unsafe { libc::pthread_self() },
-        main_tid,
-        // SAFETY: getpid has no preconditions.
-        pid: unsafe { libc::getpid() },
-        signal,
-        slots,
-        main_seq: AtomicU64::new(0),
-        main_context: AtomicUsize::new(0),
-        requested: AtomicBool::new(false),
-        requested_ns: AtomicU64::new(0),
-        interval_ns,
-        thread_dropped: AtomicU64::new(0),
-        handler_runs: AtomicU64::new(0),
-        dropped: AtomicU64::new(0),
-        outside: AtomicU64::new(0),
-        stop: AtomicBool::new(false),
-        collected: Mutex::new(Collected::default()),
-    });
     ACTIVE.store(Arc::as_ptr(&session) as *mut Session, Ordering::SeqCst);
 
     // The handler, then the timer.
@@ -578,29 +636,7 @@ pub fn start(
     if all_threads {
         super::spawn::install(signal, clock, interval_ns, facts.base.global_context, main_tid);
     }
-    let collector = {
-        let s = session.clone();
-        std::thread::Builder::new()
-            .name("winch-profile".into())
-            .spawn(move || {
-                crate::stack::block_signals();
-                let mut buf = Vec::new();
-                let mut threads = (!s.slots.is_empty())
-                    .then(|| Threads::new(s.signal, clock, interval_ns, vec![s.main_tid, threads::gettid()]));
-                while !s.stop.load(Ordering::Acquire) {
-                    if let Some(t) = threads.as_mut() {
-                        t.poll();
-                    }
-                    let generation = s.collect(&mut buf);
-                    s.refresh(generation);
-                    std::thread::sleep(POLL);
-                }
-                let found = threads.map(Threads::stop).unwrap_or_default();
-                s.collect(&mut buf);
-                found
-            })
-            .ok()
-    };
+    let collector = spawn_collector(&session, clock, interval_ns);
     Ok(Running {
         session,
         signal,
@@ -615,6 +651,171 @@ pub fn start(
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
     })
+}
+
+/// The collector thread: empties the rings every poll, follows modules
+/// loaded and unloaded, and (with timers for every thread) finds new
+/// threads; returns what it knows of them when the session stops.
+fn spawn_collector(
+    session: &Arc<Session>,
+    clock: Clock,
+    interval_ns: u64,
+) -> Option<std::thread::JoinHandle<Vec<Thread>>> {
+    let s = session.clone();
+    std::thread::Builder::new()
+        .name("winch-profile".into())
+        .spawn(move || {
+            crate::stack::block_signals();
+            let mut buf = Vec::new();
+            let mut threads = (!s.slots.is_empty() && s.alloc.is_none())
+                .then(|| Threads::new(s.signal, clock, interval_ns, vec![s.main_tid, threads::gettid()]));
+            while !s.stop.load(Ordering::Acquire) {
+                if let Some(t) = threads.as_mut() {
+                    t.poll();
+                }
+                let generation = s.collect(&mut buf);
+                s.refresh(generation);
+                std::thread::sleep(POLL);
+            }
+            let found = threads.map(Threads::stop).unwrap_or_default();
+            s.collect(&mut buf);
+            found
+        })
+        .ok()
+}
+
+/// Starts a memory profile: allocations of every thread (or of R's main
+/// thread) sampled, one per `mean` bytes on average (see `alloc`), each
+/// with its stack taken as a CPU sample's is, on the allocating thread.
+pub fn start_alloc(facts: RFacts, interpreter_addr: usize, mean: u64, all_threads: bool) -> Result<Running> {
+    if mean == 0 {
+        return Err(Error::BadArgument("the mean bytes between samples must be positive".into()));
+    }
+    if active() {
+        return Err(Error::Busy("a winch profile is already running".into()));
+    }
+    if rprof_running() {
+        return Err(Error::Busy("R's profiler is running: stop it with `Rprof(NULL)` first".into()));
+    }
+    register_fork_handler();
+    let (session, _) = new_session(facts, interpreter_addr, mean, all_threads, 0, Some(mean));
+    ACTIVE.store(Arc::as_ptr(&session) as *mut Session, Ordering::SeqCst);
+    let hooked = super::alloc::hook::install(mean, alloc_sample);
+    if hooked == 0 {
+        super::alloc::hook::uninstall();
+        ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
+        while RUNNING.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        return Err(Error::Unavailable(
+            "no allocation function could be hooked in the loaded libraries".into(),
+        ));
+    }
+    let collector = spawn_collector(&session, Clock::Cpu, mean);
+    let main_cpu_start = threads::read_clock(threads::cpu_clock(session.main_tid)).unwrap_or(0);
+    Ok(Running {
+        session,
+        signal: 0,
+        timer: std::ptr::null_mut(),
+        // SAFETY: a zeroed sigaction is a valid value (never installed: no
+        // signal).
+        old_action: unsafe { std::mem::zeroed() },
+        collector,
+        main_cpu_start,
+        clock: Clock::Cpu,
+        // (The mean bytes between samples: the profile's "interval".)
+        interval_ns: mean,
+        started: std::time::SystemTime::now(),
+        started_mono: std::time::Instant::now(),
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+    })
+}
+
+/// A sampled allocation of `size` bytes (the hook's `OnSample`, on the
+/// allocating thread): its stack as a record; the sample's number (0: not
+/// taken).
+fn alloc_sample(size: usize, _block: usize) -> u64 {
+    // As the signal handler: counted before ACTIVE is read (see `stop`).
+    RUNNING.fetch_add(1, Ordering::SeqCst);
+    let p = ACTIVE.load(Ordering::SeqCst);
+    // SAFETY: a non-null ACTIVE points to a session kept alive until `stop`
+    // has seen RUNNING at 0 after clearing ACTIVE.
+    let n = match unsafe { p.as_ref() } {
+        Some(s) if s.alloc.is_some() => take_alloc_sample(s, size),
+        _ => 0,
+    };
+    RUNNING.fetch_sub(1, Ordering::SeqCst);
+    n
+}
+
+fn take_alloc_sample(s: &Session, size: usize) -> u64 {
+    let start = now_ns();
+    let regs = crate::unwind::registers();
+    // SAFETY: the snapshot pointer is a live Box owned by the session.
+    let Some(used) = (unsafe { s.snapshot.load(Ordering::Acquire).as_ref() }) else { return 0 };
+    let snap = (&*used.snapshot, used.index);
+    let (lo, hi) = s.own_code;
+    let own = |ip: usize| ip >= lo && ip < hi;
+    let n = s.alloc_seq.fetch_add(1, Ordering::AcqRel) + 1;
+    s.handler_runs.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: pthread_self reads the thread pointer; pthread_equal compares.
+    let main = unsafe { libc::pthread_equal(libc::pthread_self(), s.main_thread) } != 0;
+    if main {
+        // SAFETY: in a memory profile no signal handler uses `scratch`, and
+        // only R's main thread does, once at a time (the hook does not
+        // sample inside a sample).
+        let scratch = unsafe { &mut *s.scratch.get() };
+        let mem = sampler::Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
+        let made = sampler::compose(regs, ALLOC, snap, (n, size as u64), &s.facts, &mem, scratch);
+        if made.outside {
+            s.outside.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        let record = scratch.record(made.len);
+        // The hook's own frames (innermost, before any R frame) left out.
+        let first = (sampler::PREFIX..record.len())
+            .find(|&k| {
+                record[k] & sampler::TAG != sampler::NATIVE || !own((record[k] & sampler::IP_MASK) as usize)
+            })
+            .unwrap_or(record.len());
+        record.copy_within(first.., sampler::PREFIX);
+        let len = record.len() - (first - sampler::PREFIX);
+        let spent = now_ns().saturating_sub(start);
+        record[0] = made.flags | (1 << 8) | (spent.min(u32::MAX as u64) << 32);
+        if !s.ring.push(&record[..len]) {
+            s.dropped.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        return n;
+    }
+    if s.slots.is_empty() {
+        return 0; // R's main thread only
+    }
+    let Some(slot) = s.slots.iter().find(|x| !x.busy.swap(true, Ordering::Acquire)) else {
+        s.thread_dropped.fetch_add(1, Ordering::Relaxed);
+        return 0;
+    };
+    // SAFETY: the slot is ours until `busy` is cleared.
+    let scratch = unsafe { &mut *slot.scratch.get() };
+    let out = sampler::sample_worker(
+        regs,
+        (1, ALLOC, &own),
+        start,
+        now_ns,
+        snap,
+        (s.pid, threads::gettid()),
+        (n, size as u64),
+        scratch,
+        &slot.ring,
+    );
+    slot.busy.store(false, Ordering::Release);
+    if out.pushed {
+        n
+    } else {
+        s.thread_dropped.fetch_add(1, Ordering::Relaxed);
+        0
+    }
 }
 
 /// The main thread's timer (the calling thread's).
@@ -658,6 +859,9 @@ impl Running {
         let main_cpu_ns = threads::read_clock(libc::CLOCK_THREAD_CPUTIME_ID)
             .unwrap_or(0)
             .saturating_sub(self.main_cpu_start);
+        if self.session.alloc.is_some() {
+            return self.stop_alloc(main_cpu_ns);
+        }
         // SAFETY: blocks the signal on this thread and deletes our timer;
         // blocking first keeps one generated just before from arriving
         // with the old disposition.
@@ -705,6 +909,34 @@ impl Running {
             libc::sigaction(self.signal, &self.old_action, std::ptr::null_mut());
             libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
         }
+        self.finish(main_cpu_ns, threads, None)
+    }
+
+    /// Stops a memory profile: the slots get their values back, and the
+    /// sampled blocks not freed are read.
+    fn stop_alloc(mut self, main_cpu_ns: u64) -> Finished {
+        use super::alloc::hook;
+        hook::uninstall();
+        self.session.stop.store(true, Ordering::Release);
+        let threads = self.collector.take().and_then(|c| c.join().ok()).unwrap_or_default();
+        ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
+        // An allocation sampled on another thread may be finishing.
+        while RUNNING.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        let table = hook::live();
+        let figures = AllocFigures {
+            mean: self.session.alloc.unwrap_or(0),
+            live: table.kept().into_iter().map(|(_, n)| n).collect(),
+            allocations: hook::ALLOCATIONS.load(Ordering::Acquire),
+            sampled: hook::SAMPLED.load(Ordering::Acquire),
+            untracked: table.lost.load(Ordering::Acquire),
+        };
+        self.finish(main_cpu_ns, threads, Some(figures))
+    }
+
+    /// What the stopped session collected.
+    fn finish(self, main_cpu_ns: u64, threads: Vec<Thread>, alloc: Option<AllocFigures>) -> Finished {
         let mut buf = Vec::new();
         self.session.collect(&mut buf);
         self.session.collected.lock().unwrap_or_else(|e| e.into_inner()).settle_pending(true);
@@ -737,6 +969,7 @@ impl Running {
             modules_now: None,
             main_cpu_ns,
             thread_dropped: s.thread_dropped.load(Ordering::Relaxed),
+            alloc,
         }
     }
 }

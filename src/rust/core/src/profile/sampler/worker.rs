@@ -129,11 +129,13 @@ impl StackCopy<'_> {
 /// interrupted registers, as a record `[header, snapshot | tid, link,
 /// context, native entry...]` pushed to `ring`: `link` the number of R's
 /// main thread's sample to join, `context` the innermost context record of
-/// R at this moment (see `collect`).
+/// R at this moment (see `collect`), `weight` the intervals it stands for,
+/// `extra` header flags, and `skip` telling the innermost frames to leave
+/// out (those of the code that takes the sample, not a signal handler).
 #[allow(clippy::too_many_arguments)]
 pub fn sample_worker(
     regs: (usize, usize, usize),
-    weight: u64,
+    (weight, extra, skip): (u64, u64, &dyn Fn(usize) -> bool),
     started_ns: u64,
     now_ns: impl Fn() -> u64,
     (snap, index): (&Snapshot, u32),
@@ -150,12 +152,14 @@ pub fn sample_worker(
         ended: Cell::new(false),
     };
     let (n, end) = snap.walk_with(&mut s.caches, regs, |a| stack.word(a), &mut s.frames);
-    let flags = WORKER | if end == End::Outermost { 0 } else { TRUNCATED_NATIVE };
+    let flags = WORKER | extra | if end == End::Outermost { 0 } else { TRUNCATED_NATIVE };
     s.record[1] = SNAPSHOT | ((tid as u64 & TID_MASK) << TID_SHIFT) | index as u64;
     s.record[2] = link;
     s.record[3] = context;
     let mut len = 4;
-    for (i, f) in s.frames[..n].iter().enumerate() {
+    // Frames of the sampler's own caller left out (an allocation hook).
+    let first = s.frames[..n].iter().position(|f| !skip(f.ip)).unwrap_or(n);
+    for (i, f) in s.frames[..n].iter().enumerate().skip(first) {
         let exact = if i == 0 { EXACT_IP } else { 0 };
         s.record[len] = NATIVE | exact | (f.ip as u64 & IP_MASK);
         len += 1;
@@ -215,7 +219,17 @@ mod tests {
             let regs = crate::unwind::registers();
             // SAFETY: getpid has no preconditions.
             let pid = unsafe { libc::getpid() };
-            let out = sample_worker(regs, 1, 0, || 0, (&snap, 3), (pid, 77), (5, 0x1000), &mut s, &ring);
+            let out = sample_worker(
+                regs,
+                (1, 0, &|_| false),
+                0,
+                || 0,
+                (&snap, 3),
+                (pid, 77),
+                (5, 0x1000),
+                &mut s,
+                &ring,
+            );
             let mut rec = Vec::new();
             ring.drain(&mut Vec::new(), |r| rec = r.to_vec());
             (out, rec)

@@ -1,0 +1,154 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+
+# winch_profile(event = "alloc"): allocations sampled by bytes, with joint
+# stacks, and the sampled blocks still allocated at the end. The fixture
+# (clib/alloc.c) keeps blocks of known sizes, or allocates and frees them.
+
+alloc_lib <- function() {
+  key <- "wtest_alloc"
+  if (is.null(clib_cache[[key]])) {
+    lib <- build_clib("wtest_alloc", "alloc.c", flags = "-g -O1")
+    lib$dll <- dyn.load(lib$path)
+    clib_cache[[key]] <- lib
+  }
+  clib_cache[[key]]
+}
+alloc_lib()
+keep <- function(n, size) .Call("mem_keep", as.integer(n), as.double(size), PACKAGE = "wtest_alloc")
+churn <- function(n, size) .Call("mem_churn", as.integer(n), as.double(size), PACKAGE = "wtest_alloc")
+release <- function() .Call("mem_release", PACKAGE = "wtest_alloc")
+malloc_is_libc <- function() .Call("mem_malloc_is_libc", PACKAGE = "wtest_alloc")
+AL <- "/wtest_alloc.so::"
+
+# The bytes of the stacks holding `label` (a frame label), as `column`.
+bytes_under <- function(p, label, column = "alloc_bytes") {
+  df <- as.data.frame(p)
+  hit <- vapply(strsplit(df$stack, ";", fixed = TRUE), function(s) label %in% s, NA)
+  sum(df[[column]][hit])
+}
+
+test_that("kept and freed blocks: bytes allocated and still held per stack, within sampling error", {
+  release()
+  work <- function() {
+    keep(2000, 4096) # 8 MiB kept
+    churn(2000, 4096) # 8 MiB allocated and freed
+    invisible()
+  }
+  p <- winch_profile(work(), event = "alloc", sample_bytes = 32 * 1024)
+  on.exit(release(), add = TRUE)
+  expect_s3_class(p, "winch_profile")
+  expect_identical(p$event, "alloc")
+  expect_identical(p$sample_bytes, 32 * 1024)
+  mib8 <- 2000 * 4096
+  expect_equal(bytes_under(p, paste0(AL, "mem_keep")), mib8, tolerance = 0.25)
+  expect_equal(bytes_under(p, paste0(AL, "mem_churn")), mib8, tolerance = 0.25)
+  expect_equal(bytes_under(p, paste0(AL, "mem_keep"), "inuse_bytes"), mib8, tolerance = 0.25)
+  expect_identical(bytes_under(p, paste0(AL, "mem_churn"), "inuse_bytes"), 0)
+  expect_equal(bytes_under(p, paste0(AL, "mem_keep"), "alloc_count"), 2000, tolerance = 0.25)
+  # Joint stacks: the native function under the R function that called it.
+  df <- as.data.frame(p)
+  keep_stacks <- unique(df$stack[grepl("mem_keep", df$stack, fixed = TRUE)])
+  expect_true(all(grepl(paste0("work;keep;", AL, "mem_keep$"), keep_stacks)), info = paste(keep_stacks, collapse = "\n"))
+  expect_named(df, c("stack", "alloc_bytes", "alloc_count", "inuse_bytes", "inuse_count", "samples", "thread"))
+  # The slots are the C library's again.
+  expect_true(malloc_is_libc())
+})
+
+test_that("R vectors are allocated under the R call that made them", {
+  make <- function() numeric(5e6) # 40 MB, one malloc by R
+  small <- function() lapply(1:20000, function(i) numeric(100))
+  both <- function() {
+    x <- make()
+    y <- small()
+    length(x) + length(y)
+  }
+  p <- winch_profile(both(), event = "alloc", sample_bytes = 64 * 1024)
+  # A large vector is always sampled: its size exactly (with R's header).
+  big <- bytes_under(p, "make")
+  expect_gte(big, 5e6 * 8)
+  expect_lt(big, 5e6 * 8 + 4096)
+  # Small ones: about 20000 * (800 bytes and a header) in all.
+  expect_equal(bytes_under(p, "small"), 20000 * 848, tolerance = 0.25)
+  expect_output(print(p), "samples of allocations")
+  expect_output(print(p), "Functions by bytes allocated")
+  expect_output(print(summary(p)), "Allocations seen")
+})
+
+test_that("while profiling, this library's malloc is the hook; an error in expr restores every slot", {
+  seen <- NULL
+  p <- winch_profile({
+    seen <- malloc_is_libc()
+    keep(10, 100)
+  }, event = "alloc")
+  release()
+  expect_false(seen)
+  expect_true(malloc_is_libc())
+  expect_error(winch_profile({
+    keep(10, 100)
+    stop("boom")
+  }, event = "alloc"), "boom")
+  release()
+  expect_true(malloc_is_libc())
+  expect_false(winch:::profile_active())
+})
+
+test_that("a memory profile is written as pprof's heap profile and as collapsed stacks", {
+  p <- winch_profile(keep(500, 8192), event = "alloc", sample_bytes = 16 * 1024)
+  release()
+  out <- tempfile(fileext = ".pb.gz")
+  winch_write_pprof(p, out)
+  expect_true(file.exists(out))
+  folded <- tempfile(fileext = ".folded")
+  winch_write_collapsed(p, folded)
+  lines <- readLines(folded)
+  w <- as.numeric(sub("^.* ", "", lines))
+  expect_equal(sum(w), sum(p$stacks$alloc_bytes))
+  expect_error(winch_write_rprof(p, tempfile()), class = "winch_error_bad_argument")
+  go <- Sys.which("go")
+  skip_if(!nzchar(go), "go is not installed: `go tool pprof` not run")
+  top <- suppressWarnings(system2(go, c("tool", "pprof", "-sample_index=inuse_space", "-top", shQuote(out)),
+    stdout = TRUE, stderr = TRUE
+  ))
+  expect_true(any(grepl("Type: inuse_space", top, fixed = TRUE)), info = paste(top, collapse = "\n"))
+  expect_true(any(grepl("mem_keep", top, fixed = TRUE)), info = paste(top, collapse = "\n"))
+})
+
+test_that("a library loaded while profiling is hooked too", {
+  lib <- build_clib("wtest_alloc_late", "alloc.c", flags = "-g -O1")
+  late <- function() {
+    dll <- dyn.load(lib$path)
+    Sys.sleep(0.05) # (the collector hooks new libraries within 2 ms)
+    .Call(getNativeSymbolInfo("mem_churn", dll), 1000L, 8192)
+  }
+  # (Unloaded after the profile is built: its frames are named then.)
+  on.exit(dyn.unload(lib$path), add = TRUE)
+  p <- winch_profile(late(), event = "alloc", sample_bytes = 16 * 1024)
+  expect_equal(bytes_under(p, "/wtest_alloc_late.so::mem_churn"), 1000 * 8192, tolerance = 0.25)
+})
+
+test_that("forked children allocate freely while the parent profiles", {
+  skip_on_os("windows")
+  p <- winch_profile(
+    parallel::mclapply(1:2, function(i) length(numeric(1e5)), mc.cores = 2),
+    event = "alloc"
+  )
+  expect_s3_class(p, "winch_profile")
+  expect_true(malloc_is_libc())
+})
+
+test_that("bad arguments to a memory profile are refused before expr runs", {
+  ran <- FALSE
+  for (b in list(0, -1, NA, "1", c(1, 2), Inf)) {
+    expect_error(winch_profile(ran <- TRUE, event = "alloc", sample_bytes = b), class = "winch_error_bad_argument")
+  }
+  expect_error(winch_profile(ran <- TRUE, event = "alloc", file = tempfile()), class = "winch_error_bad_argument")
+  expect_error(winch_profile(ran <- TRUE, event = "memory"), class = "winch_error_bad_argument")
+  expect_error(winch_rprof(tempfile(), event = "alloc"), class = "winch_error_bad_argument")
+  expect_false(ran)
+  # One profile at a time.
+  expect_error(
+    winch_profile(winch_profile(ran <- TRUE, event = "alloc"), event = "alloc"),
+    class = "winch_error_busy"
+  )
+  expect_false(ran)
+})
