@@ -7,7 +7,7 @@ skip_if_not(winch_available(), "native unwinding is not available on this platfo
 alloc_lib <- function() {
   key <- "wtest_alloc"
   if (is.null(clib_cache[[key]])) {
-    lib <- build_clib("wtest_alloc", "alloc.c", flags = "-g -O1")
+    lib <- build_clib("wtest_alloc", "alloc.c", flags = "-g -O1", ldflags = "-pthread")
     lib$dll <- dyn.load(lib$path)
     clib_cache[[key]] <- lib
   }
@@ -124,6 +124,23 @@ test_that("a library loaded while profiling is hooked too", {
   on.exit(dyn.unload(lib$path), add = TRUE)
   p <- winch_profile(late(), event = "alloc", sample_bytes = 16 * 1024)
   expect_equal(bytes_under(p, "/wtest_alloc_late.so::mem_churn"), 1000 * 8192, tolerance = 0.25)
+})
+
+test_that("other threads' allocations are under their [thread N] frame; threads = \"main\" leaves them out", {
+  release()
+  on.exit(release(), add = TRUE)
+  thread_keep <- function() .Call("mem_thread_keep", 1000L, 8192, PACKAGE = "wtest_alloc")
+  p <- winch_profile(thread_keep(), event = "alloc", sample_bytes = 16 * 1024)
+  df <- as.data.frame(p)
+  mine <- df[grepl("thread_keep", df$stack, fixed = TRUE) & !grepl("mem_thread_keep", df$stack, fixed = TRUE), ]
+  expect_true(nrow(mine) > 0)
+  expect_true(all(grepl("^\\[thread_1\\];", mine$stack)), info = paste(mine$stack, collapse = "\n"))
+  expect_true(all(mine$thread == "thread 1"))
+  expect_equal(sum(mine$alloc_bytes), 1000 * 8192, tolerance = 0.25)
+  expect_equal(sum(mine$inuse_bytes), 1000 * 8192, tolerance = 0.25)
+  release()
+  p_main <- winch_profile(thread_keep(), event = "alloc", sample_bytes = 16 * 1024, threads = "main")
+  expect_false(any(grepl("[thread_", as.data.frame(p_main)$stack, fixed = TRUE)))
 })
 
 test_that("forked children allocate freely while the parent profiles", {

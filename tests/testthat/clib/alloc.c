@@ -5,6 +5,7 @@
 #include <R.h>
 #include <Rinternals.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,4 +51,26 @@ SEXP mem_release(void) {
 SEXP mem_malloc_is_libc(void) {
   void *(*mine)(size_t) = &malloc;
   return ScalarLogical((void *) mine == dlsym(RTLD_DEFAULT, "malloc"));
+}
+
+/* The same as mem_keep, on a thread of its own, joined before returning. */
+struct job { int n; size_t size; };
+
+static void *thread_keep(void *arg) {
+  struct job *j = arg;
+  for (int i = 0; i < j->n && nkept < MAX_KEPT; i++) {
+    char *p = malloc(j->size);
+    if (p == NULL) break;
+    p[0] = 1;
+    kept[nkept++] = p;
+  }
+  return NULL;
+}
+
+SEXP mem_thread_keep(SEXP n_, SEXP size_) {
+  struct job j = { asInteger(n_), (size_t) asReal(size_) };
+  pthread_t t;
+  if (pthread_create(&t, NULL, thread_keep, &j) != 0) return ScalarInteger(-1);
+  pthread_join(t, NULL);
+  return ScalarInteger(nkept);
 }

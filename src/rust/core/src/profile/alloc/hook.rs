@@ -56,7 +56,9 @@ static MEAN: AtomicU64 = AtomicU64::new(512 * 1024);
 /// allocating thread; returns the sample's number (0: not taken).
 pub type OnSample = fn(usize, usize) -> u64;
 static ON_SAMPLE: AtomicUsize = AtomicUsize::new(0);
-/// Allocations seen and sampled (all threads).
+/// Allocations seen (each thread adds its count when it takes a sample:
+/// those since a thread's last sample are not in it) and sampled (all
+/// threads).
 pub static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 pub static SAMPLED: AtomicU64 = AtomicU64::new(0);
 
@@ -66,11 +68,19 @@ pub static SAMPLED: AtomicU64 = AtomicU64::new(0);
 const TABLE_SLOTS: usize = 1 << 16;
 static LIVE: OnceLock<Live> = OnceLock::new();
 
+/// A thread's state, in one thread-local read and written whole (the
+/// fast path's one access): its countdown (None until its first
+/// allocation), allocations since its last sample, and whether it is inside
+/// the sampler (allocations then pass through).
+#[derive(Clone, Copy)]
+struct ThreadState {
+    countdown: Option<Countdown>,
+    seen: u64,
+    busy: bool,
+}
+
 thread_local! {
-    /// This thread's bytes to the next sample.
-    static COUNTDOWN: Cell<Option<Countdown>> = const { Cell::new(None) };
-    /// Inside the sampler: allocations pass through.
-    static BUSY: Cell<bool> = const { Cell::new(false) };
+    static STATE: Cell<ThreadState> = const { Cell::new(ThreadState { countdown: None, seen: 0, busy: false }) };
 }
 
 /// The slots patched, and the modules scanned (path, bias).
@@ -93,20 +103,21 @@ fn counted(size: usize, block: *mut libc::c_void) {
     if !ON.load(Ordering::Relaxed) || block.is_null() {
         return;
     }
-    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
     let mean = MEAN.load(Ordering::Relaxed);
     // (A thread being torn down has no thread-locals left: not counted.)
-    let due = COUNTDOWN
-        .try_with(|c| {
-            let mut cd = c.get().unwrap_or_else(|| Countdown::new(seed(), mean));
-            let due = cd.take(size, mean);
-            c.set(Some(cd));
-            due
-        })
-        .unwrap_or(false);
-    if !due || BUSY.try_with(|b| b.replace(true)).unwrap_or(true) {
+    let Ok(mut st) = STATE.try_with(Cell::get) else { return };
+    let mut cd = st.countdown.unwrap_or_else(|| Countdown::new(seed(), mean));
+    let due = cd.take(size, mean);
+    st.countdown = Some(cd);
+    st.seen += 1;
+    if !due || st.busy {
+        STATE.set(st);
         return;
     }
+    ALLOCATIONS.fetch_add(st.seen, Ordering::Relaxed);
+    st.seen = 0;
+    st.busy = true;
+    STATE.set(st);
     let f = ON_SAMPLE.load(Ordering::Acquire);
     if f != 0 {
         // SAFETY: ON_SAMPLE only ever holds an `OnSample` (set in `install`).
@@ -117,7 +128,7 @@ fn counted(size: usize, block: *mut libc::c_void) {
             live().insert(block as usize, sample);
         }
     }
-    let _ = BUSY.try_with(|b| b.set(false));
+    let _ = STATE.try_with(|c| c.set(ThreadState { busy: false, ..c.get() }));
 }
 
 /// A seed for this thread's countdown.
