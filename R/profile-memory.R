@@ -113,11 +113,22 @@ summary_memory_profile <- function(p) {
       dropped = s$dropped,
       truncated = s$truncated,
       by_function = fun[order(-fun$self, -fun$total), ],
+      largest_inuse = largest_inuse(p),
       usage = c(s$usage, list(gc_count = s$gc_count, gc_time = s$gc_time)),
       cost = list(handler_total = s$handler_total, handler_median = s$handler_median, handler_p99 = s$handler_p99)
     ),
     class = "summary.winch_profile"
   )
+}
+
+# The stacks holding the most bytes still allocated at the end (at most
+# `n`, those holding any).
+largest_inuse <- function(p, n = 5L) {
+  df <- as.data.frame(p)
+  df <- df[df$inuse_bytes > 0, c("stack", "inuse_bytes", "inuse_count", "thread"), drop = FALSE]
+  df <- utils::head(df[order(-df$inuse_bytes), , drop = FALSE], n)
+  rownames(df) <- NULL
+  df
 }
 
 print_memory_summary <- function(x, n) {
@@ -133,6 +144,16 @@ print_memory_summary <- function(x, n) {
   ))
   cat("\nBy function:\n")
   print(format_bytes_table(utils::head(x$by_function, n), x$alloc_bytes), row.names = FALSE, right = FALSE)
+  big <- x$largest_inuse
+  if (!is.null(big) && nrow(big)) {
+    cat("\nLargest still allocated at the end (stack, outermost first):\n")
+    out <- data.frame(
+      inuse = format_bytes_column(big$inuse_bytes), count = format(round(big$inuse_count), big.mark = ","),
+      stack = shorten(big$stack, max(30L, getOption("width", 80L) - 25L)),
+      stringsAsFactors = FALSE
+    )
+    print(out, row.names = FALSE, right = FALSE)
+  }
   u <- x$usage
   cat(sprintf(
     "\nResource use over the run: max RSS %.1f MB; R garbage collections: %d, %s\n",

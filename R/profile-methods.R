@@ -233,6 +233,15 @@ format_time_table <- function(tab, total) {
 #'     sample stands for (with `threads = "main"`, the other threads'
 #'     share; with `"all"`, threads that lived shorter than the profiler
 #'     looks for new ones, about 1 ms, and samples lost).
+#'
+#'   For a memory profile (`event = "alloc"`): `sample_bytes`, `samples`,
+#'   `alloc_bytes` and `inuse_bytes` (estimated bytes allocated, and still
+#'   allocated at the end), `allocations` and `sampled_allocations`
+#'   (counted by each thread up to its last sample), `untracked` (sampled
+#'   blocks whose free could not be followed: counted as freed),
+#'   `by_function` (bytes allocated self and total, and still allocated,
+#'   per function), `largest_inuse` (the stacks holding the most bytes at
+#'   the end), `usage` and `cost`.
 #' @export
 summary.winch_profile <- function(object, ...) {
   p <- check_profile(object)

@@ -105,7 +105,7 @@ test_that("the writers read the profile's fields by name: order is free, a missi
   }
   parts <- winch:::profile_parts(p)
   expect_named(parts, c(
-    "event", "interval", "start", "duration", "functions", "locations", "lines",
+    "event", "interval", "sample_bytes", "start", "duration", "functions", "locations", "lines",
     "stacks", "threads", "files", "modules"
   ))
   # The same bytes whatever the order of the fields (and of the columns).

@@ -92,6 +92,43 @@ test_that("while profiling, this library's malloc is the hook; an error in expr 
   expect_false(winch:::profile_active())
 })
 
+test_that("an interrupt in expr restores every slot, and the next memory profile works", {
+  res <- tryCatch(
+    winch_profile(
+      {
+        keep(10, 100)
+        tools::pskill(Sys.getpid(), tools::SIGINT)
+        Sys.sleep(2)
+        "not interrupted"
+      },
+      event = "alloc"
+    ),
+    interrupt = function(e) "interrupted"
+  )
+  release()
+  expect_identical(res, "interrupted")
+  expect_false(winch:::profile_active())
+  expect_true(malloc_is_libc())
+  p <- winch_profile(churn(100, 1e6), event = "alloc")
+  expect_gt(bytes_under(p, paste0(AL, "mem_churn")), 50e6)
+})
+
+test_that("summary() lists the largest stacks still allocated at the end", {
+  release()
+  on.exit(release(), add = TRUE)
+  hold <- function() keep(50, 1e6)
+  pass <- function() churn(50, 1e6)
+  p <- winch_profile({
+    hold()
+    pass()
+  }, event = "alloc")
+  s <- summary(p)
+  expect_identical(s$largest_inuse$stack[[1L]], paste0("hold;keep;", AL, "mem_keep"))
+  expect_equal(s$largest_inuse$inuse_bytes[[1L]], 50e6, tolerance = 0.1)
+  expect_false(any(grepl("mem_churn", s$largest_inuse$stack, fixed = TRUE)))
+  expect_output(print(s), "Largest still allocated at the end")
+})
+
 test_that("a memory profile is written as pprof's heap profile and as collapsed stacks", {
   p <- winch_profile(keep(500, 8192), event = "alloc", sample_bytes = 16 * 1024)
   release()
