@@ -113,6 +113,7 @@ summary_memory_profile <- function(p) {
       dropped = s$dropped,
       truncated = s$truncated,
       by_function = fun[order(-fun$self, -fun$total), ],
+      by_module = by_module_table(p, stack_bytes(p, "alloc"), 1),
       largest_inuse = largest_inuse(p),
       usage = c(s$usage, list(gc_count = s$gc_count, gc_time = s$gc_time)),
       cost = list(handler_total = s$handler_total, handler_median = s$handler_median, handler_p99 = s$handler_p99)
@@ -144,6 +145,16 @@ print_memory_summary <- function(x, n) {
   ))
   cat("\nBy function:\n")
   print(format_bytes_table(utils::head(x$by_function, n), x$alloc_bytes), row.names = FALSE, right = FALSE)
+  mods <- x$by_module[order(-x$by_module$total), ]
+  mods <- mods[mods$total > 0, , drop = FALSE]
+  if (nrow(mods)) {
+    cat("\nBy native module (bytes allocated in it, and under it):\n")
+    out <- data.frame(
+      module = basename(mods$module), self = format_bytes_column(mods$self),
+      total = format_bytes_column(mods$total), stringsAsFactors = FALSE
+    )
+    print(out, row.names = FALSE, right = FALSE)
+  }
   big <- x$largest_inuse
   if (!is.null(big) && nrow(big)) {
     cat("\nLargest still allocated at the end (stack, outermost first):\n")

@@ -143,13 +143,14 @@ by_function_table <- function(p) {
   )
 }
 
-by_module_table <- function(p) {
+# Self and total time per native module (or `count`, any value per stack,
+# times `scale`).
+by_module_table <- function(p, count = p$stacks$count, scale = p$interval) {
   stacks <- stack_functions(p)
   fmod <- p$functions$module
   modules <- p$modules$path
   self <- numeric(length(modules))
   total <- numeric(length(modules))
-  count <- p$stacks$count
   for (i in seq_along(stacks)) {
     m <- fmod[stacks[[i]]]
     # Self: the innermost native frame, when the sample is in native code.
@@ -159,7 +160,7 @@ by_module_table <- function(p) {
     u <- unique(m[!is.na(m)])
     total[u] <- total[u] + count[[i]]
   }
-  data.frame(module = modules, self = self * p$interval, total = total * p$interval, stringsAsFactors = FALSE)
+  data.frame(module = modules, self = self * scale, total = total * scale, stringsAsFactors = FALSE)
 }
 
 format_seconds <- function(x) {
@@ -240,7 +241,8 @@ format_time_table <- function(tab, total) {
 #'   (counted by each thread up to its last sample), `untracked` (sampled
 #'   blocks whose free could not be followed: counted as freed),
 #'   `by_function` (bytes allocated self and total, and still allocated,
-#'   per function), `largest_inuse` (the stacks holding the most bytes at
+#'   per function), `by_module` (bytes allocated in and under each native
+#'   module), `largest_inuse` (the stacks holding the most bytes at
 #'   the end), `usage` and `cost`.
 #' @export
 summary.winch_profile <- function(object, ...) {

@@ -127,6 +127,9 @@ test_that("summary() lists the largest stacks still allocated at the end", {
   expect_equal(s$largest_inuse$inuse_bytes[[1L]], 50e6, tolerance = 0.1)
   expect_false(any(grepl("mem_churn", s$largest_inuse$stack, fixed = TRUE)))
   expect_output(print(s), "Largest still allocated at the end")
+  mod <- s$by_module[basename(s$by_module$module) == "wtest_alloc.so", ]
+  expect_equal(mod$self, 100e6, tolerance = 0.1)
+  expect_output(print(s), "By native module")
 })
 
 test_that("a memory profile is written as pprof's heap profile and as collapsed stacks", {
