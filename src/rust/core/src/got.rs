@@ -308,13 +308,39 @@ pub fn find_slots(
 /// text of `/proc/self/maps`.
 #[cfg(unix)]
 pub fn page_protection(maps: &str, addr: usize) -> Option<i32> {
-    maps.lines().find_map(|line| {
+    Protections::parse(maps).of(addr)
+}
+
+/// The protection of each mapping of this process, parsed once from the
+/// text of `/proc/self/maps` (a rewrite of many slots looks each up).
+pub struct Protections(Vec<(usize, usize, i32)>);
+
+impl Protections {
+    pub fn parse(maps: &str) -> Protections {
+        let mut v: Vec<(usize, usize, i32)> = maps.lines().filter_map(protection_line).collect();
+        v.sort_unstable();
+        Protections(v)
+    }
+
+    /// This process's, now.
+    pub fn read() -> Protections {
+        Protections::parse(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default())
+    }
+
+    /// The protection of the mapping holding `addr`.
+    pub fn of(&self, addr: usize) -> Option<i32> {
+        let i = self.0.partition_point(|&(lo, _, _)| lo <= addr).checked_sub(1)?;
+        let (lo, hi, prot) = self.0[i];
+        (addr >= lo && addr < hi).then_some(prot)
+    }
+}
+
+/// A mapping's range and protection, from a line of `/proc/PID/maps`.
+fn protection_line(line: &str) -> Option<(usize, usize, i32)> {
+    {
         let mut f = line.split_ascii_whitespace();
         let (lo, hi) = f.next()?.split_once('-')?;
         let (lo, hi) = (usize::from_str_radix(lo, 16).ok()?, usize::from_str_radix(hi, 16).ok()?);
-        if addr < lo || addr >= hi {
-            return None;
-        }
         let perms = f.next()?.as_bytes();
         let mut prot = 0;
         if perms.first() == Some(&b'r') {
@@ -326,8 +352,8 @@ pub fn page_protection(maps: &str, addr: usize) -> Option<i32> {
         if perms.get(2) == Some(&b'x') {
             prot |= libc::PROT_EXEC;
         }
-        Some(prot)
-    })
+        Some((lo, hi, prot))
+    }
 }
 
 /// Writes `value` into the slot at `addr`, whose page has protection `prot`
@@ -414,17 +440,19 @@ fn read_word(module: &crate::modules::Module, addr: usize) -> Option<usize> {
 /// `JUMP_SLOT` still holding the module's own PLT stub). Slots bound to
 /// anything else (another provider of the name, someone else's hook) are
 /// left alone, as are slots already holding `values`. `maps` is the text of
-/// `/proc/self/maps`.
+/// `/proc/self/maps`, parsed.
 #[cfg(target_os = "linux")]
 pub fn patch_module(
     module: &crate::modules::Module,
     wanted: &[Wanted],
     targets: &[usize],
     values: &[usize],
-    maps: &str,
+    maps: &Protections,
 ) -> Vec<Patched> {
     let (Some(types), Some(dynamic)) = (RelocTypes::native(), module.dynamic) else { return Vec::new() };
-    let mem = LoadedMemory { module };
+    // (The tables are walked entry by entry: a page at a time, each page
+    // once, saves a system call per entry.)
+    let mem = crate::memory::Paged::new(LoadedMemory { module });
     let inside = |a: usize| module.contains(a);
     let mut out = Vec::new();
     for slot in find_slots(&mem, dynamic, module.bias, &inside, types, wanted) {
@@ -435,7 +463,7 @@ pub fn patch_module(
         if current == value || !(current == target || lazy) {
             continue;
         }
-        let Some(prot) = page_protection(maps, slot.addr) else { continue };
+        let Some(prot) = maps.of(slot.addr) else { continue };
         // SAFETY: a GOT slot of a loaded module found from its own
         // relocations; `value` is a function with the wanted function's
         // signature (the caller's contract through `values`).
@@ -454,7 +482,7 @@ pub fn patch_module(
 /// Puts back what `patched` slots held, where the module is still loaded
 /// and the slot still holds winch's value. Returns how many were restored.
 #[cfg(target_os = "linux")]
-pub fn restore(patched: &[Patched], map: &crate::modules::ModuleMap, maps: &str) -> usize {
+pub fn restore(patched: &[Patched], map: &crate::modules::ModuleMap, maps: &Protections) -> usize {
     let mut restored = 0;
     for p in patched {
         let Some(m) =
@@ -465,7 +493,7 @@ pub fn restore(patched: &[Patched], map: &crate::modules::ModuleMap, maps: &str)
         if read_word(m, p.addr) != Some(p.value) {
             continue;
         }
-        let Some(prot) = page_protection(maps, p.addr) else { continue };
+        let Some(prot) = maps.of(p.addr) else { continue };
         // SAFETY: the same slot of the same loaded module, holding winch's
         // value; `original` is what the loader had put there.
         if unsafe { write_slot(p.addr, p.original, prot) }.is_ok() {
@@ -701,6 +729,12 @@ mod tests {
         assert_eq!(page_protection(maps, 0x7f0000003fff), Some(libc::PROT_READ | libc::PROT_EXEC));
         assert_eq!(page_protection(maps, 0x7f0000004000), None);
         assert_eq!(page_protection("garbage", 1), None);
+        // Parsed once, looked up by address (the lines in any order).
+        let p = Protections::parse(&maps.lines().rev().collect::<Vec<_>>().join("\n"));
+        assert_eq!(p.of(0x7f0000001008), Some(libc::PROT_READ));
+        assert_eq!(p.of(0x7f0000003fff), Some(libc::PROT_READ | libc::PROT_EXEC));
+        assert_eq!(p.of(0x7f0000004000), None);
+        assert_eq!(p.of(0), None);
     }
 
     #[test]

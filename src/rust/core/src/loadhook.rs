@@ -145,7 +145,7 @@ pub fn acquire(user: u32, interpreter_addr: usize) {
     let Some(close) = wanted.iter().find(|w| w.0.name == "dlclose") else { return };
     REAL_DLOPEN.store(open.1, Ordering::Release);
     REAL_DLCLOSE.store(close.1, Ordering::Release);
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let maps = crate::got::Protections::read();
     let names: Vec<_> = wanted.iter().map(|w| w.0).collect();
     targets.extend(wanted.iter().map(|w| w.1));
     let values: Vec<usize> = wanted.iter().map(|w| w.2).collect();
@@ -161,7 +161,7 @@ pub fn release(user: u32) {
         return;
     }
     let map = crate::modules::current();
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let maps = crate::got::Protections::read();
     crate::got::restore(&patched, &map, &maps);
     patched.clear();
 }

@@ -21,8 +21,10 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 
 mod image;
+mod paged;
 mod sources;
 pub use image::Image;
+pub use paged::Paged;
 pub use sources::{stack_word, Live, Objects, Own, Process, Ranges};
 
 /// Reads a process's memory. Implementations decide what may be read and

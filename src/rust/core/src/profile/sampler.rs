@@ -424,6 +424,17 @@ impl Scratch {
         &mut self.record[..len]
     }
 
+    /// Made ready for another session: what it remembers of the last one's
+    /// samples (descriptions by label id, byte code's tables, files) is
+    /// forgotten, and its label table is new. Keeps its buffers: making
+    /// them (megabytes, touched page by page) is most of a session's start.
+    pub fn reset(&mut self) {
+        self.labels = Labels::new();
+        self.memo.clear();
+        self.bodies.forget();
+        self.files.fill((0, 0, 0));
+    }
+
     /// The labels the samples' R frames were given (taken: the scratch's
     /// table starts empty again).
     pub fn take_labels(&mut self) -> Labels {

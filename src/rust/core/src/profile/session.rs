@@ -93,7 +93,7 @@ pub struct Session {
     facts: RFacts,
     ring: Ring,
     /// Used by the handler only (it never runs twice at once).
-    scratch: UnsafeCell<Scratch>,
+    scratch: UnsafeCell<Option<Box<Scratch>>>,
     snapshot: AtomicPtr<Used>,
     /// Snapshots replaced while sampling, in order; handed to `build` when
     /// the session ends. (Boxes: they came from `Box::into_raw` and must
@@ -351,7 +351,7 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
         let seq = s.main_seq.load(Ordering::Relaxed) + 1;
         // SAFETY: only the main thread's handler uses `scratch` while the
         // session runs, and it does not nest (the signal is blocked in it).
-        let scratch = unsafe { &mut *s.scratch.get() };
+        let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
         let out = sampler::sample(
             regs,
             (1 + overrun, flags),
@@ -497,6 +497,20 @@ pub fn recycle(mut snapshots: Vec<Box<Snapshot>>) {
     }
 }
 
+/// The last session's main scratch, kept for the next session (see
+/// `Scratch::reset`).
+static SPARE_SCRATCH: Mutex<Option<Box<Scratch>>> = Mutex::new(None);
+
+fn spare_scratch() -> Box<Scratch> {
+    match SPARE_SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        Some(mut s) => {
+            s.reset();
+            s
+        }
+        None => Box::default(),
+    }
+}
+
 /// The spare snapshot, if it is still current.
 fn spare_snapshot() -> Option<Box<Snapshot>> {
     let spare = SPARE.lock().unwrap_or_else(|e| e.into_inner()).take()?;
@@ -533,7 +547,7 @@ fn new_session(
     let session = Arc::new(Session {
         facts,
         ring: Ring::new(RING_WORDS),
-        scratch: UnsafeCell::new(Scratch::default()),
+        scratch: UnsafeCell::new(Some(spare_scratch())),
         snapshot: AtomicPtr::new(snapshot),
         retired: Mutex::new(Vec::new()),
         generations,
@@ -765,7 +779,7 @@ fn take_alloc_sample(s: &Session, size: usize) -> u64 {
         // SAFETY: in a memory profile no signal handler uses `scratch`, and
         // only R's main thread does, once at a time (the hook does not
         // sample inside a sample).
-        let scratch = unsafe { &mut *s.scratch.get() };
+        let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return 0 };
         let mem = sampler::Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
         let made = sampler::compose(regs, ALLOC, snap, (n, size as u64), &s.facts, &mem, scratch);
         if made.outside {
@@ -944,7 +958,10 @@ impl Running {
         let s = &self.session;
         let collected = std::mem::take(&mut *s.collected.lock().unwrap_or_else(|e| e.into_inner()));
         // SAFETY: sampling has stopped: nothing else uses the scratch.
-        let labels = std::mem::take(&mut unsafe { &mut *s.scratch.get() }.labels);
+        let mut scratch = unsafe { &mut *s.scratch.get() }.take();
+        let labels = scratch.as_mut().map(|s| s.take_labels()).unwrap_or_default();
+        // Kept for the next session.
+        *SPARE_SCRATCH.lock().unwrap_or_else(|e| e.into_inner()) = scratch;
         let snap = s.snapshot.swap(std::ptr::null_mut(), Ordering::AcqRel);
         // SAFETY: the last published snapshot, no longer reachable.
         let last = unsafe { Box::from_raw(snap) };

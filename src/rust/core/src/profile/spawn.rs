@@ -210,7 +210,7 @@ pub fn rescan(map: &ModuleMap) -> usize {
     let value = hooked_create as Create as usize;
     let own = map.module_of(value);
     let libc_module = map.module_of(real);
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let maps = crate::got::Protections::read();
     h.scanned.retain(|k| map.modules().iter().any(|m| m.path == k.0 && m.bias == k.1));
     for (i, m) in map.modules().iter().enumerate() {
         let key = (m.path.clone(), m.bias);
@@ -245,7 +245,7 @@ pub fn uninstall() -> Vec<(i32, Timer)> {
         return Vec::new();
     }
     if let Some(h) = hooked().take() {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let maps = crate::got::Protections::read();
         got::restore(&h.patched, &crate::modules::current(), &maps);
     }
     let mut r = registry();

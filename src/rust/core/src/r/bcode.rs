@@ -352,7 +352,9 @@ impl BodyTables {
         (relpc < e.count as usize).then(|| self.units[e.first as usize + relpc])
     }
 
-    fn forget(&mut self) {
+    /// Forgets every body (their tables are computed again when next
+    /// asked).
+    pub fn forget(&mut self) {
         self.entries.fill(BodyEntry::default());
         self.used = 0;
     }

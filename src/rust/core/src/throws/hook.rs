@@ -395,7 +395,7 @@ fn publish_table(inst: &mut Installed) {
 }
 
 fn patch_new_modules(inst: &mut Installed, map: &ModuleMap) {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let maps = crate::got::Protections::read();
     resolve_targets(&inst.facts);
     let targets = [REAL[0].load(Ordering::Acquire), REAL[1].load(Ordering::Relaxed)];
     if targets[0] == 0 {
@@ -531,7 +531,7 @@ pub fn uninstall() -> Result<usize> {
     }
     crate::loadhook::release(crate::loadhook::THROWS);
     let map = modules::current();
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let maps = crate::got::Protections::read();
     let restored = got::restore(&inst.patched, &map, &maps);
     MAIN.store(0, Ordering::Release);
     // This is the main thread and it is not inside the hook: nothing reads

@@ -294,7 +294,7 @@ pub fn rescan(map: &ModuleMap) -> usize {
     let values = hooks();
     let own = map.module_of(values[0]);
     let libc_module = map.module_of(real(0));
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let maps = crate::got::Protections::read();
     scanned.retain(|k| map.modules().iter().any(|m| m.path == k.0 && m.bias == k.1));
     for (i, m) in map.modules().iter().enumerate() {
         let key = (m.path.clone(), m.bias);
@@ -324,7 +324,7 @@ pub fn uninstall() -> usize {
     ON.store(false, Ordering::Release);
     let taken = PATCHED.lock().unwrap_or_else(|e| e.into_inner()).take();
     let Some((patched, _)) = taken else { return 0 };
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let maps = crate::got::Protections::read();
     got::restore(&patched, &crate::modules::current(), &maps)
 }
 

@@ -62,6 +62,14 @@ impl Default for Memo {
     }
 }
 
+impl Memo {
+    /// Forgets the last sample's descriptions (their label ids belong to
+    /// another session's table).
+    pub(super) fn clear(&mut self) {
+        self.len = [0, 0];
+    }
+}
+
 /// Starts loading what the last sample's R frames were described from:
 /// their records and calls (see [`crate::memory::prefetch`]).
 pub(super) fn prefetch_last_contexts(memo: &Memo, call_offset: usize) {
