@@ -19,7 +19,6 @@
 //! sampled).
 
 use super::live::Live;
-use super::poisson::Countdown;
 use crate::got::{self, Patched, Wanted};
 use crate::modules::ModuleMap;
 use std::cell::Cell;
@@ -50,8 +49,10 @@ const WANTED: [Wanted<'static>; 8] = [
 static REAL: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 /// Whether allocations are counted (a memory profile runs).
 static ON: AtomicBool = AtomicBool::new(false);
-/// The mean gap between sampled bytes.
+/// The mean gap between sampled bytes, and the number of the memory
+/// profile running (each thread draws its gaps anew for a new one).
 static MEAN: AtomicU64 = AtomicU64::new(512 * 1024);
+static PROFILE: AtomicU64 = AtomicU64::new(1);
 /// What takes a sample: called with the size and the block, on the
 /// allocating thread; returns the sample's number (0: not taken).
 pub type OnSample = fn(usize, usize) -> u64;
@@ -68,19 +69,31 @@ pub static SAMPLED: AtomicU64 = AtomicU64::new(0);
 const TABLE_SLOTS: usize = 1 << 16;
 static LIVE: OnceLock<Live> = OnceLock::new();
 
-/// A thread's state, in one thread-local read and written whole (the
-/// fast path's one access): its countdown (None until its first
+/// A thread's state, one thread-local whose fields are read and written in
+/// place (the fast path touches `left` only): the bytes left to its next
+/// sample (see `poisson`), its random state (0 until its first
 /// allocation), allocations since its last sample, and whether it is inside
 /// the sampler (allocations then pass through).
-#[derive(Clone, Copy)]
 struct ThreadState {
-    countdown: Option<Countdown>,
-    seen: u64,
-    busy: bool,
+    left: Cell<i64>,
+    rng: Cell<u64>,
+    seen: Cell<u64>,
+    busy: Cell<bool>,
+    /// The profile its countdown was drawn for (a gap drawn with another
+    /// profile's mean would bias this one's first samples).
+    profile: Cell<u64>,
 }
 
 thread_local! {
-    static STATE: Cell<ThreadState> = const { Cell::new(ThreadState { countdown: None, seen: 0, busy: false }) };
+    static STATE: ThreadState = const {
+        ThreadState {
+            left: Cell::new(0),
+            rng: Cell::new(0),
+            seen: Cell::new(0),
+            busy: Cell::new(false),
+            profile: Cell::new(0),
+        }
+    };
 }
 
 /// The slots patched, and the modules scanned (path, bias).
@@ -103,21 +116,50 @@ fn counted(size: usize, block: *mut libc::c_void) {
     if !ON.load(Ordering::Relaxed) || block.is_null() {
         return;
     }
-    let mean = MEAN.load(Ordering::Relaxed);
     // (A thread being torn down has no thread-locals left: not counted.)
-    let Ok(mut st) = STATE.try_with(Cell::get) else { return };
-    let mut cd = st.countdown.unwrap_or_else(|| Countdown::new(seed(), mean));
-    let due = cd.take(size, mean);
-    st.countdown = Some(cd);
-    st.seen += 1;
-    if !due || st.busy {
-        STATE.set(st);
+    let due = STATE
+        .try_with(|st| {
+            st.seen.set(st.seen.get() + 1);
+            let profile = PROFILE.load(Ordering::Relaxed);
+            if st.profile.get() != profile {
+                st.profile.set(profile);
+                st.seen.set(1);
+                st.left.set(0);
+                st.rng.set(0); // a first allocation again
+            }
+            let left = st.left.get() - size as i64;
+            st.left.set(left);
+            if left > 0 {
+                return false;
+            }
+            // A sample is due, or this is the thread's first allocation:
+            // its first gap is drawn now, and this allocation is sampled
+            // only if that gap ends inside it (see `Countdown`).
+            let mean = MEAN.load(Ordering::Relaxed);
+            let mut rng = st.rng.get();
+            if rng == 0 {
+                rng = seed() | 1;
+                let first = super::poisson::next_gap(&mut rng, mean);
+                st.rng.set(rng);
+                if first > size as i64 {
+                    st.left.set(first - size as i64);
+                    return false;
+                }
+            }
+            // Sampled: the next gap starts after this allocation.
+            st.left.set(super::poisson::next_gap(&mut rng, mean));
+            st.rng.set(rng);
+            if st.busy.get() {
+                return false;
+            }
+            ALLOCATIONS.fetch_add(st.seen.replace(0), Ordering::Relaxed);
+            st.busy.set(true);
+            true
+        })
+        .unwrap_or(false);
+    if !due {
         return;
     }
-    ALLOCATIONS.fetch_add(st.seen, Ordering::Relaxed);
-    st.seen = 0;
-    st.busy = true;
-    STATE.set(st);
     let f = ON_SAMPLE.load(Ordering::Acquire);
     if f != 0 {
         // SAFETY: ON_SAMPLE only ever holds an `OnSample` (set in `install`).
@@ -128,7 +170,7 @@ fn counted(size: usize, block: *mut libc::c_void) {
             live().insert(block as usize, sample);
         }
     }
-    let _ = STATE.try_with(|c| c.set(ThreadState { busy: false, ..c.get() }));
+    let _ = STATE.try_with(|st| st.busy.set(false));
 }
 
 /// A seed for this thread's countdown.
@@ -274,6 +316,7 @@ pub fn install(mean: u64, on_sample: OnSample) -> usize {
         table.remove(addr);
     }
     MEAN.store(mean.max(1), Ordering::Release);
+    PROFILE.fetch_add(1, Ordering::AcqRel);
     ON_SAMPLE.store(on_sample as usize, Ordering::Release);
     ALLOCATIONS.store(0, Ordering::Release);
     SAMPLED.store(0, Ordering::Release);

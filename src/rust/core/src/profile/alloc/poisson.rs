@@ -36,19 +36,24 @@ impl Countdown {
         true
     }
 
-    /// The next gap: exponential with mean `mean`, at least 1.
     fn gap(&mut self, mean: u64) -> i64 {
-        // xorshift64*: enough randomness for spacing samples.
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        let bits = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11; // 53 bits
-        let u = (bits as f64 + 0.5) / (1u64 << 53) as f64; // in (0, 1)
-        let g = -(u.ln()) * mean as f64;
-        (g.min(i64::MAX as f64 / 2.0) as i64).max(1)
+        next_gap(&mut self.rng, mean)
     }
+}
+
+/// The next gap between sampled bytes, from random state `rng` (any value
+/// but 0; advanced): exponential with mean `mean`, at least 1.
+pub fn next_gap(rng: &mut u64, mean: u64) -> i64 {
+    // xorshift64*: enough randomness for spacing samples.
+    let mut x = *rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *rng = x;
+    let bits = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11; // 53 bits
+    let u = (bits as f64 + 0.5) / (1u64 << 53) as f64; // in (0, 1)
+    let g = -(u.ln()) * mean as f64;
+    (g.min(i64::MAX as f64 / 2.0) as i64).max(1)
 }
 
 /// What one sampled allocation of `size` bytes stands for when bytes are
