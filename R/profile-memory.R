@@ -57,18 +57,8 @@ by_function_bytes <- function(p) {
 }
 
 format_bytes_table <- function(tab, total) {
-  pct <- function(x) if (total > 0) sprintf("%5.1f%%", 100 * x / total) else "   NA"
-  out <- data.frame(
-    function_ = tab[[1L]],
-    self = format_bytes_column(tab$self),
-    `self%` = vapply(tab$self, pct, ""),
-    total = format_bytes_column(tab$total),
-    `total%` = vapply(tab$total, pct, ""),
-    inuse = format_bytes_column(tab$inuse),
-    check.names = FALSE,
-    stringsAsFactors = FALSE
-  )
-  names(out)[[1L]] <- names(tab)[[1L]]
+  out <- format_time_table(tab, total, format_bytes_column)
+  out$inuse <- format_bytes_column(tab$inuse)
   out
 }
 

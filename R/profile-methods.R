@@ -193,13 +193,15 @@ shorten <- function(x, width) {
   x
 }
 
-format_time_table <- function(tab, total) {
+# Self and total columns (times, or bytes with `format_bytes_column`) with
+# their shares of `total`.
+format_time_table <- function(tab, total, format_column = format_seconds_column) {
   pct <- function(x) if (total > 0) sprintf("%5.1f%%", 100 * x / total) else "   NA"
   out <- data.frame(
     function_ = tab[[1L]],
-    self = format_seconds_column(tab$self),
+    self = format_column(tab$self),
     `self%` = vapply(tab$self, pct, ""),
-    total = format_seconds_column(tab$total),
+    total = format_column(tab$total),
     `total%` = vapply(tab$total, pct, ""),
     check.names = FALSE,
     stringsAsFactors = FALSE

@@ -23,6 +23,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 mod image;
 mod paged;
 mod sources;
+#[cfg(test)]
+pub use image::Counted;
 pub use image::Image;
 pub use paged::Paged;
 pub use sources::{stack_word, Live, Objects, Own, Process, Ranges};

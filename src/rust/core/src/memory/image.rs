@@ -53,6 +53,19 @@ impl Memory for Image {
     }
 }
 
+/// An image that counts the reads made of it (tests of readers that save
+/// reads).
+#[cfg(test)]
+pub struct Counted(pub Image, pub std::cell::Cell<usize>);
+
+#[cfg(test)]
+impl Memory for Counted {
+    fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
+        self.1.set(self.1.get() + 1);
+        self.0.read(addr, buf)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -73,18 +73,8 @@ impl<M: Memory> Memory for Paged<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::Image;
+    use crate::memory::{Counted, Image};
     use std::cell::Cell;
-
-    /// An image that counts its reads.
-    struct Counted(Image, Cell<usize>);
-
-    impl Memory for Counted {
-        fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
-            self.1.set(self.1.get() + 1);
-            self.0.read(addr, buf)
-        }
-    }
 
     #[test]
     fn pages_are_read_once_and_reads_cross_their_ends() {

@@ -390,18 +390,8 @@ pub(super) fn read_chain(r: &TargetR, mem: &impl Memory) -> Result<Vec<RContext>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::Image;
+    use crate::memory::{Counted, Image};
     use std::cell::Cell;
-
-    /// An image that counts its reads.
-    struct Counted(Image, Cell<usize>);
-
-    impl Memory for Counted {
-        fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
-            self.1.set(self.1.get() + 1);
-            self.0.read(addr, buf)
-        }
-    }
 
     #[test]
     fn reads_behind_a_copied_stack_come_from_the_copy_or_from_pages_read_once() {
