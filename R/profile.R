@@ -77,8 +77,11 @@
 #' `count` is the number of samples. It is written with
 #' [winch_write_pprof()] (Go's heap profile's types: `go tool pprof
 #' -sample_index=inuse_space`) and [winch_write_collapsed()] (bytes
-#' allocated), not in `Rprof()`'s format. Allocations of other threads
-#' show under their `[thread N]` frame at the root of the profile.
+#' allocated), not in `Rprof()`'s format. With `threads = "all"`, other
+#' threads' allocations are sampled too and placed as their CPU samples
+#' are (see "Threads": under `[thread N]`, under the R call that started
+#' their work while it runs, else at the root); with `"main"`, only R's
+#' main thread's allocations are sampled.
 #'
 #' One profile runs at a time: starting another one is an error of class
 #' `winch_error_busy`. An error or an interrupt in `expr`, or while the

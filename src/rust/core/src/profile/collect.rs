@@ -99,9 +99,9 @@ impl Times {
 /// counted: its weight is 0), and a sample of another thread.
 pub const REFERENCE: u64 = 4;
 pub const WORKER: u64 = 8;
-/// A sample of an allocation (a memory profile): its link word is the
-/// sample's number, its context word the size allocated; another thread's
-/// is not joined to R's main thread's stack.
+/// A sample of an allocation (a memory profile): its record ends with the
+/// sample's number and the bytes allocated (see `sampler::ALLOC_INFO`);
+/// otherwise it is joined and kept as a sample of time is.
 pub const ALLOC: u64 = 16;
 
 /// A sample of another thread waiting for the main thread's sample it is to
@@ -112,6 +112,8 @@ struct Pending {
     context: u64,
     weight: u64,
     truncated: bool,
+    /// An allocation's sample number and bytes.
+    alloc: Option<(u64, u64)>,
 }
 
 /// Everything collected from a session's records.
@@ -210,20 +212,23 @@ impl Collected {
         let mut key = Vec::with_capacity(entries.len() + 2);
         key.push(snap);
         key.extend_from_slice(entries);
+        // An allocation's number and bytes: its record's last two words.
+        let mut alloc = None;
         if flags & ALLOC != 0 {
-            if flags & WORKER != 0 {
-                let tid = super::sampler::tid_of(snap);
-                if !self.thread_order.contains(&tid) {
-                    self.thread_order.push(tid);
-                }
-                key.push(super::sampler::R | super::labels::THREAD as u64);
+            use super::sampler::{ALLOC_INFO, ALLOC_PAYLOAD};
+            let n = key.len();
+            if n < 3 || key[n - 1] & !ALLOC_PAYLOAD != ALLOC_INFO || key[n - 2] & !ALLOC_PAYLOAD != ALLOC_INFO
+            {
+                return;
             }
-            let i = self.add(&key, weight, truncated);
-            self.allocs.insert(link, (context, i));
-            return;
+            alloc = Some((key[n - 2] & ALLOC_PAYLOAD, key[n - 1] & ALLOC_PAYLOAD));
+            key.truncate(n - 2);
         }
         if flags & WORKER == 0 {
             let i = self.add(&key, weight, truncated);
+            if let Some((number, bytes)) = alloc {
+                self.allocs.insert(number, (bytes, i));
+            }
             self.mains.insert(link, (context, i));
             self.last_main = self.last_main.max(link);
             return;
@@ -235,7 +240,7 @@ impl Collected {
         let elsewhere = creator(tid).is_some_and(|c| c != context);
         let marker = if elsewhere { super::labels::THREAD_ELSEWHERE } else { super::labels::THREAD };
         key.push(super::sampler::R | marker as u64);
-        let p = Pending { part: key.into(), link, context, weight, truncated };
+        let p = Pending { part: key.into(), link, context, weight, truncated, alloc };
         if !self.settle(&p, false) {
             self.pending.push(p);
         }
@@ -254,16 +259,19 @@ impl Collected {
             // record of R's will do.
             None => self.next_in(p),
         };
-        match parent {
+        let i = match parent {
             Some(i) => {
                 let key = [&p.part[..], &self.stacks[i].0[..]].concat();
                 self.joined += 1;
-                self.add(&key, p.weight, p.truncated);
+                self.add(&key, p.weight, p.truncated)
             }
             None => {
                 self.alone += 1;
-                self.add(&p.part, p.weight, p.truncated);
+                self.add(&p.part, p.weight, p.truncated)
             }
+        };
+        if let Some((number, bytes)) = p.alloc {
+            self.allocs.insert(number, (bytes, i));
         }
         true
     }
@@ -333,25 +341,43 @@ mod tests {
 
     #[test]
     fn allocation_samples_are_kept_by_number_with_their_size() {
-        use crate::profile::sampler::{tid_of, NATIVE, R, SNAPSHOT, TID_SHIFT};
+        use crate::profile::sampler::{tid_of, ALLOC_INFO, NATIVE, R, SNAPSHOT, TID_SHIFT};
         let mut c = Collected::default();
-        c.absorb(&[header(ALLOC, 1, 900), SNAPSHOT, 1, 4096, NATIVE | 0x10, R | 5]);
-        c.absorb(&[header(ALLOC, 1, 900), SNAPSHOT, 2, 100, NATIVE | 0x10, R | 5]);
-        // Another thread's: under its [thread N] frame, never joined to R's
-        // main thread's stack (even with a main sample of that number).
+        let info = |n: u64, bytes: u64| [ALLOC_INFO | n, ALLOC_INFO | bytes];
+        let main = |seq: u64, n: u64, bytes: u64| {
+            [&[header(ALLOC, 1, 900), SNAPSHOT, seq, 0x7000, NATIVE | 0x10, R | 5][..], &info(n, bytes)[..]]
+                .concat()
+        };
+        c.absorb(&main(1, 1, 4096));
+        c.absorb(&main(2, 2, 100));
+        // Another thread's, taken while R's innermost record was the main
+        // thread's sample 2's: under that sample's stack, under [thread N].
         let other = SNAPSHOT | 77 << TID_SHIFT;
         assert_eq!(tid_of(other), 77);
-        c.absorb(&[header(ALLOC | WORKER, 1, 900), other, 3, 64, NATIVE | 0x20]);
-        assert_eq!(c.stacks.len(), 2);
+        c.absorb(
+            &[&[header(ALLOC | WORKER, 1, 900), other, 2, 0x7000, NATIVE | 0x20][..], &info(3, 64)[..]]
+                .concat(),
+        );
+        // One that moved on: at the root.
+        c.absorb(
+            &[&[header(ALLOC | WORKER, 1, 900), other, 2, 0x9000, NATIVE | 0x20][..], &info(4, 32)[..]]
+                .concat(),
+        );
+        c.settle_pending(true);
+        let thread = R | crate::profile::labels::THREAD as u64;
+        let joined: Vec<u64> = vec![other, NATIVE | 0x20, thread, SNAPSHOT, NATIVE | 0x10, R | 5];
         assert_eq!(c.allocs[&1], (4096, 0));
         assert_eq!(c.allocs[&2], (100, 0));
-        assert_eq!(c.allocs[&3], (64, 1));
-        assert_eq!(
-            &c.stacks[1].0[..],
-            &[other, NATIVE | 0x20, R | crate::profile::labels::THREAD as u64][..]
-        );
+        assert_eq!(&c.stacks[c.allocs[&3].1].0[..], &joined[..]);
+        assert_eq!(c.allocs[&3].0, 64);
+        assert_eq!(&c.stacks[c.allocs[&4].1].0[..], &[other, NATIVE | 0x20, thread][..]);
         assert_eq!(c.thread_order, vec![77]);
-        assert_eq!((c.samples, c.joined, c.alone), (3, 0, 0));
+        assert_eq!((c.samples, c.joined, c.alone), (4, 1, 1));
+        // A record without its two last words is not an allocation's.
+        let before = c.samples;
+        c.absorb(&[header(ALLOC, 1, 900), SNAPSHOT, 9, 0, NATIVE | 0x10]);
+        assert!(!c.allocs.contains_key(&9));
+        assert_eq!(c.samples, before + 1);
     }
 
     #[test]

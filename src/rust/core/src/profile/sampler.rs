@@ -24,7 +24,10 @@
 //! * an R frame: `R | label id`;
 //! * a loop: `R | label id` of `[for]`, `[while]`, `[repeat]` or `[loop]`;
 //! * under line profiling, after an R entry whose position is known:
-//!   `POS | file label id << 32 | line`.
+//!   `POS | file label id << 32 | line`;
+//! * last, in a sample of an allocation (a memory profile): `ALLOC_INFO |
+//!   number` (the sample's, for following its block to its free) and
+//!   `ALLOC_INFO | bytes`.
 
 use super::collect::{TRUNCATED_NATIVE, TRUNCATED_R};
 use super::labels::{self, Labels};
@@ -56,6 +59,10 @@ pub const TAG: u64 = 3 << 62;
 /// After an R entry, under line profiling: `POS | file << 32 | line`, the
 /// file a label id.
 pub const POS: u64 = 3 << 62;
+/// The last two words of an allocation's sample (see above); the payload
+/// is below this bit.
+pub const ALLOC_INFO: u64 = 3 << 62 | 1 << 61;
+pub const ALLOC_PAYLOAD: u64 = (1 << 61) - 1;
 /// On a native entry: the ip is the interrupted instruction, not a return
 /// address.
 pub const EXACT_IP: u64 = 1 << 60;
@@ -417,6 +424,19 @@ pub fn compose<H: Memory, C: Memory>(
 }
 
 impl Scratch {
+    /// Appends `words` to the record [`compose`] made, `len` words long:
+    /// its new length (the words that do not fit are left out).
+    pub fn append(&mut self, len: usize, words: &[u64]) -> usize {
+        let mut len = len.min(self.record.len());
+        for &w in words {
+            if let Some(slot) = self.record.get_mut(len) {
+                *slot = w;
+                len += 1;
+            }
+        }
+        len
+    }
+
     /// The record [`compose`] made, `len` words long; its header word is
     /// the caller's to write.
     pub fn record(&mut self, len: usize) -> &mut [u64] {

@@ -133,6 +133,10 @@ pub struct Session {
     alloc: Option<u64>,
     alloc_seq: AtomicU64,
     own_code: (usize, usize),
+    /// A memory profile's sample of R's main thread is using `scratch`:
+    /// the signal handler (a reference sample another thread asked for)
+    /// leaves it alone then.
+    main_busy: AtomicBool,
 }
 
 // SAFETY: `scratch` is touched only by the signal handler on the main
@@ -348,6 +352,9 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
         if !timer {
             s.requested.store(false, Ordering::Release);
         }
+        if s.main_busy.load(Ordering::Acquire) {
+            return; // inside an allocation's sample (see `main_busy`)
+        }
         let seq = s.main_seq.load(Ordering::Relaxed) + 1;
         // SAFETY: only the main thread's handler uses `scratch` while the
         // session runs, and it does not nest (the signal is blocked in it).
@@ -372,35 +379,7 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
         }
         return;
     }
-    // Another thread: shown under the main thread's last sample if R's
-    // innermost context record is still the one it saw; otherwise under the
-    // next, which it asks for (at most one request in flight, at most one
-    // an interval) when the main thread's timer may not fire soon (it
-    // counts CPU time, and the main thread may be waiting for this one).
-    let seq = s.main_seq.load(Ordering::Acquire);
-    let link = if s.main_context.load(Ordering::Acquire) == context {
-        seq
-    } else {
-        let since = start.saturating_sub(s.requested_ns.load(Ordering::Relaxed));
-        // A request unanswered for four intervals was lost (the kernel may
-        // refuse to queue a signal): another may go, or no thread would
-        // ever be joined again.
-        let lost = since >= 4 * s.interval_ns;
-        if since >= s.interval_ns
-            && (s.requested.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-                || lost)
-        {
-            s.requested.store(true, Ordering::Release);
-            s.requested_ns.store(start, Ordering::Relaxed);
-            // SAFETY: tgkill to R's main thread of this process; the signal
-            // is ours and handled.
-            let sent = unsafe { libc::syscall(libc::SYS_tgkill, s.pid, s.main_tid, s.signal) };
-            if sent != 0 {
-                s.requested.store(false, Ordering::Release);
-            }
-        }
-        seq + 1
-    };
+    let link = worker_link(s, context, start);
     let Some(slot) = s.slots.iter().find(|x| !x.busy.swap(true, Ordering::Acquire)) else {
         s.thread_dropped.fetch_add(1 + overrun, Ordering::Relaxed);
         return;
@@ -410,7 +389,7 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
     let tid = threads::gettid();
     let out = sampler::sample_worker(
         regs,
-        (1 + overrun, 0, &|_| false),
+        (1 + overrun, 0, &|_| false, &[]),
         start,
         now_ns,
         snap,
@@ -423,6 +402,39 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
     if !out.pushed {
         s.thread_dropped.fetch_add(1 + overrun, Ordering::Relaxed);
     }
+}
+
+/// The number of R's main thread's sample another thread's sample, taken
+/// while R's innermost context record was `context`, is to be shown under:
+/// the main thread's last sample if R's innermost context record is still
+/// the one it saw; otherwise the next, which it asks for (at most one
+/// request in flight, at most one an interval) when the main thread's
+/// timer may not fire soon (it counts CPU time, and the main thread may be
+/// waiting for this one; in a memory profile it has no timer).
+fn worker_link(s: &Session, context: usize, start: u64) -> u64 {
+    let seq = s.main_seq.load(Ordering::Acquire);
+    if s.main_context.load(Ordering::Acquire) == context {
+        return seq;
+    }
+    let every = if s.alloc.is_some() { MIN_INTERVAL_NS } else { s.interval_ns };
+    let since = start.saturating_sub(s.requested_ns.load(Ordering::Relaxed));
+    // A request unanswered for four intervals was lost (the kernel may
+    // refuse to queue a signal): another may go, or no thread would ever
+    // be joined again.
+    let lost = since >= 4 * every;
+    if since >= every
+        && (s.requested.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok() || lost)
+    {
+        s.requested.store(true, Ordering::Release);
+        s.requested_ns.store(start, Ordering::Relaxed);
+        // SAFETY: tgkill to R's main thread of this process; the signal is
+        // ours and handled.
+        let sent = unsafe { libc::syscall(libc::SYS_tgkill, s.pid, s.main_tid, s.signal) };
+        if sent != 0 {
+            s.requested.store(false, Ordering::Release);
+        }
+    }
+    seq + 1
 }
 
 impl Session {
@@ -573,6 +585,7 @@ fn new_session(
         alloc,
         alloc_seq: AtomicU64::new(0),
         own_code,
+        main_busy: AtomicBool::new(false),
     });
     (session, snapshot)
 }
@@ -620,21 +633,12 @@ pub fn start(
     ACTIVE.store(Arc::as_ptr(&session) as *mut Session, Ordering::SeqCst);
 
     // The handler, then the timer.
-    // SAFETY: a zeroed sigaction is a valid value to fill in.
-    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-    action.sa_sigaction = on_signal as *const () as usize;
-    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-    // SAFETY: an empty mask: the signal itself stays blocked in its handler.
-    unsafe { libc::sigemptyset(&mut action.sa_mask) };
-    // SAFETY: as above.
-    let mut old_action: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: installs `on_signal`, which is async-signal-safe.
-    if unsafe { libc::sigaction(signal, &action, &mut old_action) } != 0 {
+    let Some(old_action) = install_handler(signal) else {
         ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
         // SAFETY: never published to the handler (ACTIVE cleared, no timer).
         drop(unsafe { Box::from_raw(snapshot) });
         return Err(Error::Unavailable("could not install the sampling signal's handler".into()));
-    }
+    };
     let timer = match create_timer(signal, clock, interval_ns) {
         Ok(t) => t,
         Err(e) => {
@@ -711,29 +715,47 @@ pub fn start_alloc(facts: RFacts, interpreter_addr: usize, mean: u64, all_thread
     if rprof_running() {
         return Err(Error::Busy("R's profiler is running: stop it with `Rprof(NULL)` first".into()));
     }
+    // A signal for the reference samples of R's main thread that other
+    // threads' allocations ask for (no timer sends it).
+    let signal = free_signal()
+        .ok_or_else(|| Error::Unavailable("no free real-time signal for the profiler".into()))?;
     register_fork_handler();
-    let (session, _) = new_session(facts, interpreter_addr, mean, all_threads, 0, Some(mean));
+    let (session, snapshot) = new_session(facts, interpreter_addr, mean, all_threads, signal, Some(mean));
     ACTIVE.store(Arc::as_ptr(&session) as *mut Session, Ordering::SeqCst);
-    let hooked = super::alloc::hook::install(mean, alloc_sample);
+    let old_action = install_handler(signal);
+    let hooked = match old_action {
+        Some(_) => super::alloc::hook::install(mean, alloc_sample),
+        None => 0,
+    };
     if hooked == 0 {
         super::alloc::hook::uninstall();
         ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
         while RUNNING.load(Ordering::SeqCst) != 0 {
             std::thread::yield_now();
         }
+        if let Some(old) = old_action {
+            // SAFETY: restores the disposition saved above (no signal was
+            // asked for: nothing hooked ran).
+            unsafe { libc::sigaction(signal, &old, std::ptr::null_mut()) };
+        }
+        // SAFETY: never published again (ACTIVE cleared, no sampler runs).
+        drop(unsafe { Box::from_raw(snapshot) });
         return Err(Error::Unavailable(
             "no allocation function could be hooked in the loaded libraries".into(),
         ));
     }
+    let old_action = old_action.unwrap_or_else(|| {
+        // SAFETY: a zeroed sigaction is a valid value (unreachable: hooked
+        // is 0 without a handler).
+        unsafe { std::mem::zeroed() }
+    });
     let collector = spawn_collector(&session, Clock::Cpu, mean);
     let main_cpu_start = threads::read_clock(threads::cpu_clock(session.main_tid)).unwrap_or(0);
     Ok(Running {
         session,
-        signal: 0,
+        signal,
         timer: std::ptr::null_mut(),
-        // SAFETY: a zeroed sigaction is a valid value (never installed: no
-        // signal).
-        old_action: unsafe { std::mem::zeroed() },
+        old_action,
         collector,
         main_cpu_start,
         clock: Clock::Cpu,
@@ -776,31 +798,11 @@ fn take_alloc_sample(s: &Session, size: usize) -> u64 {
     // SAFETY: pthread_self reads the thread pointer; pthread_equal compares.
     let main = unsafe { libc::pthread_equal(libc::pthread_self(), s.main_thread) } != 0;
     if main {
-        // SAFETY: in a memory profile no signal handler uses `scratch`, and
-        // only R's main thread does, once at a time (the hook does not
-        // sample inside a sample).
-        let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return 0 };
-        let mem = sampler::Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
-        let made = sampler::compose(regs, ALLOC, snap, (n, size as u64), &s.facts, &mem, scratch);
-        if made.outside {
-            s.outside.fetch_add(1, Ordering::Relaxed);
-            return 0;
-        }
-        let record = scratch.record(made.len);
-        // The hook's own frames (innermost, before any R frame) left out.
-        let first = (sampler::PREFIX..record.len())
-            .find(|&k| {
-                record[k] & sampler::TAG != sampler::NATIVE || !own((record[k] & sampler::IP_MASK) as usize)
-            })
-            .unwrap_or(record.len());
-        record.copy_within(first.., sampler::PREFIX);
-        let len = record.len() - (first - sampler::PREFIX);
-        let spent = now_ns().saturating_sub(start);
-        record[0] = made.flags | (1 << 8) | (spent.min(u32::MAX as u64) << 32);
-        if !s.ring.push(&record[..len]) {
-            s.dropped.fetch_add(1, Ordering::Relaxed);
-            return 0;
-        }
+        // (A reference sample another thread asks for, by signal, leaves
+        // the scratch alone meanwhile.)
+        s.main_busy.store(true, Ordering::Release);
+        let n = take_main_alloc_sample(s, regs, snap, (n, size), start, &own);
+        s.main_busy.store(false, Ordering::Release);
         return n;
     }
     if s.slots.is_empty() {
@@ -812,14 +814,18 @@ fn take_alloc_sample(s: &Session, size: usize) -> u64 {
     };
     // SAFETY: the slot is ours until `busy` is cleared.
     let scratch = unsafe { &mut *slot.scratch.get() };
+    // Joined to R's main thread's stack as another thread's CPU sample is.
+    let context = crate::memory::Memory::word(&s.facts.ranges, s.facts.base.global_context).unwrap_or(0);
+    let link = worker_link(s, context, start);
+    let info = [sampler::ALLOC_INFO | n, sampler::ALLOC_INFO | size as u64];
     let out = sampler::sample_worker(
         regs,
-        (1, ALLOC, &own),
+        (1, ALLOC, &own, &info),
         start,
         now_ns,
         snap,
         (s.pid, threads::gettid()),
-        (n, size as u64),
+        (link, context as u64),
         scratch,
         &slot.ring,
     );
@@ -830,6 +836,63 @@ fn take_alloc_sample(s: &Session, size: usize) -> u64 {
         s.thread_dropped.fetch_add(1, Ordering::Relaxed);
         0
     }
+}
+
+/// An allocation's sample on R's main thread (number `n`, `size` bytes):
+/// composed as a CPU sample is, with the allocation's number and bytes at
+/// its end. Its number, or 0 if not taken.
+fn take_main_alloc_sample(
+    s: &Session,
+    regs: (usize, usize, usize),
+    snap: (&crate::unwind::walk::Snapshot, u32),
+    (n, size): (u64, usize),
+    start: u64,
+    own: &dyn Fn(usize) -> bool,
+) -> u64 {
+    // SAFETY: only R's main thread uses `scratch` in a memory profile (the
+    // signal handler not while `main_busy` is set), once at a time (the
+    // hook does not sample inside a sample).
+    let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return 0 };
+    let seq = s.main_seq.fetch_add(1, Ordering::AcqRel) + 1;
+    let context = crate::memory::Memory::word(&s.facts.ranges, s.facts.base.global_context).unwrap_or(0);
+    let mem = sampler::Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
+    let made = sampler::compose(regs, ALLOC, snap, (seq, context as u64), &s.facts, &mem, scratch);
+    if made.outside {
+        s.outside.fetch_add(1, Ordering::Relaxed);
+        return 0;
+    }
+    let len = scratch.append(made.len, &[sampler::ALLOC_INFO | n, sampler::ALLOC_INFO | size as u64]);
+    let record = scratch.record(len);
+    // The hook's own frames (innermost, before any R frame) left out.
+    let first = (sampler::PREFIX..record.len())
+        .find(|&k| {
+            record[k] & sampler::TAG != sampler::NATIVE || !own((record[k] & sampler::IP_MASK) as usize)
+        })
+        .unwrap_or(record.len());
+    record.copy_within(first.., sampler::PREFIX);
+    let len = record.len() - (first - sampler::PREFIX);
+    let spent = now_ns().saturating_sub(start);
+    record[0] = made.flags | (1 << 8) | (spent.min(u32::MAX as u64) << 32);
+    if !s.ring.push(&record[..len]) {
+        s.dropped.fetch_add(1, Ordering::Relaxed);
+        return 0;
+    }
+    s.main_context.store(context, Ordering::Release);
+    n
+}
+
+/// Installs `on_signal` for `signal`; the disposition it replaced.
+fn install_handler(signal: libc::c_int) -> Option<libc::sigaction> {
+    // SAFETY: a zeroed sigaction is a valid value to fill in.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = on_signal as *const () as usize;
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: an empty mask: the signal itself stays blocked in its handler.
+    unsafe { libc::sigemptyset(&mut action.sa_mask) };
+    // SAFETY: as above.
+    let mut old_action: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: installs `on_signal`, which is async-signal-safe.
+    (unsafe { libc::sigaction(signal, &action, &mut old_action) } == 0).then_some(old_action)
 }
 
 /// The main thread's timer (the calling thread's).
@@ -900,10 +963,49 @@ impl Running {
         self.session.stop.store(true, Ordering::Release);
         let threads = self.collector.take().and_then(|c| c.join().ok()).unwrap_or_default();
         ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
-        // SAFETY: no timer sends the signal any more. Ignoring it discards
-        // one still pending on any thread (POSIX); consume one pending here
-        // all the same, wait for handlers still running on other threads,
-        // then restore the disposition from before the session.
+        self.quiet_signal(old_mask);
+        self.finish(main_cpu_ns, threads, None)
+    }
+
+    /// Stops a memory profile: the slots get their values back, and the
+    /// sampled blocks not freed are read.
+    fn stop_alloc(mut self, main_cpu_ns: u64) -> Finished {
+        use super::alloc::hook;
+        // The signal blocked here first: a reference sample asked for from
+        // now on stays pending, and is consumed below.
+        // SAFETY: changes this thread's mask only.
+        let old_mask = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, self.signal);
+            let mut old_mask: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old_mask);
+            old_mask
+        };
+        hook::uninstall();
+        self.session.stop.store(true, Ordering::Release);
+        let threads = self.collector.take().and_then(|c| c.join().ok()).unwrap_or_default();
+        ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
+        self.quiet_signal(old_mask);
+        let table = hook::live();
+        let figures = AllocFigures {
+            mean: self.session.alloc.unwrap_or(0),
+            live: table.kept().into_iter().map(|(_, n)| n).collect(),
+            allocations: hook::ALLOCATIONS.load(Ordering::Acquire),
+            sampled: hook::SAMPLED.load(Ordering::Acquire),
+            untracked: table.lost.load(Ordering::Acquire),
+        };
+        self.finish(main_cpu_ns, threads, Some(figures))
+    }
+
+    /// With sampling stopped (ACTIVE cleared, nothing sends the signal any
+    /// more, the signal blocked on this thread with `old_mask` saved):
+    /// discards a signal still pending, waits for handlers (and allocation
+    /// samples) still running on other threads, and restores the signal's
+    /// disposition and this thread's mask.
+    fn quiet_signal(&self, old_mask: libc::sigset_t) {
+        // SAFETY: ignoring the signal discards one still pending on any
+        // thread (POSIX); one pending here is consumed all the same.
         unsafe {
             let mut ignore: libc::sigaction = std::mem::zeroed();
             ignore.sa_sigaction = libc::SIG_IGN;
@@ -923,30 +1025,6 @@ impl Running {
             libc::sigaction(self.signal, &self.old_action, std::ptr::null_mut());
             libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
         }
-        self.finish(main_cpu_ns, threads, None)
-    }
-
-    /// Stops a memory profile: the slots get their values back, and the
-    /// sampled blocks not freed are read.
-    fn stop_alloc(mut self, main_cpu_ns: u64) -> Finished {
-        use super::alloc::hook;
-        hook::uninstall();
-        self.session.stop.store(true, Ordering::Release);
-        let threads = self.collector.take().and_then(|c| c.join().ok()).unwrap_or_default();
-        ACTIVE.store(std::ptr::null_mut(), Ordering::SeqCst);
-        // An allocation sampled on another thread may be finishing.
-        while RUNNING.load(Ordering::SeqCst) != 0 {
-            std::thread::yield_now();
-        }
-        let table = hook::live();
-        let figures = AllocFigures {
-            mean: self.session.alloc.unwrap_or(0),
-            live: table.kept().into_iter().map(|(_, n)| n).collect(),
-            allocations: hook::ALLOCATIONS.load(Ordering::Acquire),
-            sampled: hook::SAMPLED.load(Ordering::Acquire),
-            untracked: table.lost.load(Ordering::Acquire),
-        };
-        self.finish(main_cpu_ns, threads, Some(figures))
     }
 
     /// What the stopped session collected.

@@ -131,11 +131,12 @@ impl StackCopy<'_> {
 /// main thread's sample to join, `context` the innermost context record of
 /// R at this moment (see `collect`), `weight` the intervals it stands for,
 /// `extra` header flags, and `skip` telling the innermost frames to leave
-/// out (those of the code that takes the sample, not a signal handler).
+/// out (those of the code that takes the sample, not a signal handler);
+/// `tail`, words to end the record with.
 #[allow(clippy::too_many_arguments)]
 pub fn sample_worker(
     regs: (usize, usize, usize),
-    (weight, extra, skip): (u64, u64, &dyn Fn(usize) -> bool),
+    (weight, extra, skip, tail): (u64, u64, &dyn Fn(usize) -> bool, &[u64]),
     started_ns: u64,
     now_ns: impl Fn() -> u64,
     (snap, index): (&Snapshot, u32),
@@ -163,6 +164,12 @@ pub fn sample_worker(
         let exact = if i == 0 { EXACT_IP } else { 0 };
         s.record[len] = NATIVE | exact | (f.ip as u64 & IP_MASK);
         len += 1;
+    }
+    for &w in tail {
+        if let Some(slot) = s.record.get_mut(len) {
+            *slot = w;
+            len += 1;
+        }
     }
     let spent = now_ns().saturating_sub(started_ns);
     s.record[0] = flags | (weight.min(0xff_ffff) << 8) | (spent.min(u32::MAX as u64) << 32);
@@ -221,7 +228,7 @@ mod tests {
             let pid = unsafe { libc::getpid() };
             let out = sample_worker(
                 regs,
-                (1, 0, &|_| false),
+                (1, 0, &|_| false, &[]),
                 0,
                 || 0,
                 (&snap, 3),
