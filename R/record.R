@@ -19,9 +19,15 @@
 #' traced at all: an interrupt of the recording R session (or an error)
 #' leaves it running untouched.
 #'
-#' By default only threads running at the moment of a sample are sampled
-#' (the profile is of CPU time, as `winch_profile()`'s default); with `idle
-#' = TRUE` every thread at every sample (elapsed time: waiting shows).
+#' By default the profile is of CPU time, as `winch_profile()`'s: a thread
+#' is sampled when it runs at the moment of a sample (never in a sleep it
+#' went into since the last one). When the process's threads wait for a
+#' core, a running thread is not always on one: each sample then stands
+#' for the share of the time the thread spent on a CPU rather than waiting
+#' for one (from the kernel's counts of both), so that the samples add up
+#' to the CPU time used, whatever the process's share of the cores. With
+#' `idle = TRUE` every thread is
+#' sampled at every sample (elapsed time: waiting shows).
 #'
 #' Each sample of R's main thread is read the way [winch_profile()] reads
 #' its own samples (the same code, over the other process's memory): R
@@ -61,8 +67,10 @@
 #'   parsed with `keep.source = TRUE`)? Written to `file` too.
 #' @return A `winch_profile`. Its `target` element holds the process's
 #'   `pid`, whether it `ended` during the recording, the number of samples
-#'   `missed` (the process could not be stopped in time, or no thread was
-#'   running) and a `note` saying why R's frames are missing, if they are.
+#'   `missed` (ticks that took no sample: the process could not be stopped
+#'   in time, no thread was running, or, waiting for a core, a thread's
+#'   share had not made an interval yet) and a `note` saying why R's frames
+#'   are missing, if they are.
 #' @examples
 #' \dontrun{
 #' p <- winch_record(12345, duration = 10)

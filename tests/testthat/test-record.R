@@ -37,6 +37,10 @@ test_that("a recording has the same stacks and labels as an in-process profile, 
   b <- seconds_in(p, B)
   expect_gt(a + b, 0.8 * sum(p$stacks$count) * p$interval)
   expect_equal(a / (a + b), 0.75, tolerance = 0.15 / 0.75)
+  # The samples add up to the CPU time the process used (its kernel's
+  # count), whatever its share of a core.
+  th <- summary(p)$by_thread
+  expect_equal(th$sampled[[1L]], th$cpu[[1L]], tolerance = 0.2)
   # It goes on running.
   expect_true(process_state(child$pid) %in% c("R", "S"))
   # The formats read it as they read in-process profiles.

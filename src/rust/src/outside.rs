@@ -126,7 +126,7 @@ pub fn rs_record_start(
     }
     // What this session learnt about its own R holds for a target running
     // the same build (see `winch_core::r::learn::moved`).
-    let r = Recorder::start(pid, all, idle, how, crate::rstate::libr_addr())?;
+    let r = Recorder::start(pid, (all, idle), how, crate::rstate::libr_addr())?;
     let event = if idle { Event::Elapsed } else { Event::Cpu };
     *current = Some((r, event, interval_ns));
     Ok(true.into())

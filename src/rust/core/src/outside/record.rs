@@ -58,9 +58,11 @@ pub struct Recorder {
     names: HashMap<i32, String>,
     /// Each thread's CPU time when the recording started.
     cpu_start: Vec<(i32, u64)>,
-    /// Each thread's run time at the last sample, and when that was.
-    run_ns: HashMap<i32, u64>,
-    last_check: Instant,
+    /// Each thread's time on a CPU and waiting for one at the last look,
+    /// and the intervals of CPU time no sample stands for yet (see
+    /// `running_threads`).
+    run_ns: HashMap<i32, (u64, u64)>,
+    carry: HashMap<i32, f64>,
     /// Why R's frames are not in the samples, if they are not.
     pub note: Option<String>,
     /// R's registered native routines (absolute address, name), read while
@@ -70,15 +72,13 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts recording process `pid`: its threads' stacks with `threads`
-    /// (all, or R's main thread only); with `idle`, threads that are not
-    /// running too; loops as frames with `with_loops`, source positions
+    /// Starts recording process `pid`: its threads' stacks (all, or R's
+    /// main thread only); with `idle`, threads that are not running too; loops as frames with `with_loops`, source positions
     /// with `lines`. `own_r`: an address in this session's R (see
     /// [`learn::moved`]), 0 for none.
     pub fn start(
         pid: i32,
-        all_threads: bool,
-        idle: bool,
+        (all_threads, idle): (bool, bool),
         (with_loops, lines): (bool, bool),
         own_r: usize,
     ) -> Result<Recorder> {
@@ -112,7 +112,7 @@ impl Recorder {
             names: HashMap::new(),
             cpu_start: thread_cpu(pid),
             run_ns: HashMap::new(),
-            last_check: Instant::now(),
+            carry: HashMap::new(),
             note: None,
             routines: Vec::new(),
             routines_stale: true,
@@ -180,7 +180,7 @@ impl Recorder {
     pub fn tick(&mut self) -> Result<()> {
         // Which threads ran since the last sample (read before they are
         // stopped: then they all show as stopped).
-        let running: Option<Vec<i32>> = (!self.idle).then(|| self.running_threads());
+        let running: Option<Vec<(i32, u64)>> = (!self.idle).then(|| self.running_threads());
         // The mappings are read before the process is stopped, to keep it
         // stopped for as short a time as can be: a module loaded between
         // the two shows as unknown code in this sample only.
@@ -205,9 +205,14 @@ impl Recorder {
             if !main && !self.all_threads {
                 continue;
             }
-            if running.as_ref().is_some_and(|r| !r.contains(&t.tid)) {
-                continue;
-            }
+            // The intervals this sample stands for (elapsed time: one).
+            let weight = match &running {
+                Some(r) => match r.iter().find(|x| x.0 == t.tid) {
+                    Some(&(_, w)) => w.min(0xff_ffff),
+                    None => continue,
+                },
+                None => 1,
+            };
             if !self.names.contains_key(&t.tid) || self.seq.is_multiple_of(100) {
                 self.names.insert(t.tid, t.name.clone());
             }
@@ -232,7 +237,7 @@ impl Recorder {
                     &mut self.scratch,
                 );
                 let record = self.scratch.record(made.len);
-                record[0] = made.flags | (1 << 8) | (spent() << 32);
+                record[0] = made.flags | (weight << 8) | (spent() << 32);
                 self.collected.absorb(record);
                 took += 1;
                 continue;
@@ -243,7 +248,7 @@ impl Recorder {
             // cannot be read (or that is not R), and other threads.
             let (kind, tid) = if main { (0, 0) } else { (WORKER, (t.tid as u64) << TID_SHIFT) };
             let mut record = vec![
-                kind | truncated | (1 << 8) | (spent() << 32),
+                kind | truncated | (weight << 8) | (spent() << 32),
                 SNAPSHOT | index as u64 | tid,
                 self.seq,
                 0,
@@ -350,30 +355,47 @@ impl Recorder {
         }
     }
 
-    /// The threads running now (on a CPU or ready for one) that also used
-    /// it for at least a twentieth of the time since the last sample (their
-    /// scheduler's run time, in nanoseconds, where known). Either alone
-    /// misleads: a thread that ran and has gone to sleep would put CPU
-    /// time on the call it sleeps in, and a thread woken by the last
-    /// sample's stop runs for a moment.
-    fn running_threads(&mut self) -> Vec<i32> {
-        let now = Instant::now();
-        let elapsed = now.duration_since(self.last_check).as_nanos() as u64;
-        self.last_check = now;
+    /// The threads to sample now for a profile of CPU time, with the
+    /// intervals each sample stands for. A thread is sampled when it runs
+    /// at this look (its state: on a CPU, or ready for one). A runnable
+    /// thread is not always on a CPU: when threads wait for a core, each
+    /// look stands for the share of the time since the last one the thread
+    /// spent on a CPU rather than waiting for one (the kernel's counts of
+    /// both), and the shares are added up until they make whole intervals;
+    /// without contention every running look is one interval. So the
+    /// samples stand for the CPU time used, whatever the process's share of
+    /// the cores, and a thread asleep at a look (it may have worked since
+    /// the last one) is never sampled in its sleep.
+    fn running_threads(&mut self) -> Vec<(i32, u64)> {
         let mut out = Vec::new();
         for tid in task_ids(self.pid).unwrap_or_default() {
             let base = format!("/proc/{}/task/{tid}", self.pid);
-            let ran = std::fs::read_to_string(format!("{base}/schedstat"))
-                .ok()
-                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
-            let before = ran.and_then(|r| self.run_ns.insert(tid, r));
-            let ran_enough = match (ran, before) {
-                (Some(r), Some(b)) => r.saturating_sub(b) * 20 >= elapsed,
-                _ => true,
+            // Nanoseconds on a CPU, and waiting on a run queue.
+            let times = std::fs::read_to_string(format!("{base}/schedstat")).ok().and_then(|s| {
+                let mut f = s.split_whitespace().map(|v| v.parse::<u64>().ok());
+                Some((f.next()??, f.next()??))
+            });
+            let before = times.and_then(|t| self.run_ns.insert(tid, t));
+            if !task_stat(self.pid, Some(tid)).is_some_and(|s| s.state == 'R') {
+                continue;
+            }
+            let share = match (times, before) {
+                (Some((r, w)), Some((r0, w0))) => {
+                    let (ran, waited) = (r.saturating_sub(r0), w.saturating_sub(w0));
+                    if ran + waited == 0 {
+                        1.0
+                    } else {
+                        ran as f64 / (ran + waited) as f64
+                    }
+                }
+                _ => 1.0, // not known: one interval
             };
-            let running = ran_enough && task_stat(self.pid, Some(tid)).is_some_and(|s| s.state == 'R');
-            if running {
-                out.push(tid);
+            let carry = self.carry.entry(tid).or_insert(0.0);
+            *carry += share;
+            let intervals = carry.floor();
+            if intervals >= 1.0 {
+                *carry -= intervals;
+                out.push((tid, intervals as u64));
             }
         }
         out
