@@ -376,7 +376,7 @@ impl Recorder {
                 Some((f.next()??, f.next()??))
             });
             let before = times.and_then(|t| self.run_ns.insert(tid, t));
-            if !task_stat(self.pid, Some(tid)).is_some_and(|s| s.state == 'R') {
+            if task_stat(self.pid, Some(tid)).is_none_or(|s| s.state != 'R') {
                 continue;
             }
             let share = match (times, before) {
