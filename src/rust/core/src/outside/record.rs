@@ -63,6 +63,7 @@ pub struct Recorder {
     /// `running_threads`).
     run_ns: HashMap<i32, (u64, u64)>,
     carry: HashMap<i32, f64>,
+    last_check: Instant,
     /// Why R's frames are not in the samples, if they are not.
     pub note: Option<String>,
     /// R's registered native routines (absolute address, name), read while
@@ -113,6 +114,7 @@ impl Recorder {
             cpu_start: thread_cpu(pid),
             run_ns: HashMap::new(),
             carry: HashMap::new(),
+            last_check: Instant::now(),
             note: None,
             routines: Vec::new(),
             routines_stale: true,
@@ -365,8 +367,14 @@ impl Recorder {
     /// without contention every running look is one interval. So the
     /// samples stand for the CPU time used, whatever the process's share of
     /// the cores, and a thread asleep at a look (it may have worked since
-    /// the last one) is never sampled in its sleep.
+    /// the last one) is never sampled in its sleep. A thread that used the
+    /// CPU for less than a twentieth of the time since the last look is
+    /// not sampled either: a thread woken by the last sample's stop runs
+    /// for a moment before it sleeps again.
     fn running_threads(&mut self) -> Vec<(i32, u64)> {
+        let now = Instant::now();
+        let elapsed = now.duration_since(self.last_check).as_nanos() as u64;
+        self.last_check = now;
         let mut out = Vec::new();
         for tid in task_ids(self.pid).unwrap_or_default() {
             let base = format!("/proc/{}/task/{tid}", self.pid);
@@ -382,11 +390,10 @@ impl Recorder {
             let share = match (times, before) {
                 (Some((r, w)), Some((r0, w0))) => {
                     let (ran, waited) = (r.saturating_sub(r0), w.saturating_sub(w0));
-                    if ran + waited == 0 {
-                        1.0
-                    } else {
-                        ran as f64 / (ran + waited) as f64
+                    if ran.saturating_mul(20) < elapsed {
+                        continue;
                     }
+                    ran as f64 / (ran + waited).max(1) as f64
                 }
                 _ => 1.0, // not known: one interval
             };
