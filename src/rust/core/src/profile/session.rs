@@ -618,15 +618,7 @@ pub fn start(
             MIN_INTERVAL_NS as f64 / 1e6
         )));
     }
-    if active() {
-        return Err(Error::Busy("a winch profile is already running".into()));
-    }
-    if rprof_running() {
-        return Err(Error::Busy("R's profiler is running: stop it with `Rprof(NULL)` first".into()));
-    }
-    let signal = free_signal()
-        .ok_or_else(|| Error::Unavailable("no free real-time signal for the sampling timer".into()))?;
-    register_fork_handler();
+    let signal = ready_to_start()?;
     let (session, snapshot) = new_session(facts, interpreter_addr, interval_ns, all_threads, signal, None);
     let main_tid = session.main_tid;
     let main_cpu_start = threads::read_clock(threads::cpu_clock(main_tid)).unwrap_or(0);
@@ -702,6 +694,21 @@ fn spawn_collector(
         .ok()
 }
 
+/// Checks that no profile (winch's or R's) runs, and picks the session's
+/// signal.
+fn ready_to_start() -> Result<libc::c_int> {
+    if active() {
+        return Err(Error::Busy("a winch profile is already running".into()));
+    }
+    if rprof_running() {
+        return Err(Error::Busy("R's profiler is running: stop it with `Rprof(NULL)` first".into()));
+    }
+    let signal = free_signal()
+        .ok_or_else(|| Error::Unavailable("no free real-time signal for the sampling timer".into()))?;
+    register_fork_handler();
+    Ok(signal)
+}
+
 /// Starts a memory profile: allocations of every thread (or of R's main
 /// thread) sampled, one per `mean` bytes on average (see `alloc`), each
 /// with its stack taken as a CPU sample's is, on the allocating thread.
@@ -709,17 +716,9 @@ pub fn start_alloc(facts: RFacts, interpreter_addr: usize, mean: u64, all_thread
     if mean == 0 {
         return Err(Error::BadArgument("the mean bytes between samples must be positive".into()));
     }
-    if active() {
-        return Err(Error::Busy("a winch profile is already running".into()));
-    }
-    if rprof_running() {
-        return Err(Error::Busy("R's profiler is running: stop it with `Rprof(NULL)` first".into()));
-    }
-    // A signal for the reference samples of R's main thread that other
-    // threads' allocations ask for (no timer sends it).
-    let signal = free_signal()
-        .ok_or_else(|| Error::Unavailable("no free real-time signal for the profiler".into()))?;
-    register_fork_handler();
+    // (The signal: for the reference samples of R's main thread that other
+    // threads' allocations ask for; no timer sends it.)
+    let signal = ready_to_start()?;
     let (session, snapshot) = new_session(facts, interpreter_addr, mean, all_threads, signal, Some(mean));
     ACTIVE.store(Arc::as_ptr(&session) as *mut Session, Ordering::SeqCst);
     let old_action = install_handler(signal);
@@ -939,18 +938,12 @@ impl Running {
         if self.session.alloc.is_some() {
             return self.stop_alloc(main_cpu_ns);
         }
-        // SAFETY: blocks the signal on this thread and deletes our timer;
-        // blocking first keeps one generated just before from arriving
-        // with the old disposition.
-        let old_mask = unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, self.signal);
-            let mut old_mask: libc::sigset_t = std::mem::zeroed();
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old_mask);
-            libc::timer_delete(self.timer);
-            old_mask
-        };
+        // The signal blocked on this thread, then our timer deleted:
+        // blocking first keeps one generated just before from arriving with
+        // the old disposition.
+        let old_mask = self.block_signal();
+        // SAFETY: our timer, deleted once.
+        unsafe { libc::timer_delete(self.timer) };
         // New threads arm nothing from now on; those that did and the
         // collector has not taken keep no timer. The collector deletes the
         // others' timers as it ends.
@@ -973,15 +966,7 @@ impl Running {
         use super::alloc::hook;
         // The signal blocked here first: a reference sample asked for from
         // now on stays pending, and is consumed below.
-        // SAFETY: changes this thread's mask only.
-        let old_mask = unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, self.signal);
-            let mut old_mask: libc::sigset_t = std::mem::zeroed();
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old_mask);
-            old_mask
-        };
+        let old_mask = self.block_signal();
         hook::uninstall();
         self.session.stop.store(true, Ordering::Release);
         let threads = self.collector.take().and_then(|c| c.join().ok()).unwrap_or_default();
@@ -996,6 +981,20 @@ impl Running {
             untracked: table.lost.load(Ordering::Acquire),
         };
         self.finish(main_cpu_ns, threads, Some(figures))
+    }
+
+    /// Blocks the session's signal on this thread; the mask before.
+    fn block_signal(&self) -> libc::sigset_t {
+        // SAFETY: changes this thread's mask only; `set` and `old_mask` are
+        // locals filled before use.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, self.signal);
+            let mut old_mask: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old_mask);
+            old_mask
+        }
     }
 
     /// With sampling stopped (ACTIVE cleared, nothing sends the signal any
