@@ -181,8 +181,8 @@ test_that("a CPU profile of a process that works and sleeps in turn has its work
   asleep <- vapply(stacks, function(s) "Sys.sleep" %in% s, NA)
   working <- vapply(stacks, function(s) "/wtest_burn.so::burn_a" %in% s, NA)
   # (A thread seen running just as it goes to sleep may be stopped in the
-  # call: a sample or two.)
-  expect_lte(sum(p$stacks$count[asleep]), 0.05 * sum(p$stacks$count))
+  # call: a few samples, 0 to 5 % in the runs seen.)
+  expect_lte(sum(p$stacks$count[asleep]), 0.1 * sum(p$stacks$count))
   expect_gt(sum(p$stacks$count[working]), 0.9 * sum(p$stacks$count))
   # About the CPU time it used: half the time.
   expect_gt(sum(p$stacks$count) * p$interval, 0.5)
