@@ -201,6 +201,8 @@ impl Recorder {
         self.read_routines();
         let index = self.snapshots.len() - 1;
         let mem = Process { pid: self.pid };
+        // Where a thread's stack may lie (its stack is copied from there).
+        let ranges: Vec<(usize, usize)> = self.maps.iter().map(|m| (m.start, m.end)).collect();
         let mut took = 0;
         for t in &stopped.threads {
             let main = t.tid == self.pid;
@@ -219,7 +221,6 @@ impl Recorder {
                 self.names.insert(t.tid, t.name.clone());
             }
             let snap = &self.snapshots[index];
-            let ranges: Vec<(usize, usize)> = self.maps.iter().map(|m| (m.start, m.end)).collect();
             let stack = stack_of(&ranges, &mem, t.regs.1);
             let spent = || started.elapsed().as_nanos().min(u32::MAX as u128) as u64;
             if let (true, Some(facts)) = (main, self.facts.as_mut()) {
