@@ -19,6 +19,7 @@
 //! sampled).
 
 use super::live::Live;
+use super::poisson::after_gap;
 use crate::got::{self, Patched, Wanted};
 use crate::modules::ModuleMap;
 use std::cell::Cell;
@@ -132,24 +133,12 @@ fn counted(size: usize, block: *mut libc::c_void) {
             if left > 0 {
                 return false;
             }
-            // A sample is due, or this is the thread's first allocation:
-            // its first gap is drawn now, and this allocation is sampled
-            // only if that gap ends inside it (see `Countdown`).
-            let mean = MEAN.load(Ordering::Relaxed);
-            let mut rng = st.rng.get();
-            if rng == 0 {
-                rng = seed() | 1;
-                let first = super::poisson::next_gap(&mut rng, mean);
-                st.rng.set(rng);
-                if first > size as i64 {
-                    st.left.set(first - size as i64);
-                    return false;
-                }
-            }
-            // Sampled: the next gap starts after this allocation.
-            st.left.set(super::poisson::next_gap(&mut rng, mean));
+            // A sample is due, or this is the thread's first allocation.
+            let (mut left, mut rng) = (left, st.rng.get());
+            let due = after_gap(&mut left, &mut rng, size, MEAN.load(Ordering::Relaxed), seed);
+            st.left.set(left);
             st.rng.set(rng);
-            if st.busy.get() {
+            if !due || st.busy.get() {
                 return false;
             }
             ALLOCATIONS.fetch_add(st.seen.replace(0), Ordering::Relaxed);

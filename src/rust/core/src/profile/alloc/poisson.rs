@@ -6,20 +6,20 @@
 //! exponential; each thread draws its own.
 
 /// The bytes left before the next sample on one thread, and its random
-/// state. Plain data: a thread keeps one in thread-local storage.
+/// state (0 before its first allocation). The allocation hook keeps the
+/// two in thread-local cells and runs the same steps: the fast path
+/// subtracts, [`after_gap`] does the rest.
 #[derive(Clone, Copy, Debug)]
 pub struct Countdown {
     left: i64,
     rng: u64,
+    seed: u64,
 }
 
 impl Countdown {
-    /// A countdown seeded with `seed` (any value; distinct per thread),
-    /// its first gap drawn.
-    pub fn new(seed: u64, mean: u64) -> Countdown {
-        let mut c = Countdown { left: 0, rng: seed | 1 };
-        c.left = c.gap(mean);
-        c
+    /// A countdown seeded with `seed` (any value; distinct per thread).
+    pub fn new(seed: u64) -> Countdown {
+        Countdown { left: 0, rng: 0, seed }
     }
 
     /// Counts an allocation of `size` bytes: true when it is to be sampled
@@ -30,15 +30,29 @@ impl Countdown {
         if self.left > 0 {
             return false;
         }
-        // A gap shorter than what is left of this allocation is spent in
-        // it too: one sample per allocation, whose weight accounts for that.
-        self.left = self.gap(mean);
-        true
+        let seed = self.seed;
+        after_gap(&mut self.left, &mut self.rng, size, mean, || seed)
     }
+}
 
-    fn gap(&mut self, mean: u64) -> i64 {
-        next_gap(&mut self.rng, mean)
+/// When a countdown reached 0 or less on an allocation of `size` bytes:
+/// whether the allocation is sampled, with `left` set to the bytes before
+/// the next sample. On a thread's first allocation (`rng` 0, seeded with
+/// `seed()`) its first gap is drawn, and the allocation is sampled only if
+/// that gap ends inside it; otherwise a gap ended inside this allocation
+/// (what is left of it is spent there too: one sample per allocation,
+/// whose weight accounts for that), and the next one starts after it.
+pub fn after_gap(left: &mut i64, rng: &mut u64, size: usize, mean: u64, seed: impl FnOnce() -> u64) -> bool {
+    if *rng == 0 {
+        *rng = seed() | 1;
+        let first = next_gap(rng, mean);
+        if first > size as i64 {
+            *left = first - size as i64;
+            return false;
+        }
     }
+    *left = next_gap(rng, mean);
+    true
 }
 
 /// The next gap between sampled bytes, from random state `rng` (any value
@@ -77,7 +91,7 @@ mod tests {
     /// Allocations of `size` bytes, `n` of them: the estimates summed over
     /// the sampled ones.
     fn estimated(size: usize, n: usize, mean: u64, seed: u64) -> (f64, f64, usize) {
-        let mut c = Countdown::new(seed, mean);
+        let mut c = Countdown::new(seed);
         let (mut bytes, mut count, mut samples) = (0.0, 0.0, 0);
         for _ in 0..n {
             if c.take(size, mean) {
