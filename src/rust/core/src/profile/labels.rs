@@ -158,6 +158,12 @@ impl Labels {
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
+
+    /// Whether it holds only the labels every table starts with (a new
+    /// table's state).
+    pub fn is_new(&self) -> bool {
+        self.len() == FIXED.len()
+    }
 }
 
 #[cfg(test)]
@@ -167,6 +173,7 @@ mod tests {
     #[test]
     fn interning_and_fixed_labels() {
         let mut l = Labels::new();
+        assert!(l.is_new());
         assert_eq!(l.text(FOR), "[for]");
         assert_eq!(l.text(ANONYMOUS), "<Anonymous>");
         let a = l.intern(b"f");
@@ -177,6 +184,7 @@ mod tests {
         assert_eq!(l.intern(b"[for]"), FOR);
         assert_eq!(l.text(999_999), "<unknown label>");
         assert_eq!(l.len(), FIXED.len() + 2);
+        assert!(!l.is_new());
     }
 
     #[test]

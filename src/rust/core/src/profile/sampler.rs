@@ -449,7 +449,10 @@ impl Scratch {
     /// forgotten, and its label table is new. Keeps its buffers: making
     /// them (megabytes, touched page by page) is most of a session's start.
     pub fn reset(&mut self) {
-        self.labels = Labels::new();
+        // (A table taken by `take_labels` left a new one behind.)
+        if !self.labels.is_new() {
+            self.labels = Labels::new();
+        }
         self.memo.clear();
         self.bodies.forget();
         self.files.fill((0, 0, 0));
