@@ -366,32 +366,68 @@ fn protection_line(line: &str) -> Option<(usize, usize, i32)> {
 /// `value` an address callers of that slot may jump to.
 #[cfg(unix)]
 pub unsafe fn write_slot(addr: usize, value: usize, prot: i32) -> crate::error::Result<()> {
+    // SAFETY: the caller's contract, for one slot.
+    match unsafe { write_slots(&[(addr, value, prot)]) }.pop() {
+        Some(r) => r,
+        None => Ok(()),
+    }
+}
+
+/// [`write_slot`] for each of `writes` (slot, value, protection of its
+/// page), one result each: slots sharing a read-only page are written
+/// while the page is made writable once (two system calls a page, not a
+/// slot).
+///
+/// # Safety
+/// As [`write_slot`], for every entry.
+#[cfg(unix)]
+pub unsafe fn write_slots(writes: &[(usize, usize, i32)]) -> Vec<crate::error::Result<()>> {
     use crate::error::Error;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    if !addr.is_multiple_of(std::mem::align_of::<usize>()) {
-        return Err(Error::Inconsistent(format!("misaligned GOT slot at {addr:#x}")));
-    }
     // SAFETY: sysconf is always safe to call.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-    let start = addr & !(page - 1);
-    let writable = prot & libc::PROT_WRITE != 0;
-    if !writable {
-        // SAFETY: the page is a mapped page of a loaded module (the caller's
-        // contract); adding write access changes no content.
-        if unsafe { libc::mprotect(start as *mut libc::c_void, page, prot | libc::PROT_WRITE) } != 0 {
-            return Err(Error::Unavailable(format!(
-                "mprotect refused to make the GOT page at {start:#x} writable ({})",
-                std::io::Error::last_os_error()
-            )));
+    let mut out: Vec<crate::error::Result<()>> = Vec::with_capacity(writes.len());
+    let mut i = 0;
+    while i < writes.len() {
+        let (addr, _, prot) = writes[i];
+        let start = addr & !(page - 1);
+        // The run of entries on this page with the same protection.
+        let mut end = i + 1;
+        while end < writes.len() && writes[end].0 & !(page - 1) == start && writes[end].2 == prot {
+            end += 1;
         }
+        let writable = prot & libc::PROT_WRITE != 0;
+        let opened = writable || {
+            // SAFETY: the page is a mapped page of a loaded module (the
+            // caller's contract); adding write access changes no content.
+            unsafe { libc::mprotect(start as *mut libc::c_void, page, prot | libc::PROT_WRITE) == 0 }
+        };
+        if !opened {
+            let why = std::io::Error::last_os_error();
+            for _ in i..end {
+                out.push(Err(Error::Unavailable(format!(
+                    "mprotect refused to make the GOT page at {start:#x} writable ({why})"
+                ))));
+            }
+            i = end;
+            continue;
+        }
+        for &(addr, value, _) in &writes[i..end] {
+            if !addr.is_multiple_of(std::mem::align_of::<usize>()) {
+                out.push(Err(Error::Inconsistent(format!("misaligned GOT slot at {addr:#x}"))));
+                continue;
+            }
+            // SAFETY: an aligned, mapped and (now) writable word (see above).
+            unsafe { (*(addr as *const AtomicUsize)).store(value, Ordering::SeqCst) };
+            out.push(Ok(()));
+        }
+        if !writable {
+            // SAFETY: restores the protection the page had.
+            unsafe { libc::mprotect(start as *mut libc::c_void, page, prot) };
+        }
+        i = end;
     }
-    // SAFETY: an aligned, mapped and (now) writable word (see above).
-    unsafe { (*(addr as *const AtomicUsize)).store(value, Ordering::SeqCst) };
-    if !writable {
-        // SAFETY: restores the protection the page had.
-        unsafe { libc::mprotect(start as *mut libc::c_void, page, prot) };
-    }
-    Ok(())
+    out
 }
 
 /// The memory of a loaded module, read through the kernel where it allows
@@ -434,6 +470,55 @@ fn read_word(module: &crate::modules::Module, addr: usize) -> Option<usize> {
     LoadedMemory { module }.read(addr, &mut b).then(|| usize::from_ne_bytes(b))
 }
 
+/// A module load whose slots were found: path, load bias, dynamic
+/// section, build-id and the functions wanted (names and versions).
+type LoadKey = (String, usize, usize, Vec<u8>, String);
+
+/// Slots found, by module load: a module's relocation tables never change
+/// while it is loaded, and a memory profile hooks every module at each
+/// start (walking the tables again cost about 2 ms of a profile's start).
+/// Only modules with a build-id are kept (a rebuilt library loaded at the
+/// same address is then told apart).
+#[cfg(target_os = "linux")]
+static FOUND: std::sync::Mutex<Vec<(LoadKey, Vec<Slot>)>> = std::sync::Mutex::new(Vec::new());
+/// Loads kept at most (the oldest go first).
+#[cfg(target_os = "linux")]
+const FOUND_KEPT: usize = 1024;
+
+/// The slots of the `wanted` functions in a loaded module, found once per
+/// load (see `FOUND`).
+#[cfg(target_os = "linux")]
+fn slots_of(
+    module: &crate::modules::Module,
+    dynamic: usize,
+    types: RelocTypes,
+    wanted: &[Wanted],
+) -> Vec<Slot> {
+    let key = module.build_id.as_ref().map(|id| {
+        let names: Vec<String> = wanted.iter().map(|w| format!("{}@{}", w.name, w.version)).collect();
+        (module.path.clone(), module.bias, dynamic, id.clone(), names.join(" "))
+    });
+    if let Some(key) = &key {
+        let found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, slots)) = found.iter().find(|(k, _)| k == key) {
+            return slots.clone();
+        }
+    }
+    // (The tables are walked entry by entry: a page at a time, each page
+    // once, saves a system call per entry.)
+    let mem = crate::memory::Paged::new(LoadedMemory { module });
+    let inside = |a: usize| module.contains(a);
+    let slots = find_slots(&mem, dynamic, module.bias, &inside, types, wanted);
+    if let Some(key) = key {
+        let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+        if found.len() >= FOUND_KEPT {
+            found.remove(0);
+        }
+        found.push((key, slots.clone()));
+    }
+    slots
+}
+
 /// Points the slots of the `wanted` functions in `module` to `values`
 /// (one per wanted function): slots bound to `targets` (the function a slot
 /// should reach, one per wanted function), or not bound yet (a lazy
@@ -450,12 +535,8 @@ pub fn patch_module(
     maps: &Protections,
 ) -> Vec<Patched> {
     let (Some(types), Some(dynamic)) = (RelocTypes::native(), module.dynamic) else { return Vec::new() };
-    // (The tables are walked entry by entry: a page at a time, each page
-    // once, saves a system call per entry.)
-    let mem = crate::memory::Paged::new(LoadedMemory { module });
-    let inside = |a: usize| module.contains(a);
-    let mut out = Vec::new();
-    for slot in find_slots(&mem, dynamic, module.bias, &inside, types, wanted) {
+    let mut chosen = Vec::new();
+    for slot in slots_of(module, dynamic, types, wanted) {
         let Some(current) = read_word(module, slot.addr) else { continue };
         let (target, value) = (targets[slot.wanted], values[slot.wanted]);
         let lazy = slot.kind == Kind::JumpSlot
@@ -464,26 +545,31 @@ pub fn patch_module(
             continue;
         }
         let Some(prot) = maps.of(slot.addr) else { continue };
-        // SAFETY: a GOT slot of a loaded module found from its own
-        // relocations; `value` is a function with the wanted function's
-        // signature (the caller's contract through `values`).
-        if unsafe { write_slot(slot.addr, value, prot) }.is_ok() {
-            out.push(Patched {
-                addr: slot.addr,
-                original: current,
-                value,
-                module: (module.path.clone(), module.bias),
-            });
-        }
+        chosen.push((slot.addr, current, value, prot));
     }
-    out
+    let writes: Vec<(usize, usize, i32)> = chosen.iter().map(|c| (c.0, c.2, c.3)).collect();
+    // SAFETY: GOT slots of a loaded module found from its own relocations
+    // (sorted by address); each value is a function with the wanted
+    // function's signature (the caller's contract through `values`).
+    let written = unsafe { write_slots(&writes) };
+    chosen
+        .into_iter()
+        .zip(written)
+        .filter(|(_, w)| w.is_ok())
+        .map(|((addr, original, value, _), _)| Patched {
+            addr,
+            original,
+            value,
+            module: (module.path.clone(), module.bias),
+        })
+        .collect()
 }
 
 /// Puts back what `patched` slots held, where the module is still loaded
 /// and the slot still holds winch's value. Returns how many were restored.
 #[cfg(target_os = "linux")]
 pub fn restore(patched: &[Patched], map: &crate::modules::ModuleMap, maps: &Protections) -> usize {
-    let mut restored = 0;
+    let mut writes = Vec::new();
     for p in patched {
         let Some(m) =
             map.modules().iter().find(|m| m.path == p.module.0 && m.bias == p.module.1 && m.contains(p.addr))
@@ -494,13 +580,13 @@ pub fn restore(patched: &[Patched], map: &crate::modules::ModuleMap, maps: &Prot
             continue;
         }
         let Some(prot) = maps.of(p.addr) else { continue };
-        // SAFETY: the same slot of the same loaded module, holding winch's
-        // value; `original` is what the loader had put there.
-        if unsafe { write_slot(p.addr, p.original, prot) }.is_ok() {
-            restored += 1;
-        }
+        writes.push((p.addr, p.original, prot));
     }
-    restored
+    writes.sort_by_key(|w| w.0);
+    // SAFETY: the same slots of the same loaded modules, holding winch's
+    // values; each `original` is what the loader had put there.
+    let written = unsafe { write_slots(&writes) };
+    written.iter().filter(|w| w.is_ok()).count()
 }
 
 /// The address of version `version` of the function `name` among the

@@ -11,8 +11,12 @@
 //! dynamic loader's and winch's go straight to the C library. Nothing is
 //! added to a block, so a block allocated while hooked may be freed after
 //! (and the other way round). The fast path of an allocation is a
-//! thread-local subtraction; of a free, one atomic load while no sampled
-//! block is held, else a probe of the table.
+//! subtraction in the thread's state (R's main thread: a static found by
+//! its thread pointer; others: a thread-local) ending in a jump to the C
+//! library; of a free, an atomic load while no sampled block is held, else
+//! a bit of the table's filter, and a probe of the table only for blocks
+//! the filter cannot rule out (about 2.4 ns added to a `new`/`delete`
+//! pair, `bench/alloc.R`).
 //!
 //! The sampler runs on the allocating thread, inside the allocation,
 //! with a thread-local guard against re-entry (what it allocates is not
@@ -70,11 +74,11 @@ pub static SAMPLED: AtomicU64 = AtomicU64::new(0);
 const TABLE_SLOTS: usize = 1 << 16;
 static LIVE: OnceLock<Live> = OnceLock::new();
 
-/// A thread's state, one thread-local whose fields are read and written in
-/// place (the fast path touches `left` only): the bytes left to its next
-/// sample (see `poisson`), its random state (0 until its first
-/// allocation), allocations since its last sample, and whether it is inside
-/// the sampler (allocations then pass through).
+/// A thread's state, read and written in place (the fast path touches
+/// `left`, `seen` and `profile` only): the bytes left to its next sample
+/// (see `poisson`), its random state (0 until its first allocation),
+/// allocations since its last sample, and whether it is inside the
+/// sampler (allocations then pass through).
 struct ThreadState {
     left: Cell<i64>,
     rng: Cell<u64>,
@@ -85,8 +89,8 @@ struct ThreadState {
     profile: Cell<u64>,
 }
 
-thread_local! {
-    static STATE: ThreadState = const {
+impl ThreadState {
+    const fn new() -> ThreadState {
         ThreadState {
             left: Cell::new(0),
             rng: Cell::new(0),
@@ -94,7 +98,52 @@ thread_local! {
             busy: Cell::new(false),
             profile: Cell::new(0),
         }
+    }
+}
+
+thread_local! {
+    static STATE: ThreadState = const { ThreadState::new() };
+}
+
+/// R's main thread (the one that installs the hooks first) keeps its state
+/// in a plain static found by its thread pointer: winch is `dlopen`ed, so
+/// a thread-local costs a call to `__tls_get_addr` on every allocation,
+/// and most allocations of an R session are the main thread's.
+struct MainState(ThreadState);
+// SAFETY: the state is only touched by the thread whose thread pointer is
+// `MAIN_TP` (`state()`), and one live thread has that pointer at a time.
+unsafe impl Sync for MainState {}
+static MAIN_STATE: MainState = MainState(ThreadState::new());
+static MAIN_TP: AtomicUsize = AtomicUsize::new(0);
+
+/// This thread's thread pointer (never 0 for a live thread).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: on x86_64 Linux `%fs:0` holds the thread control block's
+    // address (the ABI's self pointer); reading it has no side effect.
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags))
     };
+    tp
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+#[inline(always)]
+fn thread_pointer() -> usize {
+    0
+}
+
+/// Runs `f` on this thread's state (`None` on a thread being torn down:
+/// its thread-locals are gone).
+#[inline(always)]
+fn state<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {
+    let tp = thread_pointer();
+    if tp != 0 && tp == MAIN_TP.load(Ordering::Relaxed) {
+        return Some(f(&MAIN_STATE.0));
+    }
+    STATE.try_with(f).ok()
 }
 
 /// The slots patched, and the modules scanned (path, bias).
@@ -110,47 +159,112 @@ pub fn live() -> &'static Live {
     LIVE.get_or_init(|| Live::new(TABLE_SLOTS))
 }
 
-/// Counts an allocation of `size` bytes at `block` (not null) on this
-/// thread, and samples it when its turn comes.
-#[inline]
-fn counted(size: usize, block: *mut libc::c_void) {
-    if !ON.load(Ordering::Relaxed) || block.is_null() {
-        return;
+/// Which way an allocation goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// Straight to the C library (not counted, or counted and not due).
+    Plain,
+    /// The slow path decides (a sample may be due, or the countdown
+    /// belongs to another profile).
+    Slow,
+    /// Not R's main thread: its thread-local state decides (out of line,
+    /// so that the main thread's path saves no registers).
+    Elsewhere,
+}
+
+/// The fast path: counts an allocation of `size` bytes if it is the main
+/// thread's.
+#[inline(always)]
+fn way(size: usize) -> Way {
+    if !ON.load(Ordering::Relaxed) {
+        return Way::Plain;
     }
-    // (A thread being torn down has no thread-locals left: not counted.)
-    let due = STATE
-        .try_with(|st| {
-            st.seen.set(st.seen.get() + 1);
-            let profile = PROFILE.load(Ordering::Relaxed);
-            if st.profile.get() != profile {
-                st.profile.set(profile);
-                st.seen.set(1);
-                st.left.set(0);
-                st.rng.set(0); // a first allocation again
-            }
-            let left = st.left.get() - size as i64;
-            st.left.set(left);
-            if left > 0 {
-                return false;
-            }
-            // A sample is due, or this is the thread's first allocation.
-            let (mut left, mut rng) = (left, st.rng.get());
-            let due = after_gap(&mut left, &mut rng, size, MEAN.load(Ordering::Relaxed), seed);
-            st.left.set(left);
-            st.rng.set(rng);
-            if !due || st.busy.get() {
-                return false;
-            }
-            ALLOCATIONS.fetch_add(st.seen.replace(0), Ordering::Relaxed);
-            st.busy.set(true);
-            true
-        })
-        .unwrap_or(false);
-    if !due {
-        return;
+    let tp = thread_pointer();
+    if tp != 0 && tp == MAIN_TP.load(Ordering::Relaxed) {
+        return if count_in(&MAIN_STATE.0, size) { Way::Slow } else { Way::Plain };
     }
+    Way::Elsewhere
+}
+
+/// `way()` to the end, on any thread: true when the slow path must decide.
+#[inline(always)]
+fn due(size: usize) -> bool {
+    match way(size) {
+        Way::Plain => false,
+        Way::Slow => true,
+        Way::Elsewhere => STATE.try_with(|st| count_in(st, size)).unwrap_or(false),
+    }
+}
+
+/// An allocation of `size` bytes made by `alloc` on a thread other than
+/// the main one.
+#[inline(never)]
+fn elsewhere(size: usize, alloc: impl FnOnce() -> *mut libc::c_void) -> *mut libc::c_void {
+    if STATE.try_with(|st| count_in(st, size)).unwrap_or(false) {
+        return slow(size, alloc);
+    }
+    alloc()
+}
+
+/// An allocation of `size` bytes made by `alloc`, counted (the three ways
+/// end in calls the compiler makes jumps).
+#[inline(always)]
+fn allocate(size: usize, alloc: impl FnOnce() -> *mut libc::c_void) -> *mut libc::c_void {
+    match way(size) {
+        Way::Plain => alloc(),
+        Way::Slow => slow(size, alloc),
+        Way::Elsewhere => elsewhere(size, alloc),
+    }
+}
+
+/// Counts an allocation of `size` bytes in `st`: true when the slow path
+/// must decide.
+#[inline(always)]
+fn count_in(st: &ThreadState, size: usize) -> bool {
+    let left = st.left.get() - size as i64;
+    st.left.set(left);
+    st.seen.set(st.seen.get() + 1);
+    left <= 0 || st.profile.get() != PROFILE.load(Ordering::Relaxed)
+}
+
+/// The slow path, after `due()`: whether this allocation is sampled (then
+/// the thread is marked busy until `sampled()`).
+#[cold]
+#[inline(never)]
+fn decide(size: usize) -> bool {
+    state(|st| {
+        let profile = PROFILE.load(Ordering::Relaxed);
+        if st.profile.get() != profile {
+            // A first allocation again, counted afresh.
+            st.profile.set(profile);
+            st.seen.set(1);
+            st.left.set(-(size as i64));
+            st.rng.set(0);
+        }
+        let (mut left, mut rng) = (st.left.get(), st.rng.get());
+        if left > 0 {
+            return false;
+        }
+        let due = after_gap(&mut left, &mut rng, size, MEAN.load(Ordering::Relaxed), seed);
+        st.left.set(left);
+        st.rng.set(rng);
+        if !due || st.busy.get() {
+            return false;
+        }
+        ALLOCATIONS.fetch_add(st.seen.replace(0), Ordering::Relaxed);
+        st.busy.set(true);
+        true
+    })
+    .unwrap_or(false)
+}
+
+/// Hands a sampled allocation of `size` bytes at `block` to the sampler
+/// (nothing if the allocation failed), and ends the thread's busy mark.
+#[cold]
+#[inline(never)]
+fn sampled(size: usize, block: *mut libc::c_void) {
     let f = ON_SAMPLE.load(Ordering::Acquire);
-    if f != 0 {
+    if f != 0 && !block.is_null() {
         // SAFETY: ON_SAMPLE only ever holds an `OnSample` (set in `install`).
         let f: OnSample = unsafe { std::mem::transmute::<usize, OnSample>(f) };
         let sample = f(size, block as usize);
@@ -159,7 +273,19 @@ fn counted(size: usize, block: *mut libc::c_void) {
             live().insert(block as usize, sample);
         }
     }
-    let _ = STATE.try_with(|st| st.busy.set(false));
+    state(|st| st.busy.set(false));
+}
+
+/// The slow path of an allocation of `size` bytes made by `alloc`.
+#[cold]
+#[inline(never)]
+fn slow(size: usize, alloc: impl FnOnce() -> *mut libc::c_void) -> *mut libc::c_void {
+    let take = decide(size);
+    let p = alloc();
+    if take {
+        sampled(size, p);
+    }
+    p
 }
 
 /// A seed for this thread's countdown.
@@ -172,7 +298,7 @@ fn seed() -> u64 {
 
 /// A block freed: forgotten by the table first (before the C library may
 /// hand its address out again).
-#[inline]
+#[inline(always)]
 fn forget(block: *mut libc::c_void) -> Option<u64> {
     if block.is_null() {
         return None;
@@ -182,29 +308,33 @@ fn forget(block: *mut libc::c_void) -> Option<u64> {
 
 // The functions modules call instead. Each has the contract of the C
 // library's function it stands for, which it calls with the same
-// arguments.
+// arguments; the fast path ends in that call.
 
 unsafe extern "C" fn hooked_malloc(size: usize) -> *mut libc::c_void {
     // SAFETY: REAL[0] holds the C library's malloc before any slot points
     // here (set in `install`, never cleared).
-    let p = unsafe { std::mem::transmute::<usize, Malloc>(real(0))(size) };
-    counted(size, p);
-    p
+    let f = unsafe { std::mem::transmute::<usize, Malloc>(real(0)) };
+    // SAFETY: as above.
+    allocate(size, move || unsafe { f(size) })
 }
 
 unsafe extern "C" fn hooked_calloc(n: usize, size: usize) -> *mut libc::c_void {
     // SAFETY: as for malloc (REAL[1]: calloc).
-    let p = unsafe { std::mem::transmute::<usize, Calloc>(real(1))(n, size) };
-    counted(n.saturating_mul(size), p);
-    p
+    let f = unsafe { std::mem::transmute::<usize, Calloc>(real(1)) };
+    // SAFETY: as above.
+    allocate(n.saturating_mul(size), move || unsafe { f(n, size) })
 }
 
 unsafe extern "C" fn hooked_realloc(block: *mut libc::c_void, size: usize) -> *mut libc::c_void {
-    let was = forget(block);
     // SAFETY: as for malloc (REAL[2]: realloc).
-    let p = unsafe { std::mem::transmute::<usize, Realloc>(real(2))(block, size) };
-    after_realloc(block, was, size, p);
-    p
+    let f = unsafe { std::mem::transmute::<usize, Realloc>(real(2)) };
+    let was = forget(block);
+    if was.is_some() || due(size) {
+        // SAFETY: as above.
+        return slow_realloc(block, was, size, move || unsafe { f(block, size) });
+    }
+    // SAFETY: as above.
+    unsafe { f(block, size) }
 }
 
 unsafe extern "C" fn hooked_reallocarray(
@@ -212,23 +342,41 @@ unsafe extern "C" fn hooked_reallocarray(
     n: usize,
     size: usize,
 ) -> *mut libc::c_void {
-    let was = forget(block);
     // SAFETY: as for malloc (REAL[3]: reallocarray).
-    let p = unsafe { std::mem::transmute::<usize, ReallocArray>(real(3))(block, n, size) };
-    after_realloc(block, was, n.saturating_mul(size), p);
-    p
+    let f = unsafe { std::mem::transmute::<usize, ReallocArray>(real(3)) };
+    let was = forget(block);
+    let bytes = n.saturating_mul(size);
+    if was.is_some() || due(bytes) {
+        // SAFETY: as above.
+        return slow_realloc(block, was, bytes, move || unsafe { f(block, n, size) });
+    }
+    // SAFETY: as above.
+    unsafe { f(block, n, size) }
 }
 
-/// After a reallocation of `old` (sample `was`, if sampled) to `size`
-/// bytes at `new`: a failed one left the old block as it was.
-fn after_realloc(old: *mut libc::c_void, was: Option<u64>, size: usize, new: *mut libc::c_void) {
+/// A reallocation of `old` (sample `was`, if sampled) to `size` bytes by
+/// `realloc`, when it is sampled or its block was (the fast path counted
+/// it already unless `was`): a failed one leaves the old block as it was.
+#[cold]
+#[inline(never)]
+fn slow_realloc(
+    old: *mut libc::c_void,
+    was: Option<u64>,
+    size: usize,
+    realloc: impl FnOnce() -> *mut libc::c_void,
+) -> *mut libc::c_void {
+    let counted = was.is_none() || due(size);
+    let take = counted && decide(size);
+    let new = realloc();
     if new.is_null() && size != 0 {
         if let Some(sample) = was {
             live().insert(old as usize, sample);
         }
-        return;
     }
-    counted(size, new);
+    if take {
+        sampled(size, new);
+    }
+    new
 }
 
 unsafe extern "C" fn hooked_free(block: *mut libc::c_void) {
@@ -243,26 +391,37 @@ unsafe extern "C" fn hooked_posix_memalign(
     size: usize,
 ) -> libc::c_int {
     // SAFETY: as for malloc (REAL[5]: posix_memalign).
-    let rc = unsafe { std::mem::transmute::<usize, PosixMemalign>(real(5))(out, align, size) };
-    if rc == 0 && !out.is_null() {
-        // SAFETY: on success the C library wrote the block to `*out`.
-        counted(size, unsafe { *out });
+    let f = unsafe { std::mem::transmute::<usize, PosixMemalign>(real(5)) };
+    if !due(size) {
+        // SAFETY: as above.
+        return unsafe { f(out, align, size) };
     }
+    let mut rc = 0;
+    slow(size, || {
+        // SAFETY: as above.
+        rc = unsafe { f(out, align, size) };
+        if rc == 0 && !out.is_null() {
+            // SAFETY: on success the C library wrote the block to `*out`.
+            unsafe { *out }
+        } else {
+            std::ptr::null_mut()
+        }
+    });
     rc
 }
 
 unsafe extern "C" fn hooked_aligned_alloc(align: usize, size: usize) -> *mut libc::c_void {
     // SAFETY: as for malloc (REAL[6]: aligned_alloc).
-    let p = unsafe { std::mem::transmute::<usize, AlignedAlloc>(real(6))(align, size) };
-    counted(size, p);
-    p
+    let f = unsafe { std::mem::transmute::<usize, AlignedAlloc>(real(6)) };
+    // SAFETY: as above.
+    allocate(size, move || unsafe { f(align, size) })
 }
 
 unsafe extern "C" fn hooked_memalign(align: usize, size: usize) -> *mut libc::c_void {
     // SAFETY: as for malloc (REAL[7]: memalign).
-    let p = unsafe { std::mem::transmute::<usize, AlignedAlloc>(real(7))(align, size) };
-    counted(size, p);
-    p
+    let f = unsafe { std::mem::transmute::<usize, AlignedAlloc>(real(7)) };
+    // SAFETY: as above.
+    allocate(size, move || unsafe { f(align, size) })
 }
 
 /// The hooks, in `WANTED`'s order.
@@ -304,6 +463,9 @@ pub fn install(mean: u64, on_sample: OnSample) -> usize {
     for (addr, _) in table.kept() {
         table.remove(addr);
     }
+    table.clear_filter();
+    // The first thread to install (R's main thread) owns the static state.
+    let _ = MAIN_TP.compare_exchange(0, thread_pointer(), Ordering::AcqRel, Ordering::Acquire);
     MEAN.store(mean.max(1), Ordering::Release);
     PROFILE.fetch_add(1, Ordering::AcqRel);
     ON_SAMPLE.store(on_sample as usize, Ordering::Release);

@@ -5,6 +5,8 @@
 //! of block addresses with atomic slots, allocated once when the profile
 //! starts. A freed block's slot becomes a tombstone (probes go past it, an
 //! insert may reuse it); a full table counts the samples it could not keep.
+//! A small bitmap of the addresses ever kept (4 KiB, stays in cache) lets
+//! most frees skip the table even while sampled blocks are held.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -23,7 +25,12 @@ pub struct Live {
     held: AtomicUsize,
     /// Samples that found no slot.
     pub lost: AtomicU64,
+    /// One bit per hash of an address kept since the last `clear_filter()`.
+    filter: Box<[AtomicU64]>,
 }
+
+/// Bits of the filter (a power of two).
+const FILTER_BITS: usize = 1 << 15;
 
 impl Live {
     /// A table of `capacity` slots (rounded up to a power of two).
@@ -34,6 +41,7 @@ impl Live {
             samples: (0..n).map(|_| AtomicU64::new(0)).collect(),
             held: AtomicUsize::new(0),
             lost: AtomicU64::new(0),
+            filter: (0..FILTER_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -42,11 +50,32 @@ impl Live {
         ((addr >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20) & (self.addrs.len() - 1)
     }
 
+    /// The filter's word and bit for `addr` (other hash bits than `home`).
+    #[inline(always)]
+    fn filter_bit(addr: usize) -> (usize, u64) {
+        let h = (addr >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - FILTER_BITS.trailing_zeros());
+        (h / 64, 1u64 << (h % 64))
+    }
+
+    /// Forgets the addresses the filter has seen; only while the table is
+    /// empty and nothing inserts (between profiles).
+    pub fn clear_filter(&self) {
+        if self.is_empty() {
+            for w in self.filter.iter() {
+                w.store(0, Ordering::Release);
+            }
+        }
+    }
+
     /// Keeps block `addr` as sample `sample`; false if there was no room.
     pub fn insert(&self, addr: usize, sample: u64) -> bool {
         if addr <= TOMBSTONE {
             return false;
         }
+        // (The bit goes first: a free that finds the block in the table
+        // must find its bit.)
+        let (w, bit) = Live::filter_bit(addr);
+        self.filter[w].fetch_or(bit, Ordering::AcqRel);
         let mask = self.addrs.len() - 1;
         let home = self.home(addr);
         for k in 0..MAX_PROBE.min(self.addrs.len()) {
@@ -69,11 +98,22 @@ impl Live {
 
     /// Forgets block `addr` if it is kept (it was freed): its sample's
     /// number.
-    #[inline]
+    #[inline(always)]
     pub fn remove(&self, addr: usize) -> Option<u64> {
         if self.held.load(Ordering::Acquire) == 0 || addr <= TOMBSTONE {
             return None;
         }
+        let (w, bit) = Live::filter_bit(addr);
+        if self.filter[w].load(Ordering::Acquire) & bit == 0 {
+            return None;
+        }
+        self.probe_and_remove(addr)
+    }
+
+    /// `remove()` while some block is kept (kept out of line: the hooked
+    /// `free` inlines only the test above).
+    #[inline(never)]
+    fn probe_and_remove(&self, addr: usize) -> Option<u64> {
         let mask = self.addrs.len() - 1;
         let home = self.home(addr);
         for k in 0..MAX_PROBE.min(self.addrs.len()) {
@@ -140,6 +180,27 @@ mod tests {
         assert_eq!(t.remove(0x2000), Some(2));
         assert_eq!(t.kept(), vec![(0x1000, 3)]);
         assert!(!t.insert(0, 4) && !t.insert(1, 4), "not addresses");
+    }
+
+    #[test]
+    fn the_filter_passes_every_kept_block_and_turns_most_others_away() {
+        let t = Live::new(1 << 10);
+        let kept: Vec<usize> = (0..200).map(|i| 0x7f00_0000_0000 + i * 4096 + 16).collect();
+        for (i, &a) in kept.iter().enumerate() {
+            assert!(t.insert(a, i as u64));
+        }
+        let passed = |a: usize| {
+            let (w, bit) = Live::filter_bit(a);
+            t.filter[w].load(Ordering::Relaxed) & bit != 0
+        };
+        assert!(kept.iter().all(|&a| passed(a)), "no kept block is turned away");
+        let others = (0..10_000).map(|i| 0x5500_0000_0000 + i * 48).filter(|&a| passed(a)).count();
+        assert!(others < 200, "{others} of 10,000 other blocks pass 200 bits of 32,768");
+        for (i, &a) in kept.iter().enumerate() {
+            assert_eq!(t.remove(a), Some(i as u64));
+        }
+        t.clear_filter();
+        assert!(kept.iter().all(|&a| !passed(a)), "cleared once the table is empty");
     }
 
     #[test]
