@@ -11,6 +11,36 @@ stack_bytes <- function(p, what = c("alloc", "inuse")) {
   as.double(p$stacks[[paste0(what, "_bytes")]] %||% rep(0, length(p$stacks$count)))
 }
 
+# R's heap, in bytes, as gc() tells it (a full collection first): cells
+# in use (a cons cell or vector header is 56 bytes on 64-bit platforms),
+# vector data in use (8 bytes a cell), and the most held at any
+# collection since the last reset. `reset = TRUE` starts that maximum
+# anew.
+r_heap <- function(reset = FALSE) {
+  g <- gc(reset = reset, full = TRUE)
+  size <- c(Ncells = if (.Machine$sizeof.pointer == 8L) 56 else 28, Vcells = 8)
+  c(
+    used = sum(g[c("Ncells", "Vcells"), "used"] * size),
+    max_used = sum(g[c("Ncells", "Vcells"), "max used"] * size)
+  )
+}
+
+# What R's heap held before the run, after it (its value included), and
+# at most at a collection in between.
+r_heap_change <- function(before, after) {
+  list(before = before[["used"]], after = after[["used"]], peak = max(after[["max_used"]], after[["used"]]))
+}
+
+format_r_heap <- function(h) {
+  if (is.null(h)) {
+    return(NULL)
+  }
+  sprintf(
+    "R's heap (gc()): %s before, %s after, at most %s at a collection during the run",
+    format_bytes(h$before), format_bytes(h$after), format_bytes(h$peak)
+  )
+}
+
 format_bytes <- function(x) {
   unit <- function(v) {
     if (is.na(v)) {
@@ -82,6 +112,8 @@ print_memory_profile <- function(x, n, width) {
     tab[[1L]] <- shorten(tab[[1L]], width)
     print(format_bytes_table(tab, total), row.names = FALSE, right = FALSE)
   }
+  heap <- format_r_heap(x$stats$r_heap)
+  if (!is.null(heap)) cat(heap, "\n", sep = "")
   cat("summary() for modules and the profiler's figures; plot() for a flame graph of bytes.\n")
   invisible(x)
 }
@@ -105,6 +137,7 @@ summary_memory_profile <- function(p) {
       by_function = fun[order(-fun$self, -fun$total), ],
       by_module = by_module_table(p, stack_bytes(p, "alloc"), 1),
       largest_inuse = largest_inuse(p),
+      r_heap = s$r_heap,
       usage = c(s$usage, list(gc_count = s$gc_count, gc_time = s$gc_time)),
       cost = list(handler_total = s$handler_total, handler_median = s$handler_median, handler_p99 = s$handler_p99)
     ),
@@ -155,6 +188,8 @@ print_memory_summary <- function(x, n) {
     )
     print(out, row.names = FALSE, right = FALSE)
   }
+  heap <- format_r_heap(x$r_heap)
+  if (!is.null(heap)) cat("\n", heap, "\n", sep = "")
   u <- x$usage
   cat(sprintf(
     "\nResource use over the run: max RSS %.1f MB; R garbage collections: %d, %s\n",

@@ -245,7 +245,9 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'   `by_function` (bytes allocated self and total, and still allocated,
 #'   per function), `by_module` (bytes allocated in and under each native
 #'   module), `largest_inuse` (the stacks holding the most bytes at
-#'   the end), `usage` and `cost`.
+#'   the end), `r_heap` (R's heap in bytes as [gc()] tells it: `before`
+#'   and `after` the run, and `peak`, the most held at a collection during
+#'   it), `usage` and `cost`.
 #' @export
 summary.winch_profile <- function(object, ...) {
   p <- check_profile(object)

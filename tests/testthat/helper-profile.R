@@ -152,3 +152,22 @@ synthetic_profile <- function() {
   )
   structure(p, class = "winch_profile")
 }
+
+# synthetic_profile() as a memory profile: bytes and allocations per
+# stack, allocation counts and R's heap.
+synthetic_memory_profile <- function() {
+  p <- unclass(synthetic_profile())
+  p$event <- "alloc"
+  p$interval <- NA_real_
+  p$sample_bytes <- 512 * 1024
+  p$stacks$count <- c(40, 12, 3)
+  p$stacks$alloc_bytes <- c(2.1e7, 6.5e6, 1.6e6)
+  p$stacks$alloc_count <- c(2.0e5, 1.2e4, 3)
+  p$stacks$inuse_bytes <- c(0, 4.2e6, 1.6e6)
+  p$stacks$inuse_count <- c(0, 8e3, 3)
+  p$stats$allocations <- 212003
+  p$stats$sampled_allocations <- 55
+  p$stats$untracked <- 0
+  p$stats$r_heap <- list(before = 4.5e7, after = 4.7e7, peak = 9.9e7)
+  structure(p, class = "winch_profile")
+}

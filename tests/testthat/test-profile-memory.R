@@ -74,6 +74,37 @@ test_that("R vectors are allocated under the R call that made them", {
   expect_output(print(summary(p)), "Allocations seen")
 })
 
+test_that("R's heap is reported before, after and at its most during the run", {
+  kept <- NULL
+  keep <- function() kept <<- numeric(5e6) # 40 MB still held after
+  p <- winch_profile(keep(), event = "alloc")
+  h <- summary(p)$r_heap
+  expect_named(h, c("before", "after", "peak"))
+  expect_equal(h$after - h$before, 4e7, tolerance = 0.05)
+  expect_gte(h$peak, h$after)
+  # A vector made and dropped: gone after, seen at the collection made
+  # while it was held.
+  passing <- function() {
+    x <- numeric(1e7) # 80 MB
+    invisible(gc())
+    length(x)
+  }
+  p <- winch_profile(passing(), event = "alloc")
+  h <- summary(p)$r_heap
+  expect_lt(abs(h$after - h$before), 4e6)
+  expect_gte(h$peak - h$before, 7.6e7)
+  expect_output(print(p), "R's heap \\(gc\\(\\)\\): [0-9.]+ MiB before")
+  expect_output(print(summary(p)), "at most [0-9.]+ MiB at a collection during the run")
+  # CPU profiles collect nothing and report no heap.
+  expect_null(summary(winch_profile(NULL))$r_heap)
+})
+
+test_that("print() and summary() of a memory profile, as printed", {
+  p <- synthetic_memory_profile()
+  expect_snapshot(print(p))
+  expect_snapshot(print(summary(p)))
+})
+
 test_that("while profiling, this library's malloc is the hook; an error in expr restores every slot", {
   seen <- NULL
   p <- winch_profile({
