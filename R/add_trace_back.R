@@ -202,19 +202,25 @@ native_row_calls <- function(nat, frames) {
   # column (1-based, as compilers print it), that column plus one. An
   # unknown column (NA, or 0 in DWARF) prints as 0.
   col <- nat$column[frames]
-  col <- ifelse(is.na(col) | col <= 0L, 1L, col + 1L)
-  files <- list()
-  for (i in which(!is.na(file) & !is.na(line))) {
-    sf <- files[[file[[i]]]]
-    if (is.null(sf)) {
-      sf <- new_srcfile(file[[i]])
-      files[[file[[i]]]] <- sf
-    }
-    attr(calls[[i]], "srcref") <- structure(
-      c(line[[i]], col[[i]], line[[i]], col[[i]], col[[i]], col[[i]], line[[i]], line[[i]]),
-      srcfile = sf,
-      class = "srcref"
-    )
+  unknown <- is.na(col) | col <= 0L
+  col[unknown] <- 0L
+  col <- as.integer(col) + 1L
+  has <- which(!is.na(file) & !is.na(line))
+  if (!length(has)) {
+    return(calls)
+  }
+  # One srcfile per source file; the srcrefs' numbers in one matrix (this
+  # runs on every hooked trace: no per-row R calls but the attributes).
+  paths <- unique(file[has])
+  srcfiles <- lapply(paths, new_srcfile)
+  which_file <- match(file[has], paths)
+  l <- as.integer(line[has])
+  cc <- col[has]
+  refs <- rbind(l, cc, l, cc, cc, cc, l, l)
+  for (k in seq_along(has)) {
+    ref <- refs[, k]
+    attributes(ref) <- list(srcfile = srcfiles[[which_file[[k]]]], class = "srcref")
+    attr(calls[[has[[k]]]], "srcref") <- ref
   }
   calls
 }

@@ -9,9 +9,11 @@
 # name, debuginfod servers are configured and the option is not set, says
 # once per session how to turn fetching on.
 debuginfod_hint <- function(x) {
-  if (isTRUE(attr(x, "debug_files_would_help")) &&
+  # Cheapest tests first: this runs on every capture.
+  if (!isTRUE(the$said_debuginfod_hint) &&
+      isTRUE(attr(x, "debug_files_would_help")) &&
       is.null(getOption("winch.debuginfod")) &&
-      nzchar(trimws(Sys.getenv("DEBUGINFOD_URLS")))) {
+      nzchar(urls <- Sys.getenv("DEBUGINFOD_URLS")) && nzchar(trimws(urls))) {
     say_once("debuginfod_hint", paste0(
       "Some native frames have no name, and DEBUGINFOD_URLS names debuginfod servers ",
       "that may have their debug files. Set `options(winch.debuginfod = TRUE)` to let ",

@@ -10,9 +10,9 @@
 //! string cache is owned by `to_r`, outside the jump).
 
 use crate::rapi::{self, Sexp};
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
+use winch_core::fasthash::FastMap;
 
 /// An R value to be made.
 pub enum RValue {
@@ -223,10 +223,10 @@ pub unsafe fn set_attr(x: Sexp, name: &std::ffi::CStr, value: &RValue, strings: 
 /// again; R keeps every CHARSXP of a live vector alive.
 #[derive(Default)]
 pub struct StringCache {
-    arcs: HashMap<usize, Sexp>,
-    ips: HashMap<usize, Sexp>,
-    offsets: HashMap<usize, Sexp>,
-    modules: HashMap<usize, Sexp>,
+    arcs: FastMap<usize, Sexp>,
+    ips: FastMap<usize, Sexp>,
+    offsets: FastMap<usize, Sexp>,
+    modules: FastMap<usize, Sexp>,
 }
 
 impl StringCache {

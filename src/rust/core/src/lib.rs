@@ -28,6 +28,7 @@ pub mod debugfile;
 pub mod debuginfo;
 pub mod debuginfod;
 pub mod error;
+pub mod fasthash;
 pub mod got;
 pub mod interleave;
 pub mod joint;

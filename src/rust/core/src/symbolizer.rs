@@ -16,6 +16,7 @@
 
 use crate::debuginfo::{self, ModuleInfo, Resolved, Status};
 use crate::debuginfod::{Config, Debuginfod, Fetcher};
+use crate::fasthash::{FastMap, FastSet};
 use crate::modules::{MappedFile, Module, ModuleMap};
 use crate::reentry::ReentryLock;
 use crate::symbols::Source;
@@ -158,11 +159,11 @@ pub struct Symbolizer {
     roots: Vec<PathBuf>,
     /// Cache id of each module image read so far, and what was read.
     ids: HashMap<ModuleKey, u32>,
-    infos: HashMap<u32, Box<ModuleInfo>>,
+    infos: FastMap<u32, Box<ModuleInfo>>,
     /// Unwind tables of each module image, for function starts, and the
     /// bytes they hold.
-    starts: HashMap<u32, (Option<EhTables>, usize)>,
-    frames: HashMap<(u32, u64), Arc<[Resolved]>>,
+    starts: FastMap<u32, (Option<EhTables>, usize)>,
+    frames: FastMap<(u32, u64), Arc<[Resolved]>>,
     /// R's registered native routines: this process's, and those read
     /// from other processes (see `outside::registration`).
     registered: Routines,
@@ -172,7 +173,7 @@ pub struct Symbolizer {
     /// try (their capture's time ran out before their turn).
     debuginfod: Option<Debuginfod>,
     debuginfod_on: bool,
-    pending: HashSet<u32>,
+    pending: FastSet<u32>,
     next_id: u32,
     /// The module map last seen (by serial) and, per module index in it,
     /// the module's cache id: the warm path hashes and copies no strings.
@@ -183,7 +184,7 @@ pub struct Symbolizer {
     /// The bytes modules may hold together ([`CACHE_BUDGET`]), when each
     /// was last used (a tick), and how many were forgotten for room.
     budget: usize,
-    used: HashMap<u32, u64>,
+    used: FastMap<u32, u64>,
     tick: u64,
     evicted: u64,
 }
@@ -223,20 +224,20 @@ impl Symbolizer {
             loader,
             roots,
             ids: HashMap::new(),
-            infos: HashMap::new(),
-            starts: HashMap::new(),
-            frames: HashMap::new(),
+            infos: FastMap::default(),
+            starts: FastMap::default(),
+            frames: FastMap::default(),
             registered: Routines::default(),
             other_registered: Routines::default(),
             debuginfod: None,
             debuginfod_on: false,
-            pending: HashSet::new(),
+            pending: FastSet::default(),
             next_id: 0,
             map_seen: 0,
             by_index: Vec::new(),
             files_loaded: 0,
             budget: CACHE_BUDGET,
-            used: HashMap::new(),
+            used: FastMap::default(),
             tick: 0,
             evicted: 0,
         }
