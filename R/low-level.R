@@ -53,7 +53,7 @@ rs_cache_info <- function() .Call(C_rs_cache_info)
 
 rs_set_debug_dirs <- function(dirs) .Call(C_rs_set_debug_dirs, dirs)
 rs_loader_state <- function(paths) .Call(C_rs_loader_state, paths)
-rs_set_registered <- function(names, addresses) .Call(C_rs_set_registered, names, addresses)
+rs_set_registered_dlls <- function(infos) .Call(C_rs_set_registered_dlls, infos)
 rs_set_debuginfod <- function(enabled) .Call(C_rs_set_debuginfod, enabled)
 rs_debuginfod_info <- function() .Call(C_rs_debuginfod_info)
 

@@ -23,7 +23,7 @@
   X(rs_stage_times, 2)          \
   X(rs_cache_info, 0)           \
   X(rs_set_debug_dirs, 1)       \
-  X(rs_set_registered, 2)       \
+  X(rs_set_registered_dlls, 1)  \
   X(rs_loader_state, 1)         \
   X(rs_set_debuginfod, 1)       \
   X(rs_debuginfod_info, 0)      \

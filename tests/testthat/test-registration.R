@@ -73,3 +73,18 @@ test_that("bad input to the exported functions is classed as a bad argument", {
   withr::local_options(winch.debug_dirs = 1)
   expect_error(winch_trace_back(), class = "winch_error_bad_argument")
 })
+
+test_that("the registration table is read from the DLLs' own records, routine for routine as R lists it", {
+  dlls <- getLoadedDLLs()
+  counts <- winch:::rs_set_registered_dlls(lapply(dlls, function(d) d[["info"]]))
+  listed <- vapply(dlls, function(d) {
+    as.numeric(sum(lengths(lapply(getDLLRegisteredRoutines(d), names))))
+  }, 0)
+  expect_identical(as.numeric(counts), unname(listed))
+  expect_gt(sum(listed[c("base", "stats")]), 100)
+  # The table is put back for the captures that follow.
+  the <- winch:::the
+  the$registration_key <- NULL
+  the$registration_generation <- NULL
+  expect_true(winch:::sync_registrations())
+})

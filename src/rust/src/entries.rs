@@ -357,26 +357,32 @@ pub fn rs_set_debug_dirs(dirs: Arg) -> Result<RValue> {
     Ok(old.ok_or_else(caches_busy)?.into())
 }
 
-/// Sets R's registered native routines: `names` and `addresses` (the
-/// `NativeSymbol` external pointers of `getNativeSymbolInfo()`), in pairs.
-/// Returns how many are known.
-pub fn rs_set_registered(names: Arg, addresses: Arg) -> Result<RValue> {
-    let names = names.strings()?;
-    let addrs = addresses.elements()?;
-    if names.len() != addrs.len() {
-        return Err(Error::BadArgument("`names` and `addresses` must have the same length".into()));
+/// Sets R's registered native routines from the `DllInfo` records of the
+/// loaded DLLs (`infos`: the external pointers `getLoadedDLLs()` holds in
+/// each DLL's `info`), read from this process's memory with the record
+/// layout R's internals have in `outside::registration` (a record that
+/// does not check out is left out). Returns the number of routines per
+/// DLL (`NA` for a record left out).
+pub fn rs_set_registered_dlls(infos: Arg) -> Result<RValue> {
+    let mut ptrs = Vec::new();
+    for info in infos.elements()? {
+        ptrs.push(info.external_addr()?);
     }
-    let mut routines = Vec::with_capacity(names.len());
-    for (name, addr) in names.into_iter().zip(addrs) {
-        let name = name.ok_or_else(|| Error::BadArgument("`names` must not contain NA".into()))?;
-        routines.push((addr.external_addr()?, name));
+    let map = winch_core::modules::current();
+    let mem = winch_core::memory::Paged::new(winch_core::memory::Own);
+    let mut all = Vec::new();
+    let mut counts = Vec::with_capacity(ptrs.len());
+    for p in ptrs {
+        match (p != 0).then(|| winch_core::outside::registration::dll_routines(&mem, &map, p)).flatten() {
+            Some((_, routines)) => {
+                counts.push(Some(routines.len() as i32));
+                all.extend(routines);
+            }
+            None => counts.push(None),
+        }
     }
-    let n = symbolizer::with_global(|s| {
-        s.set_registered(routines);
-        s.registered_count()
-    })
-    .ok_or_else(caches_busy)?;
-    Ok(RValue::from(n as i32))
+    symbolizer::with_global(|s| s.set_registered(all)).ok_or_else(caches_busy)?;
+    Ok(RValue::Int(counts))
 }
 
 /// The dynamic loader's state: `generation`, its (adds, subs) counters
@@ -399,15 +405,22 @@ pub fn rs_loader_state(paths: Arg) -> Result<RValue> {
 }
 
 /// Turns fetching debug files from debuginfod servers on or off. Returns
-/// whether libdebuginfod could be loaded, and why not.
+/// whether libdebuginfod could be loaded, and why not (when turning it on;
+/// turning it off loads nothing).
 pub fn rs_set_debuginfod(enabled: Arg) -> Result<RValue> {
     let on = enabled.flag()?;
+    // (Loading libdebuginfod, and the HTTP libraries it needs, took 6-12 ms
+    // of the first capture: only done when fetching is turned on.)
     #[cfg(target_os = "linux")]
     let (fetcher, available) = (
         || -> Box<dyn winch_core::debuginfod::Fetcher> {
             Box::new(winch_core::debuginfod::client::Libdebuginfod)
         },
-        winch_core::debuginfod::client::available(),
+        if on {
+            winch_core::debuginfod::client::available()
+        } else {
+            Err("not checked: fetching is off".to_string())
+        },
     );
     #[cfg(not(target_os = "linux"))]
     let (fetcher, available) = (

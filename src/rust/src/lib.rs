@@ -60,7 +60,7 @@ entry_points! {
     rs_stage_times(backend, n);
     rs_cache_info();
     rs_set_debug_dirs(dirs);
-    rs_set_registered(names, addresses);
+    rs_set_registered_dlls(infos);
     rs_loader_state(paths);
     rs_set_debuginfod(enabled);
     rs_debuginfod_info();

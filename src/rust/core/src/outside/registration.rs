@@ -1,5 +1,6 @@
 //! R's table of registered native routines (`R_registerRoutines()`), read
-//! from another process's memory: the names R calls the entry points of
+//! from another process's memory (and, one `DllInfo` at a time, from this
+//! process's, where R hands out the records' addresses): the names R calls the entry points of
 //! packages' libraries by, which name frames of stripped libraries (as the
 //! in-process table does, see `symbolizer`).
 //!
@@ -105,35 +106,50 @@ fn table_at(
     if !mem.read(array, &mut ptrs) {
         return None;
     }
-    let is_code = |a: usize| map.lookup(a).is_some_and(|h| h.exec);
     let mut a_module_path = false;
     let mut out = Vec::new();
     for p in ptrs.chunks_exact(8) {
         let info = usize::from_ne_bytes(p.try_into().ok()?);
-        let path = c_string(mem, mem.word(info + PATH)?)?;
-        c_string(mem, mem.word(info + NAME)?)?;
+        let (path, routines) = dll_routines(mem, map, info)?;
         a_module_path |= map.modules().iter().any(|m| m.has_file && m.path == path);
-        for (count_off, table_off, entry) in TABLES {
-            let n = usize::try_from(mem.int(info + count_off)?).ok().filter(|&n| n <= MAX_ROUTINES)?;
-            if n == 0 {
-                continue;
-            }
-            let table = mem.word(info + table_off)?;
-            let mut entries = vec![0u8; n * entry];
-            if !mem.read(table, &mut entries) {
-                return None;
-            }
-            for e in entries.chunks_exact(entry) {
-                let word = |k: usize| usize::from_ne_bytes(e[k..k + 8].try_into().unwrap_or([0; 8]));
-                let name = c_string(mem, word(0))?;
-                let fun = word(8);
-                if is_code(fun) && !name.is_empty() {
-                    out.push((fun, name));
-                }
+        out.extend(routines);
+    }
+    a_module_path.then_some(out)
+}
+
+/// The path of the library whose `DllInfo` is at `info`, and its
+/// registered routines (address, name) whose addresses are code of a
+/// loaded module of `map`; `None` if the record does not check out
+/// (unreadable path or name, tables of insane sizes or unreadable).
+pub fn dll_routines(
+    mem: &impl Memory,
+    map: &ModuleMap,
+    info: usize,
+) -> Option<(String, Vec<(usize, String)>)> {
+    let is_code = |a: usize| map.lookup(a).is_some_and(|h| h.exec);
+    let path = c_string(mem, mem.word(info + PATH)?)?;
+    c_string(mem, mem.word(info + NAME)?)?;
+    let mut out = Vec::new();
+    for (count_off, table_off, entry) in TABLES {
+        let n = usize::try_from(mem.int(info + count_off)?).ok().filter(|&n| n <= MAX_ROUTINES)?;
+        if n == 0 {
+            continue;
+        }
+        let table = mem.word(info + table_off)?;
+        let mut entries = vec![0u8; n * entry];
+        if !mem.read(table, &mut entries) {
+            return None;
+        }
+        for e in entries.chunks_exact(entry) {
+            let word = |k: usize| usize::from_ne_bytes(e[k..k + 8].try_into().unwrap_or([0; 8]));
+            let name = c_string(mem, word(0))?;
+            let fun = word(8);
+            if is_code(fun) && !name.is_empty() {
+                out.push((fun, name));
             }
         }
     }
-    a_module_path.then_some(out)
+    Some((path, out))
 }
 
 /// The NUL-terminated string at `addr`, if readable, short and UTF-8.
