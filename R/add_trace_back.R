@@ -129,8 +129,14 @@ insert_native_rows <- function(trace, row_frames, native, first = 1L) {
   if (!added) {
     return(trace)
   }
-  out <- trace_rows_from(tr, plan$kind, plan$src, plan$native, nat)
-  out$parent <- plan$parent
+  # The columns are made by the core (src/rust/src/trace_rows.rs) but for
+  # those with a class, subset here.
+  out <- check_result(rs_trace_rows(tr, plan, nat))
+  for (j in which(vapply(out, is.null, NA))) {
+    col <- tr[[j]][plan$src]
+    if (is.logical(col)) col[plan$kind != 1L] <- FALSE
+    out[[j]] <- col
+  }
   attrs <- out_attrs(trace, n)
   attrs$names <- names(out)
   attributes(out) <- attrs
@@ -155,83 +161,3 @@ winch_info <- function(native, added) {
   )
 }
 
-# The columns of the new trace: R rows (`kind` 1, row `src` of `tr`) copied,
-# native rows (`kind` 2, frame `frames` of `nat`) and the unplaced marker
-# (`kind` 3) made up: `fn()` calls with namespace "/module" and scope "::",
-# visible, and defaults for columns winch knows nothing about (NA, FALSE for
-# logicals, NULL in list columns). Returns a plain list.
-trace_rows_from <- function(tr, kind, src, frames, nat) {
-  new <- kind != 1L
-  native_rows <- which(kind == 2L)
-  f <- frames[native_rows]
-  ns <- paste0("/", basename(nat$pathname[f]))
-  approx <- nat$approximate[f]
-  ns[approx] <- paste0(ns[approx], " (approx.)")
-  thrown <- (nat$at_throw %||% logical(length(nat$r_frame)))[f]
-  ns[thrown] <- paste0(ns[thrown], " [at throw]")
-
-  out <- lapply(tr, `[`, src)
-  calls <- out$call
-  calls[native_rows] <- native_row_calls(nat, f)
-  calls[kind == 3L] <- list(call("<unplaced native frames>"))
-  out$call <- calls
-  for (col in names(out)) {
-    if (is.logical(out[[col]])) out[[col]][new] <- FALSE
-  }
-  if (!is.null(out$namespace)) out$namespace[native_rows] <- ns
-  if (!is.null(out$scope)) out$scope[native_rows] <- "::"
-  if (!is.null(out$visible)) out$visible[new] <- TRUE
-  if (any(thrown)) {
-    # Rows of a C++ throw or Rust panic, as the stack was at the throw.
-    at_throw <- logical(length(kind))
-    at_throw[native_rows] <- thrown
-    out$at_throw <- at_throw
-  }
-  out
-}
-
-# `fn()` for native frames (rlang prefixes the namespace), with a srcref
-# pointing at the frame's file and line when the debug info has them.
-native_row_calls <- function(nat, frames) {
-  name <- nat$label[frames]
-  calls <- lapply(name, function(x) as.call(list(as.symbol(x))))
-  file <- nat$file[frames]
-  line <- nat$line[frames]
-  # The srcref's first column is the byte after the one rlang prints (it
-  # prints `srcref[5] - 1`): so that rlang shows the debug information's
-  # column (1-based, as compilers print it), that column plus one. An
-  # unknown column (NA, or 0 in DWARF) prints as 0.
-  col <- nat$column[frames]
-  unknown <- is.na(col) | col <= 0L
-  col[unknown] <- 0L
-  col <- as.integer(col) + 1L
-  has <- which(!is.na(file) & !is.na(line))
-  if (!length(has)) {
-    return(calls)
-  }
-  # One srcfile per source file; the srcrefs' numbers in one matrix (this
-  # runs on every hooked trace: no per-row R calls but the attributes).
-  paths <- unique(file[has])
-  srcfiles <- lapply(paths, new_srcfile)
-  which_file <- match(file[has], paths)
-  l <- as.integer(line[has])
-  cc <- col[has]
-  refs <- rbind(l, cc, l, cc, cc, cc, l, l)
-  for (k in seq_along(has)) {
-    ref <- refs[, k]
-    attributes(ref) <- list(srcfile = srcfiles[[which_file[[k]]]], class = "srcref")
-    attr(calls[[has[[k]]]], "srcref") <- ref
-  }
-  calls
-}
-
-# A srcfile naming a native source file (what rlang and print.srcref read).
-new_srcfile <- function(path) {
-  sf <- new.env(parent = emptyenv())
-  sf$filename <- path
-  sf$wd <- ""
-  sf$Enc <- "unknown"
-  sf$encoding <- "native.enc"
-  class(sf) <- "srcfile"
-  sf
-}

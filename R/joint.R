@@ -23,10 +23,6 @@ joint_capture <- function(frames, calls, libr = FALSE,
     call = call
   )
   debuginfod_hint(res)
-  if (!length(attr(res, "throw"))) {
-    attr(res, "throw") <- NULL
-  }
-  res
 }
 
 # Reading R's context chain can be turned off with

@@ -49,6 +49,9 @@ test_that("every column and attribute is kept", {
     tr$error_arg <- rep(list(NULL), nrow(tr))
     tr$error_arg[[nrow(tr)]] <- "x"
     tr$custom <- seq_len(nrow(tr))
+    tr$weight <- seq_len(nrow(tr)) / 2
+    tr$tag <- factor(rep(c("a", "b"), length.out = nrow(tr)))
+    tr$note <- rep("r", nrow(tr))
     attr(tr, "extra") <- "kept"
     list(before = tr, after = winch_add_trace_back(tr))
   })
@@ -66,6 +69,12 @@ test_that("every column and attribute is kept", {
   expect_false(after$error_frame[[native]])
   expect_null(after$error_arg[[native]])
   expect_true(is.na(after$custom[[native]]))
+  expect_true(is.na(after$weight[[native]]))
+  expect_true(is.na(after$note[[native]]))
+  # A column with a class keeps it (subset by its own method).
+  expect_s3_class(after$tag, "factor")
+  expect_identical(levels(after$tag), c("a", "b"))
+  expect_true(is.na(after$tag[[native]]))
   # R rows are unchanged apart from their parents.
   r_rows <- setdiff(seq_len(nrow(after)), native)
   for (col in setdiff(names(before), "parent")) {

@@ -29,6 +29,32 @@ impl Arg {
         unsafe { (rapi::TYPEOF(self.sexp), rapi::Rf_xlength(self.sexp).max(0) as usize) }
     }
 
+    /// The names of a list's elements (`None` where unnamed or NA).
+    pub fn field_names(&self) -> Result<Vec<Option<String>>> {
+        let (kind, n) = self.shape();
+        if kind != rapi::VECSXP {
+            return Err(self.bad("a list"));
+        }
+        // SAFETY: the names attribute of a list is read without allocating;
+        // it is NULL or a character vector.
+        let names = unsafe { rapi::Rf_getAttrib(self.sexp, rapi::R_NamesSymbol) };
+        let names = Arg { sexp: names, name: self.name };
+        if names.is_null() {
+            return Ok(vec![None; n]);
+        }
+        let v = names.strings()?;
+        if v.len() != n {
+            return Err(self.bad("a list with one name per element"));
+        }
+        Ok(v)
+    }
+
+    /// The R object itself, for a result built from it within the same
+    /// `.Call` (see `trace_rows`).
+    pub fn sexp(&self) -> Sexp {
+        self.sexp
+    }
+
     /// Whether it is NULL.
     pub fn is_null(&self) -> bool {
         self.shape().0 == rapi::NILSXP

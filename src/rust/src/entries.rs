@@ -172,7 +172,9 @@ pub fn rs_joint(backend_arg: Arg, frames: Arg, calls: Arg, libr: Arg, use_contex
             thrown = Some(b.info);
         }
     }
-    table.attrs.push((c"throw", thrown.unwrap_or(RValue::Unnamed(Vec::new()))));
+    if let Some(info) = thrown {
+        table.attrs.push((c"throw", info));
+    }
     let mode = match (&j.fallback_reason, j.placement.is_approximate()) {
         (Some(_), _) => "fallback",
         (None, true) => "approximate",
@@ -218,6 +220,102 @@ pub fn rs_splice_trace(
         ("native", int_col(native)),
         ("parent", int_col(s.parents.iter().map(|&p| Some(p)))),
     ]))
+}
+
+/// The calls standing for native frames in an rlang trace (see
+/// `native_calls`): `label`, `file`, `line` and `column` per frame.
+pub fn rs_native_calls(label: Arg, file: Arg, line: Arg, column: Arg) -> Result<RValue> {
+    let labels = label.strings()?;
+    if labels.iter().any(|l| l.is_none()) {
+        return Err(Error::BadArgument("`label` must not contain NA".into()));
+    }
+    let calls = crate::native_calls::NativeCalls::new(
+        labels.into_iter().flatten().collect(),
+        file.strings()?,
+        line.ints()?,
+        column.ints()?,
+    );
+    Ok(RValue::Built(Box::new(calls)))
+}
+
+/// The columns of an rlang trace `trace` (its columns, unclassed) with
+/// native frames spliced in as `plan` says (`rs_splice_trace()`'s `kind`,
+/// `src`, `native` and `parent`), the native frames being `nat` (a joint
+/// capture's columns: `label`, `pathname`, `file`, `line`, `column`,
+/// `approximate`, `at_throw`). Columns R must subset itself are NULL.
+pub fn rs_trace_rows(trace: Arg, plan: Arg, nat: Arg) -> Result<RValue> {
+    use crate::trace_rows::{Held, Row, TraceRows};
+    let names = trace.field_names()?;
+    let kind = plan.field("kind")?.ints()?;
+    let src = plan.field("src")?.ints()?;
+    let native = plan.field("native")?.ints()?;
+    let parents = plan.field("parent")?.ints()?;
+    let n = kind.len();
+    if [src.len(), native.len(), parents.len()].iter().any(|&l| l != n) {
+        return Err(Error::BadArgument("`plan`'s columns must have the same length".into()));
+    }
+    let labels = nat.field("label")?.strings()?;
+    let paths = nat.field("pathname")?.strings()?;
+    let files = nat.field("file")?.strings()?;
+    let lines = nat.field("line")?.ints()?;
+    let columns = nat.field("column")?.ints()?;
+    let approximate = nat.field("approximate")?.logicals()?;
+    let at_throw = match nat.field("at_throw") {
+        Ok(a) if !a.is_null() => a.logicals()?,
+        _ => vec![false; labels.len()],
+    };
+    let frames = labels.len();
+    if [paths.len(), files.len(), lines.len(), columns.len(), approximate.len(), at_throw.len()]
+        .iter()
+        .any(|&l| l != frames)
+    {
+        return Err(Error::BadArgument("`nat`'s columns must have the same length".into()));
+    }
+    let bad = || Error::BadArgument("`plan` does not fit `trace` and `nat`".into());
+    let mut rows = Vec::with_capacity(n);
+    let (mut picked, mut namespaces, mut thrown) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n {
+        rows.push(match kind[i] {
+            Some(1) => Row::R(src[i].and_then(|s| usize::try_from(s - 1).ok()).ok_or_else(bad)?),
+            Some(2) => {
+                let f = native[i]
+                    .and_then(|f| usize::try_from(f - 1).ok())
+                    .filter(|&f| f < frames)
+                    .ok_or_else(bad)?;
+                let base = paths[f].as_deref().map_or("NA", |p| p.rsplit('/').next().unwrap_or(p));
+                let mut ns = format!("/{base}");
+                if approximate[f] {
+                    ns.push_str(" (approx.)");
+                }
+                if at_throw[f] {
+                    ns.push_str(" [at throw]");
+                }
+                namespaces.push(ns);
+                thrown.push(at_throw[f]);
+                picked.push(f);
+                Row::Native(picked.len() - 1)
+            }
+            Some(3) => Row::Marker,
+            _ => return Err(bad()),
+        });
+    }
+    let pick = |v: &Vec<Option<String>>| picked.iter().map(|&f| v[f].clone()).collect::<Vec<_>>();
+    let label: Option<Vec<String>> = picked.iter().map(|&f| labels[f].clone()).collect();
+    let calls = crate::native_calls::NativeCalls::new(
+        label.ok_or_else(|| Error::BadArgument("`nat$label` must not contain NA".into()))?,
+        pick(&files),
+        picked.iter().map(|&f| lines[f]).collect(),
+        picked.iter().map(|&f| columns[f]).collect(),
+    );
+    Ok(RValue::Built(Box::new(TraceRows {
+        trace: Held(trace.sexp()),
+        names,
+        rows,
+        parents,
+        calls,
+        namespaces,
+        thrown,
+    })))
 }
 
 /// The entry order of a joint sys.calls() for R frames 1..=n: positive k is

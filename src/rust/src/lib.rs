@@ -13,6 +13,7 @@ mod crash;
 mod entries;
 mod entry;
 mod frames;
+mod native_calls;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod outside;
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
@@ -26,6 +27,7 @@ mod profile;
 mod rapi;
 mod rstate;
 mod throws;
+mod trace_rows;
 mod value;
 
 /// Defines, for each `name(args...)`, the C entry point `winch_<name>`
@@ -54,6 +56,8 @@ entry_points! {
     rs_trace_back(backend, libr);
     rs_joint(backend, frames, calls, libr, use_contexts);
     rs_splice_trace(row_frames, parents, r_frame, at_throw, first);
+    rs_native_calls(label, file, line, column);
+    rs_trace_rows(trace, plan, nat);
     rs_splice_calls(n, r_frame);
     rs_context_chain(backend);
     rs_thread_capture(backend);

@@ -23,6 +23,8 @@ extern "C" {
     // Data. `mut`: R changes these while winch only reads them.
     pub static R_NilValue: Sexp;
     pub static R_NaString: Sexp;
+    pub static R_EmptyEnv: Sexp;
+    pub static R_NaReal: f64;
     pub static R_NaInt: c_int;
     /// Exported by libR and declared in Rinterface.h: the innermost context.
     pub static mut R_GlobalContext: *mut c_void;
@@ -66,6 +68,12 @@ extern "C" {
     pub fn SET_VECTOR_ELT(x: Sexp, i: isize, v: Sexp) -> Sexp;
     pub fn Rf_setAttrib(x: Sexp, name: Sexp, value: Sexp) -> Sexp;
     pub fn Rf_install(name: *const c_char) -> Sexp;
+    pub fn Rf_installTrChar(x: Sexp) -> Sexp;
+    pub fn Rf_lang1(f: Sexp) -> Sexp;
+    pub fn Rf_isObject(x: Sexp) -> c_int;
+    pub fn Rf_mkString(s: *const c_char) -> Sexp;
+    pub fn R_NewEnv(enclos: Sexp, hash: c_int, size: c_int) -> Sexp;
+    pub fn Rf_defineVar(symbol: Sexp, value: Sexp, env: Sexp);
     pub fn Rf_protect(x: Sexp) -> Sexp;
     pub fn Rf_unprotect(n: c_int);
     pub fn R_PreserveObject(x: Sexp);

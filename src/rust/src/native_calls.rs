@@ -1,0 +1,120 @@
+//! The calls standing for native frames in rlang traces: `fn()` with the
+//! frame's label as the function's name and, where the debug information
+//! gives a file and line, a `srcref` pointing there (one `srcfile` per
+//! file). Made here rather than in R, where it was a few R calls per row
+//! on every hooked trace.
+
+use crate::rapi::{self, Sexp};
+use crate::value::{Build, StringCache};
+
+/// Where a frame's source is: the index of its file in `files`, its line
+/// and column (1-based; 0 when unknown).
+type Place = (usize, i32, i32);
+
+/// One native frame's call per row: its label, and its place if known.
+pub struct NativeCalls {
+    pub rows: Vec<(String, Option<Place>)>,
+    pub files: Vec<String>,
+}
+
+impl NativeCalls {
+    /// Rows from the frames' labels, files, lines and columns (`None`
+    /// where unknown).
+    pub fn new(
+        labels: Vec<String>,
+        files: Vec<Option<String>>,
+        lines: Vec<Option<i32>>,
+        columns: Vec<Option<i32>>,
+    ) -> Self {
+        let mut out = NativeCalls { rows: Vec::with_capacity(labels.len()), files: Vec::new() };
+        for (i, label) in labels.into_iter().enumerate() {
+            let file = files.get(i).cloned().flatten();
+            let line = lines.get(i).copied().flatten();
+            let place = match (file, line) {
+                (Some(f), Some(l)) => {
+                    let k = match out.files.iter().position(|x| *x == f) {
+                        Some(k) => k,
+                        None => {
+                            out.files.push(f);
+                            out.files.len() - 1
+                        }
+                    };
+                    Some((k, l, columns.get(i).copied().flatten().filter(|&c| c > 0).unwrap_or(0)))
+                }
+                _ => None,
+            };
+            out.rows.push((label, place));
+        }
+        out
+    }
+}
+
+impl Build for NativeCalls {
+    unsafe fn build(&self, strings: &mut StringCache) -> Sexp {
+        // SAFETY: the trait's contract (R's main thread, inside
+        // `R_ToplevelExec`); `out` and `srcfiles` are protected throughout
+        // and every value is stored into one of them right after it is
+        // made (a call's srcref before the next allocation).
+        unsafe {
+            let _ = strings;
+            let out = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, self.rows.len() as isize));
+            let srcfiles = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, self.files.len() as isize));
+            for (k, path) in self.files.iter().enumerate() {
+                rapi::SET_VECTOR_ELT(srcfiles, k as isize, srcfile(path));
+            }
+            for (i, (label, place)) in self.rows.iter().enumerate() {
+                let name = rapi::Rf_protect(rapi::mkchar(label));
+                let call = rapi::Rf_lang1(rapi::Rf_installTrChar(name));
+                rapi::SET_VECTOR_ELT(out, i as isize, call);
+                rapi::Rf_unprotect(1);
+                if let Some((k, line, col)) = *place {
+                    // The srcref's first column is the byte after the one
+                    // rlang prints (it prints `srcref[5] - 1`): so that
+                    // rlang shows the debug information's column (1-based,
+                    // as compilers print it), that column plus one; an
+                    // unknown column prints as 0.
+                    let c = col + 1;
+                    let r = rapi::Rf_protect(rapi::Rf_allocVector(rapi::INTSXP, 8));
+                    let v = rapi::INTEGER(r);
+                    for (j, x) in [line, c, line, c, c, c, line, line].into_iter().enumerate() {
+                        *v.add(j) = x;
+                    }
+                    rapi::Rf_setAttrib(r, rapi::sym(c"srcfile"), rapi::VECTOR_ELT(srcfiles, k as isize));
+                    rapi::Rf_setAttrib(r, rapi::R_ClassSymbol, rapi::Rf_mkString(c"srcref".as_ptr()));
+                    rapi::Rf_setAttrib(call, rapi::sym(c"srcref"), r);
+                    rapi::Rf_unprotect(1);
+                }
+            }
+            rapi::Rf_unprotect(2);
+            out
+        }
+    }
+}
+
+/// A `srcfile` naming a native source file (what rlang and print.srcref
+/// read): an environment with `filename`, `wd`, `Enc` and `encoding`.
+///
+/// # Safety
+/// As for [`Build::build`]; the result is unprotected.
+unsafe fn srcfile(path: &str) -> Sexp {
+    // SAFETY: the caller's contract; `env` is protected while its
+    // variables and class are set.
+    unsafe {
+        let env = rapi::Rf_protect(rapi::R_NewEnv(rapi::R_EmptyEnv, 1, 29));
+        let text = |s: &str| {
+            let v = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
+            rapi::SET_STRING_ELT(v, 0, rapi::mkchar(s));
+            v
+        };
+        for (name, value) in
+            [(c"filename", path), (c"wd", ""), (c"Enc", "unknown"), (c"encoding", "native.enc")]
+        {
+            let v = text(value);
+            rapi::Rf_defineVar(rapi::sym(name), v, env);
+            rapi::Rf_unprotect(1);
+        }
+        rapi::Rf_setAttrib(env, rapi::R_ClassSymbol, rapi::Rf_mkString(c"srcfile".as_ptr()));
+        rapi::Rf_unprotect(1);
+        env
+    }
+}
