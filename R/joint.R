@@ -19,7 +19,7 @@ joint_capture <- function(frames, calls, libr = FALSE,
   check_backend(backend, call = call)
   sync_options(call = call)
   res <- check_result(
-    rs_joint(backend, as.list(frames), as.list(calls), libr, use_contexts()),
+    rs_joint(backend, frames, calls, libr, use_contexts()),
     call = call
   )
   debuginfod_hint(res)

@@ -247,13 +247,34 @@ impl Arg {
     }
 
     /// The addresses of the elements of a list (for identity comparisons).
+    /// (A list, or a pairlist as `sys.frames()` and `sys.calls()` return
+    /// them, NULL when empty: no copy made by `as.list()` first.)
     pub fn element_addrs(&self) -> Result<Vec<usize>> {
         let (kind, n) = self.shape();
-        if kind != rapi::VECSXP {
-            return Err(self.bad("a list"));
+        match kind {
+            rapi::NILSXP => Ok(Vec::new()),
+            rapi::VECSXP => Ok((0..n)
+                .map(|i| {
+                    // SAFETY: `i` < length of a list; reading elements does
+                    // not allocate.
+                    unsafe { rapi::VECTOR_ELT(self.sexp, i as isize) as usize }
+                })
+                .collect()),
+            rapi::LISTSXP => {
+                let mut out = Vec::with_capacity(n);
+                let mut cell = self.sexp;
+                // SAFETY: a pairlist of `n` cells (its length, counted by R),
+                // each read with CAR and CDR, which do not allocate.
+                unsafe {
+                    while out.len() < n && rapi::TYPEOF(cell) == rapi::LISTSXP {
+                        out.push(rapi::CAR(cell) as usize);
+                        cell = rapi::CDR(cell);
+                    }
+                }
+                Ok(out)
+            }
+            _ => Err(self.bad("a list")),
         }
-        // SAFETY: `i` < length of a list; reading elements does not allocate.
-        Ok((0..n).map(|i| unsafe { rapi::VECTOR_ELT(self.sexp, i as isize) } as usize).collect())
     }
 
     /// The address an external pointer holds (R's `NativeSymbol` pointers

@@ -11,6 +11,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 pub type Sexp = *mut c_void;
 
 pub const NILSXP: c_int = 0;
+pub const LISTSXP: c_int = 2;
 pub const LGLSXP: c_int = 10;
 pub const INTSXP: c_int = 13;
 pub const REALSXP: c_int = 14;
@@ -56,6 +57,8 @@ extern "C" {
     pub fn R_ExternalPtrAddr(x: Sexp) -> *mut c_void;
     pub fn STRING_ELT(x: Sexp, i: isize) -> Sexp;
     pub fn VECTOR_ELT(x: Sexp, i: isize) -> Sexp;
+    pub fn CAR(x: Sexp) -> Sexp;
+    pub fn CDR(x: Sexp) -> Sexp;
     pub fn R_CHAR(x: Sexp) -> *const c_char;
     pub fn INTEGER(x: Sexp) -> *mut c_int;
     pub fn LOGICAL(x: Sexp) -> *mut c_int;
