@@ -562,10 +562,12 @@ mod tests {
             assert_eq!(e as usize % 128, 0);
             ON.store(false, Ordering::Release);
             // The reallocated block replaced the old one in the table
-            // (realloc may return the same address).
+            // (realloc may return the same address, and a block moved away
+            // from may be handed out again by the next allocations).
             let kept: Vec<usize> = live().kept().iter().map(|k| k.0).collect();
             assert!(kept.contains(&(c as usize)) && kept.contains(&(b as usize)));
-            assert_eq!(kept.iter().filter(|&&k| k == a as usize).count(), (a == c) as usize);
+            let reused = [c, d, e].iter().filter(|&&p| p == a).count();
+            assert_eq!(kept.iter().filter(|&&k| k == a as usize).count(), reused);
             for p in [b, c, d, e] {
                 hooked_free(p);
             }
