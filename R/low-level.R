@@ -41,7 +41,6 @@ rs_joint <- function(backend, frames, calls, libr, use_contexts) {
 rs_splice_trace <- function(row_frames, parents, r_frame, at_throw, first) {
   .Call(C_rs_splice_trace, row_frames, parents, r_frame, at_throw, first)
 }
-rs_native_calls <- function(label, file, line, column) .Call(C_rs_native_calls, label, file, line, column)
 rs_trace_rows <- function(trace, plan, nat) .Call(C_rs_trace_rows, trace, plan, nat)
 
 rs_splice_calls <- function(n, r_frame) .Call(C_rs_splice_calls, n, r_frame)

@@ -18,7 +18,6 @@
   X(rs_joint, 5)                \
   X(rs_splice_trace, 5)         \
   X(rs_splice_calls, 2)         \
-  X(rs_native_calls, 4)         \
   X(rs_trace_rows, 3)           \
   X(rs_context_chain, 1)        \
   X(rs_thread_capture, 1)       \

@@ -222,22 +222,6 @@ pub fn rs_splice_trace(
     ]))
 }
 
-/// The calls standing for native frames in an rlang trace (see
-/// `native_calls`): `label`, `file`, `line` and `column` per frame.
-pub fn rs_native_calls(label: Arg, file: Arg, line: Arg, column: Arg) -> Result<RValue> {
-    let labels = label.strings()?;
-    if labels.iter().any(|l| l.is_none()) {
-        return Err(Error::BadArgument("`label` must not contain NA".into()));
-    }
-    let calls = crate::native_calls::NativeCalls::new(
-        labels.into_iter().flatten().collect(),
-        file.strings()?,
-        line.ints()?,
-        column.ints()?,
-    );
-    Ok(RValue::Built(Box::new(calls)))
-}
-
 /// The columns of an rlang trace `trace` (its columns, unclassed) with
 /// native frames spliced in as `plan` says (`rs_splice_trace()`'s `kind`,
 /// `src`, `native` and `parent`), the native frames being `nat` (a joint

@@ -56,7 +56,6 @@ entry_points! {
     rs_trace_back(backend, libr);
     rs_joint(backend, frames, calls, libr, use_contexts);
     rs_splice_trace(row_frames, parents, r_frame, at_throw, first);
-    rs_native_calls(label, file, line, column);
     rs_trace_rows(trace, plan, nat);
     rs_splice_calls(n, r_frame);
     rs_context_chain(backend);
