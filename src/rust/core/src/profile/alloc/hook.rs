@@ -192,15 +192,22 @@ fn due(size: usize) -> bool {
     match way(size) {
         Way::Plain => false,
         Way::Slow => true,
-        Way::Elsewhere => STATE.try_with(|st| count_in(st, size)).unwrap_or(false),
+        Way::Elsewhere => count_elsewhere(size),
     }
+}
+
+/// `count_in()` on this thread's thread-local state (a thread being torn
+/// down has none left: not counted).
+#[inline(always)]
+fn count_elsewhere(size: usize) -> bool {
+    STATE.try_with(|st| count_in(st, size)).unwrap_or(false)
 }
 
 /// An allocation of `size` bytes made by `alloc` on a thread other than
 /// the main one.
 #[inline(never)]
 fn elsewhere(size: usize, alloc: impl FnOnce() -> *mut libc::c_void) -> *mut libc::c_void {
-    if STATE.try_with(|st| count_in(st, size)).unwrap_or(false) {
+    if count_elsewhere(size) {
         return slow(size, alloc);
     }
     alloc()
