@@ -33,12 +33,16 @@ r_cmd <- function(args, env = character(), wd = NULL) {
 # Compiles `sources` into <dir>/<name>.so without loading it. `flags`
 # replace R's CFLAGS, CXXFLAGS and FFLAGS (so -O levels and unwind-table
 # options really apply), `ldflags` R's LDFLAGS (e.g. "-Wl,--build-id=none");
-# `prelude` lines are put before the first source (shifting its lines).
-build_clib <- function(name, sources, flags = "-g -O0", ldflags = NULL, prelude = NULL) {
+# `prelude` lines are put before the first source (shifting its lines);
+# `generated` (file name = text) are more sources, written there first.
+build_clib <- function(name, sources, flags = "-g -O0", ldflags = NULL, prelude = NULL,
+                       generated = character()) {
   dir <- tempfile(paste0("winch-", name, "-"))
   dir.create(dir)
   dir <- normalizePath(dir)
   file.copy(vapply(sources, clib_source, ""), dir)
+  for (f in names(generated)) writeLines(generated[[f]], file.path(dir, f))
+  sources <- c(sources, names(generated))
   if (length(prelude) > 0L) {
     first <- file.path(dir, sources[[1L]])
     writeLines(c(prelude, readLines(first)), first)

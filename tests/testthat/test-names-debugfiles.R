@@ -225,3 +225,30 @@ test_that("cache_info() counts at least what each module holds", {
   expect_lte(sum(pm$bytes), ci$budget + max(pm$bytes, 0))
   expect_gte(ci$evicted, 0)
 })
+
+test_that("a capture reads only the units of a large compressed debug file that its frames need", {
+  skip_without_tools()
+  # 40 units besides roundtrip.c's, their debug sections compressed, split
+  # into a build-id debug file: the capture's frames are in one unit.
+  filler <- vapply(1:40, function(i) {
+    paste(sprintf("int filler%d_%d(int x) { return x * %d + %d; }", i, 1:30, 1:30, i), collapse = "\n")
+  }, "")
+  names(filler) <- sprintf("filler%02d.c", 1:40)
+  root <- new_debug_root("units")
+  withr::local_options(winch.debug_dirs = root)
+  lib <- build_clib("wtest_units", "roundtrip.c", flags = "-g -O0 -gz=zlib", generated = filler)
+  id <- elf_build_id(lib$path)
+  skip_if(is.na(id), "the linker made no build-id")
+  debug <- move_file(split_debug(lib, strip = "debug", link = FALSE), build_id_path(root, id))
+  lib <- load_fixture(lib)
+  expect_located_via(lib, debug)
+  entry <- module_cache_entry(lib$path)
+  expect_true(entry$dwarf)
+  expect_identical(entry$debug_file, debug)
+  # GCC lists every unit in .debug_aranges; the capture parsed roundtrip.c's.
+  expect_identical(entry$units_listed, 41L)
+  expect_identical(entry$units_parsed, 1L)
+  # Modules without DWARF have no counts.
+  pm <- winch:::cache_info()$per_module
+  expect_true(all(is.na(pm$units_parsed[!pm$dwarf])))
+})

@@ -410,6 +410,8 @@ pub fn rs_cache_info() -> Result<RValue> {
             ),
         ),
         ("status", per_module.iter().map(|m| status(&m.status)).collect::<Vec<_>>().into()),
+        ("units_parsed", RValue::Int(per_module.iter().map(|m| m.units_parsed.map(|n| n as i32)).collect())),
+        ("units_listed", RValue::Int(per_module.iter().map(|m| m.units_listed.map(|n| n as i32)).collect())),
     ]);
     Ok(RValue::List(vec![
         ("modules", RValue::from(s.modules as i32)),

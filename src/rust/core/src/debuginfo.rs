@@ -18,26 +18,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub type Reader = gimli::EndianReader<gimli::RunTimeEndian, SectionData>;
-
-/// The bytes of one DWARF section, shared by the readers that point into it.
-/// Decompressed sections are kept in the buffer they were inflated into
-/// (no second copy).
-#[derive(Clone, Debug)]
-pub struct SectionData(Arc<Vec<u8>>);
-
-impl std::ops::Deref for SectionData {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-// SAFETY: the bytes live in the Vec's heap buffer, owned by the Arc: moving
-// a SectionData never moves them, and they are never mutated.
-unsafe impl stable_deref_trait::StableDeref for SectionData {}
-// SAFETY: a clone shares the same Arc, so it derefs to the same bytes.
-unsafe impl stable_deref_trait::CloneStableDeref for SectionData {}
+use crate::dwarf::{LazyDwarf, Section};
+pub use crate::dwarf::{Reader, SectionData};
 
 /// What happened when the module's file was read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,13 +71,11 @@ pub struct ModuleInfo {
     pub symbols: SymbolTable,
     /// The separate debug file that was used, if any.
     pub debug_file: Option<PathBuf>,
-    dwarf: Option<addr2line::Context<Reader>>,
-    /// Bytes of the DWARF sections held.
-    dwarf_bytes: usize,
+    dwarf: Option<LazyDwarf>,
     /// Heap bytes measured as held by this module's information (see
     /// [`crate::symbolizer::heap`]): what reading its files left allocated,
-    /// plus what resolving addresses in it parsed since (addr2line parses a
-    /// unit's lines and functions on first use).
+    /// plus what resolving addresses in it read since (the units, lines and
+    /// functions an address needs are read when it is first looked up).
     held: usize,
     /// Where the DWARF came from: the module or a local file, or debuginfod.
     pub dwarf_source: Source,
@@ -108,7 +88,6 @@ impl ModuleInfo {
             symbols: SymbolTable::default(),
             debug_file: None,
             dwarf: None,
-            dwarf_bytes: 0,
             held: 0,
             dwarf_source: Source::Dwarf,
         }
@@ -137,12 +116,18 @@ impl ModuleInfo {
     /// The bytes known without measuring: the symbol tables, and the DWARF
     /// sections as read (decompressed).
     pub fn known_bytes(&self) -> usize {
-        self.symbols.heap_bytes() + self.dwarf_bytes
+        self.symbols.heap_bytes() + self.dwarf_section_bytes()
     }
 
-    /// Bytes of DWARF sections held.
+    /// Bytes of DWARF sections held (inflated, and compressed where they
+    /// are inflated only in part).
     pub fn dwarf_section_bytes(&self) -> usize {
-        self.dwarf_bytes
+        self.dwarf.as_ref().map_or(0, LazyDwarf::section_bytes)
+    }
+
+    /// What the DWARF reader has read so far (None without DWARF).
+    pub fn dwarf_counts(&self) -> Option<crate::dwarf::Counts> {
+        self.dwarf.as_ref().map(LazyDwarf::counts)
     }
 
     /// Adds `delta` (measured) to the bytes held.
@@ -152,40 +137,32 @@ impl ModuleInfo {
 
     /// Resolves a file-relative address (already adjusted for return
     /// addresses). Never fails: what cannot be known is `None`.
-    pub fn resolve(&self, probe: u64) -> Vec<Resolved> {
+    pub fn resolve(&mut self, probe: u64) -> Vec<Resolved> {
         let mut out = Vec::new();
-        if let Some(ctx) = &self.dwarf {
-            // The unit of the address, looked up only for C++ names that
-            // need their scopes.
-            let mut unit = None;
-            if let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() {
-                while let Ok(Some(frame)) = frames.next() {
-                    let func = frame.function.as_ref().and_then(|f| {
-                        let name = f.demangle().ok()?;
-                        if scopes::is_cpp(f.language) && scopes::needs_scope(&name) {
-                            let u =
-                                *unit.get_or_insert_with(|| ctx.find_dwarf_and_unit(probe).skip_all_loads());
-                            if let Some(q) = frame
-                                .dw_die_offset
-                                .zip(u)
-                                .and_then(|(die, u)| scopes::qualified(u, die, &name))
-                            {
-                                return Some(Arc::<str>::from(q));
-                            }
+        if let Some(dwarf) = &mut self.dwarf {
+            for frame in dwarf.frames(probe) {
+                let func = frame.name.as_deref().map(|raw| {
+                    let name = demangle_in(raw, frame.lang);
+                    // C++ names that need their scopes get them from the unit.
+                    if scopes::is_cpp(frame.lang) && scopes::needs_scope(&name) {
+                        if let Some(q) = frame
+                            .die
+                            .and_then(|die| dwarf.with_unit(frame.unit, |u| scopes::qualified(u, die, &name)))
+                            .flatten()
+                        {
+                            return Arc::<str>::from(q);
                         }
-                        Some(Arc::<str>::from(name.as_ref()))
-                    });
-                    let (file, line, column) = match &frame.location {
-                        Some(loc) => {
-                            (loc.file.map(Arc::<str>::from), loc.line, loc.column.filter(|&c| c > 0))
-                        }
-                        None => (None, None, None),
-                    };
-                    let source = func.as_ref().map(|_| self.dwarf_source);
-                    out.push(Resolved { func, file, line, column, inlined: true, source, start: None });
-                    if out.len() > 256 {
-                        break; // corrupt DWARF could loop
                     }
+                    Arc::<str>::from(name)
+                });
+                let (file, line, column) = match frame.location {
+                    Some(loc) => (loc.file, loc.line, loc.column.filter(|&c| c > 0)),
+                    None => (None, None, None),
+                };
+                let source = func.as_ref().map(|_| self.dwarf_source);
+                out.push(Resolved { func, file, line, column, inlined: true, source, start: None });
+                if out.len() > 256 {
+                    break; // corrupt DWARF could loop
                 }
             }
         }
@@ -206,6 +183,23 @@ impl ModuleInfo {
     }
 }
 
+/// A name from DWARF demangled by its unit's language (by its shape when
+/// the unit gives none), as addr2line does.
+fn demangle_in(raw: &str, lang: Option<gimli::DwLang>) -> String {
+    let rust = || rustc_demangle::try_demangle(raw).ok().map(|d| format!("{d:#}"));
+    let cpp = || {
+        let sym = cpp_demangle::Symbol::new(raw).ok()?;
+        sym.demangle_with_options(&cpp_demangle::DemangleOptions::default()).ok()
+    };
+    let demangled = match lang {
+        Some(gimli::DW_LANG_Rust) => rust(),
+        Some(l) if scopes::is_cpp(Some(l)) => cpp(),
+        Some(_) => None,
+        None => rust().or_else(cpp),
+    };
+    demangled.unwrap_or_else(|| raw.to_string())
+}
+
 /// Adds the separate debug file at `path` (fetched from a debuginfod
 /// server) to what is known of `module`, if it is the module's debug file:
 /// its build-id must be the module's. Otherwise returns why not.
@@ -220,11 +214,10 @@ pub fn add_debug_file(
     }
     let candidate = Candidate { path: path.to_path_buf(), crc: None };
     let mut syms: Vec<Symbol> = info.symbols.iter().cloned().collect();
-    let (ctx, bytes) = open_debug_file(&candidate, module, &mut syms).ok_or_else(|| {
+    let dwarf = open_debug_file(&candidate, module, &mut syms).ok_or_else(|| {
         format!("{} is not the debug file of {} (build-id or DWARF)", path.display(), module.path)
     })?;
-    info.dwarf = Some(ctx);
-    info.dwarf_bytes = bytes;
+    info.dwarf = Some(dwarf);
     info.dwarf_source = source;
     info.debug_file = Some(candidate.path);
     info.symbols = SymbolTable::new(syms);
@@ -341,17 +334,13 @@ fn load_parsed<'a, R: object::ReadRef<'a>>(
 
     if has_dwarf(&obj) {
         // Unusable DWARF (damaged): names come from the symbol tables.
-        if let Some((ctx, bytes)) = load_dwarf(&obj, None::<&object::File<&[u8]>>) {
-            info.dwarf = Some(ctx);
-            info.dwarf_bytes = bytes;
-        }
+        info.dwarf = load_dwarf(&obj, None::<&object::File<&[u8]>>);
     } else {
         for candidate in debug_candidates(module, &obj, debug_roots) {
             // A candidate that is not the module's debug file, or is damaged,
             // is skipped.
-            if let Some((ctx, bytes)) = open_debug_file(&candidate, module, &mut syms) {
-                info.dwarf = Some(ctx);
-                info.dwarf_bytes = bytes;
+            if let Some(dwarf) = open_debug_file(&candidate, module, &mut syms) {
+                info.dwarf = Some(dwarf);
                 info.debug_file = Some(candidate.path);
                 break;
             }
@@ -450,26 +439,31 @@ fn has_dwarf<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>) -> bool {
     obj.section_by_name(".debug_info").map(|s| s.size() > 0 && s.file_range().is_some()).unwrap_or(false)
 }
 
-/// Copies one DWARF section out of `obj` (decompressing it if needed); a
-/// missing or unreadable section is empty. Sections that function, file and
-/// line lookups never read (location lists, macros, type units) are not
-/// loaded at all: they are a large part of big debug files.
-fn section_data<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>, id: gimli::SectionId) -> SectionData {
-    use gimli::SectionId::*;
-    let empty = || SectionData(Arc::new(Vec::new()));
-    if matches!(
-        id,
-        DebugLoc | DebugLocLists | DebugMacinfo | DebugMacro | DebugTypes | DebugCuIndex | DebugTuIndex
-    ) {
-        return empty();
+/// One DWARF section of `obj`: the large ones that are read at offsets
+/// kept compressed and inflated as far as they are read (see
+/// [`crate::dwarf`]), the others copied out whole (decompressed). A missing
+/// or unreadable section is empty; `lazy` false reads every section whole.
+fn section<'a, R: object::ReadRef<'a>>(
+    obj: &object::File<'a, R>,
+    id: gimli::SectionId,
+    lazy: bool,
+) -> Section {
+    let Some(s) = obj.section_by_name(id.name()).filter(|s| s.file_range().is_some()) else {
+        return Section::empty();
+    };
+    if lazy && crate::dwarf::LAZY.contains(&id) {
+        if let Ok(c) = s.compressed_data() {
+            if c.format == object::CompressionFormat::Zlib {
+                if let Ok(size) = usize::try_from(c.uncompressed_size) {
+                    return Section::zlib(c.data.to_vec(), size);
+                }
+            }
+        }
     }
-    match obj.section_by_name(id.name()) {
-        Some(s) if s.file_range().is_some() => match s.uncompressed_data() {
-            Ok(std::borrow::Cow::Owned(v)) => SectionData(Arc::new(v)),
-            Ok(std::borrow::Cow::Borrowed(b)) => SectionData(Arc::new(b.to_vec())),
-            Err(_) => empty(),
-        },
-        _ => empty(),
+    match s.uncompressed_data() {
+        Ok(std::borrow::Cow::Owned(v)) => Section::whole(v),
+        Ok(std::borrow::Cow::Borrowed(b)) => Section::whole(b.to_vec()),
+        Err(_) => Section::empty(),
     }
 }
 
@@ -481,153 +475,26 @@ fn endian_of<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>) -> gimli::Ru
     }
 }
 
-/// Builds an addr2line context from `obj`'s DWARF sections and, for a debug
-/// file that has one, its supplementary (dwz) file; also returns the bytes
-/// held. None if the DWARF cannot be used.
+/// The DWARF of `obj` and, for a debug file that has one, its
+/// supplementary (dwz) file (read whole: units refer into it anywhere).
 fn load_dwarf<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
     obj: &object::File<'a, R>,
     sup: Option<&object::File<'b, S>>,
-) -> Option<(addr2line::Context<Reader>, usize)> {
-    let endian = endian_of(obj);
-    let mut bytes = 0usize;
-    let mut reader = |d: SectionData| {
-        bytes += d.len();
-        Ok::<Reader, gimli::Error>(gimli::EndianReader::new(d, endian))
-    };
-    let mut dwarf = gimli::Dwarf::load(|id| reader(section_data(obj, id))).ok()?;
-    share_abbreviations(&mut dwarf);
-    if let Some(sup) = sup {
-        let mut sup_dwarf = gimli::Dwarf::load(|id| reader(section_data(sup, id))).ok()?;
-        share_abbreviations(&mut sup_dwarf);
-        dwarf.set_sup(sup_dwarf);
-    }
-    // The abbreviations are parsed; their section is no longer held.
-    use gimli::Section as _;
-    bytes -= dwarf.debug_abbrev.reader().len() + dwarf.sup().map_or(0, |s| s.debug_abbrev.reader().len());
-    dwarf.debug_abbrev = empty_reader(endian).into();
-    if let Some(sup) = dwarf.sup.as_mut().and_then(Arc::get_mut) {
-        sup.debug_abbrev = empty_reader(endian).into();
-    }
-    let ctx = addr2line::Context::from_dwarf(dwarf).ok()?;
-    Some((ctx, bytes))
-}
-
-fn empty_reader(endian: gimli::RunTimeEndian) -> Reader {
-    gimli::EndianReader::new(SectionData(Arc::new(Vec::new())), endian)
-}
-
-/// Parses the abbreviation table of every unit into `dwarf`'s cache, once
-/// per distinct table: units whose tables are byte for byte the same share
-/// one parsed copy, and each copy is exactly as large as it needs to be.
-/// addr2line builds every unit when its context is made, and parsed
-/// abbreviations are the largest thing it keeps (16 MB for the C library's
-/// debug file, three times `.debug_info`); afterwards nothing reads
-/// `.debug_abbrev` again. A table that does not parse is left out: the unit
-/// then fails to build, as it would have anyway.
-fn share_abbreviations(dwarf: &mut gimli::Dwarf<Reader>) {
-    use gimli::Section as _;
-    use std::collections::HashMap;
-    let section = dwarf.debug_abbrev.reader().clone();
-    let bytes: &[u8] = &section;
-    let mut by_offset: HashMap<usize, Option<Arc<gimli::Abbreviations>>, QuickHash> = HashMap::default();
-    let mut by_content: HashMap<&[u8], Arc<gimli::Abbreviations>, QuickHash> = HashMap::default();
-    let mut units = dwarf.debug_info.units();
-    while let Ok(Some(header)) = units.next() {
-        let offset = header.debug_abbrev_offset();
-        if by_offset.contains_key(&offset.0) {
-            continue;
-        }
-        let table = bytes.get(offset.0..).and_then(|rest| Some(&rest[..abbreviation_table_len(rest)?]));
-        let shared = table.and_then(|t| by_content.get(t)).cloned().or_else(|| {
-            // A copy: the parser's vectors grow by doubling.
-            let parsed = Arc::new(dwarf.debug_abbrev.abbreviations(offset).ok()?.clone());
-            if let Some(t) = table {
-                by_content.insert(t, parsed.clone());
-            }
-            Some(parsed)
+) -> Option<LazyDwarf> {
+    let sections = crate::dwarf::READ.iter().map(|&id| (id, section(obj, id, true))).collect();
+    let sup = sup.map(|sup| {
+        let endian = endian_of(sup);
+        let Ok(dwarf) = gimli::Dwarf::load(|id| {
+            let data = if crate::dwarf::READ.contains(&id) {
+                section(sup, id, false).data().clone()
+            } else {
+                SectionData::empty()
+            };
+            Ok::<Reader, std::convert::Infallible>(gimli::EndianReader::new(data, endian))
         });
-        by_offset.insert(offset.0, shared);
-    }
-    for (offset, abbreviations) in by_offset {
-        if let Some(a) = abbreviations {
-            dwarf.abbreviations_cache.set::<Reader>(gimli::DebugAbbrevOffset(offset), a);
-        }
-    }
-}
-
-/// A hasher for the abbreviation tables' keys (section offsets and the
-/// tables' bytes, read a word at a time): a megabyte of tables is hashed
-/// once per capture that reads a debug file, where SipHash would add a few
-/// percent to the first capture. Nothing here is chosen by an adversary
-/// who could profit from collisions: a collision only costs a comparison.
-#[derive(Default, Clone, Copy)]
-struct QuickHash(u64);
-
-impl std::hash::Hasher for QuickHash {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for w in &mut words {
-            self.write_u64(u64::from_le_bytes(w.try_into().expect("8 bytes")));
-        }
-        let mut tail = [0u8; 8];
-        let rest = words.remainder();
-        tail[..rest.len()].copy_from_slice(rest);
-        self.write_u64(u64::from_le_bytes(tail) ^ rest.len() as u64);
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(23) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-
-    fn write_usize(&mut self, word: usize) {
-        self.write_u64(word as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 29)
-    }
-}
-
-impl std::hash::BuildHasher for QuickHash {
-    type Hasher = QuickHash;
-    fn build_hasher(&self) -> QuickHash {
-        QuickHash(0)
-    }
-}
-
-/// The length of the abbreviation table at the start of `data` (through its
-/// terminating zero code), or None if it is malformed or runs off the end.
-fn abbreviation_table_len(data: &[u8]) -> Option<usize> {
-    fn uleb(data: &[u8], at: &mut usize) -> Option<u64> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = *data.get(*at)?;
-            *at += 1;
-            value |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-        None
-    }
-    let mut at = 0;
-    loop {
-        if uleb(data, &mut at)? == 0 {
-            return Some(at);
-        }
-        uleb(data, &mut at)?; // tag
-        at += 1; // children
-        loop {
-            let name = uleb(data, &mut at)?;
-            let form = uleb(data, &mut at)?;
-            if form == u64::from(gimli::DW_FORM_implicit_const.0) {
-                uleb(data, &mut at)?; // the constant (SLEB128: same length)
-            }
-            if name == 0 && form == 0 {
-                break;
-            }
-        }
-    }
+        dwarf
+    });
+    Some(LazyDwarf::new(sections, sup, endian_of(obj)))
 }
 
 /// The existing files among the places the module's debug file may be.
@@ -655,11 +522,7 @@ fn debug_candidates<'a, R: object::ReadRef<'a>>(
 
 /// Reads `candidate` if it is the module's debug file: its DWARF, and its
 /// symbols added to `syms`. None if it is not (or is damaged).
-fn open_debug_file(
-    candidate: &Candidate,
-    module: &Module,
-    syms: &mut Vec<Symbol>,
-) -> Option<(addr2line::Context<Reader>, usize)> {
+fn open_debug_file(candidate: &Candidate, module: &Module, syms: &mut Vec<Symbol>) -> Option<LazyDwarf> {
     let mut file = File::open(&candidate.path).ok()?;
     // Identity: the build-ids must agree when the module has one (checked in
     // `finish_debug_file`); otherwise the debuglink CRC must match the file.
@@ -684,7 +547,7 @@ fn finish_debug_file<'b, S: object::ReadRef<'b>>(
     candidate: &Candidate,
     module: &Module,
     syms: &mut Vec<Symbol>,
-) -> Option<(addr2line::Context<Reader>, usize)> {
+) -> Option<LazyDwarf> {
     if let Some(loaded) = &module.build_id {
         if obj.build_id().ok().flatten() != Some(loaded.as_slice()) {
             return None;

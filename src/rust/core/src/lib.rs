@@ -27,6 +27,7 @@ pub mod crash;
 pub mod debugfile;
 pub mod debuginfo;
 pub mod debuginfod;
+pub mod dwarf;
 pub mod error;
 pub mod fasthash;
 pub mod got;

@@ -145,7 +145,7 @@ mod tests {
         let obj = object::File::parse(&bytes[..]).unwrap();
         let entry = obj.symbols().find(|s| s.name() == Ok("entry")).unwrap();
         let module = Module { has_file: true, ..Module::synthetic(so.to_str().unwrap(), 0, 0x100000, false) };
-        let info = crate::debuginfo::load(&module, &[]);
+        let mut info = crate::debuginfo::load(&module, &[]);
         let names: Vec<String> = (entry.address()..entry.address() + entry.size())
             .flat_map(|a| info.resolve(a))
             .filter(|r| r.inlined)
