@@ -54,6 +54,8 @@ rs_cache_info <- function() .Call(C_rs_cache_info)
 
 rs_set_debug_dirs <- function(dirs) .Call(C_rs_set_debug_dirs, dirs)
 rs_loader_state <- function(paths) .Call(C_rs_loader_state, paths)
+rs_set_in_step <- function(debug_dirs, debuginfod, generation) .Call(C_rs_set_in_step, debug_dirs, debuginfod, generation)
+rs_in_step <- function() .Call(C_rs_in_step)
 rs_set_registered_dlls <- function(infos) .Call(C_rs_set_registered_dlls, infos)
 rs_set_debuginfod <- function(enabled) .Call(C_rs_set_debuginfod, enabled)
 rs_debuginfod_info <- function() .Call(C_rs_debuginfod_info)

@@ -62,10 +62,21 @@ winch_available <- function() {
 #'   head(winch_trace_back())
 #' }
 winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr = TRUE) {
-  check_backend(backend)
-  check_flag(libr)
-  sync_options(capture_throws = FALSE)
+  # The arguments are checked by the core too: R's checks, with their
+  # messages, run only where it refuses them, or where the options or
+  # loaded libraries changed since the last capture.
+  if (!.Call(C_rs_in_step)) {
+    check_backend(backend)
+    check_flag(libr)
+    sync_options(capture_throws = FALSE)
+  }
   # Called here, not through a wrapper in R/low-level.R: the frames of R's
   # interpreter evaluating this call are part of the result (libr = TRUE).
-  debuginfod_hint(check_result(.Call(C_rs_trace_back, backend, libr)))
+  x <- .Call(C_rs_trace_back, backend, libr)
+  if (!is.data.frame(x)) {
+    check_backend(backend)
+    check_flag(libr)
+    x <- check_result(x)
+  }
+  debuginfod_hint(x)
 }

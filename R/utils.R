@@ -136,26 +136,25 @@ write_profile_file <- function(p, file, lines) {
 # (R/registration.R). Before every capture; code that needs one part only
 # calls that part.
 sync_options <- function(call = rlang::caller_env(), capture_throws = TRUE) {
-  # The common case, nothing changed since the last capture, costs three
-  # getOption() calls and one .Call (it runs on every capture and every
-  # hooked rlang trace).
-  key <- list(
-    getOption("winch.debug_dirs", "/usr/lib/debug"), getOption("winch.debuginfod"),
-    rs_loader_state(character())$generation
-  )
-  if (identical(key, the$sync_key) &&
+  # The common case, nothing changed since the last sync, costs one .Call
+  # that allocates nothing but its answer (it runs on every capture and
+  # every hooked rlang trace): the core compares the options' values and
+  # the loader's generation with those of the last complete sync.
+  if (.Call(C_rs_in_step) &&
       (!capture_throws || identical(getOption("winch.capture_throws", TRUE), the$throws_on))) {
     return(invisible())
   }
+  generation <- rs_loader_state(character())$generation
   sync_debug_dirs(call = call)
   sync_registrations()
   sync_debuginfod(call = call)
   if (capture_throws) {
     sync_capture_throws()
   }
-  # Kept only once every part is in step (a busy cache is tried again).
-  if (identical(the$registration_generation, key[[3L]]) && identical(the$debug_dirs, key[[1L]])) {
-    the$sync_key <- key
+  # In step only once every part is (a busy cache is tried again).
+  if (identical(the$registration_generation, generation) &&
+      identical(the$debug_dirs, getOption("winch.debug_dirs", "/usr/lib/debug"))) {
+    rs_set_in_step(getOption("winch.debug_dirs"), getOption("winch.debuginfod"), generation)
   }
   invisible()
 }

@@ -26,6 +26,8 @@
   X(rs_set_debug_dirs, 1)       \
   X(rs_set_registered_dlls, 1)  \
   X(rs_loader_state, 1)         \
+  X(rs_set_in_step, 3)          \
+  X(rs_in_step, 0)              \
   X(rs_set_debuginfod, 1)       \
   X(rs_debuginfod_info, 0)      \
   X(rs_profile_start, 12)       \

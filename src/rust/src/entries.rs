@@ -488,6 +488,24 @@ pub fn rs_loader_state(paths: Arg) -> Result<RValue> {
     ]))
 }
 
+/// Records that R synced the core with options `debug_dirs` and
+/// `debuginfod` (their raw values) at loader generation `generation`.
+pub fn rs_set_in_step(debug_dirs: Arg, debuginfod: Arg, generation: Arg) -> Result<RValue> {
+    require_main_thread()?;
+    let g = generation.doubles()?;
+    let [adds, subs] = g[..] else {
+        return Err(Error::BadArgument("`generation` must be two numbers".into()));
+    };
+    crate::in_step::set(&debug_dirs, &debuginfod, (adds as u64, subs as u64));
+    Ok(RValue::from(true))
+}
+
+/// Whether the options and loaded libraries are as when R last synced the
+/// core (`rs_set_in_step`).
+pub fn rs_in_step() -> Result<RValue> {
+    Ok(RValue::from(rstate::on_main_thread() && crate::in_step::check()))
+}
+
 /// Turns fetching debug files from debuginfod servers on or off. Returns
 /// whether libdebuginfod could be loaded, and why not (when turning it on;
 /// turning it off loads nothing).

@@ -13,6 +13,7 @@ mod crash;
 mod entries;
 mod entry;
 mod frames;
+mod in_step;
 mod native_calls;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod outside;
@@ -26,6 +27,7 @@ mod profile;
 mod profile;
 mod rapi;
 mod rstate;
+mod string_pool;
 mod throws;
 mod trace_rows;
 mod value;
@@ -65,6 +67,8 @@ entry_points! {
     rs_set_debug_dirs(dirs);
     rs_set_registered_dlls(infos);
     rs_loader_state(paths);
+    rs_set_in_step(debug_dirs, debuginfod, generation);
+    rs_in_step();
     rs_set_debuginfod(enabled);
     rs_debuginfod_info();
     rs_profile_start(interval, event, loops, region, lines, symbols, frames, calls, probes, expected, threads, options);

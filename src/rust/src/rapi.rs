@@ -71,6 +71,7 @@ extern "C" {
     pub fn SET_VECTOR_ELT(x: Sexp, i: isize, v: Sexp) -> Sexp;
     pub fn Rf_setAttrib(x: Sexp, name: Sexp, value: Sexp) -> Sexp;
     pub fn Rf_install(name: *const c_char) -> Sexp;
+    pub fn Rf_GetOption1(tag: Sexp) -> Sexp;
     pub fn Rf_installTrChar(x: Sexp) -> Sexp;
     pub fn Rf_lang1(f: Sexp) -> Sexp;
     pub fn Rf_isObject(x: Sexp) -> c_int;

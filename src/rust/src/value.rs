@@ -10,8 +10,10 @@
 //! string cache is owned by `to_r`, outside the jump).
 
 use crate::rapi::{self, Sexp};
+use crate::string_pool::{self, Key, Pool};
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::sync::MutexGuard;
 use winch_core::fasthash::FastMap;
 
 /// An R value to be made.
@@ -220,16 +222,52 @@ pub unsafe fn set_attr(x: Sexp, name: &std::ffi::CStr, value: &RValue, strings: 
 /// captures repeat the same few strings (module paths, function names,
 /// return addresses of recursive calls) many times. A CHARSXP is cached
 /// right after it is made and is stored by the caller before R allocates
-/// again; R keeps every CHARSXP of a live vector alive.
-#[derive(Default)]
+/// again; R keeps every CHARSXP of a live vector alive. Addresses and
+/// names are kept between results too (see `string_pool`), unless a
+/// nested result is being made.
 pub struct StringCache {
+    pool: Option<MutexGuard<'static, Option<Pool>>>,
     arcs: FastMap<usize, Sexp>,
     ips: FastMap<usize, Sexp>,
     offsets: FastMap<usize, Sexp>,
     modules: FastMap<usize, Sexp>,
 }
 
+impl Default for StringCache {
+    fn default() -> StringCache {
+        StringCache {
+            pool: string_pool::take(),
+            arcs: FastMap::default(),
+            ips: FastMap::default(),
+            offsets: FastMap::default(),
+            modules: FastMap::default(),
+        }
+    }
+}
+
 impl StringCache {
+    /// The pooled CHARSXP for `key`, or the one `make` makes, pooled.
+    ///
+    /// # Safety
+    /// As for [`StringCache::arc`].
+    unsafe fn pooled(
+        &mut self,
+        key: Key,
+        arc: Option<&Arc<str>>,
+        make: impl FnOnce() -> Sexp,
+    ) -> Option<Sexp> {
+        let pool = self.pool.as_mut()?.get_or_insert_with(Pool::default);
+        // SAFETY: the caller's contract.
+        unsafe {
+            if let Some(c) = pool.get(key) {
+                return Some(c);
+            }
+            let c = make();
+            pool.put(key, c, arc);
+            Some(c)
+        }
+    }
+
     /// The CHARSXP for an optional shared string.
     ///
     /// # Safety
@@ -239,6 +277,10 @@ impl StringCache {
         unsafe {
             let Some(s) = s else { return rapi::R_NaString };
             let key = Arc::as_ptr(s) as *const u8 as usize;
+            // SAFETY: the caller's contract.
+            if let Some(c) = self.pooled(Key::Arc(key), Some(s), || rapi::mkchar(s)) {
+                return c;
+            }
             if let Some(&c) = self.arcs.get(&key) {
                 return c;
             }
@@ -253,15 +295,22 @@ impl StringCache {
     /// # Safety
     /// As for [`StringCache::arc`].
     pub unsafe fn hex(&mut self, value: usize, prefixed: bool) -> Sexp {
+        let make = || {
+            // Formatted on the stack: nothing to drop if R's allocation jumps.
+            let mut buf = [0u8; 18];
+            let text = hex(value, prefixed, &mut buf);
+            // SAFETY: the caller's contract.
+            unsafe { rapi::mkchar(text) }
+        };
+        // SAFETY: the caller's contract.
+        if let Some(c) = unsafe { self.pooled(Key::Hex(value, prefixed), None, make) } {
+            return c;
+        }
         let cache = if prefixed { &mut self.offsets } else { &mut self.ips };
         if let Some(&c) = cache.get(&value) {
             return c;
         }
-        // Formatted on the stack: nothing to drop if R's allocation jumps.
-        let mut buf = [0u8; 18];
-        let text = hex(value, prefixed, &mut buf);
-        // SAFETY: the caller's contract.
-        let c = unsafe { rapi::mkchar(text) };
+        let c = make();
         cache.insert(value, c);
         c
     }
@@ -290,6 +339,10 @@ impl StringCache {
     /// As for [`StringCache::arc`].
     pub unsafe fn text(&mut self, s: &'static str) -> Sexp {
         let key = s.as_ptr() as usize;
+        // SAFETY: the caller's contract.
+        if let Some(c) = unsafe { self.pooled(Key::Static(key), None, || rapi::mkchar(s)) } {
+            return c;
+        }
         if let Some(&c) = self.arcs.get(&key) {
             return c;
         }

@@ -75,7 +75,9 @@ impl Section {
     /// A zlib stream (no ELF compression header) of `size` bytes inflated;
     /// nothing is inflated yet.
     pub fn zlib(compressed: Vec<u8>, size: usize) -> Section {
-        if size > MAX_SIZE {
+        // zlib cannot inflate more than about 1032 bytes per byte: a header
+        // claiming more is damaged.
+        if size > MAX_SIZE || size / 1032 > compressed.len() {
             return Section::empty();
         }
         Section {

@@ -1,0 +1,72 @@
+//! Whether winch's options and the loaded libraries are as R last passed
+//! them to the core (`sync_options()` in R/utils.R): asked on every capture,
+//! so that the usual case costs one `.Call` that allocates nothing.
+
+use crate::args::Arg;
+use crate::rapi::{self, Sexp};
+use std::sync::Mutex;
+
+/// An option's value as far as the comparison needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Value {
+    Unset,
+    Strings(Vec<Option<String>>),
+    Flag(i32),
+    /// Anything else: never in step (R checks it every time, and says
+    /// what is wrong with it).
+    Other,
+}
+
+struct Synced {
+    debug_dirs: Value,
+    debuginfod: Value,
+    generation: (u64, u64),
+}
+
+static SYNCED: Mutex<Option<Synced>> = Mutex::new(None);
+
+fn value_of(x: Sexp) -> Value {
+    let arg = Arg::new(x, "option");
+    if arg.is_null() {
+        return Value::Unset;
+    }
+    if let Ok(s) = arg.strings() {
+        return Value::Strings(s);
+    }
+    match arg.flag() {
+        Ok(b) => Value::Flag(i32::from(b)),
+        Err(_) => Value::Other,
+    }
+}
+
+/// The current value of option `name` (a NUL-terminated name).
+fn option(name: &std::ffi::CStr) -> Value {
+    // SAFETY: on R's main thread (the callers are entry points that
+    // checked); installing a symbol and reading the options list do not
+    // run R code, and the value is read before R allocates again.
+    unsafe { value_of(rapi::Rf_GetOption1(rapi::Rf_install(name.as_ptr()))) }
+}
+
+/// Remembers the options' raw values (`getOption()` without defaults) and
+/// the loader generation R synced the core with.
+pub fn set(debug_dirs: &Arg, debuginfod: &Arg, generation: (u64, u64)) {
+    let s = Synced {
+        debug_dirs: value_of(debug_dirs.sexp()),
+        debuginfod: value_of(debuginfod.sexp()),
+        generation,
+    };
+    if let Ok(mut g) = SYNCED.lock() {
+        *g = Some(s);
+    }
+}
+
+/// Whether nothing changed since [`set`].
+pub fn check() -> bool {
+    let Ok(g) = SYNCED.lock() else { return false };
+    let Some(s) = g.as_ref() else { return false };
+    s.generation == winch_core::modules::loader_generation()
+        && !matches!(s.debug_dirs, Value::Other)
+        && !matches!(s.debuginfod, Value::Other)
+        && option(c"winch.debug_dirs") == s.debug_dirs
+        && option(c"winch.debuginfod") == s.debuginfod
+}
