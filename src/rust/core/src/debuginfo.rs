@@ -250,12 +250,21 @@ pub fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {
     // Files of ordinary size are read whole (far faster than many small reads
     // when walking symbol tables); huge ones through a cache of the parts
     // used. Either way the data is a private copy, never a mapping.
-    if file.metadata().is_ok_and(|m| m.len() <= WHOLE_FILE_LIMIT) {
-        let mut data = Vec::new();
-        let mut file = file;
-        if let Err(e) = file.read_to_end(&mut data) {
-            return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path)));
-        }
+    let size = file.metadata().map(|m| m.len()).ok().filter(|&n| n <= WHOLE_FILE_LIMIT);
+    if let Some(size) = size {
+        // The headers and the sections naming reads (not the code): see
+        // `elfread`; a file that is not plain ELF64 is read whole.
+        let data = match crate::elfread::read_needed(&file, size) {
+            Some(d) => d,
+            None => {
+                let mut data = Vec::new();
+                let mut file = file;
+                if let Err(e) = file.read_to_end(&mut data) {
+                    return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path)));
+                }
+                data
+            }
+        };
         match object::File::parse(&data[..]) {
             Ok(obj) => load_parsed(module, debug_roots, obj, inode),
             Err(e) => ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),

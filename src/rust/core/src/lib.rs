@@ -28,6 +28,7 @@ pub mod debugfile;
 pub mod debuginfo;
 pub mod debuginfod;
 pub mod dwarf;
+pub mod elfread;
 pub mod error;
 pub mod fasthash;
 pub mod got;

@@ -66,6 +66,18 @@ pub trait Memory {
     fn in_place(&self, _addr: usize, _len: usize) -> Option<&[u8]> {
         None
     }
+
+    /// Reads each of `ranges` (address, length) into its part of `buf`
+    /// (the ranges' bytes laid end to end); `ok[i]` says whether range `i`
+    /// was read whole. Sources whose reads are system calls read many
+    /// ranges per call.
+    fn read_scattered(&self, ranges: &[(usize, usize)], buf: &mut [u8], ok: &mut [bool]) {
+        let mut at = 0;
+        for (i, &(addr, len)) in ranges.iter().enumerate() {
+            ok[i] = buf.get_mut(at..at + len).is_some_and(|b| self.read(addr, b));
+            at += len;
+        }
+    }
 }
 
 impl<M: Memory + ?Sized> Memory for &M {
@@ -83,6 +95,9 @@ impl<M: Memory + ?Sized> Memory for &M {
     }
     fn in_place(&self, addr: usize, len: usize) -> Option<&[u8]> {
         (**self).in_place(addr, len)
+    }
+    fn read_scattered(&self, ranges: &[(usize, usize)], buf: &mut [u8], ok: &mut [bool]) {
+        (**self).read_scattered(ranges, buf, ok)
     }
 }
 
@@ -128,6 +143,64 @@ fn own_pid() -> i32 {
 #[cfg(not(target_os = "linux"))]
 fn own_pid() -> i32 {
     0
+}
+
+/// [`Memory::read_scattered`] from this process: up to 1024 ranges per
+/// system call. The kernel stops at the first range it cannot read; the
+/// call is made again from the range after it.
+#[cfg(target_os = "linux")]
+pub fn read_scattered(ranges: &[(usize, usize)], buf: &mut [u8], ok: &mut [bool]) {
+    const BATCH: usize = 1024;
+    let mut starts = Vec::with_capacity(ranges.len());
+    let mut at = 0usize;
+    for &(_, len) in ranges {
+        starts.push(at);
+        at += len;
+    }
+    if at > buf.len() || ok.len() < ranges.len() {
+        ok.iter_mut().for_each(|o| *o = false);
+        return;
+    }
+    let pid = own_pid();
+    let mut first = 0;
+    while first < ranges.len() {
+        let last = (first + BATCH).min(ranges.len());
+        let mut local = Vec::with_capacity(last - first);
+        let mut remote = Vec::with_capacity(last - first);
+        for i in first..last {
+            let (addr, len) = ranges[i];
+            local.push(libc::iovec {
+                iov_base: buf[starts[i]..].as_mut_ptr() as *mut libc::c_void,
+                iov_len: len,
+            });
+            remote.push(libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len });
+        }
+        // SAFETY: the kernel checks the remote ranges; each local one is a
+        // part of `buf` (checked above to hold them all).
+        let n = unsafe {
+            libc::process_vm_readv(
+                pid,
+                local.as_ptr(),
+                local.len() as _,
+                remote.as_ptr(),
+                remote.len() as _,
+                0,
+            )
+        };
+        // Ranges read whole, in order, then the one that failed.
+        let mut got = usize::try_from(n).unwrap_or(0);
+        let mut i = first;
+        while i < last && got >= ranges[i].1 {
+            ok[i] = true;
+            got -= ranges[i].1;
+            i += 1;
+        }
+        if i < last {
+            ok[i] = false;
+            i += 1;
+        }
+        first = i;
+    }
 }
 
 /// Copies `buf.len()` bytes from `addr` of process `pid`.
@@ -210,6 +283,32 @@ fn parse_maps_range(line: &str) -> Option<(usize, usize)> {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn scattered_reads_go_on_past_a_range_that_cannot_be_read() {
+        assert!(available());
+        let (a, b, c) = (*b"first", *b"second!", *b"third");
+        let ranges = [
+            (a.as_ptr() as usize, 5),
+            (8usize, 4), // never mapped
+            (b.as_ptr() as usize, 7),
+            (c.as_ptr() as usize, 5),
+        ];
+        let mut buf = vec![0u8; 21];
+        let mut ok = vec![false; 4];
+        read_scattered(&ranges, &mut buf, &mut ok);
+        assert_eq!(ok, [true, false, true, true]);
+        assert_eq!(&buf[..5], b"first");
+        assert_eq!(&buf[9..16], b"second!");
+        assert_eq!(&buf[16..], b"third");
+        // Through the trait's default (one read per range), the same.
+        let mut buf2 = vec![0u8; 21];
+        let mut ok2 = vec![false; 4];
+        Objects.read_scattered(&ranges, &mut buf2, &mut ok2);
+        assert_eq!(ok2, [true, false, true, true]);
+        assert_eq!(&buf2[16..], b"third");
+    }
 
     #[test]
     fn copies_readable_memory_and_refuses_the_rest() {

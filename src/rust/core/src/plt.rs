@@ -6,9 +6,9 @@
 //! named relocation (the lazy-binding stub PLT0, IFUNC slots) stay
 //! unnamed.
 
+use crate::fasthash::{FastMap, FastSet};
 use crate::symbols::{demangle, Symbol};
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationTarget};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Rank of PLT names: below every symbol table's (they never overlap a
@@ -32,20 +32,9 @@ pub fn symbols<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>) -> Vec<Sym
     if obj.architecture() != object::Architecture::X86_64 {
         return Vec::new();
     }
-    // GOT slot -> the function its relocation names.
-    let mut targets: HashMap<u64, String> = HashMap::new();
-    if let (Some(relocs), Some(table)) = (obj.dynamic_relocations(), obj.dynamic_symbol_table()) {
-        for (slot, r) in relocs {
-            if let RelocationTarget::Symbol(index) = r.target() {
-                if let Some(name) = table.symbol_by_index(index).ok().and_then(|s| s.name().ok()) {
-                    if !name.is_empty() {
-                        targets.insert(slot, name.to_string());
-                    }
-                }
-            }
-        }
-    }
-    let mut out = Vec::new();
+    // The stubs and the slots they jump through first: only those slots'
+    // relocations are looked at (a library has thousands of others).
+    let mut stubs: Vec<(u64, u64, u64)> = Vec::new();
     for (section, default_size) in SECTIONS {
         let Some(s) = obj.section_by_name(section) else { continue };
         let Ok(data) = s.data() else { continue };
@@ -57,16 +46,63 @@ pub fn symbols<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>) -> Vec<Sym
         };
         for (k, entry) in data.chunks(size as usize).enumerate() {
             let addr = s.address() + k as u64 * size;
-            let Some(name) = slot_of(addr, entry).and_then(|slot| targets.get(&slot)) else { continue };
-            out.push(Symbol {
+            if let Some(slot) = slot_of(addr, entry) {
+                stubs.push((addr, size, slot));
+            }
+        }
+    }
+    if stubs.is_empty() {
+        return Vec::new();
+    }
+    let wanted: FastSet<u64> = stubs.iter().map(|s| s.2).collect();
+    // GOT slot -> the function its relocation names.
+    let mut targets: FastMap<u64, &str> = FastMap::default();
+    let Some(table) = obj.dynamic_symbol_table() else { return Vec::new() };
+    let mut name_slot = |slot: u64, index: usize| {
+        if let Some(name) = table.symbol_by_index(object::SymbolIndex(index)).ok().and_then(|s| s.name().ok())
+        {
+            if !name.is_empty() {
+                targets.insert(slot, name);
+            }
+        }
+    };
+    // The linkers' relocation sections read as the x86-64 records they
+    // are (offset, symbol << 32 | type, addend): iterating them through
+    // `object` parsed every one of a library's thousands of relocations.
+    let mut raw = false;
+    for name in [".rela.plt", ".rela.dyn"] {
+        let Some(data) = obj.section_by_name(name).and_then(|s| s.data().ok()) else { continue };
+        raw = true;
+        for r in data.chunks_exact(24) {
+            let slot = u64::from_le_bytes(r[..8].try_into().unwrap_or_default());
+            if wanted.contains(&slot) {
+                let info = u64::from_le_bytes(r[8..16].try_into().unwrap_or_default());
+                name_slot(slot, (info >> 32) as usize);
+            }
+        }
+    }
+    if let (false, Some(relocs)) = (raw, obj.dynamic_relocations()) {
+        for (slot, r) in relocs {
+            if !wanted.contains(&slot) {
+                continue;
+            }
+            if let RelocationTarget::Symbol(index) = r.target() {
+                name_slot(slot, index.0);
+            }
+        }
+    }
+    stubs
+        .into_iter()
+        .filter_map(|(addr, size, slot)| {
+            let name = targets.get(&slot)?;
+            Some(Symbol {
                 start: addr,
                 size,
                 name: Arc::from(format!("{}@plt", demangle(name))),
                 rank: RANK_PLT,
-            });
-        }
-    }
-    out
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -47,6 +47,11 @@ impl<M: Memory> Paged<M> {
 }
 
 impl<M: Memory> Memory for Paged<M> {
+    /// Straight to the source: scattered ranges rarely share pages.
+    fn read_scattered(&self, ranges: &[(usize, usize)], buf: &mut [u8], ok: &mut [bool]) {
+        self.inner.read_scattered(ranges, buf, ok)
+    }
+
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
         if addr.checked_add(buf.len()).is_none() {
             return false;

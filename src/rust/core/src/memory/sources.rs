@@ -60,6 +60,18 @@ impl Memory for Own {
     fn bulk(&self) -> bool {
         true
     }
+
+    fn read_scattered(&self, ranges: &[(usize, usize)], buf: &mut [u8], ok: &mut [bool]) {
+        #[cfg(target_os = "linux")]
+        if super::available() {
+            return super::read_scattered(ranges, buf, ok);
+        }
+        let mut at = 0;
+        for (i, &(addr, len)) in ranges.iter().enumerate() {
+            ok[i] = buf.get_mut(at..at + len).is_some_and(|b| self.read(addr, b));
+            at += len;
+        }
+    }
 }
 
 /// R objects of this process, read in place: only objects alive while the
