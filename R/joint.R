@@ -16,12 +16,17 @@
 joint_capture <- function(frames, calls, libr = FALSE,
                           backend = getOption("winch.backend", "auto"),
                           call = rlang::caller_env()) {
-  check_backend(backend, call = call)
-  sync_options(call = call)
-  res <- check_result(
-    rs_joint(backend, frames, calls, libr, use_contexts()),
-    call = call
-  )
+  # As in winch_trace_back(): R's checks and syncing only where the core
+  # refuses the arguments or something changed since the last capture.
+  if (!(.Call(C_rs_in_step) && identical(getOption("winch.capture_throws", TRUE), the$throws_on))) {
+    check_backend(backend, call = call)
+    sync_options(call = call)
+  }
+  res <- rs_joint(backend, frames, calls, libr, use_contexts())
+  if (!is.data.frame(res)) {
+    check_backend(backend, call = call)
+    res <- check_result(res, call = call)
+  }
   debuginfod_hint(res)
 }
 

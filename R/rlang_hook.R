@@ -30,7 +30,9 @@ rlang_hook_install <- function(ns = rlang_ns()) {
   }
   hook <- function(trace) winch_rlang_hook(trace, original)
   replace_binding(ns, "add_winch_trace", hook)
-  the$hook <- list(ns = ns, original = original, hook = hook)
+  # rlang's rule for the first row it keeps, looked up once.
+  trim_idx <- get0("trace_trim_env_idx", envir = ns, inherits = FALSE)
+  the$hook <- list(ns = ns, original = original, hook = hook, trim_idx = trim_idx)
   invisible(TRUE)
 }
 
@@ -92,31 +94,33 @@ winch_rlang_hook <- function(trace, original) {
 # `start:nrow` of what we return, where `start` comes from its top-env rule;
 # native rows are only inserted after `start`, so that rule still holds.
 add_native_in_trace_back <- function(trace, tb) {
-  m <- nrow(trace)
+  m <- .row_names_info(trace, 2L)
   if (!m || has_native_rows(trace) || !winch_available()) {
     return(trace)
   }
   tb_frames <- get0("frames", envir = tb, inherits = FALSE)
   my_frames <- sys.frames()
-  my_calls <- sys.calls()
   if (!is.list(tb_frames) || length(tb_frames) != m || length(my_frames) < m) {
     return(trace)
   }
-  # Environments compare by identity: one call checks all m frames.
-  if (!identical(tb_frames, as.list(my_frames)[seq_len(m)])) {
+  # rlang took the first m of these frames, which cannot have changed
+  # while its trace_back() runs: its first and last (environments compare
+  # by identity) show that `frames` is what it was.
+  if (!identical(tb_frames[[1L]], my_frames[[1L]]) || !identical(tb_frames[[m]], my_frames[[m]])) {
     return(trace)
   }
   start <- trace_keep_start(m, tb_frames, get0("top", envir = tb, inherits = FALSE))
   if (is.na(start)) {
     return(trace)
   }
+  my_calls <- sys.calls()
   native <- joint_capture(my_frames, my_calls)
   insert_native_rows(trace, seq_len(m), native, first = start)
 }
 
 # The first row rlang::trace_back() will keep (NA if it cannot be known).
 trace_keep_start <- function(m, frames, top) {
-  idx_fn <- get0("trace_trim_env_idx", envir = asNamespace("rlang"), inherits = FALSE)
+  idx_fn <- the$hook$trim_idx %||% get0("trace_trim_env_idx", envir = asNamespace("rlang"), inherits = FALSE)
   if (!is.function(idx_fn)) {
     return(NA_integer_)
   }

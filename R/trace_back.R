@@ -9,7 +9,8 @@
 #' @examples
 #' winch_available()
 winch_available <- function() {
-  isTRUE(rs_available())
+  # Cannot change while winch is loaded: asked once.
+  the$available %||% (the$available <- isTRUE(rs_available()))
 }
 
 #' The native stack as a data frame
