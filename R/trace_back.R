@@ -79,5 +79,7 @@ winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr 
     check_flag(libr)
     x <- check_result(x)
   }
-  debuginfod_hint(x)
+  # (The hint's own tests, in R, cost a microsecond: only where it may say
+  # something.)
+  if (isTRUE(attr(x, "debug_files_would_help", exact = TRUE))) debuginfod_hint(x) else x
 }

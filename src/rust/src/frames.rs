@@ -3,7 +3,7 @@
 //! frame from it.
 
 use crate::rapi::{self, Sexp};
-use crate::value::{fill, set_attr, set_names, Build, RValue, StringCache};
+use crate::value::{fill, set_attr, set_static_names, Build, RValue, StringCache};
 use std::ffi::c_void;
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -158,9 +158,9 @@ unsafe fn build_frames(t: &FrameTable, strings: &mut StringCache) -> Sexp {
         for (j, name) in names.iter().enumerate() {
             build_column(t, name, strings, df, j);
         }
-        set_names(df, names.len(), |j| names[j]);
+        set_static_names(df, names.len(), strings, |j| names[j]);
         let class = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
-        rapi::SET_STRING_ELT(class, 0, rapi::mkchar("data.frame"));
+        rapi::SET_STRING_ELT(class, 0, strings.text("data.frame"));
         rapi::Rf_setAttrib(df, rapi::sym(c"class"), class);
         rapi::Rf_unprotect(1);
         // Compact row names: c(NA, -n).

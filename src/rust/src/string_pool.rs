@@ -22,6 +22,9 @@ pub enum Key {
     Arc(usize),
     /// A static string, by its address.
     Static(usize),
+    /// The label of an unnamed frame: its function's start (`usize::MAX`
+    /// when unknown) and offset.
+    Label(usize, usize),
 }
 
 #[derive(Default)]

@@ -152,7 +152,7 @@ unsafe fn build(value: &RValue, strings: &mut StringCache) -> Sexp {
                 for (i, (_, item)) in items.iter().enumerate() {
                     rapi::SET_VECTOR_ELT(x, i as isize, build(item, strings));
                 }
-                set_names(x, items.len(), |i| items[i].0);
+                set_static_names(x, items.len(), strings, |i| items[i].0);
                 rapi::Rf_unprotect(1);
                 x
             }
@@ -198,6 +198,27 @@ pub unsafe fn set_names<'a>(x: Sexp, n: usize, name: impl Fn(usize) -> &'a str) 
         let v = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, n as isize));
         for i in 0..n {
             rapi::SET_STRING_ELT(v, i as isize, rapi::mkchar(name(i)));
+        }
+        rapi::Rf_setAttrib(x, rapi::sym(c"names"), v);
+        rapi::Rf_unprotect(1);
+    }
+}
+
+/// [`set_names`] for static names, whose CHARSXPs are pooled.
+///
+/// # Safety
+/// As for [`set_names`].
+pub unsafe fn set_static_names(
+    x: Sexp,
+    n: usize,
+    strings: &mut StringCache,
+    name: impl Fn(usize) -> &'static str,
+) {
+    // SAFETY: as for `set_names`.
+    unsafe {
+        let v = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, n as isize));
+        for i in 0..n {
+            rapi::SET_STRING_ELT(v, i as isize, strings.text(name(i)));
         }
         rapi::Rf_setAttrib(x, rapi::sym(c"names"), v);
         rapi::Rf_unprotect(1);
@@ -329,8 +350,13 @@ impl StringCache {
             buf[len..len + n].copy_from_slice(&b[..n]);
             len += n;
         });
-        // SAFETY: the caller's contract; the label is ASCII.
-        unsafe { rapi::mkchar(std::str::from_utf8(&buf[..len]).unwrap_or("")) }
+        let make = || {
+            // SAFETY: the caller's contract; the label is ASCII.
+            unsafe { rapi::mkchar(std::str::from_utf8(&buf[..len]).unwrap_or("")) }
+        };
+        let key = Key::Label(start.unwrap_or(usize::MAX), offset);
+        // SAFETY: the caller's contract.
+        unsafe { self.pooled(key, None, make) }.unwrap_or_else(make)
     }
 
     /// The CHARSXP of a static string.

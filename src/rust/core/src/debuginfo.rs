@@ -503,7 +503,8 @@ fn load_dwarf<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
         });
         dwarf
     });
-    Some(LazyDwarf::new(sections, sup, endian_of(obj)))
+    let mut dwarf = LazyDwarf::new(sections, sup, endian_of(obj));
+    dwarf.plausible().then_some(dwarf)
 }
 
 /// The existing files among the places the module's debug file may be.

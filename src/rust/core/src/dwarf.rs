@@ -58,6 +58,8 @@ pub struct Frame {
 struct UnitData {
     unit: gimli::Unit<Reader>,
     lang: Option<DwLang>,
+    /// A partial unit (dwz): only read for what other units refer to.
+    partial: bool,
     functions: Option<Functions>,
     lines: Option<Option<Lines>>,
     details: FastMap<usize, Option<Function>>,
@@ -119,18 +121,59 @@ impl LazyDwarf {
         let mut headers = d.dwarf.debug_aranges.headers();
         while let Ok(Some(h)) = headers.next() {
             let unit = h.debug_info_offset().0;
-            d.listed.insert(unit);
             let mut entries = h.entries();
-            while let Ok(Some(e)) = entries.next() {
-                let r = e.range();
-                if r.begin < r.end {
-                    d.aranges.push((r.begin, r.end, unit));
+            // A damaged entry is skipped, not the rest of the unit's (the
+            // iterator ends itself after an error; the count is a guard).
+            let mut errors = 0;
+            loop {
+                match entries.next() {
+                    Ok(Some(e)) => {
+                        let r = e.range();
+                        if r.begin < r.end {
+                            d.aranges.push((r.begin, r.end, unit));
+                            // Listed only with a range: a unit whose entries
+                            // were all lost is found by the scan.
+                            d.listed.insert(unit);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(_) if errors < 64 => errors += 1,
+                    Err(_) => break,
                 }
             }
         }
         d.aranges.sort_unstable();
         d.counts.units_listed = d.listed.len();
         d
+    }
+
+    /// Whether the DWARF looks usable: `.debug_info` starts with a unit
+    /// header of a known version that fits in the section (a damaged
+    /// debug file is then passed over for the next candidate, as before).
+    pub fn plausible(&mut self) -> bool {
+        self.ensure(SectionId::DebugInfo, 12);
+        let endian = self.endian;
+        let Some(info) = self.section_mut(SectionId::DebugInfo) else { return false };
+        let full = info.full_len();
+        let b = info.data();
+        let get = |at: usize, n: usize| -> Option<u64> {
+            let s = b.get(at..at + n)?;
+            let mut w = [0u8; 8];
+            if endian == gimli::RunTimeEndian::Little {
+                w[..n].copy_from_slice(s);
+                Some(u64::from_le_bytes(w))
+            } else {
+                w[8 - n..].copy_from_slice(s);
+                Some(u64::from_be_bytes(w))
+            }
+        };
+        let (len, at) = match get(0, 4) {
+            Some(0xffff_ffff) => (get(4, 8).map(|n| n + 12), 12),
+            Some(n) => (Some(n + 4), 4),
+            None => (None, 0),
+        };
+        let version = get(at, 2);
+        matches!((len, version), (Some(l), Some(2..=5)) if l as usize <= full)
     }
 
     /// Heap bytes of the sections held (inflated and compressed).
@@ -218,15 +261,19 @@ impl LazyDwarf {
             match self.dwarf.unit(header) {
                 Ok(unit) => {
                     self.counts.units_parsed += 1;
-                    let lang = unit.entries().next_dfs().ok().flatten().and_then(|root| {
-                        match root.attr_value(gimli::DW_AT_language) {
-                            Some(AttributeValue::Language(l)) => Some(l),
-                            _ => None,
-                        }
+                    let mut entries = unit.entries();
+                    let root = entries.next_dfs().ok().flatten();
+                    let lang = root.and_then(|root| match root.attr_value(gimli::DW_AT_language) {
+                        Some(AttributeValue::Language(l)) => Some(l),
+                        _ => None,
                     });
+                    // DWARF 4 has no unit types: the root's tag says it.
+                    let partial = unit.header.type_() == gimli::UnitType::Partial
+                        || root.is_some_and(|r| r.tag() == gimli::DW_TAG_partial_unit);
                     return Some(UnitData {
                         unit,
                         lang,
+                        partial,
                         functions: None,
                         lines: None,
                         details: FastMap::default(),
@@ -257,7 +304,11 @@ impl LazyDwarf {
         out
     }
 
-    /// Reads the ranges of every unit `.debug_aranges` does not list.
+    /// Reads the ranges every unit gives itself (`DW_AT_ranges` or its low
+    /// and high addresses, else its line program's sequences), for the
+    /// addresses `.debug_aranges` does not lead to. Partial units (dwz's)
+    /// are skipped: they share their line programs with the units that
+    /// include them and hold no code of their own.
     fn read_other_ranges(&mut self) {
         self.ensure(SectionId::DebugInfo, usize::MAX);
         let mut offsets = Vec::new();
@@ -268,26 +319,40 @@ impl LazyDwarf {
             }
         }
         self.counts.scanned = true;
+        // Damaged or hostile DWARF could make many units share one long
+        // program or range list: each program is read once, and the
+        // ranges kept are bounded by the sections' sizes.
+        use gimli::Section as _;
+        let budget =
+            (self.dwarf.debug_info.reader().len() + self.dwarf.debug_line.reader().len()).max(1 << 16);
+        let mut programs = FastSet::default();
         let mut others = Vec::new();
         for &offset in &offsets {
-            if self.listed.contains(&offset) {
-                continue;
+            if others.len() > budget {
+                break;
             }
             // Read and let go: the unit is parsed again if an address needs it.
             let Some(data) = self.parse_unit(offset) else { continue };
+            if data.partial {
+                continue;
+            }
             let unit = data.unit.unit_ref(&self.dwarf);
             let mut any = false;
             if let Ok(mut ranges) = unit.unit_ranges() {
                 while let Ok(Some(r)) = ranges.next() {
+                    if others.len() > budget {
+                        break;
+                    }
                     if r.begin < r.end {
                         others.push((r.begin, r.end, offset));
                         any = true;
                     }
                 }
             }
-            if !any {
+            let program = unit.line_program.as_ref().map(|p| p.header().offset().0);
+            if !any && program.is_some_and(|p| programs.insert(p)) {
                 if let Some(lines) = Lines::parse(unit) {
-                    others.extend(lines.ranges().map(|(b, e)| (b, e, offset)));
+                    others.extend(lines.ranges().take(budget).map(|(b, e)| (b, e, offset)));
                 }
             }
         }
@@ -308,8 +373,9 @@ impl LazyDwarf {
         if self.others.is_none() {
             self.read_other_ranges();
         }
+        let tried = self.candidates(probe, &self.aranges);
         let others = self.candidates(probe, self.others.as_deref().unwrap_or_default());
-        for unit in others {
+        for unit in others.into_iter().filter(|u| !tried.contains(u)) {
             if let Some(frames) = self.frames_in(unit, probe) {
                 return frames;
             }

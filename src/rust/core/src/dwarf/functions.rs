@@ -125,6 +125,9 @@ impl Functions {
     /// One pass over the unit's DIEs, reading only the subprograms' ranges.
     pub fn parse(unit: UnitRef<'_, Reader>) -> Functions {
         let mut ranges = Vec::new();
+        // Many subprograms sharing one long range list (damaged or hostile
+        // DWARF) would make this quadratic: bounded by the unit's size.
+        let budget = unit.header.length_including_self().max(1 << 12);
         if let Ok(mut entries) = unit.entries_raw(None) {
             while !entries.is_empty() {
                 let die = entries.next_offset();
@@ -136,20 +139,35 @@ impl Functions {
                 if abbrev.tag() == gimli::DW_TAG_subprogram {
                     let Some(a) = Attrs::read(unit, &mut entries, abbrev, false) else { break };
                     a.each_range(unit, |b, e| ranges.push((b, e, die)));
+                    if ranges.len() > budget {
+                        break;
+                    }
                 } else if entries.skip_attributes(abbrev.attributes()).is_err() {
                     break;
                 }
             }
         }
-        ranges.sort_unstable_by_key(|r| (r.0, r.1));
+        ranges.sort_unstable_by_key(|r| r.0);
         Functions { ranges }
     }
 
-    /// The subprogram whose code holds `probe`: of nested ones (a Fortran
-    /// contained procedure, a GNU C nested function), the narrowest.
+    /// The subprogram whose code holds `probe`. Where several do (aliases
+    /// of one assembler function), the one addr2line's search finds, so
+    /// that names stay as they were.
     pub fn find(&self, probe: u64) -> Option<UnitOffset> {
-        let upto = self.ranges.partition_point(|r| r.0 <= probe);
-        self.ranges[..upto].iter().filter(|r| probe < r.1).min_by_key(|r| r.1 - r.0).map(|r| r.2)
+        let i = self
+            .ranges
+            .binary_search_by(|r| {
+                if probe < r.0 {
+                    std::cmp::Ordering::Greater
+                } else if probe >= r.1 {
+                    std::cmp::Ordering::Less
+                } else {
+                    std::cmp::Ordering::Equal
+                }
+            })
+            .ok()?;
+        Some(self.ranges[i].2)
     }
 }
 
@@ -162,6 +180,7 @@ impl Function {
         let abbrev = entries.read_abbreviation().ok()??;
         let name = Attrs::read(unit, &mut entries, abbrev, true)?.name();
         let mut inlined: Vec<Inlined> = Vec::new();
+        let (mut total, budget) = (0usize, unit.header.length_including_self().max(1 << 12));
         // (depth, index) of the inlined calls enclosing the walk's position.
         let mut open: Vec<(isize, usize)> = Vec::new();
         loop {
@@ -188,6 +207,10 @@ impl Function {
                     let mut a = Attrs::read(unit, &mut entries, abbrev, true)?;
                     let mut ranges = Vec::new();
                     a.each_range(unit, |b, e| ranges.push((b, e)));
+                    total += ranges.len();
+                    if total > budget {
+                        break;
+                    }
                     inlined.push(Inlined {
                         die: offset,
                         name: a.name(),

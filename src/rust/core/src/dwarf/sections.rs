@@ -91,6 +91,11 @@ impl Section {
         &self.data
     }
 
+    /// The section's whole length (inflated).
+    pub fn full_len(&self) -> usize {
+        self.inflating.as_ref().map_or(self.data.len(), |i| i.size)
+    }
+
     pub fn is_complete(&self) -> bool {
         self.inflating.is_none()
     }
@@ -109,10 +114,15 @@ impl Section {
             return false;
         }
         let target = len.max(2 * self.data.len()).max(FIRST_STEP).min(inf.size);
-        let mut out = Vec::with_capacity(target);
+        let mut out = Vec::with_capacity(self.data.len().max(FIRST_STEP).min(target));
         out.extend_from_slice(&self.data);
         let mut ended = false;
         while out.len() < target {
+            // Room in steps: a damaged header's claim is never reserved at
+            // once (a failed allocation would abort, not unwind).
+            if out.len() == out.capacity() {
+                out.reserve((target - out.len()).min(out.capacity().max(FIRST_STEP)));
+            }
             let before = (inf.z.total_in(), out.len());
             let at = (inf.z.total_in() as usize).min(inf.compressed.len());
             match inf.z.decompress_vec(&inf.compressed[at..], &mut out, flate2::FlushDecompress::None) {
@@ -143,15 +153,21 @@ impl Section {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub mod tests_support {
     use std::io::Write;
 
-    fn deflate(data: &[u8]) -> Vec<u8> {
+    /// `data` as a zlib stream.
+    pub fn deflate(data: &[u8]) -> Vec<u8> {
         let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
         e.write_all(data).unwrap();
         e.finish().unwrap()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::deflate;
+    use super::*;
 
     #[test]
     fn a_compressed_section_is_inflated_only_as_far_as_asked() {
