@@ -131,11 +131,14 @@ insert_native_rows <- function(trace, row_frames, native, first = 1L) {
   }
   # The columns are made by the core (src/rust/src/trace_rows.rs) but for
   # those with a class, subset here.
-  out <- check_result(rs_trace_rows(tr, plan, nat))
-  for (j in which(vapply(out, is.null, NA))) {
-    col <- tr[[j]][plan$src]
-    if (is.logical(col)) col[plan$kind != 1L] <- FALSE
-    out[[j]] <- col
+  out <- rs_trace_rows(tr, plan, nat)
+  if (!is.null(out[["error"]]) || is.null(out)) out <- check_result(out)
+  for (j in seq_along(out)) {
+    if (is.null(out[[j]])) {
+      col <- tr[[j]][plan$src]
+      if (is.logical(col)) col[plan$kind != 1L] <- FALSE
+      out[[j]] <- col
+    }
   }
   attrs <- out_attrs(trace, n)
   attrs$names <- names(out)

@@ -85,3 +85,51 @@ impl Pool {
         }
     }
 }
+
+/// `srcfile` environments of native source files, kept between results
+/// like the strings above (each took an environment, its hash table and
+/// four vectors to make): every native frame of one file shares one, as
+/// R's srcrefs of one parsed file do.
+#[derive(Default)]
+pub struct Srcfiles {
+    /// The preserved list holding them (as an address: 0 before the first).
+    vector: usize,
+    by_path: FastMap<String, usize>,
+}
+
+const SRCFILE_SLOTS: usize = 1024;
+
+static SRCFILES: Mutex<Option<Srcfiles>> = Mutex::new(None);
+
+/// The kept srcfile of `path`, or the one `make` makes, kept; `make`'s
+/// own result when the pool is held by a nested result.
+///
+/// # Safety
+/// R's main thread, inside `R_ToplevelExec`; the result is unprotected
+/// (kept alive by the pool only when it came from it).
+pub unsafe fn srcfile(path: &str, make: impl FnOnce() -> Sexp) -> Sexp {
+    let Ok(mut guard) = SRCFILES.try_lock() else {
+        return make();
+    };
+    let pool = guard.get_or_insert_with(Srcfiles::default);
+    // SAFETY: the caller's contract; the pool's list is preserved.
+    unsafe {
+        if let Some(&slot) = pool.by_path.get(path) {
+            return rapi::VECTOR_ELT(pool.vector as Sexp, slot as isize);
+        }
+        let env = rapi::Rf_protect(make());
+        if pool.vector == 0 || pool.by_path.len() == SRCFILE_SLOTS {
+            let fresh = rapi::Rf_allocVector(rapi::VECSXP, SRCFILE_SLOTS as isize);
+            rapi::R_PreserveObject(fresh);
+            if pool.vector != 0 {
+                rapi::R_ReleaseObject(pool.vector as Sexp);
+            }
+            *pool = Srcfiles { vector: fresh as usize, ..Srcfiles::default() };
+        }
+        let slot = pool.by_path.len();
+        rapi::SET_VECTOR_ELT(pool.vector as Sexp, slot as isize, env);
+        pool.by_path.insert(path.to_string(), slot);
+        rapi::Rf_unprotect(1);
+        env
+    }
+}

@@ -298,14 +298,12 @@ impl StringCache {
         unsafe {
             let Some(s) = s else { return rapi::R_NaString };
             let key = Arc::as_ptr(s) as *const u8 as usize;
-            // SAFETY: the caller's contract.
-            if let Some(c) = self.pooled(Key::Arc(key), Some(s), || rapi::mkchar(s)) {
-                return c;
-            }
+            // This result's own few strings first (a small, hot table),
+            // then the pool's.
             if let Some(&c) = self.arcs.get(&key) {
                 return c;
             }
-            let c = rapi::mkchar(s);
+            let c = self.pooled(Key::Arc(key), Some(s), || rapi::mkchar(s)).unwrap_or_else(|| rapi::mkchar(s));
             self.arcs.insert(key, c);
             c
         }
@@ -323,15 +321,13 @@ impl StringCache {
             // SAFETY: the caller's contract.
             unsafe { rapi::mkchar(text) }
         };
-        // SAFETY: the caller's contract.
-        if let Some(c) = unsafe { self.pooled(Key::Hex(value, prefixed), None, make) } {
-            return c;
-        }
-        let cache = if prefixed { &mut self.offsets } else { &mut self.ips };
+        let cache = if prefixed { &self.offsets } else { &self.ips };
         if let Some(&c) = cache.get(&value) {
             return c;
         }
-        let c = make();
+        // SAFETY: the caller's contract.
+        let c = unsafe { self.pooled(Key::Hex(value, prefixed), None, make) }.unwrap_or_else(make);
+        let cache = if prefixed { &mut self.offsets } else { &mut self.ips };
         cache.insert(value, c);
         c
     }
