@@ -4,7 +4,8 @@
 #
 #   Rscript bench/joint_trace.R
 #
-# Target (issue 3): the hook adds at most half of rlang's own trace_back() cost.
+# Target (issue 3): the hook adds at most half of rlang's own trace_back() cost;
+# issue 23 (cheap enough to leave on): at most a tenth.
 library(winch)
 stopifnot(winch_available())
 options(rlang_trace_use_winch = TRUE)
@@ -64,4 +65,4 @@ winch_sys_calls() # fill the caches
 # A native round trip so that there is something to add.
 small <- measure("~40 frames (one winch_call)", function(f) winch_call(f))
 large <- measure("~440 frames (100 R calls in winch_call)", function(f) winch_call(function() deep(100L, f)))
-cat(sprintf("\ntarget met: %s\n", small <= 0.5 && large <= 0.5))
+cat(sprintf("\ntarget met: %s; issue 23 (<= 0.10): %s\n", small <= 0.5 && large <= 0.5, small <= 0.1 && large <= 0.1))
