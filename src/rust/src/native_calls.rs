@@ -60,7 +60,11 @@ impl Build for NativeCalls {
             let out = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, self.rows.len() as isize));
             let srcfiles = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, self.files.len() as isize));
             for (k, path) in self.files.iter().enumerate() {
-                rapi::SET_VECTOR_ELT(srcfiles, k as isize, crate::string_pool::srcfile(path, || srcfile(path)));
+                rapi::SET_VECTOR_ELT(
+                    srcfiles,
+                    k as isize,
+                    crate::string_pool::srcfile(path, || srcfile(path)),
+                );
             }
             for (i, (label, place)) in self.rows.iter().enumerate() {
                 let name = rapi::Rf_protect(rapi::mkchar(label));

@@ -303,7 +303,8 @@ impl StringCache {
             if let Some(&c) = self.arcs.get(&key) {
                 return c;
             }
-            let c = self.pooled(Key::Arc(key), Some(s), || rapi::mkchar(s)).unwrap_or_else(|| rapi::mkchar(s));
+            let c =
+                self.pooled(Key::Arc(key), Some(s), || rapi::mkchar(s)).unwrap_or_else(|| rapi::mkchar(s));
             self.arcs.insert(key, c);
             c
         }

@@ -156,24 +156,10 @@ impl LazyDwarf {
         let Some(info) = self.section_mut(SectionId::DebugInfo) else { return false };
         let full = info.full_len();
         let b = info.data();
-        let get = |at: usize, n: usize| -> Option<u64> {
-            let s = b.get(at..at + n)?;
-            let mut w = [0u8; 8];
-            if endian == gimli::RunTimeEndian::Little {
-                w[..n].copy_from_slice(s);
-                Some(u64::from_le_bytes(w))
-            } else {
-                w[8 - n..].copy_from_slice(s);
-                Some(u64::from_be_bytes(w))
-            }
-        };
-        let (len, at) = match get(0, 4) {
-            Some(0xffff_ffff) => (get(4, 8).map(|n| n + 12), 12),
-            Some(n) => (Some(n + 4), 4),
-            None => (None, 0),
-        };
-        let version = get(at, 2);
-        matches!((len, version), (Some(l), Some(2..=5)) if l as usize <= full)
+        match unit_extent(b, 0, endian) {
+            Some((len, at)) => len <= full && matches!(word(b, at, 2, endian), Some(2..=5)),
+            None => false,
+        }
     }
 
     /// Heap bytes of the sections held (inflated and compressed).
@@ -236,22 +222,8 @@ impl LazyDwarf {
         self.ensure(SectionId::DebugInfo, offset.checked_add(12)?);
         let endian = self.endian;
         let info = self.section_mut(SectionId::DebugInfo)?.data();
-        let word = |at: usize, n: usize| -> Option<u64> {
-            let b = info.get(at..at.checked_add(n)?)?;
-            let mut w = [0u8; 8];
-            if endian == gimli::RunTimeEndian::Little {
-                w[..n].copy_from_slice(b);
-                Some(u64::from_le_bytes(w))
-            } else {
-                w[8 - n..].copy_from_slice(b);
-                Some(u64::from_be_bytes(w))
-            }
-        };
-        let total = match word(offset, 4)? {
-            0xffff_ffff => word(offset + 4, 8)?.checked_add(12)?,
-            n => n + 4,
-        };
-        self.ensure(SectionId::DebugInfo, offset.checked_add(usize::try_from(total).ok()?)?);
+        let (total, _) = unit_extent(info, offset, endian)?;
+        self.ensure(SectionId::DebugInfo, offset.checked_add(total)?);
         // Its abbreviations and line program: grown until they parse.
         for _ in 0..64 {
             let header = self.dwarf.debug_info.header_from_offset(DebugInfoOffset(offset)).ok()?;
@@ -509,6 +481,29 @@ impl LazyDwarf {
         let data = self.units.get(&offset)?.as_deref()?;
         Some(f(data.unit.unit_ref(&self.dwarf)))
     }
+}
+
+/// The `n`-byte word (4 or 8) at `at` of `data`.
+fn word(data: &[u8], at: usize, n: usize, endian: gimli::RunTimeEndian) -> Option<u64> {
+    let b = data.get(at..at.checked_add(n)?)?;
+    let mut w = [0u8; 8];
+    if endian == gimli::RunTimeEndian::Little {
+        w[..n].copy_from_slice(b);
+        Some(u64::from_le_bytes(w))
+    } else {
+        w[8 - n..].copy_from_slice(b);
+        Some(u64::from_be_bytes(w))
+    }
+}
+
+/// The length (initial length field included) of the unit at `at` of
+/// `.debug_info`, and where its header goes on after that field.
+fn unit_extent(info: &[u8], at: usize, endian: gimli::RunTimeEndian) -> Option<(usize, usize)> {
+    let (len, rest) = match word(info, at, 4, endian)? {
+        0xffff_ffff => (word(info, at.checked_add(4)?, 8, endian)?.checked_add(12)?, 12),
+        n => (n + 4, 4),
+    };
+    Some((usize::try_from(len).ok()?, at.checked_add(rest)?))
 }
 
 /// Readers over the sections' current bytes.

@@ -152,7 +152,9 @@ fn contexts(facts: &Facts, stack_lo: usize, frames: &[usize], calls: &[usize]) -
         return if CALLS_CHECKED.load(std::sync::atomic::Ordering::Relaxed) {
             Ok(numbered.into_iter().map(|(_, c)| c).collect())
         } else {
-            Err(Error::Inconsistent("sys.calls() is needed until the records' calls have been checked once".into()))
+            Err(Error::Inconsistent(
+                "sys.calls() is needed until the records' calls have been checked once".into(),
+            ))
         };
     }
     if calls.len() != frames.len() {

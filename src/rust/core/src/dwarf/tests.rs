@@ -73,6 +73,29 @@ fn lazy_with(bytes: &[u8], sup: Option<&[u8]>) -> LazyDwarf {
 
 type Row = (Option<String>, Option<String>, Option<u32>, Option<u32>);
 
+/// The DWARF sections of `obj` that lookups read, inflated.
+fn sections_of(obj: &object::File<'_>) -> Vec<(gimli::SectionId, Vec<u8>)> {
+    READ.iter()
+        .map(|&id| {
+            let data = obj.section_by_name(id.name()).and_then(|s| s.uncompressed_data().ok());
+            (id, data.map(|c| c.into_owned()).unwrap_or_default())
+        })
+        .collect()
+}
+
+/// addr2line's reader of `owned` (the reference).
+fn reference_context(
+    owned: &[(gimli::SectionId, Vec<u8>)],
+    endian: gimli::RunTimeEndian,
+) -> addr2line::Context<gimli::EndianSlice<'_, gimli::RunTimeEndian>> {
+    let dwarf = gimli::Dwarf::load(|id| {
+        let data = owned.iter().find(|(s, _)| *s == id).map_or(&[][..], |(_, d)| &d[..]);
+        Ok::<_, gimli::Error>(gimli::EndianSlice::new(data, endian))
+    })
+    .unwrap();
+    addr2line::Context::from_dwarf(dwarf).unwrap()
+}
+
 fn reference(
     bytes: &[u8],
     probe: u64,
@@ -145,24 +168,8 @@ fn agree(reference_so: &Path, lazy: &Path, sup: Option<&Path>) {
     let obj = object::File::parse(&bytes[..]).unwrap();
     let endian =
         if obj.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
-    let owned: Vec<(gimli::SectionId, Vec<u8>)> = READ
-        .iter()
-        .map(|&id| {
-            (
-                id,
-                obj.section_by_name(id.name())
-                    .and_then(|s| s.uncompressed_data().ok())
-                    .map(|c| c.into_owned())
-                    .unwrap_or_default(),
-            )
-        })
-        .collect();
-    let dwarf = gimli::Dwarf::load(|id| {
-        let data = owned.iter().find(|(s, _)| *s == id).map_or(&[][..], |(_, d)| &d[..]);
-        Ok::<_, gimli::Error>(gimli::EndianSlice::new(data, endian))
-    })
-    .unwrap();
-    let ctx = addr2line::Context::from_dwarf(dwarf).unwrap();
+    let owned = sections_of(&obj);
+    let ctx = reference_context(&owned, endian);
     let (lazy_bytes, sup_bytes) = (std::fs::read(lazy).unwrap(), sup.map(|p| std::fs::read(p).unwrap()));
     let mut lazy = lazy_with(&lazy_bytes, sup_bytes.as_deref());
     let mut checked = 0;
@@ -257,24 +264,8 @@ fn the_lazy_reader_agrees_with_addr2line_on_the_c_librarys_debug_file() {
     };
     let obj = object::File::parse(&bytes[..]).unwrap();
     let endian = gimli::RunTimeEndian::Little;
-    let owned: Vec<(gimli::SectionId, Vec<u8>)> = READ
-        .iter()
-        .map(|&id| {
-            (
-                id,
-                obj.section_by_name(id.name())
-                    .and_then(|s| s.uncompressed_data().ok())
-                    .map(|c| c.into_owned())
-                    .unwrap_or_default(),
-            )
-        })
-        .collect();
-    let dwarf = gimli::Dwarf::load(|id| {
-        let data = owned.iter().find(|(s, _)| *s == id).map_or(&[][..], |(_, d)| &d[..]);
-        Ok::<_, gimli::Error>(gimli::EndianSlice::new(data, endian))
-    })
-    .unwrap();
-    let ctx = addr2line::Context::from_dwarf(dwarf).unwrap();
+    let owned = sections_of(&obj);
+    let ctx = reference_context(&owned, endian);
     let mut lazy = lazy_of(&bytes);
     let names = [
         "malloc",
@@ -366,18 +357,7 @@ fn damaged_dwarf_never_panics_or_hangs_the_reader() {
     let Some(so) = build(&dir, &sources, &["-g", "-O2"]) else { return };
     let bytes = std::fs::read(&so).unwrap();
     let obj = object::File::parse(&bytes[..]).unwrap();
-    let base: Vec<(SectionId, Vec<u8>)> = READ
-        .iter()
-        .map(|&id| {
-            (
-                id,
-                obj.section_by_name(id.name())
-                    .and_then(|s| s.uncompressed_data().ok())
-                    .map(|c| c.into_owned())
-                    .unwrap_or_default(),
-            )
-        })
-        .collect();
+    let base = sections_of(&obj);
     let addrs: Vec<u64> = obj
         .symbols()
         .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
