@@ -74,44 +74,16 @@ has_native_rows <- function(trace) {
   !is.null(attr(trace, "winch"))
 }
 
-# A comparable key for the function part of a call: a symbol or `ns::fn`
-# name, or "<inline>" for anything else (rlang rewrites inlined functions).
-call_head_key <- function(x) {
-  if (!is.call(x)) {
-    return("<none>")
-  }
-  head <- x[[1L]]
-  if (is.symbol(head)) {
-    return(as.character(head))
-  }
-  if (is.call(head) && length(head) == 3L && is.symbol(head[[1L]]) &&
-      as.character(head[[1L]]) %in% c("::", ":::")) {
-    return(paste(deparse(head), collapse = ""))
-  }
-  "<inline>"
-}
-
 # Which frame of `calls` each row of `trace` is, or NULL if that is not
-# certain. Rows are consecutive frames; their function names must match the
-# stack's at exactly one position. In recursive code a trace made only of
-# identical calls can match at several: then nothing is added rather than
-# guessed.
+# certain. Rows are consecutive frames; the heads of their calls (a symbol,
+# `pkg::fn`, or an inlined function, which rlang writes as `<fn>`) must
+# match the stack's at exactly one position. In recursive code a trace made
+# only of identical calls can match at several: then nothing is added
+# rather than guessed. Compared by the core (winch_core::splice::match_rows;
+# in R, a key per call cost a microsecond or two each).
 match_trace_rows <- function(trace, calls) {
-  m <- nrow(trace)
-  n <- length(calls)
-  if (m > n) {
-    return(NULL)
-  }
-  trace_keys <- vapply(trace$call, call_head_key, "")
-  # rlang::trace_back() replaces inlined functions by the symbol `<fn>`.
-  trace_keys[trace_keys == "<fn>"] <- "<inline>"
-  frame_keys <- vapply(calls, call_head_key, "")
-  matches <- function(end) identical(frame_keys[seq(end - m + 1L, end)], trace_keys)
-  ends <- Filter(matches, seq(n, m))
-  if (length(ends) != 1L) {
-    return(NULL)
-  }
-  seq(ends - m + 1L, ends)
+  rows <- check_result(rs_match_rows(trace$call, calls))
+  if (is.integer(rows)) rows else NULL
 }
 
 # Inserts the native frames of `native` (a joint capture's view: the frames

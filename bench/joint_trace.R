@@ -30,13 +30,18 @@ mark_trace_back <- function(rounds = 7L) {
         options(rlang_trace_use_winch = TRUE)
         rlang::trace_back()
       },
+      add = {
+        options(rlang_trace_use_winch = FALSE)
+        winch_add_trace_back(rlang::trace_back())
+      },
       check = FALSE, min_iterations = n, time_unit = "us"
     )
     setNames(as.numeric(res$median), as.character(res$expression))
   }
   one_round(30L) # warm-up
-  r <- vapply(seq_len(rounds), function(i) one_round(100L), c(off = 0, on = 0))
-  r[, order((r["on", ] - r["off", ]) / r["off", ])[(rounds + 1L) %/% 2L]]
+  r <- vapply(seq_len(rounds), function(i) one_round(100L), c(off = 0, on = 0, add = 0))
+  median_round <- function(what) r[, order((r[what, ] - r["off", ]) / r["off", ])[(rounds + 1L) %/% 2L]]
+  c(median_round("on")[c("off", "on")], add = median_round("add")[["add"]] / median_round("add")[["off"]])
 }
 
 measure <- function(label, run) {
@@ -56,6 +61,7 @@ measure <- function(label, run) {
     cat(sprintf("  %-28s median %10.1f us\n", "rlang::trace_back() + winch", on))
     for (n in names(med)) cat(sprintf("  %-28s median %10.1f us\n", n, med[[n]]))
     cat(sprintf("  the hook adds %.1f us = %.2f x rlang's own cost (target <= 0.5)\n", on - off, (on - off) / off))
+    cat(sprintf("  winch_add_trace_back(rlang::trace_back()) = %.2f x rlang's own (issue 23: <= 1.15)\n", tb[["add"]]))
     cat(sprintf("  winch_sys_calls() / sys.calls() = %.1f\n", med[["winch_sys_calls"]] / med[["sys.calls"]]))
     invisible((on - off) / off)
   })

@@ -19,6 +19,7 @@
   X(rs_splice_trace, 5)         \
   X(rs_splice_calls, 2)         \
   X(rs_trace_rows, 3)           \
+  X(rs_match_rows, 2)           \
   X(rs_context_chain, 1)        \
   X(rs_thread_capture, 1)       \
   X(rs_stage_times, 2)          \

@@ -186,3 +186,27 @@ test_that("native rows' srcrefs make rlang print the debug information's line an
     expect_gt(hit$column, 0L)
   }
 })
+
+test_that("trace rows are matched to frames by their calls' heads", {
+  match_rows <- winch:::match_trace_rows
+  fn_call <- as.call(list(as.symbol("<fn>")))
+  frames <- list(
+    quote(top()), quote(pkg::g(1)), quote((function() 1)()), quote(h(x)), quote(pkg:::k()), quote(bottom())
+  )
+  # rlang writes an inlined function as `<fn>`: it matches any non-symbol head.
+  trace <- data.frame(row = 1:4)
+  trace$call <- list(quote(pkg::g(2)), fn_call, quote(h()), quote(pkg:::k()))
+  expect_identical(match_rows(trace, frames), 2:5)
+  # `::` and `:::` differ; so do other names.
+  trace$call <- list(quote(pkg:::g()), fn_call, quote(h()), quote(pkg:::k()))
+  expect_null(match_rows(trace, frames))
+  # A trace that fits at two places matches nowhere.
+  trace2 <- data.frame(row = 1:2)
+  trace2$call <- list(quote(f()), quote(f()))
+  expect_null(match_rows(trace2, list(quote(f()), quote(f()), quote(f()))))
+  expect_identical(match_rows(trace2, list(quote(g()), quote(f()), quote(f()))), 2:3)
+  # More rows than frames, and elements that are not calls.
+  expect_null(match_rows(trace, frames[1:3]))
+  trace2$call <- list(1, quote(f()))
+  expect_identical(match_rows(trace2, list(quote(g()), "x", quote(f()))), 2:3)
+})

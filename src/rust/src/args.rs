@@ -249,6 +249,23 @@ impl Arg {
     /// The addresses of the elements of a list (for identity comparisons).
     /// (A list, or a pairlist as `sys.frames()` and `sys.calls()` return
     /// them, NULL when empty: no copy made by `as.list()` first.)
+    /// For each element (a list's or a pairlist's), the head of the call it
+    /// is, as `call_head_key()` in R/add_trace_back.R compares them:
+    /// symbols (interned, so compared by address), `pkg::fn`/`pkg:::fn`,
+    /// anything else as an inlined function; `<fn>`, rlang's stand-in
+    /// for an inlined function, counts as one.
+    pub fn call_heads(&self) -> Result<Vec<CallHead>> {
+        let fn_symbol = rapi::sym_addr(c"<fn>");
+        let colons = (rapi::sym_addr(c"::"), rapi::sym_addr(c":::"));
+        Ok(self
+            .element_addrs()?
+            .into_iter()
+            // SAFETY: each is an element of the live argument; reading
+            // types, CAR/CDR and lengths does not allocate.
+            .map(|x| unsafe { call_head(x as rapi::Sexp, fn_symbol, colons) })
+            .collect())
+    }
+
     pub fn element_addrs(&self) -> Result<Vec<usize>> {
         let (kind, n) = self.shape();
         match kind {
@@ -285,5 +302,43 @@ impl Arg {
         }
         // SAFETY: an external pointer; reading its address does not allocate.
         Ok(unsafe { rapi::R_ExternalPtrAddr(self.sexp) } as usize)
+    }
+}
+
+/// The head of a call, as compared when matching an rlang trace's rows to
+/// the stack's frames (see [`Arg::call_heads`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallHead {
+    NotACall,
+    Inlined,
+    Symbol(usize),
+    /// `pkg::fn` (false) or `pkg:::fn` (true), by the symbols' addresses.
+    Namespaced(usize, usize, bool),
+}
+
+/// # Safety
+/// `x` is a live R object; R's main thread.
+unsafe fn call_head(x: rapi::Sexp, fn_symbol: usize, colons: (usize, usize)) -> CallHead {
+    // SAFETY: the caller's contract; only types, CAR/CDR and lengths are read.
+    unsafe {
+        if rapi::TYPEOF(x) != rapi::LANGSXP {
+            return CallHead::NotACall;
+        }
+        let head = rapi::CAR(x);
+        match rapi::TYPEOF(head) {
+            rapi::SYMSXP if head as usize == fn_symbol => CallHead::Inlined,
+            rapi::SYMSXP => CallHead::Symbol(head as usize),
+            rapi::LANGSXP if rapi::Rf_xlength(head) == 3 => {
+                let op = rapi::CAR(head) as usize;
+                let (pkg, fun) = (rapi::CAR(rapi::CDR(head)), rapi::CAR(rapi::CDR(rapi::CDR(head))));
+                let plain = rapi::TYPEOF(pkg) == rapi::SYMSXP && rapi::TYPEOF(fun) == rapi::SYMSXP;
+                if plain && (op == colons.0 || op == colons.1) {
+                    CallHead::Namespaced(pkg as usize, fun as usize, op == colons.1)
+                } else {
+                    CallHead::Inlined
+                }
+            }
+            _ => CallHead::Inlined,
+        }
     }
 }

@@ -222,6 +222,20 @@ pub fn rs_splice_trace(
     ]))
 }
 
+/// Which frames of `calls` (the stack's, outermost first: `sys.calls()`
+/// or a list) the rows of an rlang trace with calls `trace_calls` are: the
+/// 1-based frames, or NULL where that is not certain (see
+/// `winch_core::splice::match_rows`).
+pub fn rs_match_rows(trace_calls: Arg, calls: Arg) -> Result<RValue> {
+    require_main_thread()?;
+    let rows = trace_calls.call_heads()?;
+    let frames = calls.call_heads()?;
+    Ok(match winch_core::splice::match_rows(&rows, &frames) {
+        Some(start) => RValue::Int((start + 1..=start + rows.len()).map(|k| i32::try_from(k).ok()).collect()),
+        None => RValue::Unnamed(Vec::new()),
+    })
+}
+
 /// The columns of an rlang trace `trace` (its columns, unclassed) with
 /// native frames spliced in as `plan` says (`rs_splice_trace()`'s `kind`,
 /// `src`, `native` and `parent`), the native frames being `nat` (a joint

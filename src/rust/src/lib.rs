@@ -59,6 +59,7 @@ entry_points! {
     rs_joint(backend, frames, calls, libr, use_contexts);
     rs_splice_trace(row_frames, parents, r_frame, at_throw, first);
     rs_trace_rows(trace, plan, nat);
+    rs_match_rows(trace_calls, calls);
     rs_splice_calls(n, r_frame);
     rs_context_chain(backend);
     rs_thread_capture(backend);

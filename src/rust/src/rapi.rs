@@ -11,7 +11,9 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 pub type Sexp = *mut c_void;
 
 pub const NILSXP: c_int = 0;
+pub const SYMSXP: c_int = 1;
 pub const LISTSXP: c_int = 2;
+pub const LANGSXP: c_int = 6;
 pub const LGLSXP: c_int = 10;
 pub const INTSXP: c_int = 13;
 pub const REALSXP: c_int = 14;
@@ -106,6 +108,13 @@ pub unsafe fn mkchar(s: &str) -> Sexp {
 ///
 /// # Safety
 /// As for [`mkchar`].
+/// The address of symbol `name` (symbols are interned and never freed).
+pub fn sym_addr(name: &CStr) -> usize {
+    // SAFETY: on R's main thread (the entry points' callers); installing a
+    // symbol does not run R code.
+    unsafe { sym(name) as usize }
+}
+
 pub unsafe fn sym(name: &CStr) -> Sexp {
     // SAFETY: `name` is NUL-terminated; the caller holds the rest.
     unsafe { Rf_install(name.as_ptr()) }

@@ -150,9 +150,42 @@ pub fn expand_inlined(levels: &[usize], outermost_first: bool) -> Vec<(usize, us
     out
 }
 
+/// Where the rows of a trace sit among the stack's frames: the rows are
+/// consecutive frames whose calls' heads (`frame_keys`, outermost first)
+/// equal the rows' (`trace_keys`) at exactly one position. Returns the
+/// 0-based frame of the first row, or None where no position or several
+/// (a trace of identical recursive calls) match: then nothing is added
+/// rather than guessed.
+pub fn match_rows<K: PartialEq>(trace_keys: &[K], frame_keys: &[K]) -> Option<usize> {
+    let (m, n) = (trace_keys.len(), frame_keys.len());
+    if m > n {
+        return None;
+    }
+    let mut found = None;
+    for start in 0..=n - m {
+        if frame_keys[start..start + m] == *trace_keys {
+            if found.is_some() {
+                return None;
+            }
+            found = Some(start);
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_match_at_exactly_one_position_or_not_at_all() {
+        assert_eq!(match_rows(&["f", "g"], &["top", "f", "g", "winch"]), Some(1));
+        assert_eq!(match_rows(&["f", "g"], &["f", "g"]), Some(0));
+        assert_eq!(match_rows::<&str>(&[], &["a"]), None, "no rows fit anywhere");
+        assert_eq!(match_rows(&["f", "f"], &["f", "f", "f"]), None, "recursion: two positions");
+        assert_eq!(match_rows(&["f", "h"], &["f", "g"]), None);
+        assert_eq!(match_rows(&["a", "b", "c"], &["a", "b"]), None, "more rows than frames");
+    }
     use Row::*;
 
     #[test]
