@@ -382,12 +382,18 @@ fn collect_symbols_ranked<'a, R: object::ReadRef<'a>>(
     symtab_rank: u8,
     dynsym_rank: u8,
 ) {
+    // Which sections hold code, by index: looked up once, not per symbol.
+    let mut text = Vec::new();
+    for section in obj.sections() {
+        let i = section.index().0;
+        if text.len() <= i {
+            text.resize(i + 1, false);
+        }
+        text[i] = section.kind() == SectionKind::Text;
+    }
     for (table_rank, symbols) in [(symtab_rank, obj.symbols()), (dynsym_rank, obj.dynamic_symbols())] {
         for s in symbols {
-            let in_text = match s.section_index().and_then(|i| obj.section_by_index(i).ok()) {
-                Some(section) => section.kind() == SectionKind::Text,
-                None => false,
-            };
+            let in_text = s.section_index().is_some_and(|i| text.get(i.0).copied().unwrap_or(false));
             let is_code = match s.kind() {
                 SymbolKind::Text => true,
                 SymbolKind::Unknown => in_text,

@@ -81,8 +81,10 @@ impl SymbolTable {
     pub fn new(mut syms: Vec<Symbol>) -> SymbolTable {
         syms.retain(|s| s.size > 0 && s.start.checked_add(s.size).is_some());
         // By start, and among equal starts the largest first, so that the
-        // last candidate a lookup meets is the innermost (smallest) one.
-        syms.sort_by(|a, b| {
+        // last candidate a lookup meets is the innermost (smallest) one. (The
+        // key is total: entries it cannot order are the same entry, so an
+        // unstable sort gives the same table.)
+        syms.sort_unstable_by(|a, b| {
             (a.start, std::cmp::Reverse(a.size), a.rank, &a.name).cmp(&(
                 b.start,
                 std::cmp::Reverse(b.size),
