@@ -88,7 +88,10 @@ pub struct LazyDwarf {
     /// The same for the units `.debug_aranges` does not list, once read.
     others: Option<Vec<(u64, u64, usize)>>,
     /// Every unit's offset, once needed (references into other units).
-    starts: Option<Vec<usize>>,
+    /// Unit starts found so far by walking the headers from the section's
+    /// start, and where the walk goes on (None once it reached the end).
+    starts: Vec<usize>,
+    walk_next: Option<usize>,
     sup_starts: Option<Vec<usize>>,
     sup_units: FastMap<usize, Option<Box<gimli::Unit<Reader>>>>,
     units: FastMap<usize, Option<Box<UnitData>>>,
@@ -111,7 +114,8 @@ impl LazyDwarf {
             aranges: Vec::new(),
             listed: FastSet::default(),
             others: None,
-            starts: None,
+            starts: Vec::new(),
+            walk_next: Some(0),
             sup_starts: None,
             sup_units: FastMap::default(),
             units: FastMap::default(),
@@ -329,7 +333,8 @@ impl LazyDwarf {
             }
         }
         others.sort_unstable();
-        self.starts = Some(offsets);
+        self.starts = offsets;
+        self.walk_next = None;
         self.others = Some(others);
     }
 
@@ -458,12 +463,24 @@ impl LazyDwarf {
     }
 
     /// The start of the unit of this file holding `.debug_info` offset `at`.
+    /// The headers are walked only as far as `at` (a reference into a dwz
+    /// partial unit or, with LTO, another unit): a compressed section is
+    /// inflated no further than that.
     fn main_unit_of(&mut self, at: usize) -> Option<usize> {
-        if self.starts.is_none() {
-            self.ensure(SectionId::DebugInfo, usize::MAX);
-            self.starts = Some(unit_starts(&self.dwarf));
+        let endian = self.endian;
+        while let Some(next) = self.walk_next.filter(|&n| n <= at) {
+            self.ensure(SectionId::DebugInfo, next.saturating_add(12));
+            let info = self.section_mut(SectionId::DebugInfo)?;
+            let full = info.full_len();
+            match unit_extent(info.data(), next, endian) {
+                Some((len, _)) => {
+                    self.starts.push(next);
+                    self.walk_next = next.checked_add(len).filter(|&end| end < full);
+                }
+                None => self.walk_next = None,
+            }
         }
-        containing(self.starts.as_deref()?, at)
+        containing(&self.starts, at)
     }
 
     /// The same in the supplementary file.
