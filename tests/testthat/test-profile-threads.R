@@ -169,14 +169,14 @@ test_that("threads joined before the call returns are under that call, one threa
 
 test_that("64 threads at once are all sampled and the profile stops cleanly", {
   used <- NULL
-  p <- winch_profile(used <- join(64L, 0.01), interval = 0.001)
+  p <- winch_profile(used <- join(64L, 0.04), interval = 0.001)
   leaf <- paste0(TH, "spin_joined")
-  # Threads of 10 ms each lose the CPU time since their last timer tick
-  # when they end (the kernel checks CPU timers at its tick): a good part
-  # of their time, which summary() counts as unseen. (On two cores 64
-  # such threads keep about a quarter to a half of it: one R 4.6 run kept
-  # 24.98 %, so the floor is a fifth.)
-  expect_gt(seconds_in(p, leaf), 0.2 * used)
+  # Each thread loses the CPU time since its last timer tick when it ends
+  # (the kernel checks CPU timers at its tick, every 4 ms at 250 Hz), which
+  # summary() counts as unseen. Threads of 10 ms lost so much of their
+  # time on CI's two loaded cores that even a floor of a fifth failed
+  # (18.4 % kept once, on R 4.5): 40 ms threads lose a tenth at most.
+  expect_gt(seconds_in(p, leaf), 0.3 * used)
   expect_gt(summary(p)$unseen, 0)
   expect_gte(length(unique(p$stacks$thread[vapply(stack_labels(p), function(s) leaf %in% s, NA)])), 16L)
   expect_false(winch:::profile_active())
