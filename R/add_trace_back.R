@@ -103,8 +103,7 @@ insert_native_rows <- function(trace, row_frames, native, first = 1L) {
   }
   # The columns are made by the core (src/rust/src/trace_rows.rs) but for
   # those with a class, subset here.
-  out <- rs_trace_rows(tr, plan, nat)
-  if (!is.null(out[["error"]]) || is.null(out)) out <- check_result(out)
+  out <- check_result(rs_trace_rows(tr, plan, nat))
   for (j in seq_along(out)) {
     if (is.null(out[[j]])) {
       col <- tr[[j]][plan$src]

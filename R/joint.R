@@ -18,7 +18,7 @@ joint_capture <- function(frames, calls, libr = FALSE,
                           call = rlang::caller_env()) {
   # As in winch_trace_back(): R's checks and syncing only where the core
   # refuses the arguments or something changed since the last capture.
-  if (!(.Call(C_rs_in_step) && identical(getOption("winch.capture_throws", TRUE), the$throws_on))) {
+  if (!in_step()) {
     check_backend(backend, call = call)
     sync_options(call = call)
   }

@@ -66,7 +66,7 @@ winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr 
   # The arguments are checked by the core too: R's checks, with their
   # messages, run only where it refuses them, or where the options or
   # loaded libraries changed since the last capture.
-  if (!.Call(C_rs_in_step)) {
+  if (!in_step(capture_throws = FALSE)) {
     check_backend(backend)
     check_flag(libr)
     sync_options(capture_throws = FALSE)

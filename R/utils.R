@@ -136,12 +136,7 @@ write_profile_file <- function(p, file, lines) {
 # (R/registration.R). Before every capture; code that needs one part only
 # calls that part.
 sync_options <- function(call = rlang::caller_env(), capture_throws = TRUE) {
-  # The common case, nothing changed since the last sync, costs one .Call
-  # that allocates nothing but its answer (it runs on every capture and
-  # every hooked rlang trace): the core compares the options' values and
-  # the loader's generation with those of the last complete sync.
-  if (.Call(C_rs_in_step) &&
-      (!capture_throws || identical(getOption("winch.capture_throws", TRUE), the$throws_on))) {
+  if (in_step(capture_throws)) {
     return(invisible())
   }
   generation <- rs_loader_state(character())$generation
@@ -157,6 +152,15 @@ sync_options <- function(call = rlang::caller_env(), capture_throws = TRUE) {
     rs_set_in_step(getOption("winch.debug_dirs"), getOption("winch.debuginfod"), generation)
   }
   invisible()
+}
+
+# Whether nothing sync_options() passes on changed since its last complete
+# sync: the common case, one .Call that allocates nothing but its answer (it
+# runs on every capture and every hooked rlang trace). The core compares
+# the options' values and the loader's generation with those of that sync.
+in_step <- function(capture_throws = TRUE) {
+  rs_in_step() &&
+    (!capture_throws || identical(getOption("winch.capture_throws", TRUE), the$throws_on))
 }
 
 # Passes the `winch.debug_dirs` option to the Rust side when it changed.

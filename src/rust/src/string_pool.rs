@@ -27,14 +27,86 @@ pub enum Key {
     Label(usize, usize),
 }
 
-#[derive(Default)]
-pub struct Pool {
-    /// The preserved STRSXP (as an address: 0 before the first use).
+/// R objects kept by key in one preserved vector (a character vector of
+/// CHARSXPs, or a list), so that R keeps them alive; when the vector is
+/// full it starts over.
+struct Kept<K> {
+    /// `STRSXP` or `VECSXP`.
+    kind: std::ffi::c_int,
+    slots: usize,
+    /// The preserved vector (as an address: 0 before the first use).
     vector: usize,
-    used: usize,
-    slots: FastMap<Key, usize>,
+    by_key: FastMap<K, usize>,
+}
+
+impl<K: std::hash::Hash + Eq> Kept<K> {
+    fn new(kind: std::ffi::c_int, slots: usize) -> Kept<K> {
+        Kept { kind, slots, vector: 0, by_key: FastMap::default() }
+    }
+
+    /// The object kept for `key`, if any.
+    ///
+    /// # Safety
+    /// R's main thread.
+    unsafe fn get<Q>(&self, key: &Q) -> Option<Sexp>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        let &slot = self.by_key.get(key)?;
+        // SAFETY: `vector` is the preserved vector and `slot` < its length.
+        Some(unsafe {
+            if self.kind == rapi::STRSXP {
+                rapi::STRING_ELT(self.vector as Sexp, slot as isize)
+            } else {
+                rapi::VECTOR_ELT(self.vector as Sexp, slot as isize)
+            }
+        })
+    }
+
+    /// Keeps `x` for `key`; returns whether the vector started over (what
+    /// was kept before is gone).
+    ///
+    /// # Safety
+    /// R's main thread, inside `R_ToplevelExec` (starting over allocates);
+    /// `x` is protected here across that allocation.
+    unsafe fn put(&mut self, key: K, x: Sexp) -> bool {
+        let fresh_start = self.vector == 0 || self.by_key.len() == self.slots;
+        // SAFETY: the caller's contract.
+        unsafe {
+            if fresh_start {
+                rapi::Rf_protect(x);
+                let fresh = rapi::Rf_allocVector(self.kind, self.slots as isize);
+                rapi::R_PreserveObject(fresh);
+                rapi::Rf_unprotect(1);
+                if self.vector != 0 {
+                    rapi::R_ReleaseObject(self.vector as Sexp);
+                }
+                self.vector = fresh as usize;
+                self.by_key.clear();
+            }
+            let slot = self.by_key.len();
+            if self.kind == rapi::STRSXP {
+                rapi::SET_STRING_ELT(self.vector as Sexp, slot as isize, x);
+            } else {
+                rapi::SET_VECTOR_ELT(self.vector as Sexp, slot as isize, x);
+            }
+            self.by_key.insert(key, slot);
+        }
+        fresh_start
+    }
+}
+
+pub struct Pool {
+    kept: Kept<Key>,
     /// The shared strings whose addresses are keys.
     held: Vec<Arc<str>>,
+}
+
+impl Default for Pool {
+    fn default() -> Pool {
+        Pool { kept: Kept::new(rapi::STRSXP, SLOTS), held: Vec::new() }
+    }
 }
 
 static POOL: Mutex<Option<Pool>> = Mutex::new(None);
@@ -50,36 +122,20 @@ impl Pool {
     /// # Safety
     /// R's main thread.
     pub unsafe fn get(&self, key: Key) -> Option<Sexp> {
-        let &slot = self.slots.get(&key)?;
-        // SAFETY: `vector` is the preserved STRSXP and `slot` < its length.
-        Some(unsafe { rapi::STRING_ELT(self.vector as Sexp, slot as isize) })
+        // SAFETY: the caller's contract.
+        unsafe { self.kept.get(&key) }
     }
 
     /// Keeps `c` (a CHARSXP) for `key`; `arc` is the shared string of an
     /// `Arc` key.
     ///
     /// # Safety
-    /// R's main thread, inside `R_ToplevelExec` (starting over allocates);
-    /// `c` is stored by the caller or here before R allocates again, so it
-    /// is protected by `c` being kept alive by the caller's contract.
+    /// As for [`Kept::put`].
     pub unsafe fn put(&mut self, key: Key, c: Sexp, arc: Option<&Arc<str>>) {
         // SAFETY: the caller's contract.
-        unsafe {
-            if self.vector == 0 || self.used == SLOTS {
-                // `c` must survive the allocation: protected across it.
-                rapi::Rf_protect(c);
-                let fresh = rapi::Rf_allocVector(rapi::STRSXP, SLOTS as isize);
-                rapi::R_PreserveObject(fresh);
-                rapi::Rf_unprotect(1);
-                if self.vector != 0 {
-                    rapi::R_ReleaseObject(self.vector as Sexp);
-                }
-                *self = Pool { vector: fresh as usize, ..Pool::default() };
-            }
-            rapi::SET_STRING_ELT(self.vector as Sexp, self.used as isize, c);
+        if unsafe { self.kept.put(key, c) } {
+            self.held.clear();
         }
-        self.slots.insert(key, self.used);
-        self.used += 1;
         if let Some(a) = arc {
             self.held.push(a.clone());
         }
@@ -90,16 +146,9 @@ impl Pool {
 /// like the strings above (each took an environment, its hash table and
 /// four vectors to make): every native frame of one file shares one, as
 /// R's srcrefs of one parsed file do.
-#[derive(Default)]
-pub struct Srcfiles {
-    /// The preserved list holding them (as an address: 0 before the first).
-    vector: usize,
-    by_path: FastMap<String, usize>,
-}
-
 const SRCFILE_SLOTS: usize = 1024;
 
-static SRCFILES: Mutex<Option<Srcfiles>> = Mutex::new(None);
+static SRCFILES: Mutex<Option<Kept<String>>> = Mutex::new(None);
 
 /// The kept srcfile of `path`, or the one `make` makes, kept; `make`'s
 /// own result when the pool is held by a nested result.
@@ -111,25 +160,14 @@ pub unsafe fn srcfile(path: &str, make: impl FnOnce() -> Sexp) -> Sexp {
     let Ok(mut guard) = SRCFILES.try_lock() else {
         return make();
     };
-    let pool = guard.get_or_insert_with(Srcfiles::default);
-    // SAFETY: the caller's contract; the pool's list is preserved.
+    let kept = guard.get_or_insert_with(|| Kept::new(rapi::VECSXP, SRCFILE_SLOTS));
+    // SAFETY: the caller's contract.
     unsafe {
-        if let Some(&slot) = pool.by_path.get(path) {
-            return rapi::VECTOR_ELT(pool.vector as Sexp, slot as isize);
+        if let Some(env) = kept.get(path) {
+            return env;
         }
-        let env = rapi::Rf_protect(make());
-        if pool.vector == 0 || pool.by_path.len() == SRCFILE_SLOTS {
-            let fresh = rapi::Rf_allocVector(rapi::VECSXP, SRCFILE_SLOTS as isize);
-            rapi::R_PreserveObject(fresh);
-            if pool.vector != 0 {
-                rapi::R_ReleaseObject(pool.vector as Sexp);
-            }
-            *pool = Srcfiles { vector: fresh as usize, ..Srcfiles::default() };
-        }
-        let slot = pool.by_path.len();
-        rapi::SET_VECTOR_ELT(pool.vector as Sexp, slot as isize, env);
-        pool.by_path.insert(path.to_string(), slot);
-        rapi::Rf_unprotect(1);
+        let env = make();
+        kept.put(path.to_string(), env);
         env
     }
 }

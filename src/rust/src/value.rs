@@ -192,16 +192,8 @@ pub unsafe fn fill(kind: i32, n: usize, write: impl FnOnce(*mut c_void)) -> Sexp
 /// # Safety
 /// As for [`build`]; `x` protected.
 pub unsafe fn set_names<'a>(x: Sexp, n: usize, name: impl Fn(usize) -> &'a str) {
-    // SAFETY: the caller's contract; `v` is protected while CHARSXPs are
-    // made and stored one at a time.
-    unsafe {
-        let v = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, n as isize));
-        for i in 0..n {
-            rapi::SET_STRING_ELT(v, i as isize, rapi::mkchar(name(i)));
-        }
-        rapi::Rf_setAttrib(x, rapi::sym(c"names"), v);
-        rapi::Rf_unprotect(1);
-    }
+    // SAFETY: the caller's contract.
+    unsafe { set_names_from(x, n, |i| rapi::mkchar(name(i))) }
 }
 
 /// [`set_names`] for static names, whose CHARSXPs are pooled.
@@ -214,11 +206,22 @@ pub unsafe fn set_static_names(
     strings: &mut StringCache,
     name: impl Fn(usize) -> &'static str,
 ) {
-    // SAFETY: as for `set_names`.
+    // SAFETY: the caller's contract.
+    unsafe { set_names_from(x, n, |i| strings.text(name(i))) }
+}
+
+/// Sets the `names` of the protected object `x` to the CHARSXPs
+/// `charsxp(0..n)`.
+///
+/// # Safety
+/// As for [`set_names`]; each CHARSXP is stored before the next is made.
+unsafe fn set_names_from(x: Sexp, n: usize, mut charsxp: impl FnMut(usize) -> Sexp) {
+    // SAFETY: the caller's contract; `v` is protected while CHARSXPs are
+    // made and stored one at a time.
     unsafe {
         let v = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, n as isize));
         for i in 0..n {
-            rapi::SET_STRING_ELT(v, i as isize, strings.text(name(i)));
+            rapi::SET_STRING_ELT(v, i as isize, charsxp(i));
         }
         rapi::Rf_setAttrib(x, rapi::sym(c"names"), v);
         rapi::Rf_unprotect(1);

@@ -287,13 +287,7 @@ impl LazyDwarf {
     /// include them and hold no code of their own.
     fn read_other_ranges(&mut self) {
         self.ensure(SectionId::DebugInfo, usize::MAX);
-        let mut offsets = Vec::new();
-        let mut headers = self.dwarf.units();
-        while let Ok(Some(h)) = headers.next() {
-            if let Some(o) = h.debug_info_offset() {
-                offsets.push(o.0);
-            }
-        }
+        let offsets = unit_starts(&self.dwarf);
         self.counts.scanned = true;
         // Damaged or hostile DWARF could make many units share one long
         // program or range list: each program is read once, and the

@@ -144,20 +144,17 @@ fn call_head(call: usize) -> Option<usize> {
 fn contexts(facts: &Facts, stack_lo: usize, frames: &[usize], calls: &[usize]) -> Result<Vec<RContext>> {
     let chain = read_chain(facts, stack_lo)?;
     let numbered = rcontext::check_frames(&chain, frames)?;
-    if calls.is_empty() && !frames.is_empty() {
-        // The calls check below shows that the records' `call` fields are
-        // where the layout says; once it passed, the environments' check
-        // (which still runs) is enough, and callers that need no calls
-        // (the rlang hook) spare sys.calls(), which copies every call.
-        return if CALLS_CHECKED.load(std::sync::atomic::Ordering::Relaxed) {
-            Ok(numbered.into_iter().map(|(_, c)| c).collect())
-        } else {
-            Err(Error::Inconsistent(
-                "sys.calls() is needed until the records' calls have been checked once".into(),
-            ))
-        };
+    // The calls check below shows that the records' `call` fields are where
+    // the layout says; once it passed, the environments' check (which still
+    // runs) is enough, and callers that need no calls (the rlang hook) spare
+    // sys.calls(), which copies every call.
+    let skip_calls = calls.is_empty() && !frames.is_empty();
+    if skip_calls && !CALLS_CHECKED.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(Error::Inconsistent(
+            "sys.calls() is needed until the records' calls have been checked once".into(),
+        ));
     }
-    if calls.len() != frames.len() {
+    if !skip_calls && calls.len() != frames.len() {
         return Err(Error::Inconsistent("sys.calls() and sys.frames() disagree in length".into()));
     }
     // The environments matched, so the layout is right and `call` fields are
@@ -170,7 +167,7 @@ fn contexts(facts: &Facts, stack_lo: usize, frames: &[usize], calls: &[usize]) -
             return Err(Error::Inconsistent(format!("context of frame {k} does not hold sys.call({k})")));
         }
     }
-    if !numbered.is_empty() {
+    if !skip_calls && !numbered.is_empty() {
         CALLS_CHECKED.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(numbered.into_iter().map(|(_, c)| c).collect())
@@ -179,11 +176,6 @@ fn contexts(facts: &Facts, stack_lo: usize, frames: &[usize], calls: &[usize]) -
 /// Whether a capture has checked the context records' calls against
 /// sys.calls() in this process.
 static CALLS_CHECKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether captures may be given no calls (see `contexts`).
-pub fn calls_checked() -> bool {
-    CALLS_CHECKED.load(std::sync::atomic::Ordering::Relaxed)
-}
 
 /// Reads R's context chain and checks it against `sys.frames()` (`frames`)
 /// and `sys.calls()` (`calls`) of an R caller further out.

@@ -72,11 +72,16 @@ pub trait Memory {
     /// was read whole. Sources whose reads are system calls read many
     /// ranges per call.
     fn read_scattered(&self, ranges: &[(usize, usize)], buf: &mut [u8], ok: &mut [bool]) {
-        let mut at = 0;
-        for (i, &(addr, len)) in ranges.iter().enumerate() {
-            ok[i] = buf.get_mut(at..at + len).is_some_and(|b| self.read(addr, b));
-            at += len;
-        }
+        read_each(self, ranges, buf, ok)
+    }
+}
+
+/// [`Memory::read_scattered`] one range at a time through `mem.read`.
+pub fn read_each<M: Memory + ?Sized>(mem: &M, ranges: &[(usize, usize)], buf: &mut [u8], ok: &mut [bool]) {
+    let mut at = 0;
+    for (i, &(addr, len)) in ranges.iter().enumerate() {
+        ok[i] = buf.get_mut(at..at + len).is_some_and(|b| mem.read(addr, b));
+        at += len;
     }
 }
 

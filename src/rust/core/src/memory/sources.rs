@@ -66,11 +66,7 @@ impl Memory for Own {
         if super::available() {
             return super::read_scattered(ranges, buf, ok);
         }
-        let mut at = 0;
-        for (i, &(addr, len)) in ranges.iter().enumerate() {
-            ok[i] = buf.get_mut(at..at + len).is_some_and(|b| self.read(addr, b));
-            at += len;
-        }
+        super::read_each(self, ranges, buf, ok)
     }
 }
 
