@@ -492,7 +492,7 @@ fn endian_of<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>) -> gimli::Ru
 
 /// The DWARF of `obj` and, for a debug file that has one, its
 /// supplementary (dwz) file (read whole: units refer into it anywhere).
-fn load_dwarf<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
+pub(crate) fn load_dwarf<'a, 'b, R: object::ReadRef<'a>, S: object::ReadRef<'b>>(
     obj: &object::File<'a, R>,
     sup: Option<&object::File<'b, S>>,
 ) -> Option<LazyDwarf> {

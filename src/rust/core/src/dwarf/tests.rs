@@ -39,36 +39,12 @@ fn lazy_of(bytes: &[u8]) -> LazyDwarf {
     lazy_with(bytes, None)
 }
 
-/// The DWARF of `sup` (a dwz supplementary file) read whole.
-fn sup_of(sup: &[u8]) -> gimli::Dwarf<Reader> {
-    let obj = object::File::parse(sup).unwrap();
-    let Ok(d) = gimli::Dwarf::load(|id| {
-        let data = match obj.section_by_name(id.name()).and_then(|s| s.uncompressed_data().ok()) {
-            Some(d) if READ.contains(&id) => SectionData::new(d.into_owned()),
-            _ => SectionData::empty(),
-        };
-        Ok::<Reader, std::convert::Infallible>(gimli::EndianReader::new(data, gimli::RunTimeEndian::Little))
-    });
-    d
-}
-
+/// `bytes`' DWARF as winch loads it (compressed sections lazily), with the
+/// supplementary file `sup`.
 fn lazy_with(bytes: &[u8], sup: Option<&[u8]>) -> LazyDwarf {
     let obj = object::File::parse(bytes).unwrap();
-    let endian =
-        if obj.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
-    let sections = READ
-        .iter()
-        .map(|&id| {
-            let Some(s) = obj.section_by_name(id.name()) else { return (id, Section::empty()) };
-            if let Ok(c) = s.compressed_data() {
-                if c.format == object::CompressionFormat::Zlib && LAZY.contains(&id) {
-                    return (id, Section::zlib(c.data.to_vec(), c.uncompressed_size as usize));
-                }
-            }
-            (id, Section::whole(s.uncompressed_data().unwrap().into_owned()))
-        })
-        .collect();
-    LazyDwarf::new(sections, sup.map(sup_of), endian)
+    let sup = sup.map(|b| object::File::parse(b).unwrap());
+    crate::debuginfo::load_dwarf(&obj, sup.as_ref()).expect("plausible DWARF")
 }
 
 type Row = (Option<String>, Option<String>, Option<u32>, Option<u32>);
