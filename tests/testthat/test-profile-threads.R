@@ -135,11 +135,18 @@ test_that("a thread pool serving two R calls puts each region's work under its o
   }, interval = 0.002)
   worker <- paste0(TH, "spin_omp_worker")
   paths <- outer_paths(p, worker)
-  # libgomp reuses its thread: the same [thread N] under each call.
-  expect_setequal(paths, c(
+  # libgomp reuses its thread: the same [thread N] under each call. A
+  # sample whose request to the main thread was not answered in time (a
+  # loaded machine) is at the root, as documented; never under the other
+  # call.
+  expected <- c(
     path("[thread_1]", paste0(TH, "thr_omp"), "omp", "first_call"),
     path("[thread_1]", paste0(TH, "thr_omp"), "omp", "second_call")
-  ))
+  )
+  expect_true(all(expected %in% paths), info = paste(paths, collapse = "\n"))
+  expect_true(all(paths %in% c(expected, "[thread_1]")), info = paste(paths, collapse = "\n"))
+  at_root <- seconds_where(p, function(s) worker %in% s && s[[length(s)]] == "[thread_1]")
+  expect_lt(at_root, 0.5 * seconds_in(p, worker))
   for (call in c("first_call", "second_call")) {
     w <- seconds_where(p, function(s) worker %in% s && call %in% s)
     expect_gt(w, 0.05)
