@@ -50,8 +50,7 @@ winch_add_trace_back <- function(trace = rlang::trace_back(bottom = parent.frame
   if (is.null(row_frames)) {
     return(trace)
   }
-  native <- joint_capture(frames, calls)
-  insert_native_rows(trace, row_frames, native, first = 1L)
+  splice_native(trace, row_frames, frames, calls, first = 1L)
 }
 
 is_old_rlang_trace <- function(x) {
@@ -86,52 +85,62 @@ match_trace_rows <- function(trace, calls) {
   if (is.integer(rows)) rows else NULL
 }
 
-# Inserts the native frames of `native` (a joint capture's view: the frames
-# to show, outermost first) into `trace`, whose row j is R frame
-# `row_frames[j]`. Only chunks under rows `first` and later are inserted, so
-# rows before `first` keep their positions. Where rows go and who their
-# parents are is decided by winch_core::splice (src/rust/core/src/splice.rs).
-insert_native_rows <- function(trace, row_frames, native, first = 1L) {
-  tr <- unclass(trace)
-  nat <- unclass(native)
-  at_throw <- nat$at_throw %||% logical(length(nat$r_frame))
-  plan <- rs_splice_trace(as.integer(row_frames), as.integer(tr$parent), nat$r_frame, at_throw, as.integer(first))
-  n <- length(plan$kind)
-  added <- sum(plan$kind == 2L)
-  if (!added) {
-    return(trace)
+# `trace` with the native frames of the current stack inserted: its row j
+# is R frame `row_frames[j]` (frame j when NULL), and `frames` and `calls`
+# are as for joint_capture(). Only chunks under rows `first` and later are
+# inserted, so rows before `first` keep their positions. The core captures,
+# places and splices in one .Call (src/rust/src/spliced.rs; where rows go
+# and who their parents are: winch_core::splice) and returns the new trace,
+# or FALSE when there is nothing to add.
+splice_native <- function(trace, row_frames, frames, calls, first = 1L,
+                          backend = getOption("winch.backend", "auto"),
+                          call = rlang::caller_env()) {
+  if (!is.integer(.subset2(trace, "parent"))) {
+    trace$parent <- as.integer(trace$parent)
   }
-  # The columns are made by the core (src/rust/src/trace_rows.rs) but for
-  # those with a class, subset here.
-  out <- check_result(rs_trace_rows(tr, plan, nat))
-  for (j in seq_along(out)) {
-    if (is.null(out[[j]])) {
-      col <- tr[[j]][plan$src]
-      if (is.logical(col)) col[plan$kind != 1L] <- FALSE
-      out[[j]] <- col
+  # As in winch_trace_back(), the core says whether the options and loaded
+  # libraries changed since the last capture: R's checks and syncing run
+  # only then (or where the core refuses the arguments). One .Call in the
+  # usual case: this runs inside every hooked rlang trace.
+  synced <- !identical(getOption("winch.capture_throws", TRUE), the$throws_on)
+  if (synced) {
+    check_backend(backend, call = call)
+    sync_options(call = call)
+  }
+  use_contexts <- !isFALSE(getOption("winch.use_contexts"))
+  attr_names <- names(attributes(trace))
+  out <- .Call(C_rs_splice_native, trace, attr_names, row_frames, frames, calls, first, backend, use_contexts, synced)
+  if (identical(out, "sync")) {
+    check_backend(backend, call = call)
+    sync_options(call = call)
+    out <- .Call(C_rs_splice_native, trace, attr_names, row_frames, frames, calls, first, backend, use_contexts, TRUE)
+  }
+  if (!is.data.frame(out)) {
+    if (isFALSE(out)) {
+      return(trace)
     }
+    check_backend(backend, call = call)
+    out <- check_result(out, call = call)
   }
-  attrs <- out_attrs(trace, n)
-  attrs$names <- names(out)
-  attributes(out) <- attrs
-  attr(out, "winch") <- winch_info(native, added)
+  # Columns with a class are subset here, as `[` would.
+  plan <- attr(out, "winch_plan", exact = TRUE)
+  if (!is.null(plan)) {
+    attr(out, "winch_plan") <- NULL
+    attrs <- attributes(out)
+    cols <- unclass(out)
+    for (j in seq_along(cols)) {
+      if (is.null(cols[[j]])) {
+        col <- .subset2(trace, j)[plan$src]
+        if (is.logical(col)) col[plan$kind != 1L] <- FALSE
+        cols[j] <- list(col)
+      }
+    }
+    attributes(cols) <- attrs
+    out <- cols
+  }
+  if (isTRUE(attr(out, "debug_files_would_help", exact = TRUE))) {
+    attr(out, "debug_files_would_help") <- NULL
+    debuginfod_hint(structure(list(), debug_files_would_help = TRUE))
+  }
   out
 }
-
-out_attrs <- function(trace, n) {
-  attrs <- attributes(trace)
-  attrs$row.names <- .set_row_names(n)
-  attrs
-}
-
-winch_info <- function(native, added) {
-  list(
-    placement = attr(native, "placement"),
-    fallback_reason = attr(native, "fallback_reason"),
-    truncated = attr(native, "truncated"),
-    truncation = attr(native, "truncation"),
-    added = added,
-    throw = attr(native, "throw")
-  )
-}
-

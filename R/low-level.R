@@ -38,10 +38,8 @@ rs_joint <- function(backend, frames, calls, libr, use_contexts) {
   .Call(C_rs_joint, backend, frames, calls, libr, use_contexts)
 }
 
-rs_splice_trace <- function(row_frames, parents, r_frame, at_throw, first) {
-  .Call(C_rs_splice_trace, row_frames, parents, r_frame, at_throw, first)
-}
-rs_trace_rows <- function(trace, plan, nat) .Call(C_rs_trace_rows, trace, plan, nat)
+# rs_splice_native() is called in R/add_trace_back.R (splice_native()),
+# directly: it runs inside every hooked rlang trace.
 rs_match_rows <- function(trace_calls, calls) .Call(C_rs_match_rows, trace_calls, calls)
 
 rs_splice_calls <- function(n, r_frame) .Call(C_rs_splice_calls, n, r_frame)

@@ -65,8 +65,7 @@ replace_binding <- function(env, name, value) {
   assign(name, value, envir = env)
 }
 
-use_winch_option <- function() {
-  opt <- getOption("rlang_trace_use_winch")
+use_winch_option <- function(opt = getOption("rlang_trace_use_winch")) {
   !is.null(opt) && isTRUE(as.logical(opt)[1L])
 }
 
@@ -74,7 +73,8 @@ use_winch_option <- function() {
 # with the trace of frames 1..bottom, before rlang trims it at
 # `rlang_trace_top_env`.
 winch_rlang_hook <- function(trace, original) {
-  if (!use_winch_option()) {
+  opt <- getOption("rlang_trace_use_winch")
+  if (!isTRUE(opt) && !use_winch_option(opt)) {
     return(original(trace))
   }
   if (isTRUE(the$in_hook)) {
@@ -107,28 +107,30 @@ add_native_in_trace_back <- function(trace, tb) {
   if (!is.list(tb_frames) || length(tb_frames) != m) {
     return(trace)
   }
-  start <- trace_keep_start(m, tb_frames, get0("top", envir = tb, inherits = FALSE))
+  # rlang keeps every row when no top environment is given, set or implied
+  # by knitr (the first tests of its trace_trim_env_idx()): the usual case,
+  # answered here without a call.
+  top <- get0("top", envir = tb, inherits = FALSE)
+  start <- if (is.null(top) && is.null(getOption("rlang_trace_top_env")) && !isTRUE(getOption("knitr.in.progress"))) {
+    1L
+  } else {
+    trace_keep_start(m, tb_frames, top)
+  }
   if (is.na(start)) {
     return(trace)
   }
   # sys.calls() copies every call; the core needs it only until it has
   # checked the context records' calls once in this session.
   my_calls <- if (isTRUE(the$calls_checked)) NULL else as.list(sys.calls())[seq_len(m)]
-  native <- joint_capture(tb_frames, my_calls)
-  if (!is.null(my_calls) && !identical(attr(native, "placement"), "fallback")) {
+  out <- splice_native(trace, NULL, tb_frames, my_calls, first = start)
+  if (!is.null(my_calls) && !identical(attr(out, "winch", exact = TRUE)$placement, "fallback")) {
     the$calls_checked <- TRUE
   }
-  insert_native_rows(trace, seq_len(m), native, first = start)
+  out
 }
 
 # The first row rlang::trace_back() will keep (NA if it cannot be known).
 trace_keep_start <- function(m, frames, top) {
-  # rlang keeps every row when no top environment is given, set or implied
-  # by knitr (the first tests of its trace_trim_env_idx()): the usual case,
-  # answered without running its R code a second time.
-  if (is.null(top) && is.null(getOption("rlang_trace_top_env")) && !isTRUE(getOption("knitr.in.progress"))) {
-    return(1L)
-  }
   idx_fn <- the$hook$trim_idx %||% get0("trace_trim_env_idx", envir = asNamespace("rlang"), inherits = FALSE)
   if (!is.function(idx_fn)) {
     return(NA_integer_)

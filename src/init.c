@@ -16,9 +16,8 @@
   X(rs_backends, 0)             \
   X(rs_trace_back, 2)           \
   X(rs_joint, 5)                \
-  X(rs_splice_trace, 5)         \
+  X(rs_splice_native, 9)        \
   X(rs_splice_calls, 2)         \
-  X(rs_trace_rows, 3)           \
   X(rs_match_rows, 2)           \
   X(rs_context_chain, 1)        \
   X(rs_thread_capture, 1)       \

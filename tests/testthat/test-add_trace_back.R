@@ -210,3 +210,37 @@ test_that("trace rows are matched to frames by their calls' heads", {
   trace2$call <- list(1, quote(f()))
   expect_identical(match_rows(trace2, list(quote(g()), "x", quote(f()))), 2:3)
 })
+
+test_that("native rows' calls are kept between traces, and changing one in R changes no other trace", {
+  traces <- list()
+  cb <- function() traces[[length(traces) + 1L]] <<- winch_add_trace_back()
+  outer <- function() .Call("rt_call", cb, environment(), PACKAGE = "wtest_roundtrip")
+  for (i in 1:3) outer()
+  rows <- lapply(traces, function(tr) which(tr$namespace == "/wtest_roundtrip.so"))
+  expect_identical(rows[[1L]], rows[[2L]])
+  first <- traces[[1L]]$call[rows[[1L]]]
+  expect_identical(traces[[2L]]$call[rows[[2L]]], first)
+  # Changed in R: a copy is changed, not the call the other traces hold.
+  tr <- traces[[2L]]
+  i <- rows[[2L]][[1L]]
+  tr$call[[i]][[1L]] <- as.symbol("changed")
+  attr(tr$call[[i]], "srcref") <- NULL
+  expect_identical(as.character(tr$call[[i]][[1L]]), "changed")
+  expect_identical(traces[[1L]]$call[rows[[1L]]], first)
+  expect_identical(traces[[3L]]$call[rows[[3L]]], first)
+  expect_false(is.null(attr(traces[[3L]]$call[[i]], "srcref")))
+  outer()
+  expect_identical(traces[[4L]]$call[rows[[1L]]], first)
+})
+
+test_that("a change of winch's options between traces is seen, and a bad one is an error", {
+  f <- function() winch_call(function() winch_add_trace_back())
+  expect_true("/winch.so" %in% f()$namespace)
+  withr::with_options(list(winch.debug_dirs = c(tempdir(), "/usr/lib/debug")), {
+    expect_true("/winch.so" %in% f()$namespace)
+    expect_identical(winch:::the$debug_dirs, c(tempdir(), "/usr/lib/debug"))
+  })
+  expect_error(withr::with_options(list(winch.backend = "nope"), f()), class = "winch_error_bad_argument")
+  expect_error(withr::with_options(list(winch.debug_dirs = 1), f()), class = "winch_error_bad_argument")
+  expect_true("/winch.so" %in% f()$namespace)
+})

@@ -29,6 +29,15 @@ test_that("off by default: no request, and a hint once per session", {
   expect_message(row <- helper_row(lib), "winch.debuginfod = TRUE", class = "winch_message")
   expect_true(is.na(row$func))
   expect_no_message(helper_row(lib))
+  # Native frames spliced into an rlang trace (the hook's path) say it too.
+  forget_said("debuginfod_hint")
+  expect_message(
+    tr <- capture_stripped(lib, function() winch_add_trace_back()),
+    "winch.debuginfod = TRUE",
+    class = "winch_message"
+  )
+  expect_true(any(startsWith(tr$namespace, "/"), na.rm = TRUE))
+  expect_null(attr(tr, "debug_files_would_help"))
   withr::local_options(winch.debuginfod = FALSE)
   forget_said("debuginfod_hint")
   expect_no_message(helper_row(lib))

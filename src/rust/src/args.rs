@@ -101,23 +101,6 @@ impl Arg {
         }
     }
 
-    /// A logical vector without NA.
-    pub fn logicals(&self) -> Result<Vec<bool>> {
-        let (kind, n) = self.shape();
-        if kind != rapi::LGLSXP {
-            return Err(self.bad("a logical vector"));
-        }
-        // SAFETY: a logical vector of length n.
-        let v = unsafe { std::slice::from_raw_parts(rapi::LOGICAL(self.sexp), n) };
-        v.iter()
-            .map(|&x| match x {
-                0 => Ok(false),
-                1 => Ok(true),
-                _ => Err(self.bad("a logical vector without NA")),
-            })
-            .collect()
-    }
-
     /// An integer vector (NA elements as None).
     pub fn ints(&self) -> Result<Vec<Option<i32>>> {
         let (kind, n) = self.shape();

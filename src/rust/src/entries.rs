@@ -5,6 +5,7 @@
 use crate::args::Arg;
 use crate::frames::FrameTable;
 use crate::rstate;
+use crate::spliced::{self, NativeRow};
 use crate::value::RValue;
 use std::path::PathBuf;
 use winch_core::error::{Error, Result};
@@ -157,6 +158,13 @@ pub fn rs_joint(backend_arg: Arg, frames: Arg, calls: Arg, libr: Arg, use_contex
     let (frames, calls) = (frames.element_addrs()?, calls.element_addrs()?);
     let (libr, use_contexts) = (libr.flag()?, use_contexts.flag()?);
     let j = joint::capture(rstate::facts()?, backend, &frames, &calls, use_contexts)?;
+    Ok(RValue::Built(Box::new(joint_table(&j, libr))))
+}
+
+/// The frames joint views show of `j` (R's own with `libr`), with where
+/// each is placed and, after the frame that caught it, the branch of a
+/// throw still being handled; its attributes say how they were placed.
+fn joint_table(j: &joint::Joint, libr: bool) -> FrameTable {
     let n = &j.native;
     let shown = view::select(&n.classes, View::Joint { libr });
     let resolved = n.trace.symbolize_some(&shown);
@@ -164,16 +172,14 @@ pub fn rs_joint(backend_arg: Arg, frames: Arg, calls: Arg, libr: Arg, use_contex
     table.attrs.push((c"debug_files_would_help", n.trace.debug_files_would_help(&shown, &resolved).into()));
     // A C++ throw or Rust panic caught by a frame still running: its frames
     // as they were at the throw, right after the catching frame's rows.
-    let mut thrown = None;
-    if let Some(b) = crate::throws::branch(&j) {
+    if let Some(b) = crate::throws::branch(j) {
         if let Some(k) = shown.iter().position(|&i| i == b.catcher) {
             let at: usize = resolved[..=k].iter().map(|r| r.len()).sum();
+            let rows = b.table.rows.len();
             table.rows.splice(at..at, b.table.rows);
-            thrown = Some(b.info);
+            table.branch = Some((at..at + rows, b.table.map));
+            table.attrs.push((c"throw", b.info));
         }
-    }
-    if let Some(info) = thrown {
-        table.attrs.push((c"throw", info));
     }
     let mode = match (&j.fallback_reason, j.placement.is_approximate()) {
         (Some(_), _) => "fallback",
@@ -183,43 +189,7 @@ pub fn rs_joint(backend_arg: Arg, frames: Arg, calls: Arg, libr: Arg, use_contex
     table.attrs.push((c"placement", RValue::from(mode.to_string())));
     table.attrs.push((c"fallback_reason", RValue::from(j.fallback_reason.as_ref().map(|e| e.to_string()))));
     table.attrs.push((c"beyond_end", RValue::from(j.placement.beyond_end as i32)));
-    Ok(RValue::Built(Box::new(table)))
-}
-
-fn int_col(v: impl Iterator<Item = Option<usize>>) -> RValue {
-    RValue::Int(v.map(|x| x.and_then(|k| i32::try_from(k).ok())).collect())
-}
-
-/// Where rows go when native frames (their R frames `r_frame`, outermost
-/// first; `at_throw`: frames of a throw's branch) are spliced into an rlang
-/// trace whose rows are R frames `row_frames` with parents `parents`; see
-/// winch_core::splice.
-pub fn rs_splice_trace(
-    row_frames: Arg,
-    parents: Arg,
-    r_frame: Arg,
-    at_throw: Arg,
-    first: Arg,
-) -> Result<RValue> {
-    use winch_core::splice::{splice_trace, Row};
-    let first = first.int()?.max(1) as usize;
-    let branch = at_throw.logicals()?;
-    let s = splice_trace(&row_frames.counts()?, &parents.counts()?, &r_frame.indices()?, &branch, first);
-    let kind = s.rows.iter().map(|r| {
-        Some(match r {
-            Row::R(_) => 1,
-            Row::Native(_) => 2,
-            Row::UnplacedMarker => 3,
-        })
-    });
-    let src = s.rows.iter().map(|r| if let Row::R(j) = r { Some(j + 1) } else { None });
-    let native = s.rows.iter().map(|r| if let Row::Native(i) = r { Some(i + 1) } else { None });
-    Ok(RValue::List(vec![
-        ("kind", int_col(kind)),
-        ("src", int_col(src)),
-        ("native", int_col(native)),
-        ("parent", int_col(s.parents.iter().map(|&p| Some(p)))),
-    ]))
+    table
 }
 
 /// Which frames of `calls` (the stack's, outermost first: `sys.calls()`
@@ -236,84 +206,63 @@ pub fn rs_match_rows(trace_calls: Arg, calls: Arg) -> Result<RValue> {
     })
 }
 
-/// The columns of an rlang trace `trace` (its columns, unclassed) with
-/// native frames spliced in as `plan` says (`rs_splice_trace()`'s `kind`,
-/// `src`, `native` and `parent`), the native frames being `nat` (a joint
-/// capture's columns: `label`, `pathname`, `file`, `line`, `column`,
-/// `approximate`, `at_throw`). Columns R must subset itself are NULL.
-pub fn rs_trace_rows(trace: Arg, plan: Arg, nat: Arg) -> Result<RValue> {
-    use crate::trace_rows::{Held, Row, TraceRows};
+/// The rlang trace `trace` (whose attributes are named `attr_names`; its
+/// row j is R frame `row_frames[j]`, or frame j when `row_frames` is NULL)
+/// with the native frames of the current stack spliced in under rows
+/// `first` and later: the new trace, with its attribute `winch`; FALSE
+/// when there is nothing to add; unless R has just synced the core
+/// (`synced`), "sync" when the options or loaded libraries changed since
+/// it last did (`rs_in_step()`: R syncs and asks again). `frames`,
+/// `calls`, `backend` and `use_contexts` are as for `rs_joint()`.
+#[allow(clippy::too_many_arguments)]
+pub fn rs_splice_native(
+    trace: Arg,
+    attr_names: Arg,
+    row_frames: Arg,
+    frames: Arg,
+    calls: Arg,
+    first: Arg,
+    backend_arg: Arg,
+    use_contexts: Arg,
+    synced: Arg,
+) -> Result<RValue> {
+    require_main_thread()?;
+    if !synced.flag()? && !crate::in_step::check() {
+        return Ok(RValue::from("sync".to_string()));
+    }
+    let backend = backend(backend_arg)?;
     let names = trace.field_names()?;
-    let kind = plan.field("kind")?.ints()?;
-    let src = plan.field("src")?.ints()?;
-    let native = plan.field("native")?.ints()?;
-    let parents = plan.field("parent")?.ints()?;
-    let n = kind.len();
-    if [src.len(), native.len(), parents.len()].iter().any(|&l| l != n) {
-        return Err(Error::BadArgument("`plan`'s columns must have the same length".into()));
+    let parents = trace.field("parent")?.counts()?;
+    let row_frames =
+        if row_frames.is_null() { (1..=parents.len()).collect() } else { row_frames.counts()? };
+    if row_frames.len() != parents.len() {
+        return Err(Error::BadArgument("`row_frames` must have one frame per row of `trace`".into()));
     }
-    let labels = nat.field("label")?.strings()?;
-    let paths = nat.field("pathname")?.strings()?;
-    let files = nat.field("file")?.strings()?;
-    let lines = nat.field("line")?.ints()?;
-    let columns = nat.field("column")?.ints()?;
-    let approximate = nat.field("approximate")?.logicals()?;
-    let at_throw = match nat.field("at_throw") {
-        Ok(a) if !a.is_null() => a.logicals()?,
-        _ => vec![false; labels.len()],
+    let attr_names: Vec<String> = attr_names.strings()?.into_iter().flatten().collect();
+    let first = first.int()?.max(1) as usize;
+    let (frames, calls) = (frames.element_addrs()?, calls.element_addrs()?);
+    let j = joint::capture(rstate::facts()?, backend, &frames, &calls, use_contexts.flag()?)?;
+    let mut table = joint_table(&j, false);
+    let natives: Vec<_> =
+        table.rows.iter().enumerate().map(|(i, r)| NativeRow::of(table.map_of(i), r)).collect();
+    let mut attr = |name: &str| {
+        let k = table.attrs.iter().position(|(n, _)| n.to_bytes() == name.as_bytes());
+        k.map_or(RValue::Null, |k| table.attrs.swap_remove(k).1)
     };
-    let frames = labels.len();
-    if [paths.len(), files.len(), lines.len(), columns.len(), approximate.len(), at_throw.len()]
-        .iter()
-        .any(|&l| l != frames)
-    {
-        return Err(Error::BadArgument("`nat`'s columns must have the same length".into()));
-    }
-    let bad = || Error::BadArgument("`plan` does not fit `trace` and `nat`".into());
-    let mut rows = Vec::with_capacity(n);
-    let (mut picked, mut namespaces, mut thrown) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..n {
-        rows.push(match kind[i] {
-            Some(1) => Row::R(src[i].and_then(|s| usize::try_from(s - 1).ok()).ok_or_else(bad)?),
-            Some(2) => {
-                let f = native[i]
-                    .and_then(|f| usize::try_from(f - 1).ok())
-                    .filter(|&f| f < frames)
-                    .ok_or_else(bad)?;
-                let base = paths[f].as_deref().map_or("NA", |p| p.rsplit('/').next().unwrap_or(p));
-                let mut ns = format!("/{base}");
-                if approximate[f] {
-                    ns.push_str(" (approx.)");
-                }
-                if at_throw[f] {
-                    ns.push_str(" [at throw]");
-                }
-                namespaces.push(ns);
-                thrown.push(at_throw[f]);
-                picked.push(f);
-                Row::Native(picked.len() - 1)
-            }
-            Some(3) => Row::Marker,
-            _ => return Err(bad()),
-        });
-    }
-    let pick = |v: &Vec<Option<String>>| picked.iter().map(|&f| v[f].clone()).collect::<Vec<_>>();
-    let label: Option<Vec<String>> = picked.iter().map(|&f| labels[f].clone()).collect();
-    let calls = crate::native_calls::NativeCalls::new(
-        label.ok_or_else(|| Error::BadArgument("`nat$label` must not contain NA".into()))?,
-        pick(&files),
-        picked.iter().map(|&f| lines[f]).collect(),
-        picked.iter().map(|&f| columns[f]).collect(),
-    );
-    Ok(RValue::Built(Box::new(TraceRows {
-        trace: Held(trace.sexp()),
-        names,
-        rows,
-        parents,
-        calls,
-        namespaces,
-        thrown,
-    })))
+    let would_help = matches!(attr("debug_files_would_help"), RValue::Lgl(v) if v == [true]);
+    let winch = vec![
+        ("placement", attr("placement")),
+        ("fallback_reason", attr("fallback_reason")),
+        ("truncated", attr("truncated")),
+        ("truncation", attr("truncation")),
+        ("throw", attr("throw")),
+    ];
+    let trace = spliced::Trace { sexp: trace.sexp(), names, attr_names, row_frames, parents };
+    let spliced = spliced::splice(trace, natives, first, winch, would_help);
+    Ok(match spliced {
+        Some(s) => RValue::Built(Box::new(s)),
+        None => RValue::from(false),
+    })
 }
 
 /// The entry order of a joint sys.calls() for R frames 1..=n: positive k is

@@ -45,6 +45,9 @@ pub struct FrameTable {
     /// With the placement columns (`r_frame`, `approximate`).
     pub joint: bool,
     pub attrs: Vec<(&'static CStr, RValue)>,
+    /// Rows of a throw's branch, whose modules are another map's (the
+    /// throw's, which may predate a library's loading).
+    pub branch: Option<(std::ops::Range<usize>, Arc<ModuleMap>)>,
 }
 
 const COLUMNS: [&str; 11] =
@@ -115,7 +118,21 @@ impl FrameTable {
                 at_throw: false,
             });
         }
-        FrameTable { map: t.map.clone(), rows, joint: placement.is_some(), attrs: trace_attrs(t) }
+        FrameTable {
+            map: t.map.clone(),
+            rows,
+            joint: placement.is_some(),
+            attrs: trace_attrs(t),
+            branch: None,
+        }
+    }
+
+    /// The module map of row `i`'s `module`.
+    pub fn map_of(&self, i: usize) -> &ModuleMap {
+        match &self.branch {
+            Some((rows, map)) if rows.contains(&i) => map,
+            _ => &self.map,
+        }
     }
 
     pub fn column_names(&self) -> &'static [&'static str] {
@@ -210,7 +227,16 @@ unsafe fn build_column(t: &FrameTable, name: &str, strings: &mut StringCache, df
                         "func" => strings.arc(r.func.as_ref()),
                         "ip" => strings.hex(r.ip, false),
                         "pathname" => {
-                            r.module.map_or(rapi::R_NaString, |m| strings.module(m, &t.map.module(m).path))
+                            let map = t.map_of(i);
+                            match r.module {
+                                // The string cache is keyed by module index: the branch's
+                                // paths are made afresh.
+                                Some(m) if t.branch.as_ref().is_some_and(|(rows, _)| rows.contains(&i)) => {
+                                    rapi::mkchar(&map.module(m).path)
+                                }
+                                Some(m) => strings.module(m, &map.module(m).path),
+                                None => rapi::R_NaString,
+                            }
                         }
                         "file" => strings.arc(r.file.as_ref()),
                         "source" => r.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),

@@ -27,6 +27,7 @@ mod profile;
 mod profile;
 mod rapi;
 mod rstate;
+mod spliced;
 mod string_pool;
 mod throws;
 mod trace_rows;
@@ -57,8 +58,7 @@ entry_points! {
     rs_backends();
     rs_trace_back(backend, libr);
     rs_joint(backend, frames, calls, libr, use_contexts);
-    rs_splice_trace(row_frames, parents, r_frame, at_throw, first);
-    rs_trace_rows(trace, plan, nat);
+    rs_splice_native(trace, attr_names, row_frames, frames, calls, first, backend, use_contexts, synced);
     rs_match_rows(trace_calls, calls);
     rs_splice_calls(n, r_frame);
     rs_context_chain(backend);

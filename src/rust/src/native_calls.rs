@@ -15,6 +15,10 @@ type Place = (usize, i32, i32);
 pub struct NativeCalls {
     pub rows: Vec<(String, Option<Place>)>,
     pub files: Vec<String>,
+    /// Per row, what its call is kept by between results: the label, then
+    /// the file, line and column after NULs (which neither holds). Made
+    /// here, not while R allocates (an R error there would leak them).
+    keys: Vec<String>,
 }
 
 impl NativeCalls {
@@ -26,7 +30,8 @@ impl NativeCalls {
         lines: Vec<Option<i32>>,
         columns: Vec<Option<i32>>,
     ) -> Self {
-        let mut out = NativeCalls { rows: Vec::with_capacity(labels.len()), files: Vec::new() };
+        let mut out =
+            NativeCalls { rows: Vec::with_capacity(labels.len()), files: Vec::new(), keys: Vec::new() };
         for (i, label) in labels.into_iter().enumerate() {
             let file = files.get(i).cloned().flatten();
             let line = lines.get(i).copied().flatten();
@@ -43,6 +48,12 @@ impl NativeCalls {
                 }
                 _ => None,
             };
+            let mut key = label.clone();
+            if let Some((k, line, col)) = place {
+                use std::fmt::Write;
+                let _ = write!(key, "\0{}\0{line}\0{col}", out.files[k]);
+            }
+            out.keys.push(key);
             out.rows.push((label, place));
         }
         out
@@ -66,32 +77,48 @@ impl Build for NativeCalls {
                     crate::string_pool::srcfile(path, || srcfile(path)),
                 );
             }
-            for (i, (label, place)) in self.rows.iter().enumerate() {
-                let name = rapi::Rf_protect(rapi::mkchar(label));
-                let call = rapi::Rf_lang1(rapi::Rf_installTrChar(name));
+            for (i, ((label, place), key)) in self.rows.iter().zip(&self.keys).enumerate() {
+                let call = crate::string_pool::native_call(key, || {
+                    make_call(label, place.map(|(k, l, c)| (rapi::VECTOR_ELT(srcfiles, k as isize), l, c)))
+                });
                 rapi::SET_VECTOR_ELT(out, i as isize, call);
-                rapi::Rf_unprotect(1);
-                if let Some((k, line, col)) = *place {
-                    // The srcref's first column is the byte after the one
-                    // rlang prints (it prints `srcref[5] - 1`): so that
-                    // rlang shows the debug information's column (1-based,
-                    // as compilers print it), that column plus one; an
-                    // unknown column prints as 0.
-                    let c = col + 1;
-                    let r = rapi::Rf_protect(rapi::Rf_allocVector(rapi::INTSXP, 8));
-                    let v = rapi::INTEGER(r);
-                    for (j, x) in [line, c, line, c, c, c, line, line].into_iter().enumerate() {
-                        *v.add(j) = x;
-                    }
-                    rapi::Rf_setAttrib(r, rapi::sym(c"srcfile"), rapi::VECTOR_ELT(srcfiles, k as isize));
-                    rapi::Rf_setAttrib(r, rapi::R_ClassSymbol, rapi::Rf_mkString(c"srcref".as_ptr()));
-                    rapi::Rf_setAttrib(call, rapi::sym(c"srcref"), r);
-                    rapi::Rf_unprotect(1);
-                }
             }
             rapi::Rf_unprotect(2);
             out
         }
+    }
+}
+
+/// The call `label()`, with a srcref at `line` and `col` of `srcfile`
+/// when the place is known.
+///
+/// # Safety
+/// As for [`Build::build`]; `srcfile` is protected; the result is
+/// unprotected.
+unsafe fn make_call(label: &str, place: Option<(Sexp, i32, i32)>) -> Sexp {
+    // SAFETY: the caller's contract; the call is protected while its
+    // srcref is made, the srcref while its attributes are set.
+    unsafe {
+        let name = rapi::Rf_protect(rapi::mkchar(label));
+        let call = rapi::Rf_protect(rapi::Rf_lang1(rapi::Rf_installTrChar(name)));
+        if let Some((srcfile, line, col)) = place {
+            // The srcref's first column is the byte after the one rlang
+            // prints (it prints `srcref[5] - 1`): so that rlang shows the
+            // debug information's column (1-based, as compilers print
+            // it), that column plus one; an unknown column prints as 0.
+            let c = col + 1;
+            let r = rapi::Rf_protect(rapi::Rf_allocVector(rapi::INTSXP, 8));
+            let v = rapi::INTEGER(r);
+            for (j, x) in [line, c, line, c, c, c, line, line].into_iter().enumerate() {
+                *v.add(j) = x;
+            }
+            rapi::Rf_setAttrib(r, rapi::sym(c"srcfile"), srcfile);
+            rapi::Rf_setAttrib(r, rapi::R_ClassSymbol, rapi::Rf_mkString(c"srcref".as_ptr()));
+            rapi::Rf_setAttrib(call, rapi::sym(c"srcref"), r);
+            rapi::Rf_unprotect(1);
+        }
+        rapi::Rf_unprotect(2);
+        call
     }
 }
 

@@ -41,6 +41,7 @@ extern "C" {
     pub static R_Bracket2Symbol: Sexp;
     pub static R_ClassSymbol: Sexp;
     pub static R_NamesSymbol: Sexp;
+    pub static R_RowNamesSymbol: Sexp;
     /// The marker R_Srcref holds while byte code runs.
     pub static R_InBCInterpreter: Sexp;
     /// R's C stack as R measured it at start-up (Rinterface.h; -1 where

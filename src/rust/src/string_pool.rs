@@ -150,6 +150,14 @@ const SRCFILE_SLOTS: usize = 1024;
 
 static SRCFILES: Mutex<Option<Kept<String>>> = Mutex::new(None);
 
+/// The calls standing for native frames in rlang traces (`fn()` with its
+/// srcref: five objects each), kept by label and place; a trace's list
+/// holds them as R's own lists share elements (a change to one, in R,
+/// copies it first).
+const CALL_SLOTS: usize = 4096;
+
+static CALLS: Mutex<Option<Kept<String>>> = Mutex::new(None);
+
 /// The kept srcfile of `path`, or the one `make` makes, kept; `make`'s
 /// own result when the pool is held by a nested result.
 ///
@@ -157,17 +165,42 @@ static SRCFILES: Mutex<Option<Kept<String>>> = Mutex::new(None);
 /// R's main thread, inside `R_ToplevelExec`; the result is unprotected
 /// (kept alive by the pool only when it came from it).
 pub unsafe fn srcfile(path: &str, make: impl FnOnce() -> Sexp) -> Sexp {
-    let Ok(mut guard) = SRCFILES.try_lock() else {
+    // SAFETY: the caller's contract.
+    unsafe { kept(&SRCFILES, SRCFILE_SLOTS, path, make) }
+}
+
+/// The kept native call of `key` (see [`CALLS`]), or the one `make`
+/// makes, kept.
+///
+/// # Safety
+/// As for [`srcfile`].
+pub unsafe fn native_call(key: &str, make: impl FnOnce() -> Sexp) -> Sexp {
+    // SAFETY: the caller's contract.
+    unsafe { kept(&CALLS, CALL_SLOTS, key, make) }
+}
+
+/// The object `pool` keeps for `key`, or the one `make` makes, kept;
+/// `make`'s own result when the pool is held by a nested result.
+///
+/// # Safety
+/// As for [`srcfile`].
+unsafe fn kept(
+    pool: &Mutex<Option<Kept<String>>>,
+    slots: usize,
+    key: &str,
+    make: impl FnOnce() -> Sexp,
+) -> Sexp {
+    let Ok(mut guard) = pool.try_lock() else {
         return make();
     };
-    let kept = guard.get_or_insert_with(|| Kept::new(rapi::VECSXP, SRCFILE_SLOTS));
+    let kept = guard.get_or_insert_with(|| Kept::new(rapi::VECSXP, slots));
     // SAFETY: the caller's contract.
     unsafe {
-        if let Some(env) = kept.get(path) {
-            return env;
+        if let Some(x) = kept.get(key) {
+            return x;
         }
-        let env = make();
-        kept.put(path.to_string(), env);
-        env
+        let x = make();
+        kept.put(key.to_string(), x);
+        x
     }
 }

@@ -1,8 +1,7 @@
-//! The rows of an rlang trace with native frames spliced in, column by
-//! column (`insert_native_rows()` in R/add_trace_back.R): R rows copied
-//! from the trace, native rows and the unplaced marker made up. Made here
-//! so that a hooked trace costs one allocation per column, not R calls per
-//! row. Where rows go comes from `winch_core::splice` (`rs_splice_trace`).
+//! The columns of an rlang trace with native frames spliced in
+//! (`spliced.rs`): R rows copied from the trace, native rows and the
+//! unplaced marker made up, one allocation per column. Where rows go comes
+//! from `winch_core::splice`.
 
 use crate::native_calls::NativeCalls;
 use crate::rapi::{self, Sexp};

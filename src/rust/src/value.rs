@@ -28,6 +28,8 @@ pub enum RValue {
     Unnamed(Vec<RValue>),
     /// A value that makes itself (a data frame of native frames).
     Built(Box<dyn Build + Send>),
+    /// `NULL`.
+    Null,
 }
 
 /// A value that knows how to make itself in R.
@@ -165,6 +167,7 @@ unsafe fn build(value: &RValue, strings: &mut StringCache) -> Sexp {
                 x
             }
             RValue::Built(b) => b.build(strings),
+            RValue::Null => rapi::R_NilValue,
         }
     }
 }

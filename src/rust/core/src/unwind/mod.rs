@@ -210,7 +210,9 @@ pub fn capture(backend: Backend) -> crate::error::Result<Stack> {
     let kind = calibration(backend).ok_or_else(|| {
         Error::Unavailable(format!("the {} backend failed its calibration on this platform", backend.name()))
     })?;
-    let mut raw = Vec::new();
+    // Room for a usual stack up front: growing it as frames come was a
+    // handful of reallocations per capture.
+    let mut raw = Vec::with_capacity(128);
     let end = raw_walk(backend, &mut raw, false);
     if backend == Backend::Cfi && is_unsupported(&end) {
         // A frame the cached unwinder does not model: libgcc does it all.

@@ -1,0 +1,212 @@
+//! An rlang trace with the native frames of the current stack spliced in,
+//! made in one `.Call` (`rs_splice_native`; used by the rlang hook and
+//! `winch_add_trace_back()`): the joint capture, where the rows go
+//! (`winch_core::splice`) and the new trace's columns and attributes, with
+//! no joint data frame, plan or R code between them. A hooked trace runs
+//! inside rlang's own `trace_back()`, on every error when the hook is on.
+
+use crate::frames::Row as FrameRow;
+use crate::native_calls::NativeCalls;
+use crate::rapi::{self, Sexp};
+use crate::trace_rows::{Held, Row, TraceRows};
+use crate::value::{set_attr, Build, RValue, StringCache};
+use std::ffi::CString;
+use winch_core::modules::ModuleMap;
+use winch_core::splice::{splice_trace, Row as Spliced};
+
+/// A native frame of a joint view, as a trace row needs it.
+pub struct NativeRow {
+    pub label: String,
+    /// The module's file name (its path's last part).
+    pub module: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<i32>,
+    pub column: Option<i32>,
+    pub r_frame: Option<usize>,
+    pub approximate: bool,
+    pub at_throw: bool,
+}
+
+impl NativeRow {
+    /// Row `r` of a frame table whose modules are `map`'s.
+    pub fn of(map: &ModuleMap, r: &FrameRow) -> NativeRow {
+        let label = match &r.func {
+            Some(f) => f.to_string(),
+            None => {
+                let mut s = String::new();
+                winch_core::view::write_unnamed_label(r.start.map(|a| a as usize), r.offset, |b| {
+                    s.push_str(std::str::from_utf8(b).unwrap_or(""))
+                });
+                s
+            }
+        };
+        let module = r.module.map(|m| {
+            let p = &map.module(m).path;
+            p.rsplit('/').next().unwrap_or(p).to_string()
+        });
+        let int = |x: Option<u32>| x.and_then(|v| i32::try_from(v).ok());
+        NativeRow {
+            label,
+            module,
+            file: r.file.as_deref().map(str::to_string),
+            line: int(r.line),
+            column: int(r.column),
+            r_frame: r.r_frame,
+            approximate: r.approximate,
+            at_throw: r.at_throw,
+        }
+    }
+}
+
+/// An rlang trace as the splice needs it.
+pub struct Trace {
+    /// The data frame (an argument of `.Call`).
+    pub sexp: Sexp,
+    /// Its columns' names and its attributes' names.
+    pub names: Vec<Option<String>>,
+    pub attr_names: Vec<String>,
+    /// The R frame of each row, and each row's parent (1-based, 0: root).
+    pub row_frames: Vec<usize>,
+    pub parents: Vec<usize>,
+}
+
+/// `trace` with the native frames `natives` (outermost first) spliced in
+/// under rows `first` (1-based) and later; `winch` is what its attribute
+/// `winch` says but `added`. None when no native row would be added.
+pub fn splice(
+    trace: Trace,
+    natives: Vec<NativeRow>,
+    first: usize,
+    winch: Vec<(&'static str, RValue)>,
+    debug_files_would_help: bool,
+) -> Option<SplicedTrace> {
+    let r_frame: Vec<Option<usize>> = natives.iter().map(|n| n.r_frame).collect();
+    let branch: Vec<bool> = natives.iter().map(|n| n.at_throw).collect();
+    let s = splice_trace(&trace.row_frames, &trace.parents, &r_frame, &branch, first);
+    let mut picked = Vec::new();
+    let rows: Vec<Row> = s
+        .rows
+        .iter()
+        .map(|r| match *r {
+            Spliced::R(j) => Row::R(j),
+            Spliced::Native(i) => {
+                picked.push(i);
+                Row::Native(picked.len() - 1)
+            }
+            Spliced::UnplacedMarker => Row::Marker,
+        })
+        .collect();
+    if picked.is_empty() {
+        return None;
+    }
+    let mut natives: Vec<Option<NativeRow>> = natives.into_iter().map(Some).collect();
+    let picked: Vec<NativeRow> = picked.iter().filter_map(|&i| natives.get_mut(i)?.take()).collect();
+    let namespaces = picked
+        .iter()
+        .map(|n| {
+            let mut ns = format!("/{}", n.module.as_deref().unwrap_or("NA"));
+            if n.approximate {
+                ns.push_str(" (approx.)");
+            }
+            if n.at_throw {
+                ns.push_str(" [at throw]");
+            }
+            ns
+        })
+        .collect();
+    let thrown = picked.iter().map(|n| n.at_throw).collect();
+    let added = picked.len() as i32;
+    let mut labels = Vec::with_capacity(picked.len());
+    let (mut files, mut lines, mut columns) = (Vec::new(), Vec::new(), Vec::new());
+    for n in picked {
+        labels.push(n.label);
+        files.push(n.file);
+        lines.push(n.line);
+        columns.push(n.column);
+    }
+    let mut winch = winch;
+    winch.insert(4.min(winch.len()), ("added", RValue::from(added)));
+    Some(SplicedTrace {
+        rows: TraceRows {
+            trace: Held(trace.sexp),
+            names: trace.names,
+            rows,
+            parents: s.parents.iter().map(|&p| i32::try_from(p).ok()).collect(),
+            calls: NativeCalls::new(labels, files, lines, columns),
+            namespaces,
+            thrown,
+        },
+        attr_names: trace.attr_names,
+        winch: RValue::List(winch),
+        debug_files_would_help,
+    })
+}
+
+/// The new trace: its columns (`rows`), the old trace's attributes but its
+/// names and row names, and `winch` (how the native frames were placed).
+pub struct SplicedTrace {
+    pub rows: TraceRows,
+    pub attr_names: Vec<String>,
+    pub winch: RValue,
+    pub debug_files_would_help: bool,
+}
+
+impl Build for SplicedTrace {
+    unsafe fn build(&self, strings: &mut StringCache) -> Sexp {
+        // SAFETY: the trait's contract; `out` is protected throughout, and
+        // every attribute value is set right after it is made or read from
+        // the trace (an argument of `.Call`, which R keeps alive).
+        unsafe {
+            let out = rapi::Rf_protect(self.rows.build(strings));
+            let trace = self.rows.trace.0;
+            for name in &self.attr_names {
+                if name == "names" || name == "row.names" || name == "winch" {
+                    continue;
+                }
+                let Ok(c) = CString::new(name.as_str()) else { continue };
+                let sym = rapi::Rf_install(c.as_ptr());
+                rapi::Rf_setAttrib(out, sym, rapi::Rf_getAttrib(trace, sym));
+            }
+            // Compact row names: c(NA, -n).
+            let n = self.rows.rows.len();
+            let row_names = rapi::Rf_protect(rapi::Rf_allocVector(rapi::INTSXP, 2));
+            *rapi::INTEGER(row_names) = rapi::R_NaInt;
+            *rapi::INTEGER(row_names).add(1) = -(n as i32);
+            rapi::Rf_setAttrib(out, rapi::R_RowNamesSymbol, row_names);
+            rapi::Rf_unprotect(1);
+            set_attr(out, c"winch", &self.winch, strings);
+            if self.debug_files_would_help {
+                set_attr(out, c"debug_files_would_help", &RValue::from(true), strings);
+            }
+            // Columns R must subset itself (with a class): where each row
+            // comes from, for R to finish them.
+            let ncol = rapi::Rf_xlength(out);
+            if (0..ncol).any(|j| rapi::VECTOR_ELT(out, j) == rapi::R_NilValue) {
+                let rows = &self.rows.rows;
+                let plan = RValue::List(vec![
+                    ("kind", RValue::Int(rows.iter().map(|r| Some(row_kind(r))).collect())),
+                    (
+                        "src",
+                        RValue::Int(
+                            rows.iter()
+                                .map(|r| if let Row::R(j) = r { i32::try_from(j + 1).ok() } else { None })
+                                .collect(),
+                        ),
+                    ),
+                ]);
+                set_attr(out, c"winch_plan", &plan, strings);
+            }
+            rapi::Rf_unprotect(1);
+            out
+        }
+    }
+}
+
+/// 1: an R row, 2: a native row, 3: the unplaced marker.
+fn row_kind(r: &Row) -> i32 {
+    match r {
+        Row::R(_) => 1,
+        Row::Native(_) => 2,
+        Row::Marker => 3,
+    }
+}
