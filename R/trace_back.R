@@ -63,20 +63,20 @@ winch_available <- function() {
 #'   head(winch_trace_back())
 #' }
 winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr = TRUE) {
-  # The arguments are checked by the core too: R's checks, with their
-  # messages, run only where it refuses them, or where the options or
-  # loaded libraries changed since the last capture.
-  if (!in_step(capture_throws = FALSE)) {
-    check_backend(backend)
-    check_flag(libr)
-    sync_options(capture_throws = FALSE)
-  }
-  # Called here, not through a wrapper in R/low-level.R: the frames of R's
-  # interpreter evaluating this call are part of the result (libr = TRUE).
-  x <- .Call(C_rs_trace_back, backend, libr)
+  # The arguments are checked by the core too, which also says whether the
+  # options or loaded libraries changed since the last capture: R's checks,
+  # with their messages, and its syncing run only then or where the core
+  # refuses the arguments. Called here, not through a wrapper in
+  # R/low-level.R: the frames of R's interpreter evaluating this call are
+  # part of the result (libr = TRUE).
+  x <- .Call(C_rs_trace_back, backend, libr, FALSE)
   if (!is.data.frame(x)) {
     check_backend(backend)
     check_flag(libr)
+    if (identical(x, "sync")) {
+      sync_options(capture_throws = FALSE)
+      x <- .Call(C_rs_trace_back, backend, libr, TRUE)
+    }
     x <- check_result(x)
   }
   # (The hint's own tests, in R, cost a microsecond: only where it may say

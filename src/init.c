@@ -14,7 +14,7 @@
   X(rs_error_of_kind, 1)        \
   X(rs_available, 0)            \
   X(rs_backends, 0)             \
-  X(rs_trace_back, 2)           \
+  X(rs_trace_back, 3)           \
   X(rs_joint, 5)                \
   X(rs_splice_native, 9)        \
   X(rs_splice_calls, 2)         \

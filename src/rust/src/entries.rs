@@ -133,9 +133,15 @@ pub fn rs_backends() -> Result<RValue> {
         .into())
 }
 
-/// The native stack of the caller, innermost first.
-pub fn rs_trace_back(backend_arg: Arg, libr: Arg) -> Result<RValue> {
+/// The native stack of the caller, innermost first; unless R has just
+/// synced the core (`synced`), "sync" when the options or loaded libraries
+/// changed since it last did (R syncs and asks again: one `.Call` in the
+/// usual case).
+pub fn rs_trace_back(backend_arg: Arg, libr: Arg, synced: Arg) -> Result<RValue> {
     require_main_thread()?;
+    if !synced.flag()? && !crate::in_step::check() {
+        return Ok(RValue::from("sync".to_string()));
+    }
     let (backend, libr) = (backend(backend_arg)?, libr.flag()?);
     let local = 0u8;
     let native =

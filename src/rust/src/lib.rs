@@ -56,7 +56,7 @@ entry_points! {
     rs_error_of_kind(kind);
     rs_available();
     rs_backends();
-    rs_trace_back(backend, libr);
+    rs_trace_back(backend, libr, synced);
     rs_joint(backend, frames, calls, libr, use_contexts);
     rs_splice_native(trace, attr_names, row_frames, frames, calls, first, backend, use_contexts, synced);
     rs_match_rows(trace_calls, calls);
