@@ -1,5 +1,5 @@
-# The joint capture shared by winch_sys_calls(), winch_add_trace_back() and
-# the rlang hook.
+# The joint capture of winch_sys_calls() (rlang traces get theirs with their
+# rows spliced in, in one .Call: splice_native() in R/add_trace_back.R).
 
 # Captures the native stack and places it among the caller's R frames.
 # `frames` and `calls` must be `sys.frames()` and `sys.calls()` evaluated in
