@@ -101,11 +101,20 @@ pub struct Pool {
     kept: Kept<Key>,
     /// The shared strings whose addresses are keys.
     held: Vec<Arc<str>>,
+    /// Modules' paths, by their text.
+    paths: Kept<String>,
 }
+
+/// Slots for modules' paths.
+const PATH_SLOTS: usize = 1024;
 
 impl Default for Pool {
     fn default() -> Pool {
-        Pool { kept: Kept::new(rapi::STRSXP, SLOTS), held: Vec::new() }
+        Pool {
+            kept: Kept::new(rapi::STRSXP, SLOTS),
+            held: Vec::new(),
+            paths: Kept::new(rapi::STRSXP, PATH_SLOTS),
+        }
     }
 }
 
@@ -124,6 +133,22 @@ impl Pool {
     pub unsafe fn get(&self, key: Key) -> Option<Sexp> {
         // SAFETY: the caller's contract.
         unsafe { self.kept.get(&key) }
+    }
+
+    /// The CHARSXP of module path `path`, or the one `make` makes, kept.
+    ///
+    /// # Safety
+    /// As for [`Kept::put`]; the result is unprotected.
+    pub unsafe fn path(&mut self, path: &str, make: impl FnOnce() -> Sexp) -> Sexp {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if let Some(c) = self.paths.get(path) {
+                return c;
+            }
+            let c = make();
+            self.paths.put(path.to_string(), c);
+            c
+        }
     }
 
     /// Keeps `c` (a CHARSXP) for `key`; `arc` is the shared string of an

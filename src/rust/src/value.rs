@@ -264,9 +264,11 @@ impl Default for StringCache {
     fn default() -> StringCache {
         StringCache {
             pool: string_pool::take(),
-            arcs: FastMap::default(),
-            ips: FastMap::default(),
-            offsets: FastMap::default(),
+            // Room for a usual capture's strings: growing from empty was a
+            // handful of rehashes per table and result.
+            arcs: FastMap::with_capacity_and_hasher(32, Default::default()),
+            ips: FastMap::with_capacity_and_hasher(64, Default::default()),
+            offsets: FastMap::with_capacity_and_hasher(64, Default::default()),
             modules: FastMap::default(),
         }
     }
@@ -381,7 +383,8 @@ impl StringCache {
         c
     }
 
-    /// The CHARSXP of a module's path, cached by the module's index.
+    /// The CHARSXP of a module's path, cached by the module's index for
+    /// this result, and kept by its text between results.
     ///
     /// # Safety
     /// As for [`StringCache::arc`].
@@ -390,7 +393,12 @@ impl StringCache {
             return c;
         }
         // SAFETY: the caller's contract.
-        let c = unsafe { rapi::mkchar(path) };
+        let c = unsafe {
+            match self.pool.as_mut() {
+                Some(pool) => pool.get_or_insert_with(Pool::default).path(path, || rapi::mkchar(path)),
+                None => rapi::mkchar(path),
+            }
+        };
         self.modules.insert(m, c);
         c
     }
