@@ -127,6 +127,8 @@ splice_native <- function(trace, row_frames, frames, calls, first = 1L,
   if (!is.null(plan)) {
     attr(out, "winch_plan") <- NULL
     attrs <- attributes(out)
+    # (attributes() expands compact row names: compact and automatic again.)
+    attrs$row.names <- .set_row_names(length(plan$kind))
     cols <- unclass(out)
     for (j in seq_along(cols)) {
       if (is.null(cols[[j]])) {

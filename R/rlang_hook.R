@@ -123,7 +123,10 @@ add_native_in_trace_back <- function(trace, tb) {
   # checked the context records' calls once in this session.
   my_calls <- if (isTRUE(the$calls_checked)) NULL else as.list(sys.calls())[seq_len(m)]
   out <- splice_native(trace, NULL, tb_frames, my_calls, first = start)
-  if (!is.null(my_calls) && !identical(attr(out, "winch", exact = TRUE)$placement, "fallback")) {
+  # Only a capture whose placement used the context chain checked the calls
+  # (a trace with nothing added has no `winch` attribute).
+  placement <- attr(out, "winch", exact = TRUE)$placement
+  if (!is.null(my_calls) && (identical(placement, "exact") || identical(placement, "approximate"))) {
     the$calls_checked <- TRUE
   }
   out

@@ -48,6 +48,7 @@ test_that("every column and attribute is kept", {
     tr$error_frame[[nrow(tr)]] <- TRUE
     tr$error_arg <- rep(list(NULL), nrow(tr))
     tr$error_arg[[nrow(tr)]] <- "x"
+    # (A compact sequence: ALTREP, whose data is made when first read.)
     tr$custom <- seq_len(nrow(tr))
     tr$weight <- seq_len(nrow(tr)) / 2
     tr$tag <- factor(rep(c("a", "b"), length.out = nrow(tr)))
@@ -62,6 +63,9 @@ test_that("every column and attribute is kept", {
   expect_identical(class(after), class(before))
   expect_identical(attr(after, "extra"), "kept")
   expect_identical(attr(after, "version"), attr(before, "version"))
+  # In the trace's order, then winch's.
+  expect_identical(names(attributes(after)), c(names(attributes(before)), "winch"))
+  expect_identical(.row_names_info(after, 1L), -nrow(after))
   expect_identical(nrow(after), nrow(before) + 1L)
   native <- which(after$namespace %in% "/winch.so")
   expect_length(native, 1L)

@@ -26,6 +26,27 @@ test_that("trace_back() includes native frames when the option is TRUE", {
   expect_identical(tr$parent, c(0L, 1L, 2L, 3L))
 })
 
+test_that("the hook stops passing sys.calls() only once a capture used the context chain", {
+  withr::local_options(rlang_trace_use_winch = TRUE)
+  the <- winch:::the
+  old <- the$calls_checked
+  on.exit(the$calls_checked <- old, add = TRUE)
+  the$calls_checked <- NULL
+  # Nothing to add (no native code under the trace): nothing was checked.
+  pure <- function() rlang::trace_back()
+  expect_null(attr(pure(), "winch"))
+  expect_null(the$calls_checked)
+  # Placed without the context chain: not checked either.
+  withr::with_options(list(winch.use_contexts = FALSE), {
+    tr <- winch_call(function() rlang::trace_back())
+    expect_identical(attr(tr, "winch")$placement, "fallback")
+  })
+  expect_null(the$calls_checked)
+  tr <- winch_call(function() rlang::trace_back())
+  expect_identical(attr(tr, "winch")$placement, "exact")
+  expect_true(the$calls_checked)
+})
+
 test_that("rlang::abort() traces from a callback inside C", {
   withr::local_options(rlang_trace_use_winch = TRUE)
   cb <- function() rlang::abort("from the callback", class = "winch_test")

@@ -244,7 +244,8 @@ pub fn rs_splice_native(
     if row_frames.len() != parents.len() {
         return Err(Error::BadArgument("`row_frames` must have one frame per row of `trace`".into()));
     }
-    let attr_names: Vec<String> = attr_names.strings()?.into_iter().flatten().collect();
+    let attr_names: Vec<std::ffi::CString> =
+        attr_names.strings()?.into_iter().flatten().filter_map(|n| std::ffi::CString::new(n).ok()).collect();
     let first = first.int()?.max(1) as usize;
     let (frames, calls) = (frames.element_addrs()?, calls.element_addrs()?);
     let j = joint::capture(rstate::facts()?, backend, &frames, &calls, use_contexts.flag()?)?;

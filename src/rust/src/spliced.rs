@@ -64,7 +64,7 @@ pub struct Trace {
     pub sexp: Sexp,
     /// Its columns' names and its attributes' names.
     pub names: Vec<Option<String>>,
-    pub attr_names: Vec<String>,
+    pub attr_names: Vec<CString>,
     /// The R frame of each row, and each row's parent (1-based, 0: root).
     pub row_frames: Vec<usize>,
     pub parents: Vec<usize>,
@@ -126,6 +126,17 @@ pub fn splice(
     }
     let mut winch = winch;
     winch.insert(4.min(winch.len()), ("added", RValue::from(added)));
+    let plan = RValue::List(vec![
+        ("kind", RValue::Int(rows.iter().map(|r| Some(row_kind(r))).collect())),
+        (
+            "src",
+            RValue::Int(
+                rows.iter()
+                    .map(|r| if let Row::R(j) = r { i32::try_from(j + 1).ok() } else { None })
+                    .collect(),
+            ),
+        ),
+    ]);
     Some(SplicedTrace {
         rows: TraceRows {
             trace: Held(trace.sexp),
@@ -139,6 +150,7 @@ pub fn splice(
         attr_names: trace.attr_names,
         winch: RValue::List(winch),
         debug_files_would_help,
+        plan,
     })
 }
 
@@ -146,9 +158,13 @@ pub fn splice(
 /// names and row names, and `winch` (how the native frames were placed).
 pub struct SplicedTrace {
     pub rows: TraceRows,
-    pub attr_names: Vec<String>,
+    pub attr_names: Vec<CString>,
     pub winch: RValue,
     pub debug_files_would_help: bool,
+    /// Where each row comes from (`kind`: 1 R, 2 native, 3 the unplaced
+    /// marker; `src`: the trace's row), for R to finish columns it must
+    /// subset itself (with a class). Made here, not while R allocates.
+    pub plan: RValue,
 }
 
 impl Build for SplicedTrace {
@@ -159,20 +175,29 @@ impl Build for SplicedTrace {
         unsafe {
             let out = rapi::Rf_protect(self.rows.build(strings));
             let trace = self.rows.trace.0;
-            for name in &self.attr_names {
-                if name == "names" || name == "row.names" || name == "winch" {
-                    continue;
-                }
-                let Ok(c) = CString::new(name.as_str()) else { continue };
-                let sym = rapi::Rf_install(c.as_ptr());
-                rapi::Rf_setAttrib(out, sym, rapi::Rf_getAttrib(trace, sym));
-            }
             // Compact row names: c(NA, -n).
             let n = self.rows.rows.len();
             let row_names = rapi::Rf_protect(rapi::Rf_allocVector(rapi::INTSXP, 2));
             *rapi::INTEGER(row_names) = rapi::R_NaInt;
             *rapi::INTEGER(row_names).add(1) = -(n as i32);
-            rapi::Rf_setAttrib(out, rapi::R_RowNamesSymbol, row_names);
+            // In the trace's order (names are set already).
+            let mut rows_named = false;
+            for name in &self.attr_names {
+                match name.to_bytes() {
+                    b"names" | b"winch" => {}
+                    b"row.names" => {
+                        rapi::Rf_setAttrib(out, rapi::R_RowNamesSymbol, row_names);
+                        rows_named = true;
+                    }
+                    _ => {
+                        let sym = rapi::Rf_install(name.as_ptr());
+                        rapi::Rf_setAttrib(out, sym, rapi::Rf_getAttrib(trace, sym));
+                    }
+                }
+            }
+            if !rows_named {
+                rapi::Rf_setAttrib(out, rapi::R_RowNamesSymbol, row_names);
+            }
             rapi::Rf_unprotect(1);
             set_attr(out, c"winch", &self.winch, strings);
             if self.debug_files_would_help {
@@ -182,19 +207,7 @@ impl Build for SplicedTrace {
             // comes from, for R to finish them.
             let ncol = rapi::Rf_xlength(out);
             if (0..ncol).any(|j| rapi::VECTOR_ELT(out, j) == rapi::R_NilValue) {
-                let rows = &self.rows.rows;
-                let plan = RValue::List(vec![
-                    ("kind", RValue::Int(rows.iter().map(|r| Some(row_kind(r))).collect())),
-                    (
-                        "src",
-                        RValue::Int(
-                            rows.iter()
-                                .map(|r| if let Row::R(j) = r { i32::try_from(j + 1).ok() } else { None })
-                                .collect(),
-                        ),
-                    ),
-                ]);
-                set_attr(out, c"winch_plan", &plan, strings);
+                set_attr(out, c"winch_plan", &self.plan, strings);
             }
             rapi::Rf_unprotect(1);
             out

@@ -124,24 +124,33 @@ impl TraceRows {
             match kind {
                 rapi::LGLSXP => {
                     let new = (name == "visible") as i32;
+                    // The source's data first: for an ALTREP column that
+                    // may allocate (and collect), which `v` would not survive.
+                    let src = rapi::LOGICAL(col);
                     let v = rapi::Rf_allocVector(rapi::LGLSXP, n as isize);
-                    let (p, src) = (rapi::LOGICAL(v), rapi::LOGICAL(col));
+                    let p = rapi::LOGICAL(v);
                     for (i, r) in self.rows.iter().enumerate() {
                         *p.add(i) = if let Row::R(s) = r { *src.add(*s) } else { new };
                     }
                     v
                 }
                 rapi::INTSXP => {
+                    // The source's data first: for an ALTREP column that
+                    // may allocate (and collect), which `v` would not survive.
+                    let src = rapi::INTEGER(col);
                     let v = rapi::Rf_allocVector(rapi::INTSXP, n as isize);
-                    let (p, src) = (rapi::INTEGER(v), rapi::INTEGER(col));
+                    let p = rapi::INTEGER(v);
                     for (i, r) in self.rows.iter().enumerate() {
                         *p.add(i) = if let Row::R(s) = r { *src.add(*s) } else { rapi::R_NaInt };
                     }
                     v
                 }
                 rapi::REALSXP => {
+                    // The source's data first: for an ALTREP column that
+                    // may allocate (and collect), which `v` would not survive.
+                    let src = rapi::REAL(col);
                     let v = rapi::Rf_allocVector(rapi::REALSXP, n as isize);
-                    let (p, src) = (rapi::REAL(v), rapi::REAL(col));
+                    let p = rapi::REAL(v);
                     for (i, r) in self.rows.iter().enumerate() {
                         *p.add(i) = if let Row::R(s) = r { *src.add(*s) } else { rapi::R_NaReal };
                     }
