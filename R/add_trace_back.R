@@ -102,14 +102,14 @@ splice_native <- function(trace, row_frames, frames, calls, first = 1L,
   # libraries changed since the last capture: R's checks and syncing run
   # only then (or where the core refuses the arguments). One .Call in the
   # usual case: this runs inside every hooked rlang trace.
-  synced <- !identical(getOption("winch.capture_throws", TRUE), the$throws_on)
-  if (synced) {
-    check_backend(backend, call = call)
-    sync_options(call = call)
-  }
+  # (Whether throw capture is as the option says is R's to know.)
   use_contexts <- !isFALSE(getOption("winch.use_contexts"))
   attr_names <- names(attributes(trace))
-  out <- .Call(C_rs_splice_native, trace, attr_names, row_frames, frames, calls, first, backend, use_contexts, synced)
+  out <- if (throws_in_step()) {
+    .Call(C_rs_splice_native, trace, attr_names, row_frames, frames, calls, first, backend, use_contexts, FALSE)
+  } else {
+    "sync"
+  }
   if (identical(out, "sync")) {
     check_backend(backend, call = call)
     sync_options(call = call)

@@ -159,8 +159,12 @@ sync_options <- function(call = rlang::caller_env(), capture_throws = TRUE) {
 # runs on every capture and every hooked rlang trace). The core compares
 # the options' values and the loader's generation with those of that sync.
 in_step <- function(capture_throws = TRUE) {
-  rs_in_step() &&
-    (!capture_throws || identical(getOption("winch.capture_throws", TRUE), the$throws_on))
+  rs_in_step() && (!capture_throws || throws_in_step())
+}
+
+# Whether throw capture is on or off as `winch.capture_throws` says.
+throws_in_step <- function() {
+  identical(getOption("winch.capture_throws", TRUE), the$throws_on)
 }
 
 # Passes the `winch.debug_dirs` option to the Rust side when it changed.

@@ -133,14 +133,22 @@ pub fn rs_backends() -> Result<RValue> {
         .into())
 }
 
+/// "sync" when R must sync the core's options before a capture: the
+/// options or loaded libraries changed since it last did, and it has not
+/// just done so (`synced`). Asked by the capture itself, so that the usual
+/// case costs R one `.Call`.
+fn sync_first(synced: &Arg) -> Result<Option<RValue>> {
+    Ok((!synced.flag()? && !crate::in_step::check()).then(|| RValue::from("sync".to_string())))
+}
+
 /// The native stack of the caller, innermost first; unless R has just
 /// synced the core (`synced`), "sync" when the options or loaded libraries
 /// changed since it last did (R syncs and asks again: one `.Call` in the
 /// usual case).
 pub fn rs_trace_back(backend_arg: Arg, libr: Arg, synced: Arg) -> Result<RValue> {
     require_main_thread()?;
-    if !synced.flag()? && !crate::in_step::check() {
-        return Ok(RValue::from("sync".to_string()));
+    if let Some(ask) = sync_first(&synced)? {
+        return Ok(ask);
     }
     let (backend, libr) = (backend(backend_arg)?, libr.flag()?);
     let local = 0u8;
@@ -233,8 +241,8 @@ pub fn rs_splice_native(
     synced: Arg,
 ) -> Result<RValue> {
     require_main_thread()?;
-    if !synced.flag()? && !crate::in_step::check() {
-        return Ok(RValue::from("sync".to_string()));
+    if let Some(ask) = sync_first(&synced)? {
+        return Ok(ask);
     }
     let backend = backend(backend_arg)?;
     let names = trace.field_names()?;

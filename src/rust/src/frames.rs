@@ -226,18 +226,7 @@ unsafe fn build_column(t: &FrameTable, name: &str, strings: &mut StringCache, df
                     let c = match name {
                         "func" => strings.arc(r.func.as_ref()),
                         "ip" => strings.hex(r.ip, false),
-                        "pathname" => {
-                            let map = t.map_of(i);
-                            match r.module {
-                                // The string cache is keyed by module index: the branch's
-                                // paths are made afresh.
-                                Some(m) if t.branch.as_ref().is_some_and(|(rows, _)| rows.contains(&i)) => {
-                                    rapi::mkchar(&map.module(m).path)
-                                }
-                                Some(m) => strings.module(m, &map.module(m).path),
-                                None => rapi::R_NaString,
-                            }
-                        }
+                        "pathname" => r.module.map_or(rapi::R_NaString, |m| strings.module(t.map_of(i), m)),
                         "file" => strings.arc(r.file.as_ref()),
                         "source" => r.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),
                         "start" => r.start.map_or(rapi::R_NaString, |a| strings.hex(a as usize, true)),

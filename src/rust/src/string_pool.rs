@@ -97,6 +97,24 @@ impl<K: std::hash::Hash + Eq> Kept<K> {
     }
 }
 
+impl Kept<String> {
+    /// The object kept for `key`, or the one `make` makes, kept.
+    ///
+    /// # Safety
+    /// As for [`Kept::put`]; the result is unprotected.
+    unsafe fn get_or_make(&mut self, key: &str, make: impl FnOnce() -> Sexp) -> Sexp {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if let Some(x) = self.get(key) {
+                return x;
+            }
+            let x = make();
+            self.put(key.to_string(), x);
+            x
+        }
+    }
+}
+
 pub struct Pool {
     kept: Kept<Key>,
     /// The shared strings whose addresses are keys.
@@ -141,14 +159,7 @@ impl Pool {
     /// As for [`Kept::put`]; the result is unprotected.
     pub unsafe fn path(&mut self, path: &str, make: impl FnOnce() -> Sexp) -> Sexp {
         // SAFETY: the caller's contract.
-        unsafe {
-            if let Some(c) = self.paths.get(path) {
-                return c;
-            }
-            let c = make();
-            self.paths.put(path.to_string(), c);
-            c
-        }
+        unsafe { self.paths.get_or_make(path, make) }
     }
 
     /// Keeps `c` (a CHARSXP) for `key`; `arc` is the shared string of an
@@ -220,12 +231,5 @@ unsafe fn kept(
     };
     let kept = guard.get_or_insert_with(|| Kept::new(rapi::VECSXP, slots));
     // SAFETY: the caller's contract.
-    unsafe {
-        if let Some(x) = kept.get(key) {
-            return x;
-        }
-        let x = make();
-        kept.put(key.to_string(), x);
-        x
-    }
+    unsafe { kept.get_or_make(key, make) }
 }

@@ -15,6 +15,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::MutexGuard;
 use winch_core::fasthash::FastMap;
+use winch_core::modules::ModuleMap;
 
 /// An R value to be made.
 pub enum RValue {
@@ -257,7 +258,7 @@ pub struct StringCache {
     arcs: FastMap<usize, Sexp>,
     ips: FastMap<usize, Sexp>,
     offsets: FastMap<usize, Sexp>,
-    modules: FastMap<usize, Sexp>,
+    modules: FastMap<(usize, usize), Sexp>,
 }
 
 impl Default for StringCache {
@@ -383,15 +384,18 @@ impl StringCache {
         c
     }
 
-    /// The CHARSXP of a module's path, cached by the module's index for
-    /// this result, and kept by its text between results.
+    /// The CHARSXP of the path of module `m` of `map`, cached by map and
+    /// index for this result (a throw's frames may come from another map
+    /// than the stack's), and kept by its text between results.
     ///
     /// # Safety
-    /// As for [`StringCache::arc`].
-    pub unsafe fn module(&mut self, m: usize, path: &str) -> Sexp {
-        if let Some(&c) = self.modules.get(&m) {
+    /// As for [`StringCache::arc`]; `map` lives until the result is made.
+    pub unsafe fn module(&mut self, map: &ModuleMap, m: usize) -> Sexp {
+        let key = (map as *const ModuleMap as usize, m);
+        if let Some(&c) = self.modules.get(&key) {
             return c;
         }
+        let path = map.module(m).path.as_str();
         // SAFETY: the caller's contract.
         let c = unsafe {
             match self.pool.as_mut() {
@@ -399,7 +403,7 @@ impl StringCache {
                 None => rapi::mkchar(path),
             }
         };
-        self.modules.insert(m, c);
+        self.modules.insert(key, c);
         c
     }
 }
