@@ -23,11 +23,11 @@ joint_capture <- function(frames, calls, libr = FALSE,
     sync_options(call = call)
   }
   res <- rs_joint(backend, frames, calls, libr, use_contexts())
-  if (!is.data.frame(res)) {
+  if (is.null(oldClass(res))) {
     check_backend(backend, call = call)
     res <- check_result(res, call = call)
   }
-  debuginfod_hint(res)
+  if (is.null(attr(res, "debug_files_would_help", exact = TRUE))) res else debuginfod_hint(res)
 }
 
 # Reading R's context chain can be turned off with

@@ -38,6 +38,15 @@ stage_times <- function(backend = "auto", n = 200L) {
   unlist(check_result(.Call(C_rs_stage_times, backend, as.integer(n))))
 }
 
+# How the columns of a frame table are held ("lazy": string column not made
+# yet, "made", "plain"), and `live`: how many tables lazy columns hold (for
+# tests; see src/rust/src/lazy_columns.rs).
+lazy_columns <- function(x = NULL) {
+  res <- check_result(rs_lazy_columns(if (is.null(x)) NULL else unclass(x)))
+  if (!is.null(x)) names(res$state) <- names(x)
+  res
+}
+
 # Figures about winch's symbol caches (bench/first_capture.R).
 cache_info <- function() {
   check_result(rs_cache_info())

@@ -70,7 +70,9 @@ winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr 
   # R/low-level.R: the frames of R's interpreter evaluating this call are
   # part of the result (libr = TRUE).
   x <- .Call(C_rs_trace_back, backend, libr, FALSE)
-  if (!is.data.frame(x)) {
+  # Only primitives on the usual path (it runs on every capture): a result
+  # without a class is not the data frame ("sync", an error, or NULL).
+  if (is.null(oldClass(x))) {
     check_backend(backend)
     check_flag(libr)
     if (identical(x, "sync")) {
@@ -79,7 +81,7 @@ winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr 
     }
     x <- check_result(x)
   }
-  # (The hint's own tests, in R, cost a microsecond: only where it may say
-  # something.)
-  if (isTRUE(attr(x, "debug_files_would_help", exact = TRUE))) debuginfod_hint(x) else x
+  # The core sets this attribute only where the hint may have something to
+  # say (a server is named, the option unset).
+  if (is.null(attr(x, "debug_files_would_help", exact = TRUE))) x else debuginfod_hint(x)
 }

@@ -23,6 +23,7 @@
   X(rs_thread_capture, 1)       \
   X(rs_stage_times, 2)          \
   X(rs_cache_info, 0)           \
+  X(rs_lazy_columns, 1)         \
   X(rs_set_debug_dirs, 1)       \
   X(rs_set_registered_dlls, 1)  \
   X(rs_loader_state, 1)         \
@@ -78,7 +79,7 @@ WINCH_RUST_ENTRY_POINTS
 
 SEXP winch_call(SEXP fun, SEXP env);
 SEXP winch_stop(SEXP message, SEXP call);
-void winch_rust_init(void);
+void winch_rust_init(DllInfo *dll);
 
 static const R_CallMethodDef call_methods[] = {
   {"winch_call", (DL_FUNC) &winch_call, 2},
@@ -93,5 +94,5 @@ void R_init_winch(DllInfo *dll) {
   R_registerRoutines(dll, NULL, call_methods, NULL, NULL);
   R_useDynamicSymbols(dll, FALSE);
   R_forceSymbols(dll, TRUE);
-  winch_rust_init();
+  winch_rust_init(dll);
 }

@@ -8,10 +8,12 @@ use crate::rstate;
 use crate::spliced::{self, NativeRow};
 use crate::value::RValue;
 use std::path::PathBuf;
+use std::sync::Arc;
+use winch_core::debuginfo::Resolved;
 use winch_core::error::{Error, Result};
 use winch_core::joint;
 use winch_core::symbolizer;
-use winch_core::trace;
+use winch_core::trace::{self, NativeTrace};
 use winch_core::unwind::Backend;
 use winch_core::view::{self, View};
 
@@ -141,6 +143,17 @@ fn sync_first(synced: &Arg) -> Result<Option<RValue>> {
     Ok((!synced.flag()? && !crate::in_step::check()).then(|| RValue::from("sync".to_string())))
 }
 
+/// Whether R's debuginfod hint (R/debuginfod.R) may have something to
+/// say about frames `shown` of `t`: a debug file could name more of them,
+/// `DEBUGINFOD_URLS` names a server and `winch.debuginfod` is unset. The
+/// cheap tests first: this runs on every capture, and the result's
+/// `debug_files_would_help` attribute is set only when it holds.
+fn hint_may_help(t: &NativeTrace, shown: &[usize], resolved: &[Arc<[Resolved]>]) -> bool {
+    let named = std::env::var_os("DEBUGINFOD_URLS")
+        .is_some_and(|v| v.as_encoded_bytes().iter().any(|b| !b.is_ascii_whitespace()));
+    named && crate::in_step::debuginfod_unset() && t.debug_files_would_help(shown, resolved)
+}
+
 /// The native stack of the caller, innermost first; unless R has just
 /// synced the core (`synced`), "sync" when the options or loaded libraries
 /// changed since it last did (R syncs and asks again: one `.Call` in the
@@ -157,9 +170,9 @@ pub fn rs_trace_back(backend_arg: Arg, libr: Arg, synced: Arg) -> Result<RValue>
     let shown = view::select(&native.classes, View::TraceBack { libr });
     let resolved = native.trace.symbolize_some(&shown);
     let mut table = FrameTable::new(&native.trace, &shown, &resolved, &native.classes, None);
-    table
-        .attrs
-        .push((c"debug_files_would_help", native.trace.debug_files_would_help(&shown, &resolved).into()));
+    if hint_may_help(&native.trace, &shown, &resolved) {
+        table.attrs.push((c"debug_files_would_help", true.into()));
+    }
     Ok(RValue::Built(Box::new(table)))
 }
 
@@ -183,14 +196,17 @@ fn joint_table(j: &joint::Joint, libr: bool) -> FrameTable {
     let shown = view::select(&n.classes, View::Joint { libr });
     let resolved = n.trace.symbolize_some(&shown);
     let mut table = FrameTable::new(&n.trace, &shown, &resolved, &n.classes, Some(&j.placement));
-    table.attrs.push((c"debug_files_would_help", n.trace.debug_files_would_help(&shown, &resolved).into()));
+    if hint_may_help(&n.trace, &shown, &resolved) {
+        table.attrs.push((c"debug_files_would_help", true.into()));
+    }
     // A C++ throw or Rust panic caught by a frame still running: its frames
     // as they were at the throw, right after the catching frame's rows.
-    if let Some(b) = crate::throws::branch(j) {
+    if let Some(mut b) = crate::throws::branch(j) {
         if let Some(k) = shown.iter().position(|&i| i == b.catcher) {
             let at: usize = resolved[..=k].iter().map(|r| r.len()).sum();
             let rows = b.table.rows.len();
-            table.rows.splice(at..at, b.table.rows);
+            let branch_rows = std::mem::take(Arc::make_mut(&mut b.table.rows));
+            table.rows_mut().splice(at..at, branch_rows);
             table.branch = Some((at..at + rows, b.table.map));
             table.attrs.push((c"throw", b.info));
         }
@@ -360,6 +376,21 @@ pub fn rs_stage_times(backend_arg: Arg, n: Arg) -> Result<RValue> {
         ("unwind", unwind.into()),
         ("assemble", assemble.into()),
         ("symbolize", symbolize.into()),
+    ]))
+}
+
+/// How the columns of `x` (a list, or NULL) are held, and how many tables
+/// lazy columns hold (see `lazy_columns.rs`; for tests).
+pub fn rs_lazy_columns(x: Arg) -> Result<RValue> {
+    require_main_thread()?;
+    let columns = x.element_addrs()?;
+    // SAFETY: on R's main thread; the addresses are elements of `x`, alive
+    // for this call.
+    let states =
+        columns.iter().map(|&c| unsafe { crate::lazy_columns::state(c as crate::rapi::Sexp) }.to_string());
+    Ok(RValue::List(vec![
+        ("state", states.collect::<Vec<_>>().into()),
+        ("live", RValue::from(crate::lazy_columns::live() as f64)),
     ]))
 }
 

@@ -2,6 +2,7 @@
 //! frame, plus one per inlined call inside it. `value.rs` makes the R data
 //! frame from it.
 
+use crate::lazy_columns;
 use crate::rapi::{self, Sexp};
 use crate::value::{fill, set_attr, set_static_names, Build, RValue, StringCache};
 use std::ffi::c_void;
@@ -16,6 +17,7 @@ use winch_core::trace::NativeTrace;
 use winch_core::view::Class;
 
 /// One output row: a physical frame, or an inlined call inside it.
+#[derive(Clone)]
 pub struct Row {
     pub ip: usize,
     pub module: Option<usize>,
@@ -41,7 +43,9 @@ pub struct Row {
 
 pub struct FrameTable {
     pub map: Arc<ModuleMap>,
-    pub rows: Vec<Row>,
+    /// Shared with the table's string columns, which R makes when it
+    /// first reads them (`lazy_columns.rs`).
+    pub rows: Arc<Vec<Row>>,
     /// With the placement columns (`r_frame`, `approximate`).
     pub joint: bool,
     pub attrs: Vec<(&'static CStr, RValue)>,
@@ -120,7 +124,7 @@ impl FrameTable {
         }
         FrameTable {
             map: t.map.clone(),
-            rows,
+            rows: Arc::new(rows),
             joint: placement.is_some(),
             attrs: trace_attrs(t),
             branch: None,
@@ -129,10 +133,12 @@ impl FrameTable {
 
     /// The module map of row `i`'s `module`.
     pub fn map_of(&self, i: usize) -> &ModuleMap {
-        match &self.branch {
-            Some((rows, map)) if rows.contains(&i) => map,
-            _ => &self.map,
-        }
+        map_of(&self.map, &self.branch, i)
+    }
+
+    /// The rows, to change them (a copy if a column shares them).
+    pub fn rows_mut(&mut self) -> &mut Vec<Row> {
+        Arc::make_mut(&mut self.rows)
     }
 
     pub fn column_names(&self) -> &'static [&'static str] {
@@ -141,6 +147,18 @@ impl FrameTable {
         } else {
             &COLUMNS
         }
+    }
+}
+
+/// The module map of row `i`: `branch`'s for its rows, else `map`.
+pub fn map_of<'a>(
+    map: &'a ModuleMap,
+    branch: &'a Option<(std::ops::Range<usize>, Arc<ModuleMap>)>,
+    i: usize,
+) -> &'a ModuleMap {
+    match branch {
+        Some((rows, m)) if rows.contains(&i) => m,
+        _ => map,
     }
 }
 
@@ -172,8 +190,16 @@ unsafe fn build_frames(t: &FrameTable, strings: &mut StringCache) -> Sexp {
     // column is stored into it right after it is allocated.
     unsafe {
         let df = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, names.len() as isize));
+        // The string columns' shared rows (protected; None: made now).
+        let lazy = lazy_columns::shared(t);
+        if let Some(p) = lazy {
+            rapi::Rf_protect(p);
+        }
         for (j, name) in names.iter().enumerate() {
-            build_column(t, name, strings, df, j);
+            build_column(t, name, strings, df, j, lazy);
+        }
+        if lazy.is_some() {
+            rapi::Rf_unprotect(1);
         }
         set_static_names(df, names.len(), strings, |j| names[j]);
         let class = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
@@ -194,11 +220,20 @@ unsafe fn build_frames(t: &FrameTable, strings: &mut StringCache) -> Sexp {
     }
 }
 
-/// Column `name` of `t`, stored as element `j` of the protected `df`.
+/// Column `name` of `t`, stored as element `j` of the protected `df`;
+/// string columns made when R first reads them where `lazy` (protected)
+/// holds the rows.
 ///
 /// # Safety
 /// As for [`Build::build`]; `df` protected, a list with more than `j` elements.
-unsafe fn build_column(t: &FrameTable, name: &str, strings: &mut StringCache, df: Sexp, j: usize) {
+unsafe fn build_column(
+    t: &FrameTable,
+    name: &str,
+    strings: &mut StringCache,
+    df: Sexp,
+    j: usize,
+    lazy: Option<Sexp>,
+) {
     let rows = &t.rows;
     let n = rows.len();
     // SAFETY: the caller's contract. Numeric columns are filled within
@@ -220,28 +255,96 @@ unsafe fn build_column(t: &FrameTable, name: &str, strings: &mut StringCache, df
                 )
             }),
             _ => {
+                let kind = StringColumn::of(name);
+                if let Some(col) = lazy.and_then(|p| lazy_columns::column(p, kind)) {
+                    rapi::SET_VECTOR_ELT(df, j as isize, col);
+                    return;
+                }
                 let col = rapi::Rf_allocVector(rapi::STRSXP, n as isize);
                 rapi::SET_VECTOR_ELT(df, j as isize, col);
-                for (i, r) in rows.iter().enumerate() {
-                    let c = match name {
-                        "func" => strings.arc(r.func.as_ref()),
-                        "ip" => strings.hex(r.ip, false),
-                        "pathname" => r.module.map_or(rapi::R_NaString, |m| strings.module(t.map_of(i), m)),
-                        "file" => strings.arc(r.file.as_ref()),
-                        "source" => r.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),
-                        "start" => r.start.map_or(rapi::R_NaString, |a| strings.hex(a as usize, true)),
-                        "label" => match &r.func {
-                            Some(f) => strings.arc(Some(f)),
-                            None => strings.unnamed(r.start.map(|a| a as usize), r.offset),
-                        },
-                        _ => strings.hex(r.offset, true),
-                    };
-                    rapi::SET_STRING_ELT(col, i as isize, c);
-                }
+                fill_strings(col, rows, &t.map, &t.branch, kind, strings);
                 return;
             }
         };
         rapi::SET_VECTOR_ELT(df, j as isize, col);
+    }
+}
+
+/// The string columns of frame tables.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StringColumn {
+    Func,
+    Ip,
+    Pathname,
+    File,
+    Source,
+    Start,
+    Offset,
+    Label,
+}
+
+impl StringColumn {
+    pub const ALL: [StringColumn; 8] = [
+        StringColumn::Func,
+        StringColumn::Ip,
+        StringColumn::Pathname,
+        StringColumn::File,
+        StringColumn::Source,
+        StringColumn::Start,
+        StringColumn::Offset,
+        StringColumn::Label,
+    ];
+
+    /// The column called `name` (`offset` for any other name).
+    fn of(name: &str) -> StringColumn {
+        match name {
+            "func" => StringColumn::Func,
+            "ip" => StringColumn::Ip,
+            "pathname" => StringColumn::Pathname,
+            "file" => StringColumn::File,
+            "source" => StringColumn::Source,
+            "start" => StringColumn::Start,
+            "label" => StringColumn::Label,
+            _ => StringColumn::Offset,
+        }
+    }
+}
+
+/// Fills the string vector `col` (protected, one element per row) with
+/// column `kind` of `rows`, whose modules are `map`'s (`branch`'s for its
+/// rows).
+///
+/// # Safety
+/// As for [`Build::build`]; `col` protected, of `rows.len()` elements.
+pub unsafe fn fill_strings(
+    col: Sexp,
+    rows: &[Row],
+    map: &ModuleMap,
+    branch: &Option<(std::ops::Range<usize>, Arc<ModuleMap>)>,
+    kind: StringColumn,
+    strings: &mut StringCache,
+) {
+    // SAFETY: the caller's contract; each CHARSXP is stored into the
+    // protected `col` right after it is made.
+    unsafe {
+        for (i, r) in rows.iter().enumerate() {
+            let c = match kind {
+                StringColumn::Func => strings.arc(r.func.as_ref()),
+                StringColumn::Ip => strings.hex(r.ip, false),
+                StringColumn::Pathname => {
+                    r.module.map_or(rapi::R_NaString, |m| strings.module(map_of(map, branch, i), m))
+                }
+                StringColumn::File => strings.arc(r.file.as_ref()),
+                StringColumn::Source => r.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),
+                StringColumn::Start => r.start.map_or(rapi::R_NaString, |a| strings.hex(a as usize, true)),
+                StringColumn::Label => match &r.func {
+                    Some(f) => strings.arc(Some(f)),
+                    None => strings.unnamed(r.start.map(|a| a as usize), r.offset),
+                },
+                StringColumn::Offset => strings.hex(r.offset, true),
+            };
+            rapi::SET_STRING_ELT(col, i as isize, c);
+        }
     }
 }
 

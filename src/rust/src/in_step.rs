@@ -70,3 +70,9 @@ pub fn check() -> bool {
         && option(c"winch.debug_dirs") == s.debug_dirs
         && option(c"winch.debuginfod") == s.debuginfod
 }
+
+/// Whether the `winch.debuginfod` option is unset (the debuginfod hint is
+/// for sessions that have not chosen).
+pub fn debuginfod_unset() -> bool {
+    option(c"winch.debuginfod") == Value::Unset
+}

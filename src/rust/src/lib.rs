@@ -14,6 +14,7 @@ mod entries;
 mod entry;
 mod frames;
 mod in_step;
+mod lazy_columns;
 mod native_calls;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod outside;
@@ -65,6 +66,7 @@ entry_points! {
     rs_thread_capture(backend);
     rs_stage_times(backend, n);
     rs_cache_info();
+    rs_lazy_columns(x);
     rs_set_debug_dirs(dirs);
     rs_set_registered_dlls(infos);
     rs_loader_state(paths);

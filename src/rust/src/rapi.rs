@@ -86,12 +86,43 @@ extern "C" {
     pub fn R_PreserveObject(x: Sexp);
     pub fn R_ReleaseObject(x: Sexp);
 
+    // External pointers.
+    pub fn R_MakeExternalPtr(p: *mut c_void, tag: Sexp, prot: Sexp) -> Sexp;
+    pub fn R_ClearExternalPtr(x: Sexp);
+    pub fn R_RegisterCFinalizerEx(x: Sexp, fun: extern "C" fn(Sexp), onexit: c_int);
+
+    // ALTREP (R_ext/Altrep.h): classes of vectors whose methods R calls.
+    pub fn R_make_altstring_class(cname: *const c_char, pname: *const c_char, dll: *mut c_void) -> AltClass;
+    pub fn R_new_altrep(class: AltClass, data1: Sexp, data2: Sexp) -> Sexp;
+    pub fn R_altrep_inherits(x: Sexp, class: AltClass) -> c_int;
+    pub fn R_altrep_data1(x: Sexp) -> Sexp;
+    pub fn R_altrep_data2(x: Sexp) -> Sexp;
+    pub fn R_set_altrep_data2(x: Sexp, v: Sexp);
+    pub fn R_set_altrep_Length_method(class: AltClass, f: extern "C" fn(Sexp) -> isize);
+    pub fn R_set_altvec_Dataptr_method(class: AltClass, f: extern "C" fn(Sexp, c_int) -> *mut c_void);
+    pub fn R_set_altvec_Dataptr_or_null_method(class: AltClass, f: extern "C" fn(Sexp) -> *const c_void);
+    pub fn R_set_altstring_Elt_method(class: AltClass, f: extern "C" fn(Sexp, isize) -> Sexp);
+    pub fn R_set_altstring_Set_elt_method(class: AltClass, f: extern "C" fn(Sexp, isize, Sexp));
+    pub fn STRING_PTR_RO(x: Sexp) -> *const Sexp;
+
+    /// Raises an R error: leaves by `longjmp`, so only from a frame that
+    /// owns nothing with a destructor.
+    pub fn Rf_error(format: *const c_char, ...) -> !;
+
     /// Only its address is used: it lies in R's interpreter.
     pub fn Rf_eval(expr: Sexp, env: Sexp) -> Sexp;
 
     /// Runs `fun(data)` in a new top-level context: an R error inside it
     /// (e.g. out of memory) ends there and makes it return 0.
     pub fn R_ToplevelExec(fun: extern "C" fn(*mut c_void), data: *mut c_void) -> c_int;
+}
+
+/// An ALTREP class (`R_altrep_class_t`, a struct of one SEXP, passed by
+/// value).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct AltClass {
+    pub ptr: Sexp,
 }
 
 /// A CHARSXP for `s` (UTF-8); strings longer than R allows are cut.

@@ -19,10 +19,13 @@ thread_local! {
     static LAST_PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Called once from `R_init_winch`, on R's main thread.
+/// Called once from `R_init_winch`, on R's main thread, with winch's
+/// `DllInfo`.
 #[no_mangle]
-pub extern "C" fn winch_rust_init() {
+pub extern "C" fn winch_rust_init(dll: *mut std::ffi::c_void) {
     let _ = MAIN_THREAD.set(std::thread::current().id());
+    // SAFETY: R's main thread, while the package loads.
+    unsafe { crate::lazy_columns::register(dll) };
     // Panics are caught and turned into R errors; keep their text for the
     // message instead of printing to the console. This hook belongs to
     // winch's copy of the Rust runtime only.
@@ -124,7 +127,7 @@ fn context_layout() -> Result<Layout> {
 
 /// An address inside winch's own shared library.
 pub fn self_addr() -> usize {
-    winch_rust_init as extern "C" fn() as usize
+    winch_rust_init as extern "C" fn(*mut std::ffi::c_void) as usize
 }
 
 /// An address inside R's shared library (or executable, if R is static).

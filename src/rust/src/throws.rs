@@ -98,7 +98,7 @@ pub fn branch(j: &Joint) -> Option<Branch> {
     let s = &b.shown;
     // Each frame's inlined calls outermost first too.
     let mut table = FrameTable::in_order(&s.trace, &s.rows, &s.resolved, &s.classes, None, true);
-    for row in &mut table.rows {
+    for row in table.rows_mut() {
         row.at_throw = true;
         row.r_frame = b.parent;
         row.approximate = b.approximate;

@@ -81,36 +81,46 @@ impl From<Vec<String>> for RValue {
 
 /// Makes `value` in R, or None if R could not allocate it.
 pub fn to_r(value: &RValue) -> Option<Sexp> {
+    // SAFETY: `build`'s contract is `make`'s.
+    make(&mut |strings| unsafe { build(value, strings) })
+}
+
+/// What `make_r` makes with a string cache: runs inside `R_ToplevelExec` on
+/// R's main thread, may allocate, and returns its object unprotected.
+pub type Maker<'a> = dyn FnMut(&mut StringCache) -> Sexp + 'a;
+
+/// Runs `maker` inside `R_ToplevelExec` with a string cache of its own;
+/// its object, or None if R could not allocate it (the error ends at that
+/// boundary). On R's main thread.
+pub fn make(maker: &mut Maker) -> Option<Sexp> {
     let mut strings = StringCache::default();
-    let mut job = Job { value, strings: &mut strings, out: None };
-    // SAFETY: `.Call` runs on R's main thread; `run` touches only `job`,
+    let mut job = Job { maker, strings: &mut strings, out: None };
+    // SAFETY: callers run on R's main thread; `run` touches only `job`,
     // which outlives the call.
     let ok = unsafe { rapi::R_ToplevelExec(run, &mut job as *mut Job as *mut c_void) };
     let out = job.out.filter(|_| ok != 0)?;
     // SAFETY: `out` was preserved by `run`; released right before it is
-    // returned to R, with no allocation in between.
+    // returned, with no allocation in between.
     unsafe { rapi::R_ReleaseObject(out) };
     Some(out)
 }
 
-struct Job<'a> {
-    value: &'a RValue,
+struct Job<'a, 'b> {
+    maker: &'a mut Maker<'b>,
     strings: &'a mut StringCache,
     out: Option<Sexp>,
 }
 
 extern "C" fn run(data: *mut c_void) {
-    // SAFETY: `data` is the `Job` passed by `to_r`, alive for this call.
+    // SAFETY: `data` is the `Job` passed by `make`, alive for this call.
     let job = unsafe { &mut *(data as *mut Job) };
-    let (value, strings) = (job.value, &mut *job.strings);
+    let (maker, strings) = (&mut *job.maker, &mut *job.strings);
     // A panic must not unwind into R's C frames.
     let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: inside R_ToplevelExec on R's main thread (see `to_r`).
-        unsafe {
-            let x = build(value, strings);
-            rapi::R_PreserveObject(x);
-            x
-        }
+        let x = maker(strings);
+        // SAFETY: inside R_ToplevelExec on R's main thread (see `make`).
+        unsafe { rapi::R_PreserveObject(x) };
+        x
     }));
     job.out = built.ok();
 }

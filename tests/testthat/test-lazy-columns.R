@@ -1,0 +1,78 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+
+# The string columns of native frame tables are made when R first reads
+# them (ALTREP, src/rust/src/lazy_columns.rs): a capture kept for later
+# does not pay for its strings. They must behave as plain vectors.
+
+string_columns <- c("func", "ip", "pathname", "file", "offset", "start", "source")
+
+test_that("string columns wait until read, then keep what they made", {
+  tb <- winch_trace_back()
+  state <- winch:::lazy_columns(tb)$state
+  expect_setequal(names(state)[state == "lazy"], string_columns)
+  expect_true(all(state[setdiff(names(tb), string_columns)] == "plain"))
+  # The length is known without making anything.
+  expect_length(tb$func, nrow(tb))
+  expect_identical(winch:::lazy_columns(tb)$state[["func"]], "lazy")
+  first <- tb$ip[[1L]]
+  expect_match(first, "^[0-9a-f]{16}$")
+  state <- winch:::lazy_columns(tb)$state
+  expect_identical(state[["ip"]], "made")
+  expect_identical(state[["offset"]], "lazy")
+  expect_identical(tb$ip[[1L]], first)
+  expect_true(all(grepl("^0x[0-9a-f]+$", tb$offset)))
+  expect_true(all(startsWith(tb$pathname, "/")))
+})
+
+test_that("lazy columns copy, subset, compare and serialize as plain vectors", {
+  tb <- winch_trace_back()
+  copy <- tb
+  copy$func[1L] <- "changed"
+  expect_identical(copy$func[1L], "changed")
+  expect_false(identical(tb$func[1L], "changed"))
+  expect_identical(tb$func[-1L], copy$func[-1L])
+  # A column changed in place (not shared) keeps the change.
+  col <- winch_trace_back()$file
+  col[[1L]] <- "here.c"
+  expect_identical(col[[1L]], "here.c")
+  sub <- tb[2:3, c("func", "ip")]
+  expect_identical(sub$ip, tb$ip[2:3])
+  back <- unserialize(serialize(tb, NULL))
+  expect_identical(back, tb)
+  expect_true(all(winch:::lazy_columns(back)$state == "plain"))
+  path <- withr::local_tempfile(fileext = ".rds")
+  fresh <- winch_trace_back()
+  saveRDS(fresh, path)
+  expect_identical(readRDS(path), fresh)
+  both <- rbind(tb, tb)
+  expect_identical(both$pathname, c(tb$pathname, tb$pathname))
+  expect_identical(sort(unique(tb$source), na.last = TRUE), sort(unique(as.character(tb$source)), na.last = TRUE))
+  expect_identical(tb$ip[match(tb$ip, tb$ip)], tb$ip)
+})
+
+test_that("the rows lazy columns hold are freed with them", {
+  gc()
+  before <- winch:::lazy_columns()$live
+  kept <- lapply(1:50, function(i) winch_trace_back())
+  expect_gte(winch:::lazy_columns()$live, before + 50)
+  # A column outlives its table.
+  func <- kept[[1L]]$func
+  rm(kept)
+  gc()
+  gc()
+  expect_lte(winch:::lazy_columns()$live, before + 1)
+  expect_type(func, "character")
+  rm(func)
+  gc()
+  expect_lte(winch:::lazy_columns()$live, before)
+})
+
+test_that("joint tables' string columns are lazy too, and the same once made", {
+  f <- function() winch_call(function() winch:::joint_capture(sys.frames(), sys.calls()))
+  jt <- f()
+  state <- winch:::lazy_columns(jt)$state
+  expect_true(all(state[c(string_columns, "label")] == "lazy"))
+  expect_true(all(nzchar(jt$label)))
+  named <- !is.na(jt$func)
+  expect_identical(jt$label[named], jt$func[named])
+})
