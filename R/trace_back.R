@@ -69,7 +69,9 @@ winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr 
   # refuses the arguments. Called here, not through a wrapper in
   # R/low-level.R: the frames of R's interpreter evaluating this call are
   # part of the result (libr = TRUE).
-  x <- .Call(C_rs_trace_back, backend, libr, FALSE)
+  # A backend left at its default is read by the core (NULL): no call of
+  # getOption() per capture.
+  x <- .Call(C_rs_trace_back, if (missing(backend)) NULL else backend, libr, FALSE)
   # Only primitives on the usual path (it runs on every capture): a result
   # without a class is not the data frame ("sync", an error, or NULL).
   if (is.null(oldClass(x))) {

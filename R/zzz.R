@@ -30,5 +30,22 @@
   remove_task_callback()
   uninstall_capture_throws()
   crash_report_off_at_unload()
-  library.dynam.unload("winch", libpath)
+  # Frame tables' string columns call into winch's library whenever R reads
+  # them (they are ALTREP vectors, src/rust/src/lazy_columns.rs): while any
+  # is alive the library stays loaded, and library(winch) finds it so.
+  if (!lazy_columns_alive()) {
+    library.dynam.unload("winch", libpath)
+  }
+}
+
+# Whether columns made by winch's library are alive (after a collection, so
+# that only reachable ones count); TRUE when that cannot be told.
+lazy_columns_alive <- function() {
+  tryCatch(
+    {
+      if (rs_lazy_columns(NULL)$live > 0) gc(verbose = FALSE)
+      rs_lazy_columns(NULL)$live > 0
+    },
+    error = function(e) TRUE
+  )
 }

@@ -76,3 +76,26 @@ test_that("joint tables' string columns are lazy too, and the same once made", {
   named <- !is.na(jt$func)
   expect_identical(jt$label[named], jt$func[named])
 })
+
+test_that("unloading winch keeps its library while its columns live, and not after", {
+  out <- run_rscript(r"(
+    library(winch)
+    x <- winch_trace_back()
+    unloadNamespace("winch")
+    cat("loaded while alive:", "winch" %in% names(getLoadedDLLs()), "\n")
+    # Read for the first time after the unload: made by the library still loaded.
+    cat("read after unload:", grepl("^[0-9a-f]{16}$", x$ip[[1L]]), "\n")
+    library(winch)
+    y <- winch_trace_back()
+    cat("capture after reload:", nrow(y) > 0L && !anyNA(y$ip), "\n")
+    rm(x, y)
+    unloadNamespace("winch")
+    cat("loaded when none alive:", "winch" %in% names(getLoadedDLLs()), "\n")
+  )")
+  expect_identical(attr(out, "status"), 0L)
+  out <- trimws(out)
+  expect_true("loaded while alive: TRUE" %in% out, label = paste(out, collapse = "\n"))
+  expect_true("read after unload: TRUE" %in% out, label = paste(out, collapse = "\n"))
+  expect_true("capture after reload: TRUE" %in% out, label = paste(out, collapse = "\n"))
+  expect_true("loaded when none alive: FALSE" %in% out, label = paste(out, collapse = "\n"))
+})

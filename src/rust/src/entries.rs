@@ -26,17 +26,39 @@ pub use crate::profile::{
 };
 
 fn backend(x: Arg) -> Result<Backend> {
-    let name = x.string()?;
+    backend_named(&x.string()?)
+}
+
+/// The backend called `name` ("auto": the best that works here).
+fn backend_named(name: &str) -> Result<Backend> {
     if name == "auto" {
         return Backend::best()
             .ok_or_else(|| Error::Unavailable("no unwinding backend works on this platform".into()));
     }
-    match Backend::from_name(&name) {
+    match Backend::from_name(name) {
         Some(b) if b.is_available() => Ok(b),
         Some(b) => {
             Err(Error::Unavailable(format!("the {} backend is not available in this build", b.name())))
         }
         None => Err(Error::BadArgument(format!("unknown backend \"{name}\""))),
+    }
+}
+
+/// As [`backend`], where NULL (R left the argument at its default) stands
+/// for the `winch.backend` option, "auto" when unset: read here, it costs
+/// R no call of `getOption()` per capture.
+fn backend_or_option(x: Arg) -> Result<Backend> {
+    if !x.is_null() {
+        return backend(x);
+    }
+    // SAFETY: entry points run on R's main thread; the option's value is
+    // read before R allocates again.
+    let opt = unsafe { crate::in_step::raw_option(c"winch.backend") };
+    let opt = Arg::new(opt, "backend");
+    if opt.is_null() {
+        backend_named("auto")
+    } else {
+        backend(opt)
     }
 }
 
@@ -163,14 +185,15 @@ pub fn rs_trace_back(backend_arg: Arg, libr: Arg, synced: Arg) -> Result<RValue>
     if let Some(ask) = sync_first(&synced)? {
         return Ok(ask);
     }
-    let (backend, libr) = (backend(backend_arg)?, libr.flag()?);
+    let (backend, libr) = (backend_or_option(backend_arg)?, libr.flag()?);
     let local = 0u8;
     let native =
         joint::native(backend, std::hint::black_box(&local) as *const u8 as usize, rstate::known_modules)?;
     let shown = view::select(&native.classes, View::TraceBack { libr });
     let resolved = native.trace.symbolize_some(&shown);
-    let mut table = FrameTable::new(&native.trace, &shown, &resolved, &native.classes, None);
-    if hint_may_help(&native.trace, &shown, &resolved) {
+    let hint = hint_may_help(&native.trace, &shown, &resolved);
+    let mut table = FrameTable::new(&native.trace, &shown, resolved, &native.classes, None);
+    if hint {
         table.attrs.push((c"debug_files_would_help", true.into()));
     }
     Ok(RValue::Built(Box::new(table)))
@@ -195,17 +218,24 @@ fn joint_table(j: &joint::Joint, libr: bool) -> FrameTable {
     let n = &j.native;
     let shown = view::select(&n.classes, View::Joint { libr });
     let resolved = n.trace.symbolize_some(&shown);
-    let mut table = FrameTable::new(&n.trace, &shown, &resolved, &n.classes, Some(&j.placement));
-    if hint_may_help(&n.trace, &shown, &resolved) {
+    let hint = hint_may_help(&n.trace, &shown, &resolved);
+    let mut table = FrameTable::new(&n.trace, &shown, resolved, &n.classes, Some(&j.placement));
+    if hint {
         table.attrs.push((c"debug_files_would_help", true.into()));
     }
     // A C++ throw or Rust panic caught by a frame still running: its frames
     // as they were at the throw, right after the catching frame's rows.
     if let Some(mut b) = crate::throws::branch(j) {
         if let Some(k) = shown.iter().position(|&i| i == b.catcher) {
-            let at: usize = resolved[..=k].iter().map(|r| r.len()).sum();
+            let at: usize = table.resolved[..=k].iter().map(|r| r.len()).sum();
             let rows = b.table.rows.len();
-            let branch_rows = std::mem::take(Arc::make_mut(&mut b.table.rows));
+            // The branch's resolutions follow the stack's.
+            let base = table.resolved.len();
+            let mut branch_rows = std::mem::take(Arc::make_mut(&mut b.table.rows));
+            for r in &mut branch_rows {
+                r.frame += base;
+            }
+            Arc::make_mut(&mut table.resolved).append(Arc::make_mut(&mut b.table.resolved));
             table.rows_mut().splice(at..at, branch_rows);
             table.branch = Some((at..at + rows, b.table.map));
             table.attrs.push((c"throw", b.info));
@@ -274,8 +304,12 @@ pub fn rs_splice_native(
     let (frames, calls) = (frames.element_addrs()?, calls.element_addrs()?);
     let j = joint::capture(rstate::facts()?, backend, &frames, &calls, use_contexts.flag()?)?;
     let mut table = joint_table(&j, false);
-    let natives: Vec<_> =
-        table.rows.iter().enumerate().map(|(i, r)| NativeRow::of(table.map_of(i), r)).collect();
+    let natives: Vec<_> = table
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| NativeRow::of(table.map_of(i), r, table.resolution(i)))
+        .collect();
     let mut attr = |name: &str| {
         let k = table.attrs.iter().position(|(n, _)| n.to_bytes() == name.as_bytes());
         k.map_or(RValue::Null, |k| table.attrs.swap_remove(k).1)
@@ -338,7 +372,7 @@ pub fn rs_thread_capture(backend_arg: Arg) -> Result<RValue> {
         let classes = view::classify(&t.map, &modules, rstate::known_modules(&t.map), t.truncated.is_none());
         let shown = view::select(&classes, View::TraceBack { libr: true });
         let resolved = t.symbolize_some(&shown);
-        Ok::<_, Error>((on_main, FrameTable::new(&t, &shown, &resolved, &classes, None)))
+        Ok::<_, Error>((on_main, FrameTable::new(&t, &shown, resolved, &classes, None)))
     });
     let (on_main, mut table) =
         handle.join().map_err(|_| Error::Internal("the capture thread panicked".into()))??;

@@ -4,7 +4,8 @@
 
 use crate::lazy_columns;
 use crate::rapi::{self, Sexp};
-use crate::value::{fill, set_attr, set_static_names, Build, RValue, StringCache};
+use crate::string_pool;
+use crate::value::{fill, set_attr, Build, RValue, StringCache};
 use std::ffi::c_void;
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -12,25 +13,19 @@ use winch_core::debuginfo::Resolved;
 use winch_core::interleave::Placement;
 use winch_core::modules::ModuleMap;
 use winch_core::splice::expand_inlined;
-use winch_core::symbols::Source;
 use winch_core::trace::NativeTrace;
 use winch_core::view::Class;
 
-/// One output row: a physical frame, or an inlined call inside it.
+/// One output row: a physical frame, or an inlined call inside it. Its
+/// name, file and line are the table's `resolved[frame][level]` (shared,
+/// not copied per row).
 #[derive(Clone)]
 pub struct Row {
     pub ip: usize,
     pub module: Option<usize>,
     pub offset: usize,
-    pub func: Option<Arc<str>>,
-    pub file: Option<Arc<str>>,
-    pub line: Option<u32>,
-    pub column: Option<u32>,
-    pub inlined: bool,
-    /// Where `func` came from, and the start of the frame's function
-    /// relative to the module (from the unwind information).
-    pub source: Option<Source>,
-    pub start: Option<u64>,
+    pub frame: usize,
+    pub level: usize,
     pub is_libr: bool,
     /// Joint tables: the R frame the row sits under (None: unplaced), and
     /// whether that is one of several possibilities.
@@ -41,11 +36,21 @@ pub struct Row {
     pub at_throw: bool,
 }
 
+/// Symbolized frames, by frame: each frame's calls, innermost first.
+pub type Resolutions = Arc<Vec<Arc<[Resolved]>>>;
+
+/// What row `r` resolved to.
+pub fn resolution<'a>(resolved: &'a [Arc<[Resolved]>], r: &Row) -> &'a Resolved {
+    &resolved[r.frame][r.level]
+}
+
 pub struct FrameTable {
     pub map: Arc<ModuleMap>,
     /// Shared with the table's string columns, which R makes when it
     /// first reads them (`lazy_columns.rs`).
     pub rows: Arc<Vec<Row>>,
+    /// What the rows' frames resolved to (see [`Row`]).
+    pub resolved: Resolutions,
     /// With the placement columns (`r_frame`, `approximate`).
     pub joint: bool,
     pub attrs: Vec<(&'static CStr, RValue)>,
@@ -80,7 +85,7 @@ impl FrameTable {
     pub fn new(
         t: &NativeTrace,
         shown: &[usize],
-        resolved: &[Arc<[Resolved]>],
+        resolved: Vec<Arc<[Resolved]>>,
         classes: &[Class],
         placement: Option<&Placement>,
     ) -> FrameTable {
@@ -93,29 +98,22 @@ impl FrameTable {
     pub fn in_order(
         t: &NativeTrace,
         shown: &[usize],
-        resolved: &[Arc<[Resolved]>],
+        resolved: Vec<Arc<[Resolved]>>,
         classes: &[Class],
         placement: Option<&Placement>,
         outermost_first: bool,
     ) -> FrameTable {
-        let levels: Vec<usize> = resolved.iter().map(|r| r.len()).collect();
-        let order = expand_inlined(&levels, outermost_first);
-        let mut rows = Vec::with_capacity(order.len());
-        for (k, level) in order {
-            let (i, res) = (shown[k], &resolved[k][level]);
+        let mut rows = Vec::with_capacity(resolved.iter().map(|r| r.len()).sum());
+        for (k, level) in expand_inlined(resolved.iter().map(|r| r.len()), outermost_first) {
+            let i = shown[k];
             let f = &t.frames[i];
             let offset = f.module.map_or(0, |m| f.ip.wrapping_sub(t.map.module(m).bias));
             rows.push(Row {
                 ip: f.ip,
                 module: f.module,
                 offset,
-                func: res.func.clone(),
-                file: res.file.clone(),
-                line: res.line,
-                column: res.column,
-                inlined: res.inlined,
-                source: res.source,
-                start: res.start,
+                frame: k,
+                level,
                 is_libr: classes[i].interpreter,
                 r_frame: placement.and_then(|p| p.parent[i]),
                 approximate: placement.is_some_and(|p| p.approximate[i]),
@@ -125,10 +123,16 @@ impl FrameTable {
         FrameTable {
             map: t.map.clone(),
             rows: Arc::new(rows),
+            resolved: Arc::new(resolved),
             joint: placement.is_some(),
             attrs: trace_attrs(t),
             branch: None,
         }
+    }
+
+    /// What row `i` resolved to.
+    pub fn resolution(&self, i: usize) -> &Resolved {
+        resolution(&self.resolved, &self.rows[i])
     }
 
     /// The module map of row `i`'s `module`.
@@ -166,9 +170,15 @@ pub fn map_of<'a>(
 /// stack and whether (and why) the walk stopped early.
 fn trace_attrs(t: &NativeTrace) -> Vec<(&'static CStr, RValue)> {
     vec![
-        (c"backend", RValue::from(t.backend.name().to_string())),
+        (c"backend", RValue::Shared(Some(t.backend.name()))),
         (c"truncated", RValue::from(t.truncated.is_some())),
-        (c"truncation", RValue::from(t.truncated.clone())),
+        (
+            c"truncation",
+            match &t.truncated {
+                Some(why) => RValue::from(why.clone()),
+                None => RValue::Shared(None),
+            },
+        ),
     ]
 }
 
@@ -201,11 +211,24 @@ unsafe fn build_frames(t: &FrameTable, strings: &mut StringCache) -> Sexp {
         if lazy.is_some() {
             rapi::Rf_unprotect(1);
         }
-        set_static_names(df, names.len(), strings, |j| names[j]);
-        let class = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
-        rapi::SET_STRING_ELT(class, 0, strings.text("data.frame"));
-        rapi::Rf_setAttrib(df, rapi::sym(c"class"), class);
-        rapi::Rf_unprotect(1);
+        // The names and class every table of its kind shares.
+        let key = if t.joint { "frames:joint_names" } else { "frames:names" };
+        let names_vec = string_pool::constant(key, || {
+            let v = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, names.len() as isize));
+            for (j, name) in names.iter().enumerate() {
+                rapi::SET_STRING_ELT(v, j as isize, strings.text(name));
+            }
+            rapi::Rf_unprotect(1);
+            v
+        });
+        rapi::Rf_setAttrib(df, rapi::R_NamesSymbol, names_vec);
+        let class = string_pool::constant("frames:class", || {
+            let v = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
+            rapi::SET_STRING_ELT(v, 0, strings.text("data.frame"));
+            rapi::Rf_unprotect(1);
+            v
+        });
+        rapi::Rf_setAttrib(df, rapi::R_ClassSymbol, class);
         // Compact row names: c(NA, -n).
         let row_names = rapi::Rf_protect(rapi::Rf_allocVector(rapi::INTSXP, 2));
         *rapi::INTEGER(row_names) = rapi::R_NaInt;
@@ -236,17 +259,18 @@ unsafe fn build_column(
 ) {
     let rows = &t.rows;
     let n = rows.len();
+    let res = |r: &Row| resolution(&t.resolved, r);
     // SAFETY: the caller's contract. Numeric columns are filled within
     // their length; string columns are stored into `df` before their
     // CHARSXPs are made, so they are protected while R allocates.
     unsafe {
         let col = match name {
             "is_libr" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.is_libr as i32))),
-            "inlined" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.inlined as i32))),
+            "inlined" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| res(r).inlined as i32))),
             "approximate" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.approximate as i32))),
             "at_throw" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.at_throw as i32))),
-            "line" => fill(rapi::INTSXP, n, |p| ints(p, rows.iter().map(|r| opt_int(r.line)))),
-            "column" => fill(rapi::INTSXP, n, |p| ints(p, rows.iter().map(|r| opt_int(r.column)))),
+            "line" => fill(rapi::INTSXP, n, |p| ints(p, rows.iter().map(|r| opt_int(res(r).line)))),
+            "column" => fill(rapi::INTSXP, n, |p| ints(p, rows.iter().map(|r| opt_int(res(r).column)))),
             "r_frame" => fill(rapi::INTSXP, n, |p| {
                 ints(
                     p,
@@ -262,7 +286,7 @@ unsafe fn build_column(
                 }
                 let col = rapi::Rf_allocVector(rapi::STRSXP, n as isize);
                 rapi::SET_VECTOR_ELT(df, j as isize, col);
-                fill_strings(col, rows, &t.map, &t.branch, kind, strings);
+                fill_strings(col, rows, &t.resolved, &t.map, &t.branch, kind, strings);
                 return;
             }
         };
@@ -319,6 +343,7 @@ impl StringColumn {
 pub unsafe fn fill_strings(
     col: Sexp,
     rows: &[Row],
+    resolved: &[Arc<[Resolved]>],
     map: &ModuleMap,
     branch: &Option<(std::ops::Range<usize>, Arc<ModuleMap>)>,
     kind: StringColumn,
@@ -328,18 +353,19 @@ pub unsafe fn fill_strings(
     // protected `col` right after it is made.
     unsafe {
         for (i, r) in rows.iter().enumerate() {
+            let res = resolution(resolved, r);
             let c = match kind {
-                StringColumn::Func => strings.arc(r.func.as_ref()),
+                StringColumn::Func => strings.arc(res.func.as_ref()),
                 StringColumn::Ip => strings.hex(r.ip, false),
                 StringColumn::Pathname => {
                     r.module.map_or(rapi::R_NaString, |m| strings.module(map_of(map, branch, i), m))
                 }
-                StringColumn::File => strings.arc(r.file.as_ref()),
-                StringColumn::Source => r.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),
-                StringColumn::Start => r.start.map_or(rapi::R_NaString, |a| strings.hex(a as usize, true)),
-                StringColumn::Label => match &r.func {
+                StringColumn::File => strings.arc(res.file.as_ref()),
+                StringColumn::Source => res.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),
+                StringColumn::Start => res.start.map_or(rapi::R_NaString, |a| strings.hex(a as usize, true)),
+                StringColumn::Label => match &res.func {
                     Some(f) => strings.arc(Some(f)),
-                    None => strings.unnamed(r.start.map(|a| a as usize), r.offset),
+                    None => strings.unnamed(res.start.map(|a| a as usize), r.offset),
                 },
                 StringColumn::Offset => strings.hex(r.offset, true),
             };

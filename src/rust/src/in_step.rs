@@ -4,7 +4,7 @@
 
 use crate::args::Arg;
 use crate::rapi::{self, Sexp};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// An option's value as far as the comparison needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,9 +42,35 @@ fn value_of(x: Sexp) -> Value {
 /// The current value of option `name` (a NUL-terminated name).
 fn option(name: &std::ffi::CStr) -> Value {
     // SAFETY: on R's main thread (the callers are entry points that
-    // checked); installing a symbol and reading the options list do not
-    // run R code, and the value is read before R allocates again.
-    unsafe { value_of(rapi::Rf_GetOption1(rapi::Rf_install(name.as_ptr()))) }
+    // checked); reading the options list does not run R code, and the
+    // value is read before R allocates again.
+    unsafe { value_of(rapi::Rf_GetOption1(symbol(name))) }
+}
+
+/// The value of option `name` (R_NilValue when unset), to be read before
+/// R allocates again.
+///
+/// # Safety
+/// R's main thread.
+pub unsafe fn raw_option(name: &std::ffi::CStr) -> Sexp {
+    // SAFETY: the caller's contract; reading the options list does not
+    // run R code.
+    unsafe { rapi::Rf_GetOption1(symbol(name)) }
+}
+
+/// The symbol `name` of the options read on every capture, installed once
+/// (symbols are never freed): this runs on every capture.
+fn symbol(name: &std::ffi::CStr) -> Sexp {
+    static DIRS: OnceLock<usize> = OnceLock::new();
+    static DEBUGINFOD: OnceLock<usize> = OnceLock::new();
+    static BACKEND: OnceLock<usize> = OnceLock::new();
+    let cell = match name.to_bytes() {
+        b"winch.debug_dirs" => &DIRS,
+        b"winch.debuginfod" => &DEBUGINFOD,
+        b"winch.backend" => &BACKEND,
+        _ => return rapi::sym_addr(name) as Sexp,
+    };
+    *cell.get_or_init(|| rapi::sym_addr(name)) as Sexp
 }
 
 /// Remembers the options' raw values (`getOption()` without defaults) and

@@ -9,7 +9,7 @@
 //! which every method then serves. R copies, serializes and compares the
 //! columns through these methods, so they behave as plain vectors.
 
-use crate::frames::{fill_strings, FrameTable, Row, StringColumn};
+use crate::frames::{fill_strings, FrameTable, Resolutions, Row, StringColumn};
 use crate::rapi::{self, AltClass, Sexp};
 use std::ffi::{c_int, c_void};
 use std::ops::Range;
@@ -23,6 +23,7 @@ static LIVE: AtomicUsize = AtomicUsize::new(0);
 /// What a table's string columns share: its rows and their modules.
 struct Shared {
     rows: Arc<Vec<Row>>,
+    resolved: Resolutions,
     map: Arc<ModuleMap>,
     branch: Option<(Range<usize>, Arc<ModuleMap>)>,
 }
@@ -89,7 +90,12 @@ unsafe fn class<const K: usize>(dll: *mut c_void) -> AltClass {
 /// result is unprotected.
 pub unsafe fn shared(t: &FrameTable) -> Option<Sexp> {
     CLASSES.get()?;
-    let shared = Box::new(Shared { rows: t.rows.clone(), map: t.map.clone(), branch: t.branch.clone() });
+    let shared = Box::new(Shared {
+        rows: t.rows.clone(),
+        resolved: t.resolved.clone(),
+        map: t.map.clone(),
+        branch: t.branch.clone(),
+    });
     let p = Box::into_raw(shared) as *mut c_void;
     LIVE.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the caller's contract. If R cannot allocate the pointer or
@@ -165,7 +171,7 @@ unsafe fn strings<const K: usize>(x: Sexp) -> Sexp {
         let out = rows_of(x).and_then(|s| {
             crate::value::make(&mut |cache| {
                 let col = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, s.rows.len() as isize));
-                fill_strings(col, &s.rows, &s.map, &s.branch, StringColumn::ALL[K], cache);
+                fill_strings(col, &s.rows, &s.resolved, &s.map, &s.branch, StringColumn::ALL[K], cache);
                 rapi::Rf_unprotect(1);
                 col
             })

@@ -63,7 +63,7 @@ fn dump_value(d: &winch_core::outside::dump::Dump, libr: bool) -> RValue {
                 resolved[k] = fixed.into();
             }
         }
-        let mut table = FrameTable::in_order(&t.trace, &shown, &resolved, &t.classes, placement, true);
+        let mut table = FrameTable::in_order(&t.trace, &shown, resolved, &t.classes, placement, true);
         if placement.is_none() {
             table.joint = true; // the same columns: no R frame to sit under
         }

@@ -81,8 +81,13 @@ extern "C" {
     pub fn Rf_mkString(s: *const c_char) -> Sexp;
     pub fn R_NewEnv(enclos: Sexp, hash: c_int, size: c_int) -> Sexp;
     pub fn Rf_defineVar(symbol: Sexp, value: Sexp, env: Sexp);
+    pub fn MARK_NOT_MUTABLE(x: Sexp);
+    /// R's shared TRUE, FALSE or NA (no allocation).
+    pub fn Rf_ScalarLogical(x: c_int) -> Sexp;
     pub fn Rf_protect(x: Sexp) -> Sexp;
     pub fn Rf_unprotect(n: c_int);
+    pub fn R_ProtectWithIndex(x: Sexp, index: *mut c_int);
+    pub fn R_Reprotect(x: Sexp, index: c_int);
     pub fn R_PreserveObject(x: Sexp);
     pub fn R_ReleaseObject(x: Sexp);
 

@@ -11,6 +11,7 @@ use crate::rapi::{self, Sexp};
 use crate::trace_rows::{Held, Row, TraceRows};
 use crate::value::{set_attr, Build, RValue, StringCache};
 use std::ffi::CString;
+use winch_core::debuginfo::Resolved;
 use winch_core::modules::ModuleMap;
 use winch_core::splice::{splice_trace, Row as Spliced};
 
@@ -28,13 +29,14 @@ pub struct NativeRow {
 }
 
 impl NativeRow {
-    /// Row `r` of a frame table whose modules are `map`'s.
-    pub fn of(map: &ModuleMap, r: &FrameRow) -> NativeRow {
-        let label = match &r.func {
+    /// Row `r` of a frame table whose modules are `map`'s, resolved as
+    /// `res`.
+    pub fn of(map: &ModuleMap, r: &FrameRow, res: &Resolved) -> NativeRow {
+        let label = match &res.func {
             Some(f) => f.to_string(),
             None => {
                 let mut s = String::new();
-                winch_core::view::write_unnamed_label(r.start.map(|a| a as usize), r.offset, |b| {
+                winch_core::view::write_unnamed_label(res.start.map(|a| a as usize), r.offset, |b| {
                     s.push_str(std::str::from_utf8(b).unwrap_or(""))
                 });
                 s
@@ -48,9 +50,9 @@ impl NativeRow {
         NativeRow {
             label,
             module,
-            file: r.file.as_deref().map(str::to_string),
-            line: int(r.line),
-            column: int(r.column),
+            file: res.file.as_deref().map(str::to_string),
+            line: int(res.line),
+            column: int(res.column),
             r_frame: r.r_frame,
             approximate: r.approximate,
             at_throw: r.at_throw,

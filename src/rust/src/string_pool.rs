@@ -233,3 +233,52 @@ unsafe fn kept(
     // SAFETY: the caller's contract.
     unsafe { kept.get_or_make(key, make) }
 }
+
+/// Objects every result of a kind shares (a frame table's column names and
+/// class), made once and marked not mutable: R copies them before any
+/// change.
+const CONSTANT_SLOTS: usize = 64;
+
+static CONSTANTS: Mutex<Option<Kept<String>>> = Mutex::new(None);
+
+/// The constant kept as `key`, or the one `make` makes, kept and marked not
+/// mutable.
+///
+/// # Safety
+/// As for [`srcfile`].
+pub unsafe fn constant(key: &str, make: impl FnOnce() -> Sexp) -> Sexp {
+    // SAFETY: the caller's contract; marking does not allocate.
+    unsafe {
+        kept(&CONSTANTS, CONSTANT_SLOTS, key, || {
+            let x = make();
+            rapi::MARK_NOT_MUTABLE(x);
+            x
+        })
+    }
+}
+
+/// Character scalars of a few fixed values (`RValue::Shared`), by text.
+const SHARED_STRING_SLOTS: usize = 64;
+
+static SHARED_STRINGS: Mutex<Option<Kept<String>>> = Mutex::new(None);
+
+/// The shared character scalar `text` (NA for None), made once and marked
+/// not mutable.
+///
+/// # Safety
+/// As for [`srcfile`].
+pub unsafe fn shared_string(text: Option<&'static str>) -> Sexp {
+    // R's strings hold no NUL: the key of NA is no text's.
+    let key = text.unwrap_or("\0NA");
+    // SAFETY: the caller's contract; `x` is protected while its element
+    // is made, and marking does not allocate.
+    unsafe {
+        kept(&SHARED_STRINGS, SHARED_STRING_SLOTS, key, || {
+            let x = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
+            rapi::SET_STRING_ELT(x, 0, text.map_or(rapi::R_NaString, |t| rapi::mkchar(t)));
+            rapi::Rf_unprotect(1);
+            rapi::MARK_NOT_MUTABLE(x);
+            x
+        })
+    }
+}

@@ -74,7 +74,7 @@ fn push_throw_attrs(table: &mut FrameTable, t: &Thrown) {
 pub fn rs_last_throw() -> Result<RValue> {
     require_main_thread()?;
     let s = shown::last_throw(rstate::known_modules);
-    let mut table = FrameTable::new(&s.trace, &s.rows, &s.resolved, &s.classes, None);
+    let mut table = FrameTable::new(&s.trace, &s.rows, s.resolved.clone(), &s.classes, None);
     push_throw_attrs(&mut table, &s.thrown);
     Ok(RValue::Built(Box::new(table)))
 }
@@ -97,7 +97,7 @@ pub fn branch(j: &Joint) -> Option<Branch> {
     let b = shown::branch(rstate::facts().ok()?, j)?;
     let s = &b.shown;
     // Each frame's inlined calls outermost first too.
-    let mut table = FrameTable::in_order(&s.trace, &s.rows, &s.resolved, &s.classes, None, true);
+    let mut table = FrameTable::in_order(&s.trace, &s.rows, s.resolved.clone(), &s.classes, None, true);
     for row in table.rows_mut() {
         row.at_throw = true;
         row.r_frame = b.parent;

@@ -11,7 +11,7 @@
 
 use crate::rapi::{self, Sexp};
 use crate::string_pool::{self, Key, Pool};
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 use std::sync::MutexGuard;
 use winch_core::fasthash::FastMap;
@@ -31,6 +31,9 @@ pub enum RValue {
     Built(Box<dyn Build + Send>),
     /// `NULL`.
     Null,
+    /// A character scalar (NA for None) of a few fixed values, made once
+    /// and shared by every result (R copies it before any change).
+    Shared(Option<&'static str>),
 }
 
 /// A value that knows how to make itself in R.
@@ -94,32 +97,39 @@ pub type Maker<'a> = dyn FnMut(&mut StringCache) -> Sexp + 'a;
 /// boundary). On R's main thread.
 pub fn make(maker: &mut Maker) -> Option<Sexp> {
     let mut strings = StringCache::default();
-    let mut job = Job { maker, strings: &mut strings, out: None };
-    // SAFETY: callers run on R's main thread; `run` touches only `job`,
-    // which outlives the call.
-    let ok = unsafe { rapi::R_ToplevelExec(run, &mut job as *mut Job as *mut c_void) };
-    let out = job.out.filter(|_| ok != 0)?;
-    // SAFETY: `out` was preserved by `run`; released right before it is
-    // returned, with no allocation in between.
-    unsafe { rapi::R_ReleaseObject(out) };
-    Some(out)
+    let mut job = Job { maker, strings: &mut strings, out: None, slot: 0 };
+    // SAFETY: callers run on R's main thread. The result is kept in a slot
+    // of R's protection stack pushed here (an error inside R_ToplevelExec
+    // leaves the stack as it was at its start, slot included); `run`
+    // touches only `job`, which outlives the call.
+    unsafe {
+        rapi::R_ProtectWithIndex(rapi::R_NilValue, &mut job.slot);
+        let ok = rapi::R_ToplevelExec(run, &mut job as *mut Job as *mut c_void);
+        // Unprotected right before it is returned, with no allocation in
+        // between.
+        rapi::Rf_unprotect(1);
+        job.out.filter(|_| ok != 0)
+    }
 }
 
 struct Job<'a, 'b> {
     maker: &'a mut Maker<'b>,
     strings: &'a mut StringCache,
     out: Option<Sexp>,
+    /// The protection slot the result goes to.
+    slot: c_int,
 }
 
 extern "C" fn run(data: *mut c_void) {
     // SAFETY: `data` is the `Job` passed by `make`, alive for this call.
     let job = unsafe { &mut *(data as *mut Job) };
-    let (maker, strings) = (&mut *job.maker, &mut *job.strings);
+    let (maker, strings, slot) = (&mut *job.maker, &mut *job.strings, job.slot);
     // A panic must not unwind into R's C frames.
     let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let x = maker(strings);
-        // SAFETY: inside R_ToplevelExec on R's main thread (see `make`).
-        unsafe { rapi::R_PreserveObject(x) };
+        // SAFETY: inside R_ToplevelExec on R's main thread (see `make`);
+        // `slot` was pushed by `make` below this context.
+        unsafe { rapi::R_Reprotect(x, slot) };
         x
     }));
     job.out = built.ok();
@@ -136,6 +146,7 @@ unsafe fn build(value: &RValue, strings: &mut StringCache) -> Sexp {
     // protected first (see the helpers).
     unsafe {
         match value {
+            RValue::Lgl(v) if v.len() == 1 => rapi::Rf_ScalarLogical(v[0] as c_int),
             RValue::Lgl(v) => fill(rapi::LGLSXP, v.len(), |p| {
                 let p = p as *mut i32;
                 v.iter().enumerate().for_each(|(i, &x)| *p.add(i) = x as i32)
@@ -179,6 +190,7 @@ unsafe fn build(value: &RValue, strings: &mut StringCache) -> Sexp {
             }
             RValue::Built(b) => b.build(strings),
             RValue::Null => rapi::R_NilValue,
+            RValue::Shared(v) => string_pool::shared_string(*v),
         }
     }
 }
@@ -275,11 +287,11 @@ impl Default for StringCache {
     fn default() -> StringCache {
         StringCache {
             pool: string_pool::take(),
-            // Room for a usual capture's strings: growing from empty was a
-            // handful of rehashes per table and result.
-            arcs: FastMap::with_capacity_and_hasher(32, Default::default()),
-            ips: FastMap::with_capacity_and_hasher(64, Default::default()),
-            offsets: FastMap::with_capacity_and_hasher(64, Default::default()),
+            // Empty until used: most results now make few strings here
+            // (frame tables' string columns are made when read).
+            arcs: FastMap::default(),
+            ips: FastMap::default(),
+            offsets: FastMap::default(),
             modules: FastMap::default(),
         }
     }

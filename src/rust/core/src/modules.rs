@@ -156,15 +156,31 @@ impl ModuleMap {
     }
 
     pub fn lookup(&self, addr: usize) -> Option<Hit> {
+        self.lookup_segment(addr).map(|(_, hit)| hit)
+    }
+
+    /// As [`ModuleMap::lookup`], with addresses around `addr` that have
+    /// the same answer: the segment found, cut to where the search would
+    /// go the same way (callers walking a stack try it first).
+    pub fn lookup_segment(&self, addr: usize) -> Option<(std::ops::Range<usize>, Hit)> {
         let i = self.index.partition_point(|&(start, _, _, _)| start <= addr);
         // Segments do not overlap, but scan back a little in case a broken
         // module list makes them: the first containing segment wins.
-        self.index[..i]
+        let (k, &(start, end, module, exec)) = self.index[..i]
             .iter()
+            .enumerate()
             .rev()
             .take(4)
-            .find(|&&(start, end, _, _)| start <= addr && addr < end)
-            .map(|&(_, _, module, exec)| Hit { module, exec })
+            .find(|&(_, &(start, end, _, _))| start <= addr && addr < end)?;
+        // Up to the next segment's start the search ends at the same entry;
+        // one found behind another (overlapping segments) holds for `addr`
+        // alone.
+        let (from, to) = if k + 1 == i {
+            (start, self.index.get(i).map_or(end, |next| end.min(next.0)))
+        } else {
+            (addr, addr + 1)
+        };
+        Some((from..to, Hit { module, exec }))
     }
 
     /// The module containing `addr`, if any.
@@ -626,6 +642,27 @@ mod tests {
         assert_eq!(map.lookup(0xa000), None);
         assert_eq!(map.lookup(0), None);
         assert_eq!(map.module(1).basename(), "lidR.so");
+    }
+
+    #[test]
+    fn every_address_in_a_found_range_has_the_same_answer() {
+        // Normal segments, a gap, and a broken list whose segments overlap.
+        let map = ModuleMap::new(vec![
+            module("/a.so", &[(0x100, 0x200, false), (0x200, 0x500, true)]),
+            module("/b.so", &[(0x400, 0x480, true), (0x900, 0xa00, true)]),
+            module("/c.so", &[(0x300, 0x950, false)]),
+        ]);
+        for addr in 0..0xb00 {
+            match map.lookup_segment(addr) {
+                Some((range, hit)) => {
+                    assert!(range.contains(&addr), "{addr:#x} outside {range:x?}");
+                    for other in range.clone() {
+                        assert_eq!(map.lookup(other), Some(hit), "{other:#x} in {range:x?} from {addr:#x}");
+                    }
+                }
+                None => assert_eq!(map.lookup(addr), None),
+            }
+        }
     }
 
     #[test]

@@ -138,16 +138,14 @@ pub fn splice_calls(n: usize, natives: &[Option<usize>]) -> Vec<Result<usize, us
 /// keep their order; joint views read outermost first, so a frame's
 /// physical function comes first, then the calls inlined into it, the
 /// innermost last (right before the R code it calls).
-pub fn expand_inlined(levels: &[usize], outermost_first: bool) -> Vec<(usize, usize)> {
-    let mut out = Vec::with_capacity(levels.iter().sum());
-    for (i, &n) in levels.iter().enumerate() {
-        if outermost_first {
-            out.extend((0..n).rev().map(|k| (i, k)));
-        } else {
-            out.extend((0..n).map(|k| (i, k)));
-        }
-    }
-    out
+pub fn expand_inlined(
+    levels: impl IntoIterator<Item = usize>,
+    outermost_first: bool,
+) -> impl Iterator<Item = (usize, usize)> {
+    levels
+        .into_iter()
+        .enumerate()
+        .flat_map(move |(i, n)| (0..n).map(move |j| (i, if outermost_first { n - 1 - j } else { j })))
 }
 
 /// Where the rows of a trace sit among the stack's frames: the rows are
@@ -253,11 +251,14 @@ mod tests {
         // Frame 0 resolves to [inner, middle, acc_entry] (innermost first),
         // frame 1 to [caller].
         let levels = [3, 1];
-        assert_eq!(expand_inlined(&levels, false), vec![(0, 0), (0, 1), (0, 2), (1, 0)]);
+        let expand = |levels: &[usize], outermost_first| -> Vec<(usize, usize)> {
+            expand_inlined(levels.iter().copied(), outermost_first).collect()
+        };
+        assert_eq!(expand(&levels, false), vec![(0, 0), (0, 1), (0, 2), (1, 0)]);
         // A joint view lists frames outermost first (frame 1 is given
         // first): caller, then acc_entry, middle, inner.
-        assert_eq!(expand_inlined(&[1, 3], true), vec![(0, 0), (1, 2), (1, 1), (1, 0)]);
-        assert!(expand_inlined(&[], true).is_empty());
+        assert_eq!(expand(&[1, 3], true), vec![(0, 0), (1, 2), (1, 1), (1, 0)]);
+        assert!(expand(&[], true).is_empty());
     }
 
     #[test]
@@ -267,7 +268,7 @@ mod tests {
         // expanded outermost first, then spliced: acc_entry right after
         // R frame 1, inner right before R frame 2 and its parent.
         let names = ["inner", "middle", "acc_entry"];
-        let rows = expand_inlined(&[3], true);
+        let rows: Vec<_> = expand_inlined([3], true).collect();
         let shown: Vec<&str> = rows.iter().map(|&(_, k)| names[k]).collect();
         assert_eq!(shown, ["acc_entry", "middle", "inner"]);
         let r_frame: Vec<Option<usize>> = rows.iter().map(|_| Some(1)).collect();

@@ -3,7 +3,7 @@
 //! shows is decided in `view`.
 
 use crate::debuginfo::Resolved;
-use crate::modules::{self, ModuleMap};
+use crate::modules::{self, Hit, ModuleMap};
 use crate::symbolizer;
 use crate::unwind::{self, Backend, StackEnd};
 use std::sync::Arc;
@@ -54,12 +54,20 @@ pub fn assemble(
     frames: Vec<unwind::Frame>,
     end: StackEnd,
 ) -> NativeTrace {
-    let module_of = |ip: usize| map.lookup(ip);
     let mut out = Vec::with_capacity(frames.len());
     let mut truncated = None;
     let mut prev_lo = 0usize;
+    // Neighbouring frames are mostly in one segment (R's interpreter): it
+    // is tried before the map's search.
+    let mut last: Option<(std::ops::Range<usize>, Hit)> = None;
     for f in &frames {
-        let hit = module_of(f.ip);
+        let hit = match &last {
+            Some((seg, hit)) if seg.contains(&f.ip) => Some(*hit),
+            _ => {
+                last = map.lookup_segment(f.ip);
+                last.as_ref().map(|(_, hit)| *hit)
+            }
+        };
         match hit {
             Some(h) if h.exec => {}
             _ => {

@@ -210,16 +210,36 @@ pub fn capture(backend: Backend) -> crate::error::Result<Stack> {
     let kind = calibration(backend).ok_or_else(|| {
         Error::Unavailable(format!("the {} backend failed its calibration on this platform", backend.name()))
     })?;
-    // Room for a usual stack up front: growing it as frames come was a
-    // handful of reallocations per capture.
-    let mut raw = Vec::with_capacity(128);
-    let end = raw_walk(backend, &mut raw, false);
-    if backend == Backend::Cfi && is_unsupported(&end) {
+    // The walk's buffer is kept between captures (a fresh one per capture
+    // was a large allocation, often in pages the C library had just given
+    // back to the system); a fresh one if another capture is using it.
+    let walk = |raw: &mut Vec<RawFrame>| {
+        let end = raw_walk(backend, raw, false);
+        let out = (!(backend == Backend::Cfi && is_unsupported(&end))).then(|| (normalize(raw, kind), end));
+        // Not kept after a very deep stack (a runaway recursion's).
+        if raw.capacity() > KEPT_RAW_FRAMES {
+            *raw = Vec::new();
+        }
+        out
+    };
+    let walked = match RAW_FRAMES.try_lock() {
+        Ok(mut raw) => walk(&mut raw),
+        Err(_) => walk(&mut Vec::new()),
+    };
+    match walked {
+        Some((frames, end)) => Ok(Stack { backend, frames, end }),
         // A frame the cached unwinder does not model: libgcc does it all.
-        return capture(Backend::Backtrace);
+        None => capture(Backend::Backtrace),
     }
-    Ok(Stack { backend, frames: normalize(&raw, kind), end })
 }
+
+/// The most frames the kept buffer holds room for (128 KiB).
+const KEPT_RAW_FRAMES: usize = 4096;
+
+/// The buffer [`capture`] walks into, kept between captures (one thread's
+/// at a time; a static, not a thread-local, whose destructor would keep
+/// winch's library mapped after it is unloaded).
+static RAW_FRAMES: std::sync::Mutex<Vec<RawFrame>> = std::sync::Mutex::new(Vec::new());
 
 fn is_unsupported(end: &StackEnd) -> bool {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
