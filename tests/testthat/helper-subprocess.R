@@ -17,3 +17,22 @@ run_rscript <- function(code) {
 scrub_locations <- function(x) {
   gsub("at ([^ ]*/)?([^/ ]+):[0-9]+:[0-9]+", "at <dir>/\\2:<line>", x)
 }
+
+# Whether SIGINT is ignored in this process: a command started in the
+# background by a shell without job control inherits that, and R >= 4.5
+# keeps it (R 4.2 installs its handler regardless), so an interrupt sent to
+# the process cannot arrive.
+sigint_ignored <- function() {
+  status <- tryCatch(readLines("/proc/self/status", warn = FALSE), error = function(e) character())
+  ignored <- sub("^SigIgn:\\s*", "", grep("^SigIgn:", status, value = TRUE))
+  if (length(ignored) != 1L) {
+    return(FALSE)
+  }
+  # SIGINT is signal 2: bit 1 of the mask (hex, lowest bits last).
+  low <- strtoi(substr(ignored, nchar(ignored) - 1L, nchar(ignored)), 16L)
+  bitwAnd(low, 2L) == 2L
+}
+
+skip_if_sigint_ignored <- function() {
+  skip_if(sigint_ignored(), "SIGINT is ignored in this process (started in the background), so no interrupt can be sent to it")
+}

@@ -115,6 +115,7 @@ test_that("an error in `expr` propagates with its class and stops the profiler",
 })
 
 test_that("an interrupt in `expr` stops the profiler, and the next profile works", {
+  skip_if_sigint_ignored()
   res <- tryCatch(
     winch_profile(
       {
