@@ -1,16 +1,16 @@
 skip_if_not(winch_available(), "native unwinding is not available on this platform")
 
-# The string columns of native frame tables are made when R first reads
-# them (ALTREP, src/rust/src/lazy_columns.rs): a capture kept for later
-# does not pay for its strings. They must behave as plain vectors.
+# The columns of native frame tables are made when R first reads them
+# (ALTREP, src/rust/src/lazy_columns.rs): a capture kept for later does not
+# pay for its vectors. They must behave as plain vectors.
 
 string_columns <- c("func", "ip", "pathname", "file", "offset", "start", "source")
 
-test_that("string columns wait until read, then keep what they made", {
+test_that("columns wait until read, then keep what they made", {
   tb <- winch_trace_back()
   state <- winch:::lazy_columns(tb)$state
-  expect_setequal(names(state)[state == "lazy"], string_columns)
-  expect_true(all(state[setdiff(names(tb), string_columns)] == "plain"))
+  expect_true(all(state == "lazy"))
+  expect_setequal(names(state), names(tb))
   # The length is known without making anything.
   expect_length(tb$func, nrow(tb))
   expect_identical(winch:::lazy_columns(tb)$state[["func"]], "lazy")
@@ -22,6 +22,19 @@ test_that("string columns wait until read, then keep what they made", {
   expect_identical(tb$ip[[1L]], first)
   expect_true(all(grepl("^0x[0-9a-f]+$", tb$offset)))
   expect_true(all(startsWith(tb$pathname, "/")))
+  # Numbers read one at a time are read from the rows; the vector is made
+  # when R asks for its data, with the same values.
+  one_by_one <- vapply(seq_len(nrow(tb)), function(i) tb$is_libr[[i]], NA)
+  lines <- vapply(seq_len(nrow(tb)), function(i) tb$line[[i]], 1L)
+  expect_identical(winch:::lazy_columns(tb)$state[["is_libr"]], "lazy")
+  expect_identical(tb$is_libr + 0L, as.integer(one_by_one))
+  expect_identical(winch:::lazy_columns(tb)$state[["is_libr"]], "made")
+  expect_identical(tb$is_libr, one_by_one)
+  expect_identical(tb$line, lines)
+  expect_type(tb$column, "integer")
+  expect_type(tb$inlined, "logical")
+  expect_true(any(tb$is_libr))
+  expect_identical(sum(!is.na(tb$line)), sum(!is.na(lines)))
 })
 
 test_that("lazy columns copy, subset, compare and serialize as plain vectors", {
@@ -71,7 +84,7 @@ test_that("joint tables' string columns are lazy too, and the same once made", {
   f <- function() winch_call(function() winch:::joint_capture(sys.frames(), sys.calls()))
   jt <- f()
   state <- winch:::lazy_columns(jt)$state
-  expect_true(all(state[c(string_columns, "label")] == "lazy"))
+  expect_true(all(state == "lazy"))
   expect_true(all(nzchar(jt$label)))
   named <- !is.na(jt$func)
   expect_identical(jt$label[named], jt$func[named])

@@ -243,9 +243,8 @@ unsafe fn build_frames(t: &FrameTable, strings: &mut StringCache) -> Sexp {
     }
 }
 
-/// Column `name` of `t`, stored as element `j` of the protected `df`;
-/// string columns made when R first reads them where `lazy` (protected)
-/// holds the rows.
+/// Column `name` of `t`, stored as element `j` of the protected `df`:
+/// made when R first reads it where `lazy` (protected) holds the rows.
 ///
 /// # Safety
 /// As for [`Build::build`]; `df` protected, a list with more than `j` elements.
@@ -257,120 +256,152 @@ unsafe fn build_column(
     j: usize,
     lazy: Option<Sexp>,
 ) {
-    let rows = &t.rows;
-    let n = rows.len();
-    let res = |r: &Row| resolution(&t.resolved, r);
-    // SAFETY: the caller's contract. Numeric columns are filled within
-    // their length; string columns are stored into `df` before their
-    // CHARSXPs are made, so they are protected while R allocates.
+    let kind = Column::of(name);
+    // SAFETY: the caller's contract; the column is stored into `df` before
+    // R allocates again.
     unsafe {
-        let col = match name {
-            "is_libr" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.is_libr as i32))),
-            "inlined" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| res(r).inlined as i32))),
-            "approximate" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.approximate as i32))),
-            "at_throw" => fill(rapi::LGLSXP, n, |p| ints(p, rows.iter().map(|r| r.at_throw as i32))),
-            "line" => fill(rapi::INTSXP, n, |p| ints(p, rows.iter().map(|r| opt_int(res(r).line)))),
-            "column" => fill(rapi::INTSXP, n, |p| ints(p, rows.iter().map(|r| opt_int(res(r).column)))),
-            "r_frame" => fill(rapi::INTSXP, n, |p| {
-                ints(
-                    p,
-                    rows.iter()
-                        .map(|r| r.r_frame.and_then(|k| i32::try_from(k).ok()).unwrap_or(rapi::R_NaInt)),
-                )
-            }),
-            _ => {
-                let kind = StringColumn::of(name);
-                if let Some(col) = lazy.and_then(|p| lazy_columns::column(p, kind)) {
-                    rapi::SET_VECTOR_ELT(df, j as isize, col);
-                    return;
-                }
-                let col = rapi::Rf_allocVector(rapi::STRSXP, n as isize);
-                rapi::SET_VECTOR_ELT(df, j as isize, col);
-                fill_strings(col, rows, &t.resolved, &t.map, &t.branch, kind, strings);
-                return;
-            }
+        let col = match lazy.and_then(|p| lazy_columns::column(p, kind)) {
+            Some(col) => col,
+            None => make_column(kind, &t.rows, &t.resolved, &t.map, &t.branch, strings),
         };
         rapi::SET_VECTOR_ELT(df, j as isize, col);
     }
 }
 
-/// The string columns of frame tables.
+/// The columns of frame tables.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum StringColumn {
+pub enum Column {
     Func,
     Ip,
     Pathname,
+    IsLibr,
     File,
-    Source,
-    Start,
+    Line,
+    Inlined,
     Offset,
+    /// The source column (`column`).
+    SourceCol,
+    Start,
+    Source,
+    RFrame,
+    Approximate,
+    AtThrow,
     Label,
 }
 
-impl StringColumn {
-    pub const ALL: [StringColumn; 8] = [
-        StringColumn::Func,
-        StringColumn::Ip,
-        StringColumn::Pathname,
-        StringColumn::File,
-        StringColumn::Source,
-        StringColumn::Start,
-        StringColumn::Offset,
-        StringColumn::Label,
+impl Column {
+    pub const ALL: [Column; 15] = [
+        Column::Func,
+        Column::Ip,
+        Column::Pathname,
+        Column::IsLibr,
+        Column::File,
+        Column::Line,
+        Column::Inlined,
+        Column::Offset,
+        Column::SourceCol,
+        Column::Start,
+        Column::Source,
+        Column::RFrame,
+        Column::Approximate,
+        Column::AtThrow,
+        Column::Label,
     ];
 
-    /// The column called `name` (`offset` for any other name).
-    fn of(name: &str) -> StringColumn {
+    /// The column called `name` (`label` for any other name).
+    fn of(name: &str) -> Column {
         match name {
-            "func" => StringColumn::Func,
-            "ip" => StringColumn::Ip,
-            "pathname" => StringColumn::Pathname,
-            "file" => StringColumn::File,
-            "source" => StringColumn::Source,
-            "start" => StringColumn::Start,
-            "label" => StringColumn::Label,
-            _ => StringColumn::Offset,
+            "func" => Column::Func,
+            "ip" => Column::Ip,
+            "pathname" => Column::Pathname,
+            "is_libr" => Column::IsLibr,
+            "file" => Column::File,
+            "line" => Column::Line,
+            "inlined" => Column::Inlined,
+            "offset" => Column::Offset,
+            "column" => Column::SourceCol,
+            "start" => Column::Start,
+            "source" => Column::Source,
+            "r_frame" => Column::RFrame,
+            "approximate" => Column::Approximate,
+            "at_throw" => Column::AtThrow,
+            _ => Column::Label,
+        }
+    }
+
+    /// The R type of the column's vector.
+    pub fn r_type(self) -> std::ffi::c_int {
+        match self {
+            Column::IsLibr | Column::Inlined | Column::Approximate | Column::AtThrow => rapi::LGLSXP,
+            Column::Line | Column::SourceCol | Column::RFrame => rapi::INTSXP,
+            _ => rapi::STRSXP,
         }
     }
 }
 
-/// Fills the string vector `col` (protected, one element per row) with
-/// column `kind` of `rows`, whose modules are `map`'s (`branch`'s for its
-/// rows).
+/// Element `r` (a row resolved as `res`) of the logical or integer column
+/// `kind` (NA_integer_ for a string column).
+pub fn number(kind: Column, r: &Row, res: &Resolved) -> i32 {
+    // SAFETY: reading R's NA_integer_ constant.
+    let na = unsafe { rapi::R_NaInt };
+    let opt = |x: Option<u32>| x.and_then(|v| i32::try_from(v).ok()).unwrap_or(na);
+    match kind {
+        Column::IsLibr => r.is_libr as i32,
+        Column::Inlined => res.inlined as i32,
+        Column::Approximate => r.approximate as i32,
+        Column::AtThrow => r.at_throw as i32,
+        Column::Line => opt(res.line),
+        Column::SourceCol => opt(res.column),
+        Column::RFrame => r.r_frame.and_then(|k| i32::try_from(k).ok()).unwrap_or(na),
+        _ => na,
+    }
+}
+
+/// Column `kind` of `rows` as an R vector, its modules `map`'s
+/// (`branch`'s for its rows).
 ///
 /// # Safety
-/// As for [`Build::build`]; `col` protected, of `rows.len()` elements.
-pub unsafe fn fill_strings(
-    col: Sexp,
+/// As for [`Build::build`]; the result is unprotected.
+pub unsafe fn make_column(
+    kind: Column,
     rows: &[Row],
     resolved: &[Arc<[Resolved]>],
     map: &ModuleMap,
     branch: &Option<(std::ops::Range<usize>, Arc<ModuleMap>)>,
-    kind: StringColumn,
     strings: &mut StringCache,
-) {
-    // SAFETY: the caller's contract; each CHARSXP is stored into the
-    // protected `col` right after it is made.
+) -> Sexp {
+    let n = rows.len();
+    // SAFETY: the caller's contract. Numbers are written within the
+    // vector's length; a string column is protected while its CHARSXPs
+    // are made, each stored right after it is made.
     unsafe {
+        if kind.r_type() != rapi::STRSXP {
+            return fill(kind.r_type(), n, |p| {
+                ints(p, rows.iter().map(|r| number(kind, r, resolution(resolved, r))))
+            });
+        }
+        let col = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, n as isize));
         for (i, r) in rows.iter().enumerate() {
             let res = resolution(resolved, r);
             let c = match kind {
-                StringColumn::Func => strings.arc(res.func.as_ref()),
-                StringColumn::Ip => strings.hex(r.ip, false),
-                StringColumn::Pathname => {
+                Column::Func => strings.arc(res.func.as_ref()),
+                Column::Ip => strings.hex(r.ip, false),
+                Column::Pathname => {
                     r.module.map_or(rapi::R_NaString, |m| strings.module(map_of(map, branch, i), m))
                 }
-                StringColumn::File => strings.arc(res.file.as_ref()),
-                StringColumn::Source => res.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),
-                StringColumn::Start => res.start.map_or(rapi::R_NaString, |a| strings.hex(a as usize, true)),
-                StringColumn::Label => match &res.func {
+                Column::File => strings.arc(res.file.as_ref()),
+                Column::Source => res.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),
+                Column::Start => res.start.map_or(rapi::R_NaString, |a| strings.hex(a as usize, true)),
+                Column::Label => match &res.func {
                     Some(f) => strings.arc(Some(f)),
                     None => strings.unnamed(res.start.map(|a| a as usize), r.offset),
                 },
-                StringColumn::Offset => strings.hex(r.offset, true),
+                _ => strings.hex(r.offset, true),
             };
             rapi::SET_STRING_ELT(col, i as isize, c);
         }
+        rapi::Rf_unprotect(1);
+        col
     }
 }
 
@@ -382,9 +413,4 @@ unsafe fn ints(p: *mut c_void, values: impl Iterator<Item = i32>) {
     let p = p as *mut i32;
     // SAFETY: the caller's contract.
     values.enumerate().for_each(|(i, x)| unsafe { *p.add(i) = x });
-}
-
-fn opt_int(x: Option<u32>) -> i32 {
-    // SAFETY: reading R's NA_integer_ constant.
-    x.and_then(|v| i32::try_from(v).ok()).unwrap_or(unsafe { rapi::R_NaInt })
 }

@@ -1,15 +1,18 @@
-//! The string columns of native frame tables, made when R first reads them
+//! The columns of native frame tables, made when R first reads them
 //! (ALTREP vectors): a capture kept for later, as every error's trace is
 //! and most are never looked at, does not pay for its names, paths and
-//! addresses as R strings. The rows are symbolized at capture (names must
-//! be those of the modules loaded then); only the R strings wait.
+//! addresses as R strings, nor for vectors R allocates one by one. The rows
+//! are symbolized at capture (names must be those of the modules loaded
+//! then); only the R vectors wait.
 //!
 //! Each column holds the table's rows through one external pointer (data1)
-//! and, once read, its strings as an ordinary character vector (data2),
-//! which every method then serves. R copies, serializes and compares the
-//! columns through these methods, so they behave as plain vectors.
+//! and, once made, an ordinary vector (data2), which every method then
+//! serves. A number is read from the rows without making anything (R may
+//! ask for one where it cannot allocate); a string, or the vector's data,
+//! makes the whole vector. R copies, serializes and compares the columns
+//! through these methods, so they behave as plain vectors.
 
-use crate::frames::{fill_strings, FrameTable, Resolutions, Row, StringColumn};
+use crate::frames::{make_column, number, resolution, Column, FrameTable, Resolutions, Row};
 use crate::rapi::{self, AltClass, Sexp};
 use std::ffi::{c_int, c_void};
 use std::ops::Range;
@@ -28,9 +31,9 @@ struct Shared {
     branch: Option<(Range<usize>, Arc<ModuleMap>)>,
 }
 
-/// The classes, one per column (by `StringColumn::ALL`'s order), as the
+/// The classes, one per column (by `Column::ALL`'s order), as the
 /// addresses of their class objects (R keeps them for the session).
-static CLASSES: OnceLock<[usize; 8]> = OnceLock::new();
+static CLASSES: OnceLock<[usize; 15]> = OnceLock::new();
 
 /// Registers the classes (from `R_init_winch`, with winch's `DllInfo`).
 ///
@@ -48,6 +51,13 @@ pub unsafe fn register(dll: *mut c_void) {
             class::<5>(dll),
             class::<6>(dll),
             class::<7>(dll),
+            class::<8>(dll),
+            class::<9>(dll),
+            class::<10>(dll),
+            class::<11>(dll),
+            class::<12>(dll),
+            class::<13>(dll),
+            class::<14>(dll),
         ]
     };
     let _ = CLASSES.set(classes.map(|c| c.ptr as usize));
@@ -58,32 +68,55 @@ pub unsafe fn register(dll: *mut c_void) {
 /// # Safety
 /// As for [`register`].
 unsafe fn class<const K: usize>(dll: *mut c_void) -> AltClass {
-    const NAMES: [&std::ffi::CStr; 8] = [
+    const NAMES: [&std::ffi::CStr; 15] = [
         c"winch_func",
         c"winch_ip",
         c"winch_pathname",
+        c"winch_is_libr",
         c"winch_file",
-        c"winch_source",
-        c"winch_start",
+        c"winch_line",
+        c"winch_inlined",
         c"winch_offset",
+        c"winch_column",
+        c"winch_start",
+        c"winch_source",
+        c"winch_r_frame",
+        c"winch_approximate",
+        c"winch_at_throw",
         c"winch_label",
     ];
+    let (name, package) = (NAMES[K].as_ptr(), c"winch".as_ptr());
     // SAFETY: the caller's contract; the names are NUL-terminated and
     // static, the methods have the signatures R_ext/Altrep.h gives.
     unsafe {
-        let c = rapi::R_make_altstring_class(NAMES[K].as_ptr(), c"winch".as_ptr(), dll);
+        let c = match Column::ALL[K].r_type() {
+            rapi::STRSXP => {
+                let c = rapi::R_make_altstring_class(name, package, dll);
+                rapi::R_set_altstring_Elt_method(c, string_elt::<K>);
+                rapi::R_set_altstring_Set_elt_method(c, set_string_elt::<K>);
+                c
+            }
+            rapi::INTSXP => {
+                let c = rapi::R_make_altinteger_class(name, package, dll);
+                rapi::R_set_altinteger_Elt_method(c, number_elt::<K>);
+                c
+            }
+            _ => {
+                let c = rapi::R_make_altlogical_class(name, package, dll);
+                rapi::R_set_altlogical_Elt_method(c, number_elt::<K>);
+                c
+            }
+        };
         rapi::R_set_altrep_Length_method(c, length);
         rapi::R_set_altvec_Dataptr_method(c, dataptr::<K>);
         rapi::R_set_altvec_Dataptr_or_null_method(c, dataptr_or_null);
-        rapi::R_set_altstring_Elt_method(c, elt::<K>);
-        rapi::R_set_altstring_Set_elt_method(c, set_elt::<K>);
         c
     }
 }
 
-/// The rows of `t` for its string columns, as a protected-by-the-caller
-/// external pointer that frees them when R collects it; None without the
-/// classes (the columns are then made at once).
+/// The rows of `t` for its columns, as an external pointer that frees them
+/// when R collects it; None without the classes (the columns are then made
+/// at once).
 ///
 /// # Safety
 /// As for `Build::build`: R's main thread, inside `R_ToplevelExec`. The
@@ -113,8 +146,8 @@ pub unsafe fn shared(t: &FrameTable) -> Option<Sexp> {
 ///
 /// # Safety
 /// As for [`shared`]; the result is unprotected.
-pub unsafe fn column(shared: Sexp, kind: StringColumn) -> Option<Sexp> {
-    let k = StringColumn::ALL.iter().position(|&c| c == kind)?;
+pub unsafe fn column(shared: Sexp, kind: Column) -> Option<Sexp> {
+    let k = Column::ALL.iter().position(|&c| c == kind)?;
     let class = AltClass { ptr: CLASSES.get()?[k] as Sexp };
     // SAFETY: the caller's contract; `class` is a registered class.
     Some(unsafe { rapi::R_new_altrep(class, shared, rapi::R_NilValue) })
@@ -156,13 +189,14 @@ unsafe fn made(x: Sexp) -> Option<Sexp> {
     }
 }
 
-/// The column's strings, made now if not yet; raises an R error if R
-/// cannot allocate them.
+/// The column's vector, made now if not yet; raises an R error if R
+/// cannot allocate it.
 ///
 /// # Safety
-/// As for [`rows_of`]; called from R's methods (main thread), in a frame
-/// that owns nothing with a destructor (an R error leaves by longjmp).
-unsafe fn strings<const K: usize>(x: Sexp) -> Sexp {
+/// As for [`rows_of`]; called from R's methods (main thread) where R may
+/// allocate, in a frame that owns nothing with a destructor (an R error
+/// leaves by longjmp).
+unsafe fn vector<const K: usize>(x: Sexp) -> Sexp {
     // SAFETY: the caller's contract.
     unsafe {
         if let Some(d) = made(x) {
@@ -170,10 +204,7 @@ unsafe fn strings<const K: usize>(x: Sexp) -> Sexp {
         }
         let out = rows_of(x).and_then(|s| {
             crate::value::make(&mut |cache| {
-                let col = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, s.rows.len() as isize));
-                fill_strings(col, &s.rows, &s.resolved, &s.map, &s.branch, StringColumn::ALL[K], cache);
-                rapi::Rf_unprotect(1);
-                col
+                make_column(Column::ALL[K], &s.rows, &s.resolved, &s.map, &s.branch, cache)
             })
         });
         match out {
@@ -189,6 +220,21 @@ unsafe fn strings<const K: usize>(x: Sexp) -> Sexp {
     }
 }
 
+/// The data of a made vector `d`.
+///
+/// # Safety
+/// `d` a live string, integer or logical vector.
+unsafe fn data_of(d: Sexp) -> *mut c_void {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match rapi::TYPEOF(d) {
+            rapi::STRSXP => rapi::STRING_PTR_RO(d) as *mut c_void,
+            rapi::INTSXP => rapi::INTEGER(d) as *mut c_void,
+            _ => rapi::LOGICAL(d) as *mut c_void,
+        }
+    }
+}
+
 extern "C" fn length(x: Sexp) -> isize {
     // SAFETY: R calls this for columns of these classes.
     unsafe {
@@ -199,25 +245,40 @@ extern "C" fn length(x: Sexp) -> isize {
     }
 }
 
-extern "C" fn elt<const K: usize>(x: Sexp, i: isize) -> Sexp {
+extern "C" fn string_elt<const K: usize>(x: Sexp, i: isize) -> Sexp {
     // SAFETY: R calls this for columns of these classes with `i` within
-    // their length.
-    unsafe { rapi::STRING_ELT(strings::<K>(x), i) }
+    // their length (with its collector paused).
+    unsafe { rapi::STRING_ELT(vector::<K>(x), i) }
 }
 
-extern "C" fn set_elt<const K: usize>(x: Sexp, i: isize, v: Sexp) {
-    // SAFETY: as for `elt`; R calls this only for a column it may change.
-    unsafe { rapi::SET_STRING_ELT(strings::<K>(x), i, v) }
+extern "C" fn set_string_elt<const K: usize>(x: Sexp, i: isize, v: Sexp) {
+    // SAFETY: as for `string_elt`; R calls this only for a column it may
+    // change.
+    unsafe { rapi::SET_STRING_ELT(vector::<K>(x), i, v) }
+}
+
+extern "C" fn number_elt<const K: usize>(x: Sexp, i: isize) -> c_int {
+    // SAFETY: R calls this for columns of these classes with `i` within
+    // their length; nothing is allocated (R may not expect it here).
+    unsafe {
+        if let Some(d) = made(x) {
+            return *(data_of(d) as *const c_int).offset(i);
+        }
+        match rows_of(x).and_then(|s| s.rows.get(i as usize).map(|r| (s, r))) {
+            Some((s, r)) => number(Column::ALL[K], r, resolution(&s.resolved, r)),
+            None => rapi::R_NaInt,
+        }
+    }
 }
 
 extern "C" fn dataptr<const K: usize>(x: Sexp, _writable: c_int) -> *mut c_void {
-    // SAFETY: as for `elt`.
-    unsafe { rapi::STRING_PTR_RO(strings::<K>(x)) as *mut c_void }
+    // SAFETY: as for `string_elt` (R pauses its collector here too).
+    unsafe { data_of(vector::<K>(x)) }
 }
 
 extern "C" fn dataptr_or_null(x: Sexp) -> *const c_void {
-    // SAFETY: as for `elt`.
-    unsafe { made(x).map_or(std::ptr::null(), |d| rapi::STRING_PTR_RO(d) as *const c_void) }
+    // SAFETY: as for `string_elt`.
+    unsafe { made(x).map_or(std::ptr::null(), |d| data_of(d) as *const c_void) }
 }
 
 /// How column `x` is held: "lazy" (strings not made yet), "made", or

@@ -108,6 +108,10 @@ extern "C" {
     pub fn R_set_altvec_Dataptr_or_null_method(class: AltClass, f: extern "C" fn(Sexp) -> *const c_void);
     pub fn R_set_altstring_Elt_method(class: AltClass, f: extern "C" fn(Sexp, isize) -> Sexp);
     pub fn R_set_altstring_Set_elt_method(class: AltClass, f: extern "C" fn(Sexp, isize, Sexp));
+    pub fn R_make_altinteger_class(cname: *const c_char, pname: *const c_char, dll: *mut c_void) -> AltClass;
+    pub fn R_make_altlogical_class(cname: *const c_char, pname: *const c_char, dll: *mut c_void) -> AltClass;
+    pub fn R_set_altinteger_Elt_method(class: AltClass, f: extern "C" fn(Sexp, isize) -> c_int);
+    pub fn R_set_altlogical_Elt_method(class: AltClass, f: extern "C" fn(Sexp, isize) -> c_int);
     pub fn STRING_PTR_RO(x: Sexp) -> *const Sexp;
 
     /// Raises an R error: leaves by `longjmp`, so only from a frame that
