@@ -36,3 +36,10 @@ sigint_ignored <- function() {
 skip_if_sigint_ignored <- function() {
   skip_if(sigint_ignored(), "SIGINT is ignored in this process (started in the background), so no interrupt can be sent to it")
 }
+
+# Expects `line` among the (trimmed) lines a subprocess printed, showing
+# them all when it is not.
+expect_line <- function(out, line) {
+  out <- trimws(out)
+  expect_true(line %in% out, label = paste(c(sprintf("%s in", line), out), collapse = "\n"))
+}

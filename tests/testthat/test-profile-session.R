@@ -278,11 +278,10 @@ test_that("unloading winch stops a running winch_rprof(), and winch loaded again
     "cat('profile after reload:', class(p)[[1L]], '\\n')"
   ))
   expect_identical(attr(out, "status"), 0L)
-  out <- trimws(out)
-  expect_true("collector after unload: FALSE" %in% out, label = paste(out, collapse = "\n"))
-  expect_true("active after reload: FALSE" %in% out, label = paste(out, collapse = "\n"))
-  expect_true("stop after reload: winch_error_bad_argument" %in% out, label = paste(out, collapse = "\n"))
-  expect_true("profile after reload: winch_profile" %in% out, label = paste(out, collapse = "\n"))
+  expect_line(out, "collector after unload: FALSE")
+  expect_line(out, "active after reload: FALSE")
+  expect_line(out, "stop after reload: winch_error_bad_argument")
+  expect_line(out, "profile after reload: winch_profile")
 })
 
 test_that("a fork child (mclapply) starts with no session: it profiles itself; the parent's goes on", {
