@@ -78,7 +78,8 @@ winch_trace_back <- function(backend = getOption("winch.backend", "auto"), libr 
   # part of the result (libr = TRUE).
   # A backend left at its default is read by the core (NULL): no call of
   # getOption() per capture.
-  x <- .Call(C_rs_trace_back, if (missing(backend)) NULL else backend, libr, FALSE)
+  # (NULL given is refused: NA_character_ stands for it.)
+  x <- .Call(C_rs_trace_back, if (missing(backend)) NULL else backend %||% NA_character_, libr, FALSE)
   # Only primitives on the usual path (it runs on every capture): a result
   # without a class is not the data frame ("sync", an error, or NULL).
   if (is.null(oldClass(x))) {

@@ -205,6 +205,19 @@ test_that("bad arguments to winch_trace_back() are clear errors", {
   })
 })
 
+test_that("a backend left out is the option's, read by the core; NULL given is refused", {
+  expect_error(winch_trace_back(backend = NULL), class = "winch_error_bad_argument")
+  withr::with_options(list(winch.backend = "backtrace"), {
+    expect_identical(attr(winch_trace_back(), "backend"), "backtrace")
+  })
+  withr::with_options(list(winch.backend = "gdb"), {
+    expect_error(winch_trace_back(), "must be one of", class = "winch_error_bad_argument")
+  })
+  withr::with_options(list(winch.backend = NULL), {
+    expect_true(attr(winch_trace_back(), "backend") %in% c("cfi", "libunwind", "backtrace"))
+  })
+})
+
 test_that("winch_trace_back() returns its frames visibly: at the console it prints them", {
   res <- withVisible(winch_trace_back())
   expect_true(res$visible)

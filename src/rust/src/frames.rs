@@ -4,8 +4,7 @@
 
 use crate::lazy_columns;
 use crate::rapi::{self, Sexp};
-use crate::string_pool;
-use crate::value::{fill, set_attr, Build, RValue, StringCache};
+use crate::value::{fill, set_attr, set_static_names, Build, RValue, StringCache};
 use std::ffi::c_void;
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -211,24 +210,13 @@ unsafe fn build_frames(t: &FrameTable, strings: &mut StringCache) -> Sexp {
         if lazy.is_some() {
             rapi::Rf_unprotect(1);
         }
-        // The names and class every table of its kind shares.
-        let key = if t.joint { "frames:joint_names" } else { "frames:names" };
-        let names_vec = string_pool::constant(key, || {
-            let v = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, names.len() as isize));
-            for (j, name) in names.iter().enumerate() {
-                rapi::SET_STRING_ELT(v, j as isize, strings.text(name));
-            }
-            rapi::Rf_unprotect(1);
-            v
-        });
-        rapi::Rf_setAttrib(df, rapi::R_NamesSymbol, names_vec);
-        let class = string_pool::constant("frames:class", || {
-            let v = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
-            rapi::SET_STRING_ELT(v, 0, strings.text("data.frame"));
-            rapi::Rf_unprotect(1);
-            v
-        });
+        // Names and class of the table's own (C code such as
+        // data.table::setnames() changes them in place), of pooled strings.
+        set_static_names(df, names.len(), strings, |j| names[j]);
+        let class = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
+        rapi::SET_STRING_ELT(class, 0, strings.text("data.frame"));
         rapi::Rf_setAttrib(df, rapi::R_ClassSymbol, class);
+        rapi::Rf_unprotect(1);
         // Compact row names: c(NA, -n).
         let row_names = rapi::Rf_protect(rapi::Rf_allocVector(rapi::INTSXP, 2));
         *rapi::INTEGER(row_names) = rapi::R_NaInt;

@@ -17,7 +17,7 @@ use crate::rapi::{self, AltClass, Sexp};
 use std::ffi::{c_int, c_void};
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use winch_core::modules::ModuleMap;
 
 /// Tables whose rows a lazy column holds (for tests: none may leak).
@@ -32,8 +32,15 @@ struct Shared {
 }
 
 /// The classes, one per column (by `Column::ALL`'s order), as the
-/// addresses of their class objects (R keeps them for the session).
-static CLASSES: OnceLock<[usize; 15]> = OnceLock::new();
+/// addresses of their class objects (R's registry keeps them). Replaced
+/// when winch is loaded again into the same copy of its library (R reset
+/// the old ones to its default methods at the unload).
+static CLASSES: Mutex<Option<[usize; 15]>> = Mutex::new(None);
+
+/// The current classes.
+fn classes() -> Option<[usize; 15]> {
+    *CLASSES.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Registers the classes (from `R_init_winch`, with winch's `DllInfo`).
 ///
@@ -60,7 +67,7 @@ pub unsafe fn register(dll: *mut c_void) {
             class::<14>(dll),
         ]
     };
-    let _ = CLASSES.set(classes.map(|c| c.ptr as usize));
+    *CLASSES.lock().unwrap_or_else(|e| e.into_inner()) = Some(classes.map(|c| c.ptr as usize));
 }
 
 /// The class of column `K` with its methods.
@@ -122,7 +129,12 @@ unsafe fn class<const K: usize>(dll: *mut c_void) -> AltClass {
 /// As for `Build::build`: R's main thread, inside `R_ToplevelExec`. The
 /// result is unprotected.
 pub unsafe fn shared(t: &FrameTable) -> Option<Sexp> {
-    CLASSES.get()?;
+    classes()?;
+    // The columns' methods and the pointer's finalizer are code of this
+    // library: it stays mapped even if something unloads it while they
+    // live (`dyn.unload()`; winch's own unload keeps it loaded then).
+    winch_core::loadhook::pin_self();
+    let n = t.rows.len();
     let shared = Box::new(Shared {
         rows: t.rows.clone(),
         resolved: t.resolved.clone(),
@@ -130,14 +142,16 @@ pub unsafe fn shared(t: &FrameTable) -> Option<Sexp> {
         branch: t.branch.clone(),
     });
     let p = Box::into_raw(shared) as *mut c_void;
-    LIVE.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the caller's contract. If R cannot allocate the pointer or
     // its finalizer, it leaves by longjmp and the rows leak (the frames
-    // here own nothing that would need dropping).
+    // here own nothing that would need dropping). The tag keeps the
+    // length for after the rows are freed (see `length`).
     unsafe {
-        let x = rapi::Rf_protect(rapi::R_MakeExternalPtr(p, rapi::R_NilValue, rapi::R_NilValue));
+        let tag = rapi::Rf_protect(rapi::Rf_ScalarInteger(i32::try_from(n).unwrap_or(i32::MAX)));
+        let x = rapi::Rf_protect(rapi::R_MakeExternalPtr(p, tag, rapi::R_NilValue));
         rapi::R_RegisterCFinalizerEx(x, finalize, 0);
-        rapi::Rf_unprotect(1);
+        LIVE.fetch_add(1, Ordering::Relaxed);
+        rapi::Rf_unprotect(2);
         Some(x)
     }
 }
@@ -148,7 +162,7 @@ pub unsafe fn shared(t: &FrameTable) -> Option<Sexp> {
 /// As for [`shared`]; the result is unprotected.
 pub unsafe fn column(shared: Sexp, kind: Column) -> Option<Sexp> {
     let k = Column::ALL.iter().position(|&c| c == kind)?;
-    let class = AltClass { ptr: CLASSES.get()?[k] as Sexp };
+    let class = AltClass { ptr: classes()?[k] as Sexp };
     // SAFETY: the caller's contract; `class` is a registered class.
     Some(unsafe { rapi::R_new_altrep(class, shared, rapi::R_NilValue) })
 }
@@ -212,6 +226,13 @@ unsafe fn vector<const K: usize>(x: Sexp) -> Sexp {
                 rapi::R_set_altrep_data2(x, col);
                 col
             }
+            // R runs finalizers in an order of its own: another object's
+            // finalizer may read a trace collected with it, after this
+            // column's rows were freed.
+            None if rows_of(x).is_none() => rapi::Rf_error(
+                c"%s".as_ptr(),
+                c"winch: this column's native frames were freed (read from a finalizer after its trace was collected)".as_ptr(),
+            ),
             None => rapi::Rf_error(
                 c"%s".as_ptr(),
                 c"winch could not make a column of native frames (out of memory?)".as_ptr(),
@@ -236,11 +257,12 @@ unsafe fn data_of(d: Sexp) -> *mut c_void {
 }
 
 extern "C" fn length(x: Sexp) -> isize {
-    // SAFETY: R calls this for columns of these classes.
+    // SAFETY: R calls this for columns of these classes; the pointer's tag
+    // is the integer scalar `shared` gave it.
     unsafe {
         match made(x) {
             Some(d) => rapi::Rf_xlength(d),
-            None => rows_of(x).map_or(0, |s| s.rows.len() as isize),
+            None => *rapi::INTEGER(rapi::R_ExternalPtrTag(rapi::R_altrep_data1(x))) as isize,
         }
     }
 }
@@ -266,7 +288,11 @@ extern "C" fn number_elt<const K: usize>(x: Sexp, i: isize) -> c_int {
         }
         match rows_of(x).and_then(|s| s.rows.get(i as usize).map(|r| (s, r))) {
             Some((s, r)) => number(Column::ALL[K], r, resolution(&s.resolved, r)),
-            None => rapi::R_NaInt,
+            // See `vector`.
+            None => rapi::Rf_error(
+                c"%s".as_ptr(),
+                c"winch: this column's native frames were freed (read from a finalizer after its trace was collected)".as_ptr(),
+            ),
         }
     }
 }
@@ -287,7 +313,7 @@ extern "C" fn dataptr_or_null(x: Sexp) -> *const c_void {
 /// # Safety
 /// R's main thread; `x` a live R object.
 pub unsafe fn state(x: Sexp) -> &'static str {
-    let Some(classes) = CLASSES.get() else { return "plain" };
+    let Some(classes) = classes() else { return "plain" };
     // SAFETY: the caller's contract; `x` is one of the classes' columns
     // when R says it inherits from one.
     unsafe {

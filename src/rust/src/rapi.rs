@@ -58,6 +58,7 @@ extern "C" {
     pub fn Rf_getAttrib(x: Sexp, name: Sexp) -> Sexp;
     pub fn Rf_xlength(x: Sexp) -> isize;
     pub fn R_ExternalPtrAddr(x: Sexp) -> *mut c_void;
+    pub fn R_ExternalPtrTag(x: Sexp) -> Sexp;
     pub fn STRING_ELT(x: Sexp, i: isize) -> Sexp;
     pub fn VECTOR_ELT(x: Sexp, i: isize) -> Sexp;
     pub fn CAR(x: Sexp) -> Sexp;
@@ -84,6 +85,7 @@ extern "C" {
     pub fn MARK_NOT_MUTABLE(x: Sexp);
     /// R's shared TRUE, FALSE or NA (no allocation).
     pub fn Rf_ScalarLogical(x: c_int) -> Sexp;
+    pub fn Rf_ScalarInteger(x: c_int) -> Sexp;
     pub fn Rf_protect(x: Sexp) -> Sexp;
     pub fn Rf_unprotect(n: c_int);
     pub fn R_ProtectWithIndex(x: Sexp, index: *mut c_int);

@@ -234,29 +234,6 @@ unsafe fn kept(
     unsafe { kept.get_or_make(key, make) }
 }
 
-/// Objects every result of a kind shares (a frame table's column names and
-/// class), made once and marked not mutable: R copies them before any
-/// change.
-const CONSTANT_SLOTS: usize = 64;
-
-static CONSTANTS: Mutex<Option<Kept<String>>> = Mutex::new(None);
-
-/// The constant kept as `key`, or the one `make` makes, kept and marked not
-/// mutable.
-///
-/// # Safety
-/// As for [`srcfile`].
-pub unsafe fn constant(key: &str, make: impl FnOnce() -> Sexp) -> Sexp {
-    // SAFETY: the caller's contract; marking does not allocate.
-    unsafe {
-        kept(&CONSTANTS, CONSTANT_SLOTS, key, || {
-            let x = make();
-            rapi::MARK_NOT_MUTABLE(x);
-            x
-        })
-    }
-}
-
 /// Character scalars of a few fixed values (`RValue::Shared`), by text.
 const SHARED_STRING_SLOTS: usize = 64;
 
