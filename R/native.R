@@ -38,7 +38,7 @@ stage_times <- function(backend = "auto", n = 200L) {
   unlist(check_result(.Call(C_rs_stage_times, backend, as.integer(n))))
 }
 
-# How the columns of a frame table are held ("lazy": string column not made
+# How the columns of a frame table are held ("lazy": column not made
 # yet, "made", "plain"), and `live`: how many tables lazy columns hold (for
 # tests; see src/rust/src/lazy_columns.rs).
 lazy_columns <- function(x = NULL) {

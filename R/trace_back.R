@@ -58,11 +58,10 @@ winch_available <- function() {
 #'   Attributes: `backend` (the unwinder that walked the stack), `truncated` (`TRUE` when
 #'   unwinding stopped before the outermost frame) and `truncation` (why).
 #'
-#'   The frames are named when captured; the character columns are made
-#'   when R first reads them (they are ALTREP vectors), so a trace kept and
-#'   never looked at costs less. They behave as ordinary character vectors
-#'   when read, copied, compared or saved (`saveRDS()` writes plain
-#'   vectors). While such a column is alive, unloading winch leaves its
+#'   The frames are named when captured; the columns are made when R first
+#'   reads them (they are ALTREP vectors), so a trace kept and never looked
+#'   at costs less. They behave as ordinary vectors when read, copied,
+#'   compared or saved (`saveRDS()` writes plain vectors). While such a column is alive, unloading winch leaves its
 #'   library loaded.
 #' @export
 #' @examples

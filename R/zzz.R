@@ -30,7 +30,7 @@
   remove_task_callback()
   uninstall_capture_throws()
   crash_report_off_at_unload()
-  # Frame tables' string columns call into winch's library whenever R reads
+  # Frame tables' columns call into winch's library whenever R reads
   # them (they are ALTREP vectors, src/rust/src/lazy_columns.rs): while any
   # is alive the library stays loaded, and library(winch) finds it so.
   if (!lazy_columns_alive()) {

@@ -45,7 +45,7 @@ pub fn resolution<'a>(resolved: &'a [Arc<[Resolved]>], r: &Row) -> &'a Resolved 
 
 pub struct FrameTable {
     pub map: Arc<ModuleMap>,
-    /// Shared with the table's string columns, which R makes when it
+    /// Shared with the table's columns, which R makes when it
     /// first reads them (`lazy_columns.rs`).
     pub rows: Arc<Vec<Row>>,
     /// What the rows' frames resolved to (see [`Row`]).
@@ -199,7 +199,7 @@ unsafe fn build_frames(t: &FrameTable, strings: &mut StringCache) -> Sexp {
     // column is stored into it right after it is allocated.
     unsafe {
         let df = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, names.len() as isize));
-        // The string columns' shared rows (protected; None: made now).
+        // The columns' shared rows (protected; None: made now).
         let lazy = lazy_columns::shared(t);
         if let Some(p) = lazy {
             rapi::Rf_protect(p);

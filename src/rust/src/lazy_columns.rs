@@ -23,7 +23,7 @@ use winch_core::modules::ModuleMap;
 /// Tables whose rows a lazy column holds (for tests: none may leak).
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
-/// What a table's string columns share: its rows and their modules.
+/// What a table's columns share: its rows and their modules.
 struct Shared {
     rows: Arc<Vec<Row>>,
     resolved: Resolutions,
@@ -308,7 +308,7 @@ extern "C" fn dataptr_or_null(x: Sexp) -> *const c_void {
 }
 
 /// How column `x` is held: "lazy" (strings not made yet), "made", or
-/// "plain" (an ordinary vector, or not a string column of winch's).
+/// "plain" (an ordinary vector, or not a column of winch's).
 ///
 /// # Safety
 /// R's main thread; `x` a live R object.

@@ -288,7 +288,7 @@ impl Default for StringCache {
         StringCache {
             pool: string_pool::take(),
             // Empty until used: most results now make few strings here
-            // (frame tables' string columns are made when read).
+            // (frame tables' columns are made when read).
             arcs: FastMap::default(),
             ips: FastMap::default(),
             offsets: FastMap::default(),
