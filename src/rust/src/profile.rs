@@ -9,12 +9,11 @@ use winch_core::error::{Error, Result};
 use winch_core::joint;
 use winch_core::memory::Objects;
 use winch_core::profile::build::{self, Stats};
-use winch_core::profile::cost;
+use winch_core::profile::capture::{self as session, Clock, Running};
+use winch_core::profile::compose::{BcFacts, LineFacts, RFacts, Region};
 use winch_core::profile::model::{
     Bytes, Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo,
 };
-use winch_core::profile::sampler::{BcFacts, LineFacts, RFacts, Region};
-use winch_core::profile::session::{self, Clock, Running};
 use winch_core::r::bcode::BcSymbols;
 use winch_core::r::heap as rheap;
 use winch_core::r::learn::{self, LoopKind};
@@ -257,7 +256,7 @@ pub fn rs_profile_sample_cost(n: Arg, thrash: Arg) -> Result<RValue> {
     }
     let n = n.int()?.clamp(1, 1_000_000) as usize;
     let facts = facts(true, Region::All, None, None)?;
-    let c = cost::sample_cost(&facts, n, thrash.int()?.max(0) as usize);
+    let c = session::sample_cost(&facts, n, thrash.int()?.max(0) as usize);
     Ok(RValue::List(vec![
         ("median_ns", c.median_ns.into()),
         ("p99_ns", c.p99_ns.into()),

@@ -1,7 +1,7 @@
 //! Sampling another process from outside: at each tick every thread is
 //! stopped for as long as it takes to read it (as for a dump), and its
 //! stacks become records in the profiler's own format (see
-//! `profile::sampler`), so that the profile is built, printed and written
+//! `profile::record`, composed by `profile::compose`), so that the profile is built, printed and written
 //! exactly as an in-process one: R's main thread's R frames with native
 //! frames in place, other threads under `[thread N]`.
 
@@ -11,11 +11,10 @@ use super::target::{self, MapsLine, TargetR};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, Process, Ranges};
 use crate::modules::ModuleMap;
-use crate::profile::collect::{Collected, TRUNCATED_NATIVE, WORKER};
-use crate::profile::sampler::{
-    self, BcFacts, LineFacts, RFacts, Reads, Region, Scratch, EXACT_IP, IP_MASK, NATIVE, SNAPSHOT, TID_SHIFT,
-};
-use crate::profile::session::Finished;
+use crate::profile::collect::Collected;
+use crate::profile::collect::Finished;
+use crate::profile::compose::{self, BcFacts, LineFacts, RFacts, Reads, Region, Scratch};
+use crate::profile::record::{self, Entry, Flags, Header, Origin, Prefix};
 use crate::r::bcode::BcSymbols;
 use crate::r::learn;
 use crate::unwind::walk::{Frame, Modules, Snapshot};
@@ -212,7 +211,7 @@ impl Recorder {
             // The intervals this sample stands for (elapsed time: one).
             let weight = match &running {
                 Some(r) => match r.iter().find(|x| x.0 == t.tid) {
-                    Some(&(_, w)) => w.min(0xff_ffff),
+                    Some(&(_, w)) => w.min(Header::MAX_WEIGHT),
                     None => continue,
                 },
                 None => 1,
@@ -230,36 +229,41 @@ impl Recorder {
                 let behind = Behind::new(&stack, &mem);
                 let context = behind.word(facts.base.global_context).unwrap_or(0) as u64;
                 let reads = Reads { heap: &behind, chain: &behind };
-                let made = sampler::compose(
+                let made = compose::compose(
                     t.regs,
-                    0,
+                    Flags::NONE,
                     (snap, index as u32),
                     (self.seq, context),
                     facts,
                     &reads,
                     &mut self.scratch,
                 );
-                let record = self.scratch.record(made.len);
-                record[0] = made.flags | (weight << 8) | (spent() << 32);
-                self.collected.absorb(record);
+                let rec = self.scratch.record(made.len);
+                record::write_prefix(rec, made.prefix(weight, spent()));
+                self.collected.absorb(rec);
                 took += 1;
                 continue;
             }
             let (frames, end) = native_walk(snap, t.regs, &stack);
-            let truncated = if end.is_none() { 0 } else { TRUNCATED_NATIVE };
+            let truncated = if end.is_none() { Flags::NONE } else { Flags::TRUNCATED_NATIVE };
             // Native frames only: R's main thread of a process whose R
             // cannot be read (or that is not R), and other threads.
-            let (kind, tid) = if main { (0, 0) } else { (WORKER, (t.tid as u64) << TID_SHIFT) };
-            let mut record = vec![
-                kind | truncated | (weight << 8) | (spent() << 32),
-                SNAPSHOT | index as u64 | tid,
-                self.seq,
-                0,
-            ];
-            record.extend(
-                frames.iter().enumerate().filter(|(_, f)| !is_interp(snap, f)).map(|(i, f)| native(i, f)),
+            let (kind, tid) = if main { (Flags::NONE, 0) } else { (Flags::WORKER, t.tid as u32) };
+            let prefix = Prefix {
+                header: Header { flags: kind | truncated, weight, handler_ns: spent() },
+                origin: Origin { snapshot: index as u32, tid, uncertain: false },
+                link: self.seq,
+                context: 0,
+            };
+            let mut rec = prefix.encode().to_vec();
+            rec.extend(
+                frames
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, f)| !is_interp(snap, f))
+                    .map(|(i, f)| Entry::native(f.ip, i == 0)),
             );
-            self.collected.absorb(&record);
+            self.collected.absorb(&rec);
             took += 1;
         }
         drop(stopped);
@@ -283,7 +287,7 @@ impl Recorder {
             .collected
             .thread_order
             .iter()
-            .map(|&tid| crate::profile::threads::Thread {
+            .map(|&tid| crate::profile::collect::Thread {
                 tid: tid as i32,
                 name: self.names.get(&(tid as i32)).cloned().unwrap_or_default(),
                 cpu_ns: cpu(tid as i32),
@@ -294,6 +298,7 @@ impl Recorder {
         let modules_now = self.snapshots.last().map(|s| s.map.clone());
         Finished {
             modules_now,
+            launch_module: None,
             collected: self.collected,
             labels: self.scratch.take_labels(),
             snapshots: self.snapshots,
@@ -424,10 +429,6 @@ fn gc_start(r: &TargetR, snap: &Snapshot, mem: &impl Memory) -> Option<usize> {
 
 fn is_interp(snap: &Snapshot, f: &Frame) -> bool {
     f.module.is_some_and(|m| snap.interpreter.get(m).copied().unwrap_or(false))
-}
-
-fn native(i: usize, f: &Frame) -> u64 {
-    NATIVE | if i == 0 { EXACT_IP } else { 0 } | (f.ip as u64 & IP_MASK)
 }
 
 /// CPU time used so far by each thread of `pid`, in nanoseconds (utime +

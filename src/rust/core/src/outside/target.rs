@@ -195,7 +195,7 @@ impl TargetR {
     }
 
     /// The facts a sample of R's main thread is read with (see
-    /// `profile::sampler`), read from `mem`: the target's own addresses of
+    /// `profile::compose`), read from `mem`: the target's own addresses of
     /// R's variables and symbols. What only the running R can give (its
     /// thread, its stack's bounds, winch's own library) is left 0.
     pub fn facts(&self, mem: &impl Memory) -> crate::r::Facts {

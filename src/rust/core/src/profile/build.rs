@@ -3,13 +3,11 @@
 //! from the unwind information, R labels looked up, loops named after the
 //! function running them.
 
+use super::collect::Finished;
 use super::collect::Times;
 use super::labels::{self, Labels};
 use super::model::{Bytes, Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo};
-use super::sampler::{
-    EXACT_IP, IP_MASK, NATIVE, OWNER_MASK, OWNER_SHIFT, POS, R, SNAPSHOT, TAG, TID_MASK, TID_SHIFT, UNCERTAIN,
-};
-use super::session::Finished;
+use super::record::{Entry, Origin, Owner};
 use crate::debuginfo::Resolved;
 use crate::modules::ModuleMap;
 use crate::symbolizer;
@@ -55,11 +53,11 @@ pub struct Stats {
 /// A memory profile's values per collected stack (by index): each
 /// sample's estimates (see `alloc::poisson::estimate`), and those of the
 /// samples whose blocks were still allocated at the end.
-fn alloc_values(c: &super::collect::Collected, a: &super::session::AllocFigures) -> Vec<Bytes> {
+fn alloc_values(c: &super::collect::Collected, a: &super::collect::AllocFigures) -> Vec<Bytes> {
     let mut out = vec![Bytes::default(); c.stacks.len()];
     let live: std::collections::HashSet<u64> = a.live.iter().copied().collect();
     for (n, &(size, i)) in &c.allocs {
-        let (bytes, count) = super::alloc::poisson::estimate(size as usize, a.mean);
+        let (bytes, count) = super::poisson::estimate(size as usize, a.mean);
         let (bytes, count) = (bytes.round() as u64, count.round().max(1.0) as u64);
         let v = &mut out[i];
         v.alloc_bytes += bytes;
@@ -276,7 +274,7 @@ struct Builder<'a> {
     function_ids: HashMap<(FrameKind, String, Option<usize>), usize>,
     locations: Vec<Location>,
     /// By (snapshot word, entry).
-    native_ids: HashMap<(u64, u64), usize>,
+    native_ids: HashMap<(Option<Origin>, u64), usize>,
     /// The modules loaded now: native addresses are named through them.
     now: Arc<ModuleMap>,
     /// Each snapshot's modules, by number.
@@ -292,7 +290,7 @@ struct Builder<'a> {
     /// `[thread N]` and `[wait]` locations, by function.
     markers: HashMap<usize, usize>,
     /// Whether a native entry of R's library is its interpreter's.
-    interpreter_ids: HashMap<(u64, u64), bool>,
+    interpreter_ids: HashMap<(Option<Origin>, u64), bool>,
     /// The basename of winch's own module (where hooked threads start).
     launch_module: Option<String>,
     labels_full: bool,
@@ -317,12 +315,7 @@ impl<'a> Builder<'a> {
             module_loads: Vec::new(),
             markers: HashMap::new(),
             interpreter_ids: HashMap::new(),
-            launch_module: if fin.modules_now.is_some() {
-                None
-            } else {
-                let now = crate::modules::current();
-                now.module_of(super::spawn::launch_address()).map(|i| now.module(i).basename().to_string())
-            },
+            launch_module: fin.launch_module.clone(),
             labels_full: false,
         }
     }
@@ -342,19 +335,18 @@ impl<'a> Builder<'a> {
     /// ended), the thread's frames stay at the root.
     fn stack(&mut self, entries: &[u64]) -> (Vec<usize>, u32) {
         let mut out = Vec::with_capacity(entries.len() + 2);
-        let is_marker =
-            |e: u64| e == R | super::labels::THREAD as u64 || e == R | super::labels::THREAD_ELSEWHERE as u64;
+        let is_marker = |e: u64| e == Entry::r(labels::THREAD) || e == Entry::r(labels::THREAD_ELSEWHERE);
         let Some(t) = entries.iter().position(|&e| is_marker(e)) else {
-            let snap = entries.first().copied().filter(|&w| w & TAG == SNAPSHOT).unwrap_or(UNCERTAIN);
+            let snap = entries.first().and_then(|&w| Origin::decode(w));
             let rest = entries.get(1..).unwrap_or(&[]);
-            let inner = rest.iter().take_while(|&&e| e & TAG == NATIVE).count();
+            let inner = rest.iter().take_while(|&&e| Entry::is_native(e)).count();
             self.wait_marker(&rest[..inner], snap, &mut out);
             self.entries(rest, snap, &mut out);
             return (out, 0);
         };
-        let snap = entries[0];
-        let tid = ((snap >> TID_SHIFT) & TID_MASK) as u32;
-        let snap = snap & !(TID_MASK << TID_SHIFT);
+        let origin = Origin::decode(entries[0]);
+        let tid = origin.map_or(0, |o| o.tid);
+        let snap = origin.map(Origin::without_thread);
         // The thread's own frames, its start's plumbing left out: the C
         // library's, and winch's own start of threads it saw start.
         let mut own = &entries[1..t];
@@ -373,11 +365,12 @@ impl<'a> Builder<'a> {
         self.entries(own, snap, &mut out);
         out.push(self.thread_location(tid));
         let parent = &entries[t + 1..];
-        if let Some((&psnap, rest)) = parent.split_first() {
-            let inner = rest.iter().take_while(|&&e| e & TAG == NATIVE).count();
+        if let Some((&pword, rest)) = parent.split_first() {
+            let psnap = Origin::decode(pword);
+            let inner = rest.iter().take_while(|&&e| Entry::is_native(e)).count();
             let bases: Vec<Option<String>> =
                 rest[..inner].iter().map(|&e| self.module_base(e, psnap)).collect();
-            let elsewhere = entries[t] == R | super::labels::THREAD_ELSEWHERE as u64;
+            let elsewhere = entries[t] == Entry::r(labels::THREAD_ELSEWHERE);
             if let Some(from) = parent_cut(entry_module.as_deref(), &bases, elsewhere) {
                 self.entries(&rest[from..], psnap, &mut out);
             }
@@ -388,9 +381,9 @@ impl<'a> Builder<'a> {
     /// Whether a native entry is a frame of R's interpreter, left out (its
     /// R frames stand for it): in R's library (kept in samples only with
     /// `libr = TRUE`), and unnamed or one of the interpreter's functions.
-    fn interpreter_frame(&mut self, entry: u64, snap: u64) -> bool {
-        let ip = (entry & IP_MASK) as usize;
-        let probe = if entry & EXACT_IP != 0 { ip } else { ip.wrapping_sub(1) };
+    fn interpreter_frame(&mut self, entry: u64, snap: Option<Origin>) -> bool {
+        let Entry::Native { ip, exact } = Entry::decode(entry) else { return false };
+        let probe = Entry::probe(ip, exact);
         let place = placement(&self.maps, &self.now, snap, probe);
         let (Place::Loaded { snap: k, index, .. } | Place::Unloaded { snap: k, index }) = place else {
             return false;
@@ -417,12 +410,9 @@ impl<'a> Builder<'a> {
     }
 
     /// The basename of the module a native entry's address is in.
-    fn module_base(&self, entry: u64, snap: u64) -> Option<String> {
-        if entry & TAG != NATIVE {
-            return None;
-        }
-        let ip = (entry & IP_MASK) as usize;
-        let probe = if entry & EXACT_IP != 0 { ip } else { ip.wrapping_sub(1) };
+    fn module_base(&self, entry: u64, snap: Option<Origin>) -> Option<String> {
+        let Entry::Native { ip, exact } = Entry::decode(entry) else { return None };
+        let probe = Entry::probe(ip, exact);
         match placement(&self.maps, &self.now, snap, probe) {
             Place::Loaded { snap, index, .. } | Place::Unloaded { snap, index } => {
                 Some(self.maps[snap].module(index).basename().to_string())
@@ -433,7 +423,7 @@ impl<'a> Builder<'a> {
 
     /// `[wait]` first, when a thread's innermost native frames (system
     /// calls of the C library aside) are a parallel runtime's own.
-    fn wait_marker(&mut self, natives: &[u64], snap: u64, out: &mut Vec<usize>) {
+    fn wait_marker(&mut self, natives: &[u64], snap: Option<Origin>, out: &mut Vec<usize>) {
         let first =
             natives.iter().map(|&e| self.module_base(e, snap)).find(|b| !b.as_deref().is_some_and(is_libc));
         if first.flatten().is_some_and(|b| is_runtime(&b)) {
@@ -463,38 +453,34 @@ impl<'a> Builder<'a> {
         l
     }
 
-    /// The locations of entries (native, R and positions; a snapshot word
+    /// The locations of entries (native, R and positions; an origin word
     /// changes the snapshot of the native entries after it), innermost
     /// first, appended to `out`.
-    fn entries(&mut self, entries: &[u64], snap: u64, out: &mut Vec<usize>) {
-        let mut snap = snap & !(TID_MASK << TID_SHIFT);
+    fn entries(&mut self, entries: &[u64], snap: Option<Origin>, out: &mut Vec<usize>) {
+        let mut snap = snap.map(Origin::without_thread);
         for (k, &e) in entries.iter().enumerate() {
-            match e & TAG {
-                SNAPSHOT => snap = e & !(TID_MASK << TID_SHIFT),
-                NATIVE if self.interpreter_frame(e, snap) => {}
-                NATIVE => out.push(self.native(e, snap)),
-                R => {
-                    let id = (e & 0xffff_ffff) as u32;
+            match Entry::decode(e) {
+                Entry::Origin(o) => snap = Some(o.without_thread()),
+                Entry::Native { .. } if self.interpreter_frame(e, snap) => {}
+                Entry::Native { .. } => out.push(self.native(e, snap)),
+                Entry::R { label: id, owner } => {
                     // A loop is named after the R function running it: the
                     // next R frame further out that is not a loop.
-                    let owner_bits = (e >> OWNER_SHIFT) & OWNER_MASK;
-                    let owner = match owner_bits {
+                    let owner = match owner {
                         _ if !is_loop(id) => None,
-                        0 => entries[k + 1..]
-                            .iter()
-                            .filter(|&&o| o & TAG == R)
-                            .map(|&o| (o & 0xffff_ffff) as u32)
-                            .find(|&o| !is_loop(o)),
-                        1 => None,
-                        b => Some((b - 2) as u32),
+                        Owner::Caller => {
+                            entries[k + 1..].iter().filter_map(|&o| Entry::label_of(o)).find(|&o| !is_loop(o))
+                        }
+                        Owner::TopLevel => None,
+                        Owner::Frame(o) => Some(o),
                     };
-                    let pos = entries
-                        .get(k + 1)
-                        .filter(|&&p| p & TAG == POS)
-                        .map(|&p| (((p & !TAG) >> 32) as u32, (p & 0xffff_ffff) as u32));
+                    let pos = match entries.get(k + 1).map(|&p| Entry::decode(p)) {
+                        Some(Entry::Pos { file, line }) => Some((file, line)),
+                        _ => None,
+                    };
                     out.push(self.r(id, is_loop(id), owner, pos));
                 }
-                _ => {}
+                Entry::Pos { .. } | Entry::Alloc(_) => {}
             }
         }
     }
@@ -587,13 +573,16 @@ impl<'a> Builder<'a> {
 
     /// The location of a native entry of a sample whose snapshot word is
     /// `snap`: one per distinct instruction of a module load.
-    fn native(&mut self, entry: u64, snap: u64) -> usize {
+    fn native(&mut self, entry: u64, snap: Option<Origin>) -> usize {
         if let Some(&l) = self.native_ids.get(&(snap, entry)) {
             return l;
         }
-        let ip = (entry & IP_MASK) as usize;
+        let (ip, exact) = match Entry::decode(entry) {
+            Entry::Native { ip, exact } => (ip, exact),
+            _ => (0, true),
+        };
         // A return address's call is just before it.
-        let probe = if entry & EXACT_IP != 0 { ip } else { ip.wrapping_sub(1) };
+        let probe = Entry::probe(ip, exact);
         let place = placement(&self.maps, &self.now, snap, probe);
         let resolved: Arc<[Resolved]> = match place {
             Place::Loaded { now, .. } => {
@@ -659,14 +648,11 @@ enum Place {
     Unknown,
 }
 
-/// Where the address `probe` of a sample whose snapshot word is `snap` was,
-/// given every snapshot's modules (`maps`, by number) and the modules
-/// loaded now.
-fn placement(maps: &[&ModuleMap], now: &ModuleMap, snap: u64, probe: usize) -> Place {
-    if snap & TAG != SNAPSHOT || snap & UNCERTAIN != 0 {
-        return Place::Unknown;
-    }
-    let k = (snap & 0xffff_ffff) as usize;
+/// Where the address `probe` of a sample of origin `snap` was, given every
+/// snapshot's modules (`maps`, by number) and the modules loaded now.
+fn placement(maps: &[&ModuleMap], now: &ModuleMap, snap: Option<Origin>, probe: usize) -> Place {
+    let Some(origin) = snap.filter(|o| !o.uncertain) else { return Place::Unknown };
+    let k = origin.snapshot as usize;
     let Some(map) = maps.get(k) else { return Place::Unknown };
     let Some(index) = map.module_of(probe) else { return Place::Unknown };
     match map.same_load(index, now) {
@@ -730,15 +716,15 @@ mod tests {
         let s1 = ModuleMap::new(vec![b.clone(), libr.clone()]);
         let now = ModuleMap::new(vec![libr, b]);
         let maps = [&s0, &s1];
-        let word = |n: u64| SNAPSHOT | n;
+        let word = |n: u32| Some(Origin::main(n));
         assert_eq!(placement(&maps, &now, word(0), 0x10100), Place::Unloaded { snap: 0, index: 1 });
         assert_eq!(placement(&maps, &now, word(1), 0x10100), Place::Loaded { snap: 1, index: 0, now: 1 });
         assert_eq!(placement(&maps, &now, word(0), 0x100100), Place::Loaded { snap: 0, index: 0, now: 0 });
         // Taken while modules changed, with an unknown snapshot, or in no
         // module: unknown.
-        assert_eq!(placement(&maps, &now, word(1) | UNCERTAIN, 0x10100), Place::Unknown);
+        assert_eq!(placement(&maps, &now, word(1).map(|o| o.marked(true)), 0x10100), Place::Unknown);
         assert_eq!(placement(&maps, &now, word(2), 0x10100), Place::Unknown);
-        assert_eq!(placement(&maps, &now, NATIVE | 1, 0x10100), Place::Unknown);
+        assert_eq!(placement(&maps, &now, Origin::decode(Entry::native(1, false)), 0x10100), Place::Unknown);
         assert_eq!(placement(&maps, &now, word(0), 0x5), Place::Unknown);
     }
 

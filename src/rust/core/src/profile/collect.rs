@@ -2,12 +2,10 @@
 //! stacks with their counts (memory grows with distinct stacks, not with
 //! samples), and how long the handler took.
 
+use super::record::{self, Entry, Flags, Prefix};
+use crate::unwind::walk::Snapshot;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// Header flags of a sample (set by the sampler).
-pub const TRUNCATED_NATIVE: u64 = 1;
-pub const TRUNCATED_R: u64 = 2;
 
 /// Counts of one distinct stack.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -94,16 +92,6 @@ impl Times {
     }
 }
 
-/// Header flags of a sample (set by the sampler): a sample of R's main
-/// thread taken only for another thread's samples to be shown under (not
-/// counted: its weight is 0), and a sample of another thread.
-pub const REFERENCE: u64 = 4;
-pub const WORKER: u64 = 8;
-/// A sample of an allocation (a memory profile): its record ends with the
-/// sample's number and the bytes allocated (see `sampler::ALLOC_INFO`);
-/// otherwise it is joined and kept as a sample of time is.
-pub const ALLOC: u64 = 16;
-
 /// A sample of another thread waiting for the main thread's sample it is to
 /// be shown under.
 struct Pending {
@@ -154,7 +142,7 @@ pub struct Collected {
 
 impl Collected {
     /// Adds one record (`[header, snapshot, link, context, entry...]`, see
-    /// `sampler`).
+    /// `record`).
     pub fn absorb(&mut self, record: &[u64]) {
         self.absorb_as(record, false);
     }
@@ -191,17 +179,12 @@ impl Collected {
     /// that started it is over, or not the one running: `build` does not
     /// charge it to the call running now because they share a module).
     pub fn absorb_with(&mut self, record: &[u64], uncertain: bool, creator: &dyn Fn(u32) -> Option<u64>) {
-        use super::sampler::{PREFIX, UNCERTAIN};
-        if record.len() < PREFIX {
-            return;
-        }
-        let (header, snap, link, context) = (record[0], record[1], record[2], record[3]);
-        let snap = if uncertain { snap | UNCERTAIN } else { snap };
-        let entries = &record[PREFIX..];
-        let flags = header & 0xff;
-        let weight = if flags & REFERENCE != 0 { 0 } else { ((header >> 8) & 0xff_ffff).max(1) };
-        let truncated = flags & (TRUNCATED_NATIVE | TRUNCATED_R) != 0;
-        self.times.add(header >> 32);
+        let Some((prefix, entries)) = record::split(record) else { return };
+        let Prefix { header, origin, link, context } = prefix;
+        let flags = header.flags;
+        let weight = if flags.contains(Flags::REFERENCE) { 0 } else { header.weight.max(1) };
+        let truncated = flags.truncated();
+        self.times.add(header.handler_ns);
         if weight == 0 {
             self.references += 1;
         } else {
@@ -209,22 +192,19 @@ impl Collected {
             self.weight += weight;
             self.truncated += truncated as u64;
         }
-        let mut key = Vec::with_capacity(entries.len() + 2);
-        key.push(snap);
-        key.extend_from_slice(entries);
         // An allocation's number and bytes: its record's last two words.
-        let mut alloc = None;
-        if flags & ALLOC != 0 {
-            use super::sampler::{ALLOC_INFO, ALLOC_PAYLOAD};
-            let n = key.len();
-            if n < 3 || key[n - 1] & !ALLOC_PAYLOAD != ALLOC_INFO || key[n - 2] & !ALLOC_PAYLOAD != ALLOC_INFO
-            {
-                return;
+        let (entries, alloc) = if flags.contains(Flags::ALLOC) {
+            match record::split_alloc_tail(entries) {
+                Some((stack, tail)) => (stack, Some(tail)),
+                None => return,
             }
-            alloc = Some((key[n - 2] & ALLOC_PAYLOAD, key[n - 1] & ALLOC_PAYLOAD));
-            key.truncate(n - 2);
-        }
-        if flags & WORKER == 0 {
+        } else {
+            (entries, None)
+        };
+        let mut key = Vec::with_capacity(entries.len() + 2);
+        key.push(origin.marked(uncertain).encode());
+        key.extend_from_slice(entries);
+        if !flags.contains(Flags::WORKER) {
             let i = self.add(&key, weight, truncated);
             if let Some((number, bytes)) = alloc {
                 self.allocs.insert(number, (bytes, i));
@@ -233,13 +213,13 @@ impl Collected {
             self.last_main = self.last_main.max(link);
             return;
         }
-        let tid = super::sampler::tid_of(snap);
+        let tid = origin.tid;
         if !self.thread_order.contains(&tid) {
             self.thread_order.push(tid);
         }
         let elsewhere = creator(tid).is_some_and(|c| c != context);
         let marker = if elsewhere { super::labels::THREAD_ELSEWHERE } else { super::labels::THREAD };
-        key.push(super::sampler::R | marker as u64);
+        key.push(Entry::r(marker));
         let p = Pending { part: key.into(), link, context, weight, truncated, alloc };
         if !self.settle(&p, false) {
             self.pending.push(p);
@@ -314,12 +294,88 @@ impl Collected {
     }
 }
 
+/// What a finished session hands back.
+pub struct Finished {
+    pub collected: Collected,
+    pub labels: super::labels::Labels,
+    /// Every snapshot used, by number (the samples name theirs), the last
+    /// one last: for placing addresses in modules and function starts.
+    pub snapshots: Vec<Box<Snapshot>>,
+    pub handler_runs: u64,
+    pub dropped: u64,
+    pub outside: u64,
+    pub duration_ns: u64,
+    pub started: std::time::SystemTime,
+    /// Whether the other threads were sampled, and what is known of them
+    /// (in the order they were found); R's main thread's kernel id and
+    /// the CPU time it used.
+    pub all_threads: bool,
+    pub threads: Vec<Thread>,
+    pub main_tid: i32,
+    /// Its name (`comm`).
+    pub main_name: String,
+    pub main_cpu_ns: u64,
+    /// Other threads' samples lost.
+    pub thread_dropped: u64,
+    /// A memory profile's figures (None: a time profile).
+    pub alloc: Option<AllocFigures>,
+    /// The modules addresses are named through: None for this process's
+    /// loaded now; another process's (a recording from outside) as last
+    /// seen.
+    pub modules_now: Option<Arc<crate::modules::ModuleMap>>,
+    /// The module whose code starts the threads a profile saw start (its
+    /// frames at the bottom of their stacks are plumbing, left out).
+    pub launch_module: Option<String>,
+}
+
+/// What a memory profile adds to a finished session.
+#[derive(Clone, Debug, Default)]
+pub struct AllocFigures {
+    /// The mean bytes between samples.
+    pub mean: u64,
+    /// The numbers of the samples whose blocks were not freed when the
+    /// profile ended.
+    pub live: Vec<u64>,
+    /// Allocations seen, and sampled.
+    pub allocations: u64,
+    pub sampled: u64,
+    /// Sampled blocks the table of live ones had no room for (counted as
+    /// freed).
+    pub untracked: u64,
+}
+
+/// What the profile keeps about one thread other than R's main thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Thread {
+    pub tid: i32,
+    /// From `/proc/self/task/<tid>/comm`, read when found and again later
+    /// (a thread often names itself after it starts).
+    pub name: String,
+    /// CPU time it used while the profile ran, from its own clock (up to
+    /// the last poll that saw it alive).
+    pub cpu_ns: u64,
+    /// Whether it started while the profile ran.
+    pub started: bool,
+    /// Whether it ended while the profile ran.
+    pub ended: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::record::{Header, Origin};
 
-    fn header(flags: u64, weight: u64, ns: u64) -> u64 {
-        flags | weight << 8 | ns << 32
+    fn header(flags: Flags, weight: u64, ns: u64) -> u64 {
+        Header { flags, weight, handler_ns: ns }.encode()
+    }
+
+    /// An origin word: snapshot `snapshot` of thread `tid`.
+    fn origin(snapshot: u32, tid: u32) -> u64 {
+        Origin { snapshot, tid, uncertain: false }.encode()
+    }
+
+    fn native(ip: usize) -> u64 {
+        Entry::native(ip, false)
     }
 
     #[test]
@@ -327,9 +383,9 @@ mod tests {
         let mut c = Collected::default();
         for i in 0..10_000u64 {
             let stack = if i % 4 == 0 { [1u64, 2] } else { [3, 4] };
-            c.absorb(&[header(0, 1, 500), stack[0], i, 0, stack[1]]);
+            c.absorb(&[header(Flags::NONE, 1, 500), stack[0], i, 0, stack[1]]);
         }
-        c.absorb(&[header(TRUNCATED_NATIVE, 3, 500), 1, 10_001, 0, 2]);
+        c.absorb(&[header(Flags::TRUNCATED_NATIVE, 3, 500), 1, 10_001, 0, 2]);
         assert_eq!(c.stacks.len(), 2);
         assert_eq!(c.samples, 10_001);
         assert_eq!(c.weight, 10_003);
@@ -341,68 +397,80 @@ mod tests {
 
     #[test]
     fn allocation_samples_are_kept_by_number_with_their_size() {
-        use crate::profile::sampler::{tid_of, ALLOC_INFO, NATIVE, R, SNAPSHOT, TID_SHIFT};
         let mut c = Collected::default();
-        let info = |n: u64, bytes: u64| [ALLOC_INFO | n, ALLOC_INFO | bytes];
+        let info = record::alloc_tail;
         let main = |seq: u64, n: u64, bytes: u64| {
-            [&[header(ALLOC, 1, 900), SNAPSHOT, seq, 0x7000, NATIVE | 0x10, R | 5][..], &info(n, bytes)[..]]
-                .concat()
+            [
+                &[header(Flags::ALLOC, 1, 900), origin(0, 0), seq, 0x7000, native(0x10), Entry::r(5)][..],
+                &info(n, bytes)[..],
+            ]
+            .concat()
         };
         c.absorb(&main(1, 1, 4096));
         c.absorb(&main(2, 2, 100));
         // Another thread's, taken while R's innermost record was the main
         // thread's sample 2's: under that sample's stack, under [thread N].
-        let other = SNAPSHOT | 77 << TID_SHIFT;
-        assert_eq!(tid_of(other), 77);
+        let other = origin(0, 77);
+        assert_eq!(Origin::decode(other).unwrap().tid, 77);
         c.absorb(
-            &[&[header(ALLOC | WORKER, 1, 900), other, 2, 0x7000, NATIVE | 0x20][..], &info(3, 64)[..]]
-                .concat(),
+            &[
+                &[header(Flags::ALLOC | Flags::WORKER, 1, 900), other, 2, 0x7000, native(0x20)][..],
+                &info(3, 64)[..],
+            ]
+            .concat(),
         );
         // One that moved on: at the root.
         c.absorb(
-            &[&[header(ALLOC | WORKER, 1, 900), other, 2, 0x9000, NATIVE | 0x20][..], &info(4, 32)[..]]
-                .concat(),
+            &[
+                &[header(Flags::ALLOC | Flags::WORKER, 1, 900), other, 2, 0x9000, native(0x20)][..],
+                &info(4, 32)[..],
+            ]
+            .concat(),
         );
         c.settle_pending(true);
-        let thread = R | crate::profile::labels::THREAD as u64;
-        let joined: Vec<u64> = vec![other, NATIVE | 0x20, thread, SNAPSHOT, NATIVE | 0x10, R | 5];
+        let thread = Entry::r(crate::profile::labels::THREAD);
+        let joined: Vec<u64> = vec![other, native(0x20), thread, origin(0, 0), native(0x10), Entry::r(5)];
         assert_eq!(c.allocs[&1], (4096, 0));
         assert_eq!(c.allocs[&2], (100, 0));
         assert_eq!(&c.stacks[c.allocs[&3].1].0[..], &joined[..]);
         assert_eq!(c.allocs[&3].0, 64);
-        assert_eq!(&c.stacks[c.allocs[&4].1].0[..], &[other, NATIVE | 0x20, thread][..]);
+        assert_eq!(&c.stacks[c.allocs[&4].1].0[..], &[other, native(0x20), thread][..]);
         assert_eq!(c.thread_order, vec![77]);
         assert_eq!((c.samples, c.joined, c.alone), (4, 1, 1));
         // A record without its two last words is not an allocation's.
         let before = c.samples;
-        c.absorb(&[header(ALLOC, 1, 900), SNAPSHOT, 9, 0, NATIVE | 0x10]);
+        c.absorb(&[header(Flags::ALLOC, 1, 900), origin(0, 0), 9, 0, native(0x10)]);
         assert!(!c.allocs.contains_key(&9));
         assert_eq!(c.samples, before + 1);
     }
 
     #[test]
     fn uncertain_samples_are_stacks_of_their_own() {
-        use crate::profile::sampler::{NATIVE, SNAPSHOT, UNCERTAIN};
         let mut c = Collected::default();
-        let rec = [header(0, 1, 500), SNAPSHOT | 1, 1, 0x10, NATIVE | 0x1234];
+        let rec = [header(Flags::NONE, 1, 500), origin(1, 0), 1, 0x10, native(0x1234)];
         c.absorb(&rec);
         c.absorb_as(&rec, true);
         c.absorb_as(&rec, false);
         assert_eq!(c.stacks.len(), 2);
-        assert_eq!(c.counts(&[SNAPSHOT | 1, NATIVE | 0x1234]).unwrap().samples, 2);
-        assert_eq!(c.counts(&[SNAPSHOT | 1 | UNCERTAIN, NATIVE | 0x1234]).unwrap().samples, 1);
+        assert_eq!(c.counts(&[origin(1, 0), native(0x1234)]).unwrap().samples, 2);
+        assert_eq!(
+            c.counts(&[Origin { snapshot: 1, tid: 0, uncertain: true }.encode(), native(0x1234)])
+                .unwrap()
+                .samples,
+            1
+        );
         assert_eq!(c.samples, 3);
     }
 
     #[test]
     fn other_threads_samples_join_the_main_threads_stack_while_r_stays_put() {
         use crate::profile::labels::THREAD;
-        use crate::profile::sampler::{NATIVE, R, SNAPSHOT, TID_SHIFT};
         let mut c = Collected::default();
-        let main =
-            |seq: u64, ctx: u64, leaf: u64| [header(0, 1, 500), SNAPSHOT, seq, ctx, NATIVE | leaf, R | 9];
+        let main = |seq: u64, ctx: u64, leaf: usize| {
+            [header(Flags::NONE, 1, 500), origin(0, 0), seq, ctx, native(leaf), Entry::r(9)]
+        };
         let worker = |tid: u64, seq: u64, ctx: u64| {
-            [header(WORKER, 1, 500), SNAPSHOT | tid << TID_SHIFT, seq, ctx, NATIVE | 0x77]
+            [header(Flags::WORKER, 1, 500), origin(0, tid as u32), seq, ctx, native(0x77)]
         };
         c.absorb(&main(1, 0x100, 0x10));
         // Joins main sample 1 (same context), at the root when R moved on
@@ -413,17 +481,18 @@ mod tests {
         assert_eq!((c.joined, c.alone), (1, 1));
         // A reference sample: not counted, but others join it.
         let mut reference = main(2, 0x300, 0x20);
-        reference[0] = header(REFERENCE, 1, 500);
+        reference[0] = header(Flags::REFERENCE, 1, 500);
         c.absorb(&reference);
         c.settle_pending(false);
         assert_eq!((c.joined, c.alone, c.samples, c.references), (2, 1, 4, 1));
-        let me = |tid: u64| [SNAPSHOT | tid << TID_SHIFT, NATIVE | 0x77, R | THREAD as u64];
-        let under = |tid: u64, leaf: u64| [&me(tid)[..], &[SNAPSHOT, NATIVE | leaf, R | 9][..]].concat();
+        let me = |tid: u64| [origin(0, tid as u32), native(0x77), Entry::r(THREAD)];
+        let under =
+            |tid: u64, leaf: usize| [&me(tid)[..], &[origin(0, 0), native(leaf), Entry::r(9)][..]].concat();
         assert_eq!(c.counts(&under(5, 0x10)).unwrap().weight, 1);
         assert_eq!(c.counts(&under(5, 0x20)).unwrap().weight, 1);
         assert_eq!(c.counts(&me(6)).unwrap().weight, 1);
         assert_eq!(
-            c.counts(&[SNAPSHOT, NATIVE | 0x20, R | 9]).unwrap().weight,
+            c.counts(&[origin(0, 0), native(0x20), Entry::r(9)]).unwrap().weight,
             0,
             "a reference counts nothing"
         );

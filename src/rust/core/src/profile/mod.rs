@@ -1,25 +1,26 @@
-//! The joint sampling profiler: sampling R's main thread from a timer
-//! signal (async-signal-safe), collecting samples into distinct stacks, and
-//! writing them in Rprof's format and as pprof's `profile.proto`. It reads
-//! R through [`crate::r`] and walks stacks with [`crate::unwind::walk`].
+//! The joint sampling profiler. Three parts, in the order data flows:
+//! * capture: [`capture`] runs in this process (timers, the signal
+//!   handler, the sampling of other threads and of allocations, the ring
+//!   and the collector thread); `outside::recorder` samples another
+//!   process. Both make one sample's record with [`compose`] and write it
+//!   in the one format of [`record`];
+//! * collection: [`collect`] turns records into distinct stacks with their
+//!   counts, and holds what a finished capture hands over;
+//! * reports: [`build`] names the stacks' frames into a [`model::Profile`],
+//!   which [`rprof`] and [`pprof`] write; [`labels`] are the R frames'
+//!   names, shared by both sides.
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub mod alloc;
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub mod build;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub mod capture;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub mod collect;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub mod cost;
+pub mod compose;
 pub mod labels;
 pub mod model;
+pub mod poisson;
 pub mod pprof;
-pub mod ring;
+pub mod record;
 pub mod rprof;
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub mod sampler;
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub mod session;
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub mod spawn;
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub mod threads;

@@ -9,29 +9,11 @@
 //! ranges where R keeps them (the C stack, R's node stack, R's own data);
 //! reads of R objects go through `rheap`.
 //!
-//! A record is `[header, snapshot, link, context, entry...]`, entries
-//! innermost first:
-//! * header: `flags | weight << 8 | handler_ns << 32`;
-//! * snapshot: `SNAPSHOT | n`, the number of the session's snapshot of
-//!   loaded modules the native frames were walked with (and are named
-//!   with), to which the collector adds `UNCERTAIN` (see `session`); for a
-//!   sample of another thread, its kernel id too (see `worker`);
-//! * link: the sample's number among R's main thread's samples (for
-//!   another thread's sample: the number of the main thread's sample to
-//!   show it under, see `collect`);
-//! * context: the address of R's innermost context record then;
-//! * a native frame: `NATIVE | ip` (`| EXACT_IP` for the interrupted one);
-//! * an R frame: `R | label id`;
-//! * a loop: `R | label id` of `[for]`, `[while]`, `[repeat]` or `[loop]`;
-//! * under line profiling, after an R entry whose position is known:
-//!   `POS | file label id << 32 | line`;
-//! * last, in a sample of an allocation (a memory profile): `ALLOC_INFO |
-//!   number` (the sample's, for following its block to its free) and
-//!   `ALLOC_INFO | bytes`.
+//! The record is in the format of [`record`](super::record); its header
+//! word is the caller's (it knows the sample's weight and cost).
 
-use super::collect::{TRUNCATED_NATIVE, TRUNCATED_R};
 use super::labels::{self, Labels};
-use super::ring::Ring;
+use super::record::{Entry, Flags, Header, Origin, Owner, Prefix, Writer, PREFIX};
 use crate::interleave;
 use crate::memory::{Memory, Ranges};
 use crate::r::bcode::{self, BcSymbols, LoopPath, OpTable};
@@ -40,41 +22,7 @@ use crate::r::layout::CTXT_LOOP;
 use crate::unwind::walk::{End, Frame, Snapshot};
 
 mod describe;
-mod worker;
 use describe::{describe_frames, prefetch_last_contexts, Describe, Memo};
-pub use worker::{sample_worker, tid_of, WorkerScratch, TID_MASK, TID_SHIFT};
-
-/// Words before a record's entries: header, snapshot, link, context.
-pub const PREFIX: usize = 4;
-
-/// The second word of a record: the snapshot's number.
-pub const SNAPSHOT: u64 = 0;
-/// On the snapshot word (set by the collector): modules may have been
-/// loaded or unloaded between the snapshot and the sample, so the native
-/// frames' addresses may be another module's than the snapshot says.
-pub const UNCERTAIN: u64 = 1 << 61;
-pub const NATIVE: u64 = 1 << 62;
-pub const R: u64 = 2 << 62;
-pub const TAG: u64 = 3 << 62;
-/// After an R entry, under line profiling: `POS | file << 32 | line`, the
-/// file a label id.
-pub const POS: u64 = 3 << 62;
-/// The last two words of an allocation's sample (see above); the payload
-/// is below this bit.
-pub const ALLOC_INFO: u64 = 3 << 62 | 1 << 61;
-pub const ALLOC_PAYLOAD: u64 = (1 << 61) - 1;
-/// On a native entry: the ip is the interrupted instruction, not a return
-/// address.
-pub const EXACT_IP: u64 = 1 << 60;
-/// The bits of a native entry that hold the ip.
-pub const IP_MASK: u64 = (1 << 56) - 1;
-/// On a loop's R entry: who the loop belongs to, from this bit up: 0 the
-/// next R frame further out (a loop of that function's body), 1 no
-/// function (code run by `eval()`, a loop at the top level), `2 + id` the
-/// R frame labelled `id` (a loop in a promise's code, which belongs to the
-/// function that made the promise, not to the function forcing it).
-pub const OWNER_SHIFT: u32 = 32;
-pub const OWNER_MASK: u64 = (1 << 29) - 1;
 
 /// Frames and contexts a sample holds at most.
 pub const MAX_FRAMES: usize = 4096;
@@ -210,60 +158,13 @@ struct Ctx {
     /// caller's function body (a loop the JIT compiled at top level, a
     /// promise, `eval()` of byte code).
     outer_loops: LoopPath,
-    /// Who those loops belong to, as the owner bits of their entries (see
-    /// [`OWNER_SHIFT`]).
-    outer_owner: u64,
+    /// Who those loops belong to.
+    outer_owner: Owner,
     /// The environment it was called from, and (function records) its own.
     sysparent: usize,
     cloenv: usize,
     /// Its source position now: (file label id, line).
     pos: Option<(u32, u32)>,
-}
-
-/// What a sample found, for the caller's counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Outcome {
-    pub flags: u64,
-    pub frames: usize,
-    pub pushed: bool,
-    /// Taken outside the profiled code (see [`Region`]): not pushed.
-    pub outside: bool,
-}
-
-/// The snapshot number of a record (`[header, snapshot, ...]`).
-pub fn snapshot_of(record: &[u64]) -> Option<u32> {
-    record.get(1).filter(|&&w| w & TAG == SNAPSHOT).map(|&w| (w & 0xffff_ffff) as u32)
-}
-
-/// Takes one sample from the interrupted registers `(ip, sp, bp)` with
-/// snapshot number `index` and pushes it to `ring` with `weight` (timer
-/// expirations it stands for), as R's main thread's sample number `seq`
-/// taken while R's innermost context record was at `context`, with
-/// header flags `flags`.
-#[allow(clippy::too_many_arguments)]
-pub fn sample(
-    regs: (usize, usize, usize),
-    (weight, flags): (u64, u64),
-    started_ns: u64,
-    now_ns: impl Fn() -> u64,
-    (snap, index): (&Snapshot, u32),
-    (seq, context): (u64, u64),
-    r: &RFacts,
-    s: &mut Scratch,
-    ring: &Ring,
-) -> Outcome {
-    prefetch_last_contexts(&s.memo, r.base.layout.call);
-    // R's objects in place; its records and the stack in place, inside the
-    // ranges where R keeps them.
-    let mem = Reads { heap: &crate::memory::Objects, chain: &r.ranges };
-    let made = compose(regs, flags, (snap, index), (seq, context), r, &mem, s);
-    if made.outside {
-        return Outcome { flags: made.flags, frames: 0, pushed: false, outside: true };
-    }
-    let spent = now_ns().saturating_sub(started_ns);
-    s.record[0] = made.flags | (weight.min(0xff_ffff) << 8) | (spent.min(u32::MAX as u64) << 32);
-    let pushed = ring.push(&s.record[..made.len]);
-    Outcome { flags: made.flags, frames: made.len - PREFIX, pushed, outside: false }
 }
 
 /// Where a sample reads R: its objects (`heap`), and its context records
@@ -288,12 +189,29 @@ impl<H: Memory, C: Memory> Reads<'_, H, C> {
 #[derive(Clone, Copy, Debug)]
 pub struct Composed {
     /// The record's header flags.
-    pub flags: u64,
-    /// The record's length (it is `Scratch::record(len)`), header word
-    /// left for the caller.
+    pub flags: Flags,
+    /// The record's length (it is `Scratch::record(len)`), its prefix
+    /// left for the caller (see [`Composed::prefix`]).
     pub len: usize,
+    /// The prefix's words but the header.
+    pub origin: Origin,
+    pub link: u64,
+    pub context: u64,
     /// Taken outside the profiled code: no record.
     pub outside: bool,
+}
+
+impl Composed {
+    /// The record's prefix, with the header the caller made.
+    #[inline]
+    pub fn prefix(&self, weight: u64, handler_ns: u64) -> Prefix {
+        Prefix {
+            header: Header { flags: self.flags, weight, handler_ns },
+            origin: self.origin,
+            link: self.link,
+            context: self.context,
+        }
+    }
 }
 
 /// Makes the record of one sample of R's main thread in `s` (all but its
@@ -301,7 +219,7 @@ pub struct Composed {
 /// merged. What [`sample`] pushes; what a recording from outside keeps.
 pub fn compose<H: Memory, C: Memory>(
     regs: (usize, usize, usize),
-    flags: u64,
+    flags: Flags,
     (snap, index): (&Snapshot, u32),
     (seq, context): (u64, u64),
     r: &RFacts,
@@ -309,6 +227,8 @@ pub fn compose<H: Memory, C: Memory>(
     s: &mut Scratch,
 ) -> Composed {
     let mut flags = flags;
+    let origin = Origin::main(index);
+    let nothing = |flags| Composed { flags, len: 0, outside: true, origin, link: seq, context };
     let read_stack = |a: usize| mem.stack_word(r, a);
     // A signal that arrived while R ran on another stack (a signal
     // handler's alternate stack): no native frames, R's chain only.
@@ -318,7 +238,7 @@ pub fn compose<H: Memory, C: Memory>(
         (0, End::Stopped("not on the main thread's stack"))
     };
     if end != End::Outermost {
-        flags |= TRUNCATED_NATIVE;
+        flags |= Flags::TRUNCATED_NATIVE;
     }
     let complete = end == End::Outermost;
     for i in 0..n {
@@ -326,11 +246,11 @@ pub fn compose<H: Memory, C: Memory>(
     }
     let (nctx, cut) = match read_contexts(r, mem.chain, &s.sps[..n], complete, &mut s.ctx) {
         Some(Chain { outside: true, .. }) => {
-            return Composed { flags, len: 0, outside: true };
+            return nothing(flags);
         }
         Some(Chain { len: k, consistent, cut, outside: false }) => {
             if !consistent {
-                flags |= TRUNCATED_R;
+                flags |= Flags::TRUNCATED_R;
             }
             let mut d = Describe {
                 labels: &mut s.labels,
@@ -342,7 +262,7 @@ pub fn compose<H: Memory, C: Memory>(
             (k, cut)
         }
         None => {
-            flags |= TRUNCATED_R;
+            flags |= Flags::TRUNCATED_R;
             (0, usize::MAX)
         }
     };
@@ -360,17 +280,8 @@ pub fn compose<H: Memory, C: Memory>(
     // Inside the garbage collector: its frames become one `<GC>`.
     let gc_at = if r.gc_start != 0 { (0..n).find(|&i| s.frames[i].start == r.gc_start) } else { None };
 
-    s.record[1] = SNAPSHOT | index as u64;
-    s.record[2] = seq;
-    s.record[3] = context;
-    let mut len = PREFIX;
+    let mut w = Writer::new(&mut s.record);
     let mut k = 0; // next context (innermost first)
-    let push = |rec: &mut [u64], len: &mut usize, w: u64| {
-        if let Some(slot) = rec.get_mut(*len) {
-            *slot = w;
-            *len += 1;
-        }
-    };
     'merge: for i in 0..=n {
         while k < nctx && (s.ctx[k].anchor <= i || (i == n && s.ctx[k].anchor >= n)) {
             if k == cut {
@@ -381,49 +292,50 @@ pub fn compose<H: Memory, C: Memory>(
             // An AST loop belongs to the function whose environment it runs
             // in (a promise's loop to the function that made the promise,
             // a top-level one to none), not to the function called.
-            let owner = if c.is_loop { ast_loop_owner(mem.heap, &s.ctx[..nctx], k) } else { 0 };
+            let owner = if c.is_loop { ast_loop_owner(mem.heap, &s.ctx[..nctx], k) } else { Owner::Caller };
             // A function's byte-code loops, innermost first, then itself.
-            let pos = c.pos.map(|(file, line)| POS | (file as u64) << 32 | line as u64);
+            let pos = c.pos.map(|(file, line)| Entry::pos(file, line));
             for j in (0..c.loops.len()).rev() {
-                push(&mut s.record, &mut len, R | loop_kind_label(c.loops.get(j)) as u64);
+                w.push(Entry::r(loop_kind_label(c.loops.get(j))));
                 if let Some(p) = pos {
-                    push(&mut s.record, &mut len, p);
+                    w.push(p);
                 }
             }
             if !c.is_loop || r.with_loops {
-                push(&mut s.record, &mut len, R | owner | label as u64);
+                w.push(Entry::r_owned(label, owner));
                 if let Some(p) = pos {
-                    push(&mut s.record, &mut len, p);
+                    w.push(p);
                 }
             }
             for j in (0..c.outer_loops.len()).rev() {
-                push(
-                    &mut s.record,
-                    &mut len,
-                    R | c.outer_owner | loop_kind_label(c.outer_loops.get(j)) as u64,
-                );
+                w.push(Entry::r_owned(loop_kind_label(c.outer_loops.get(j)), c.outer_owner));
             }
             k += 1;
         }
         if r.with_loops && i < n && jit_loop_at(r, &s.frames[..n], &s.ctx[..nctx], i) {
-            push(&mut s.record, &mut len, R | 1 << OWNER_SHIFT | loop_label(r, &s.frames, i) as u64);
+            w.push(Entry::r_owned(loop_label(r, &s.frames, i), Owner::TopLevel));
         }
         if gc_at == Some(i) {
-            push(&mut s.record, &mut len, R | labels::GC as u64);
+            w.push(Entry::r(labels::GC));
         } else if gc_at.is_some_and(|g| i < g) {
             // The collector's own frames.
         } else if i < host_from
             && i < n
             && (!is_interp(i) || (r.keep_libr && module(i).is_some() && module(i) == snap.libr))
         {
-            let exact = if i == 0 { EXACT_IP } else { 0 };
-            push(&mut s.record, &mut len, NATIVE | exact | (s.frames[i].ip as u64 & IP_MASK));
+            w.push(Entry::native(s.frames[i].ip, i == 0));
         }
     }
-    Composed { flags, len, outside: false }
+    Composed { flags, len: w.len(), outside: false, origin, link: seq, context }
 }
 
 impl Scratch {
+    /// Brings the context records the last sample read into the cache
+    /// (a sample of R's main thread reads them again).
+    pub fn prefetch(&self, r: &RFacts) {
+        prefetch_last_contexts(&self.memo, r.base.layout.call);
+    }
+
     /// Appends `words` to the record [`compose`] made, `len` words long:
     /// its new length (the words that do not fit are left out).
     pub fn append(&mut self, len: usize, words: &[u64]) -> usize {
@@ -511,26 +423,26 @@ fn jit_loop_at(r: &RFacts, frames: &[Frame], ctx: &[Ctx], i: usize) -> bool {
     }
 }
 
-/// The owner bits (see [`OWNER_SHIFT`]) of AST loop record `k` of `ctx`
-/// (innermost first): 0 when the function record further out runs it (the
+/// Who AST loop record `k` of `ctx` (innermost first) belongs to: the
+/// caller when the function record further out runs it (the
 /// usual case: the label says so already), else the closure whose
 /// environment the loop runs in, or none (top level, `eval()` in an
 /// environment of no function's).
-fn ast_loop_owner(h: &impl Memory, ctx: &[Ctx], k: usize) -> u64 {
+fn ast_loop_owner(h: &impl Memory, ctx: &[Ctx], k: usize) -> Owner {
     let env = ctx[k].cloenv;
     let mut functions = ctx.iter().enumerate().skip(k + 1).filter(|(_, c)| !c.is_loop);
     match functions.next() {
-        Some((_, c)) if env != 0 && c.cloenv == env => return 0,
-        None => return 1 << OWNER_SHIFT,
+        Some((_, c)) if env != 0 && c.cloenv == env => return Owner::Caller,
+        None => return Owner::TopLevel,
         _ => {}
     }
     let owner = ctx.iter().skip(k + 1).find(|c| {
         !c.is_loop && env != 0 && c.cloenv == env && rheap::type_of(h, c.callfun) == Some(rheap::CLOSXP)
     });
-    (match owner {
-        Some(c) => 2 + c.label as u64,
-        None => 1,
-    }) << OWNER_SHIFT
+    match owner {
+        Some(c) => Owner::Frame(c.label),
+        None => Owner::TopLevel,
+    }
 }
 
 /// What [`read_contexts`] found.
@@ -628,7 +540,7 @@ fn read_contexts(
             srcref_in,
             loops: LoopPath::default(),
             outer_loops: LoopPath::default(),
-            outer_owner: 0,
+            outer_owner: Owner::Caller,
             sysparent: if function { c.sysparent } else { 0 },
             cloenv: c.cloenv,
             pos: None,

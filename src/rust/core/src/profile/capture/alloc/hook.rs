@@ -22,8 +22,8 @@
 //! with a thread-local guard against re-entry (what it allocates is not
 //! sampled).
 
+use super::super::super::poisson::after_gap;
 use super::live::Live;
-use super::poisson::after_gap;
 use crate::got::{self, Patched, Wanted};
 use crate::modules::ModuleMap;
 use std::cell::Cell;
@@ -300,7 +300,7 @@ fn seed() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (crate::profile::threads::gettid() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ts.tv_nsec as u64
+    (crate::profile::capture::clock::gettid() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ts.tv_nsec as u64
 }
 
 /// A block freed: forgotten by the table first (before the C library may

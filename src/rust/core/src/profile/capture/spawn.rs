@@ -15,7 +15,7 @@
 //! is hooked any more (`forget_in_child`), so a child never takes the lock
 //! a parent's thread may have held.
 
-use super::session::Clock;
+use super::clock::{self, Clock};
 use crate::got::{self, Patched, Wanted};
 use crate::modules::ModuleMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -109,7 +109,7 @@ unsafe extern "C" fn hooked_create(
         return unsafe { real(thread, attr, start, arg) };
     }
     let context = CONTEXT_ADDR.load(Ordering::Acquire);
-    let creator = if context != 0 && super::threads::gettid() == MAIN_TID.load(Ordering::Acquire) {
+    let creator = if context != 0 && clock::gettid() == MAIN_TID.load(Ordering::Acquire) {
         // `&R_GlobalContext`, read on R's main thread, which alone writes it.
         crate::memory::Memory::word(&crate::memory::Own, context).unwrap_or(0)
     } else {
@@ -147,7 +147,7 @@ pub fn launch_address() -> usize {
 /// Gives the calling (new) thread a sampling timer, if the registry is
 /// open, and records it for the collector.
 fn arm_self(creator: usize) {
-    let tid = super::threads::gettid();
+    let tid = clock::gettid();
     let mut r = registry();
     let Some((signal, clock, interval_ns)) = r.open else { return };
     if creator != 0 {
@@ -157,7 +157,7 @@ fn arm_self(creator: usize) {
         Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
         Clock::Elapsed => libc::CLOCK_MONOTONIC,
     };
-    if let Some(t) = super::threads::timer(signal, clock_id, tid, interval_ns) {
+    if let Some(t) = clock::timer(signal, clock_id, tid, interval_ns) {
         r.new.push((tid, Timer(t)));
     }
 }
@@ -277,7 +277,7 @@ mod tests {
         ON.store(true, Ordering::Release);
         unsafe extern "C-unwind" fn body(arg: *mut libc::c_void) -> *mut libc::c_void {
             // SAFETY: the test passes a pointer to an i32.
-            unsafe { *(arg as *mut i32) = super::super::threads::gettid() };
+            unsafe { *(arg as *mut i32) = super::clock::gettid() };
             arg
         }
         let mut tid: i32 = 0;

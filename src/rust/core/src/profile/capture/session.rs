@@ -29,28 +29,18 @@
 //! exist there: `Running::inherited` tells, and `Running::forget` lets go of
 //! it without touching them, so the child can start a session of its own.
 
-use super::collect::{Collected, ALLOC, REFERENCE};
+use super::super::collect::{AllocFigures, Collected, Finished, Thread};
+use super::super::compose::{self as sampler, RFacts, Scratch};
+use super::super::record::{self, Entry, Flags, PREFIX};
+use super::clock::{self, now_ns, Clock, MIN_INTERVAL_NS};
 use super::ring::Ring;
-use super::sampler::{self, RFacts, Scratch, WorkerScratch};
-use super::threads::{self, Thread, Threads};
+use super::threads::{self, Threads};
+use super::worker::{self, WorkerScratch};
 use crate::error::{Error, Result};
 use crate::unwind::walk::Snapshot;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// What is sampled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Clock {
-    Cpu,
-    Elapsed,
-}
-
-/// The shortest interval the timers can honour usefully: the kernel checks
-/// CPU-time timers at its tick (often 4 ms); shorter intervals still count
-/// correctly through overruns, but a sample costs more than it measures
-/// below this.
-pub const MIN_INTERVAL_NS: u64 = 1_000_000;
 
 /// Ring words (1 MiB): seconds of samples at 1 ms if the collector is slow
 /// to run, and small enough to stay in the CPU's caches.
@@ -88,7 +78,7 @@ struct Used {
 /// marked [`UNCERTAIN`] otherwise (see `build`). Every snapshot used stays
 /// until the profile is built.
 ///
-/// [`UNCERTAIN`]: super::sampler::UNCERTAIN
+/// [`UNCERTAIN`]: super::super::compose::UNCERTAIN
 pub struct Session {
     facts: RFacts,
     ring: Ring,
@@ -174,53 +164,6 @@ pub struct Running {
 // process; the rest is owned data. (Running is used on R's main thread.)
 unsafe impl Send for Running {}
 
-/// What a finished session hands back.
-pub struct Finished {
-    pub collected: Collected,
-    pub labels: super::labels::Labels,
-    /// Every snapshot used, by number (the samples name theirs), the last
-    /// one last: for placing addresses in modules and function starts.
-    pub snapshots: Vec<Box<Snapshot>>,
-    pub handler_runs: u64,
-    pub dropped: u64,
-    pub outside: u64,
-    pub duration_ns: u64,
-    pub started: std::time::SystemTime,
-    /// Whether the other threads were sampled, and what is known of them
-    /// (in the order they were found); R's main thread's kernel id and
-    /// the CPU time it used.
-    pub all_threads: bool,
-    pub threads: Vec<Thread>,
-    pub main_tid: i32,
-    /// Its name (`comm`).
-    pub main_name: String,
-    pub main_cpu_ns: u64,
-    /// Other threads' samples lost.
-    pub thread_dropped: u64,
-    /// A memory profile's figures (None: a time profile).
-    pub alloc: Option<AllocFigures>,
-    /// The modules addresses are named through: None for this process's
-    /// loaded now; another process's (a recording from outside) as last
-    /// seen.
-    pub modules_now: Option<Arc<crate::modules::ModuleMap>>,
-}
-
-/// What a memory profile adds to a finished session.
-#[derive(Clone, Debug, Default)]
-pub struct AllocFigures {
-    /// The mean bytes between samples.
-    pub mean: u64,
-    /// The numbers of the samples whose blocks were not freed when the
-    /// profile ended.
-    pub live: Vec<u64>,
-    /// Allocations seen, and sampled.
-    pub allocations: u64,
-    pub sampled: u64,
-    /// Sampled blocks the table of live ones had no room for (counted as
-    /// freed).
-    pub untracked: u64,
-}
-
 /// Whether a session is running in this process.
 pub fn active() -> bool {
     !ACTIVE.load(Ordering::Acquire).is_null()
@@ -278,15 +221,6 @@ fn free_signal() -> Option<libc::c_int> {
         let ok = unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0;
         ok && old.sa_sigaction == libc::SIG_DFL
     })
-}
-
-/// CLOCK_MONOTONIC in nanoseconds (async-signal-safe).
-pub(crate) fn now_ns() -> u64 {
-    // SAFETY: clock_gettime writes into `ts`; async-signal-safe.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The signal handler: one sample of the thread it runs on.
@@ -348,7 +282,7 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
     if main {
         // A signal from another thread's handler (not the timer) asks for a
         // sample to show that thread's samples under: it counts no time.
-        let flags = if timer { 0 } else { REFERENCE };
+        let flags = if timer { Flags::NONE } else { Flags::REFERENCE };
         if !timer {
             s.requested.store(false, Ordering::Release);
         }
@@ -359,7 +293,7 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
         // SAFETY: only the main thread's handler uses `scratch` while the
         // session runs, and it does not nest (the signal is blocked in it).
         let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
-        let out = sampler::sample(
+        let out = super::sample::sample(
             regs,
             (1 + overrun, flags),
             start,
@@ -386,10 +320,10 @@ unsafe fn take_sample(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::
     };
     // SAFETY: the slot is ours until `busy` is cleared.
     let scratch = unsafe { &mut *slot.scratch.get() };
-    let tid = threads::gettid();
-    let out = sampler::sample_worker(
+    let tid = clock::gettid();
+    let out = worker::sample_worker(
         regs,
-        (1 + overrun, 0, &|_| false, &[]),
+        (1 + overrun, Flags::NONE, &|_| false, &[]),
         start,
         now_ns,
         snap,
@@ -485,7 +419,7 @@ impl Session {
         let creators = if self.slots.is_empty() { Vec::new() } else { super::spawn::creators() };
         let creator = |tid: u32| creators.iter().find(|&&(t, _)| t as u32 == tid).map(|&(_, c)| c as u64);
         let mut absorb = |rec: &[u64]| {
-            let index = sampler::snapshot_of(rec);
+            let index = record::origin_of(rec).map(|o| o.snapshot);
             c.absorb_with(rec, index.is_none_or(|i| certain.get(i as usize) != Some(&true)), &creator);
         };
         self.ring.drain_to(head, buf, &mut absorb);
@@ -566,7 +500,7 @@ fn new_session(
         interpreter_addr,
         // SAFETY: the calling thread's own id.
         main_thread: unsafe { libc::pthread_self() },
-        main_tid: threads::gettid(),
+        main_tid: clock::gettid(),
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
         signal,
@@ -621,7 +555,7 @@ pub fn start(
     let signal = ready_to_start()?;
     let (session, snapshot) = new_session(facts, interpreter_addr, interval_ns, all_threads, signal, None);
     let main_tid = session.main_tid;
-    let main_cpu_start = threads::read_clock(threads::cpu_clock(main_tid)).unwrap_or(0);
+    let main_cpu_start = clock::read_clock(clock::cpu_clock(main_tid)).unwrap_or(0);
     ACTIVE.store(Arc::as_ptr(&session) as *mut Session, Ordering::SeqCst);
 
     // The handler, then the timer.
@@ -678,7 +612,7 @@ fn spawn_collector(
             crate::stack::block_signals();
             let mut buf = Vec::new();
             let mut threads = (!s.slots.is_empty() && s.alloc.is_none())
-                .then(|| Threads::new(s.signal, clock, interval_ns, vec![s.main_tid, threads::gettid()]));
+                .then(|| Threads::new(s.signal, clock, interval_ns, vec![s.main_tid, clock::gettid()]));
             while !s.stop.load(Ordering::Acquire) {
                 if let Some(t) = threads.as_mut() {
                     t.poll();
@@ -749,7 +683,7 @@ pub fn start_alloc(facts: RFacts, interpreter_addr: usize, mean: u64, all_thread
         unsafe { std::mem::zeroed() }
     });
     let collector = spawn_collector(&session, Clock::Cpu, mean);
-    let main_cpu_start = threads::read_clock(threads::cpu_clock(session.main_tid)).unwrap_or(0);
+    let main_cpu_start = clock::read_clock(clock::cpu_clock(session.main_tid)).unwrap_or(0);
     Ok(Running {
         session,
         signal,
@@ -816,14 +750,14 @@ fn take_alloc_sample(s: &Session, size: usize) -> u64 {
     // Joined to R's main thread's stack as another thread's CPU sample is.
     let context = crate::memory::Memory::word(&s.facts.ranges, s.facts.base.global_context).unwrap_or(0);
     let link = worker_link(s, context, start);
-    let info = [sampler::ALLOC_INFO | n, sampler::ALLOC_INFO | size as u64];
-    let out = sampler::sample_worker(
+    let info = record::alloc_tail(n, size as u64);
+    let out = worker::sample_worker(
         regs,
-        (1, ALLOC, &own, &info),
+        (1, Flags::ALLOC, &own, &info),
         start,
         now_ns,
         snap,
-        (s.pid, threads::gettid()),
+        (s.pid, clock::gettid()),
         (link, context as u64),
         scratch,
         &slot.ring,
@@ -855,24 +789,21 @@ fn take_main_alloc_sample(
     let seq = s.main_seq.fetch_add(1, Ordering::AcqRel) + 1;
     let context = crate::memory::Memory::word(&s.facts.ranges, s.facts.base.global_context).unwrap_or(0);
     let mem = sampler::Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
-    let made = sampler::compose(regs, ALLOC, snap, (seq, context as u64), &s.facts, &mem, scratch);
+    let made = sampler::compose(regs, Flags::ALLOC, snap, (seq, context as u64), &s.facts, &mem, scratch);
     if made.outside {
         s.outside.fetch_add(1, Ordering::Relaxed);
         return 0;
     }
-    let len = scratch.append(made.len, &[sampler::ALLOC_INFO | n, sampler::ALLOC_INFO | size as u64]);
-    let record = scratch.record(len);
+    let len = scratch.append(made.len, &record::alloc_tail(n, size as u64));
+    let rec = scratch.record(len);
     // The hook's own frames (innermost, before any R frame) left out.
-    let first = (sampler::PREFIX..record.len())
-        .find(|&k| {
-            record[k] & sampler::TAG != sampler::NATIVE || !own((record[k] & sampler::IP_MASK) as usize)
-        })
-        .unwrap_or(record.len());
-    record.copy_within(first.., sampler::PREFIX);
-    let len = record.len() - (first - sampler::PREFIX);
+    let first =
+        (PREFIX..rec.len()).find(|&k| Entry::ip_of(rec[k]).is_none_or(|ip| !own(ip))).unwrap_or(rec.len());
+    rec.copy_within(first.., PREFIX);
+    let len = rec.len() - (first - PREFIX);
     let spent = now_ns().saturating_sub(start);
-    record[0] = made.flags | (1 << 8) | (spent.min(u32::MAX as u64) << 32);
-    if !s.ring.push(&record[..len]) {
+    record::write_prefix(rec, made.prefix(1, spent));
+    if !s.ring.push(&rec[..len]) {
         s.dropped.fetch_add(1, Ordering::Relaxed);
         return 0;
     }
@@ -900,7 +831,7 @@ fn create_timer(signal: libc::c_int, clock: Clock, interval_ns: u64) -> Result<l
         Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
         Clock::Elapsed => libc::CLOCK_MONOTONIC,
     };
-    threads::timer(signal, clock_id, threads::gettid(), interval_ns)
+    clock::timer(signal, clock_id, clock::gettid(), interval_ns)
         .ok_or_else(|| Error::Unavailable("could not create the sampling timer".into()))
 }
 
@@ -932,9 +863,8 @@ impl Running {
     /// Stops sampling, restores the signal's disposition and returns what
     /// was collected. Call on the thread that started the session.
     pub fn stop(mut self) -> Finished {
-        let main_cpu_ns = threads::read_clock(libc::CLOCK_THREAD_CPUTIME_ID)
-            .unwrap_or(0)
-            .saturating_sub(self.main_cpu_start);
+        let main_cpu_ns =
+            clock::read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0).saturating_sub(self.main_cpu_start);
         if self.session.alloc.is_some() {
             return self.stop_alloc(main_cpu_ns);
         }
@@ -1061,9 +991,17 @@ impl Running {
             main_tid: s.main_tid,
             main_name: threads::comm(s.main_tid),
             modules_now: None,
+            launch_module: launch_module(),
             main_cpu_ns,
             thread_dropped: s.thread_dropped.load(Ordering::Relaxed),
             alloc,
         }
     }
+}
+
+/// The basename of the module whose code new threads start in while the
+/// spawn hook is installed (winch's own library).
+fn launch_module() -> Option<String> {
+    let now = crate::modules::current();
+    now.module_of(super::spawn::launch_address()).map(|i| now.module(i).basename().to_string())
 }

@@ -2,9 +2,11 @@
 //! sampler run on the caller's own stack, many times in a row (for
 //! `bench/profile.R`).
 
+use super::super::compose::{RFacts, Scratch};
+use super::super::record::Flags;
+use super::clock::now_ns as now;
 use super::ring::Ring;
-use super::sampler::{sample, RFacts, Scratch};
-use super::session::now_ns as now;
+use super::sample::sample;
 use crate::unwind::walk::Snapshot;
 
 /// Nanoseconds per sample (median, 99th percentile) and the entries a
@@ -36,7 +38,7 @@ pub fn sample_cost(facts: &RFacts, n: usize, thrash_mb: usize) -> Cost {
         std::hint::black_box(&junk);
         let regs = crate::unwind::registers();
         let t0 = now();
-        let out = sample(regs, (1, 0), t0, now, (&snap, 0), (0, 0), facts, &mut scratch, &ring);
+        let out = sample(regs, (1, Flags::NONE), t0, now, (&snap, 0), (0, 0), facts, &mut scratch, &ring);
         times.push(now() - t0);
         entries = out.frames;
         ring.drain(&mut buf, |_| {});

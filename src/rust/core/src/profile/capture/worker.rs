@@ -13,21 +13,11 @@
 //! preallocated, no lock, system calls only `process_vm_readv` and
 //! `clock_gettime`.
 
-use super::super::collect::{TRUNCATED_NATIVE, WORKER};
-use super::super::ring::Ring;
-use super::{Outcome, EXACT_IP, IP_MASK, NATIVE, SNAPSHOT};
+use super::super::record::{Entry, Flags, Header, Origin, Prefix, Writer, PREFIX};
+use super::ring::Ring;
+use super::sample::Outcome;
 use crate::unwind::walk::{Caches, End, Frame, Sizes, Snapshot};
 use std::cell::Cell;
-
-/// Bits of the snapshot word that hold the sampled thread's kernel id (0
-/// for R's main thread).
-pub const TID_SHIFT: u32 = 32;
-pub const TID_MASK: u64 = (1 << 29) - 1;
-
-/// The thread id a record's snapshot word names (0: R's main thread).
-pub fn tid_of(snapshot_word: u64) -> u32 {
-    ((snapshot_word >> TID_SHIFT) & TID_MASK) as u32
-}
 
 /// Frames of another thread's sample at most.
 const MAX_FRAMES: usize = 1024;
@@ -50,7 +40,7 @@ impl Default for WorkerScratch {
     fn default() -> WorkerScratch {
         let mut s = WorkerScratch {
             frames: vec![Frame::default(); MAX_FRAMES].into_boxed_slice(),
-            record: vec![0; 4 + MAX_FRAMES].into_boxed_slice(),
+            record: vec![0; PREFIX + MAX_FRAMES].into_boxed_slice(),
             caches: Caches::new(Sizes::THREADS),
             stack: vec![0; STACK_BYTES].into_boxed_slice(),
         };
@@ -136,7 +126,7 @@ impl StackCopy<'_> {
 #[allow(clippy::too_many_arguments)]
 pub fn sample_worker(
     regs: (usize, usize, usize),
-    (weight, extra, skip, tail): (u64, u64, &dyn Fn(usize) -> bool, &[u64]),
+    (weight, extra, skip, tail): (u64, Flags, &dyn Fn(usize) -> bool, &[u64]),
     started_ns: u64,
     now_ns: impl Fn() -> u64,
     (snap, index): (&Snapshot, u32),
@@ -153,27 +143,23 @@ pub fn sample_worker(
         ended: Cell::new(false),
     };
     let (n, end) = snap.walk_with(&mut s.caches, regs, |a| stack.word(a), &mut s.frames);
-    let flags = WORKER | extra | if end == End::Outermost { 0 } else { TRUNCATED_NATIVE };
-    s.record[1] = SNAPSHOT | ((tid as u64 & TID_MASK) << TID_SHIFT) | index as u64;
-    s.record[2] = link;
-    s.record[3] = context;
-    let mut len = 4;
+    let mut flags = Flags::WORKER | extra;
+    if end != End::Outermost {
+        flags |= Flags::TRUNCATED_NATIVE;
+    }
+    let mut w = Writer::new(&mut s.record);
     // Frames of the sampler's own caller left out (an allocation hook).
     let first = s.frames[..n].iter().position(|f| !skip(f.ip)).unwrap_or(n);
     for (i, f) in s.frames[..n].iter().enumerate().skip(first) {
-        let exact = if i == 0 { EXACT_IP } else { 0 };
-        s.record[len] = NATIVE | exact | (f.ip as u64 & IP_MASK);
-        len += 1;
+        w.push(Entry::native(f.ip, i == 0));
     }
-    for &w in tail {
-        if let Some(slot) = s.record.get_mut(len) {
-            *slot = w;
-            len += 1;
-        }
+    for &word in tail {
+        w.push(word);
     }
     let spent = now_ns().saturating_sub(started_ns);
-    s.record[0] = flags | (weight.min(0xff_ffff) << 8) | (spent.min(u32::MAX as u64) << 32);
-    let pushed = ring.push(&s.record[..len]);
+    let origin = Origin { snapshot: index, tid: tid as u32, uncertain: false };
+    let header = Header { flags, weight, handler_ns: spent };
+    let pushed = ring.push(w.finish(Prefix { header, origin, link, context }));
     Outcome { flags, frames: n, pushed, outside: false }
 }
 
@@ -228,7 +214,7 @@ mod tests {
             let pid = unsafe { libc::getpid() };
             let out = sample_worker(
                 regs,
-                (1, 0, &|_| false, &[]),
+                (1, Flags::NONE, &|_| false, &[]),
                 0,
                 || 0,
                 (&snap, 3),
@@ -243,10 +229,12 @@ mod tests {
         });
         let (out, rec) = h.join().unwrap();
         assert!(out.pushed && out.frames >= 3, "{out:?}");
-        assert_eq!(out.flags & TRUNCATED_NATIVE, 0, "walked to the thread's start");
-        assert_eq!(tid_of(rec[1]), 77);
-        assert_eq!(rec[1] & 0xffff_ffff, 3);
-        assert_eq!((rec[2], rec[3]), (5, 0x1000));
-        assert!(rec[4..].iter().all(|&e| e & super::super::TAG == NATIVE));
+        assert!(!out.flags.contains(Flags::TRUNCATED_NATIVE), "walked to the thread's start");
+        let (prefix, entries) = crate::profile::record::split(&rec).unwrap();
+        assert_eq!(prefix.origin, Origin { snapshot: 3, tid: 77, uncertain: false });
+        assert_eq!((prefix.link, prefix.context), (5, 0x1000));
+        assert!(prefix.header.flags.contains(Flags::WORKER));
+        assert!(entries.iter().all(|&e| Entry::is_native(e)));
+        assert!(matches!(Entry::decode(entries[0]), Entry::Native { exact: true, .. }));
     }
 }

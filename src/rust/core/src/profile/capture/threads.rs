@@ -10,79 +10,9 @@
 //! the kernel delivers nothing for an ended thread meanwhile (a timer
 //! refers to the thread itself, not to its number, which may be reused).
 
-use super::session::Clock;
+use super::clock::{cpu_clock, read_clock, timer, Clock};
+use crate::profile::collect::Thread;
 use std::collections::HashMap;
-
-/// The CPU clock of thread `tid` of this process: glibc's own encoding of
-/// `pthread_getcpuclockid()` (a per-thread scheduler clock), for a thread
-/// known only by its kernel id.
-pub fn cpu_clock(tid: i32) -> libc::clockid_t {
-    ((!(tid as libc::clockid_t)) << 3) | 6
-}
-
-/// A clock's reading in nanoseconds (None: the thread has ended).
-pub fn read_clock(clock: libc::clockid_t) -> Option<u64> {
-    // SAFETY: clock_gettime writes into `ts`.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    (unsafe { libc::clock_gettime(clock, &mut ts) } == 0)
-        .then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
-}
-
-/// The calling thread's kernel id.
-pub fn gettid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
-
-/// A timer that sends `signal` to thread `tid` every `interval_ns` of
-/// `clock`.
-pub fn timer(
-    signal: libc::c_int,
-    clock: libc::clockid_t,
-    tid: i32,
-    interval_ns: u64,
-) -> Option<libc::timer_t> {
-    // SAFETY: a zeroed sigevent is a valid value to fill in.
-    let mut ev: libc::sigevent = unsafe { std::mem::zeroed() };
-    ev.sigev_notify = libc::SIGEV_THREAD_ID;
-    ev.sigev_signo = signal;
-    ev.sigev_notify_thread_id = tid;
-    // SAFETY: a zeroed timer_t is filled in by timer_create.
-    let mut timer: libc::timer_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid clock, event and output pointer.
-    if unsafe { libc::timer_create(clock, &mut ev, &mut timer) } != 0 {
-        return None;
-    }
-    let ts = libc::timespec {
-        tv_sec: (interval_ns / 1_000_000_000) as _,
-        tv_nsec: (interval_ns % 1_000_000_000) as _,
-    };
-    let spec = libc::itimerspec { it_interval: ts, it_value: ts };
-    // SAFETY: arms the timer just created.
-    if unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) } != 0 {
-        // SAFETY: deletes the timer just created.
-        unsafe { libc::timer_delete(timer) };
-        return None;
-    }
-    Some(timer)
-}
-
-/// What the profile keeps about one thread other than R's main thread.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Thread {
-    pub tid: i32,
-    /// From `/proc/self/task/<tid>/comm`, read when found and again later
-    /// (a thread often names itself after it starts).
-    pub name: String,
-    /// CPU time it used while the profile ran, from its own clock (up to
-    /// the last poll that saw it alive).
-    pub cpu_ns: u64,
-    /// Whether it started while the profile ran.
-    pub started: bool,
-    /// Whether it ended while the profile ran.
-    pub ended: bool,
-}
 
 struct Known {
     thread: Thread,
@@ -283,6 +213,7 @@ impl Drop for Threads {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::capture::clock::gettid;
 
     #[test]
     fn a_thread_cpu_clock_is_glibcs() {

@@ -6,6 +6,7 @@
 use super::{BcFacts, Ctx, LineFacts, RFacts, Reads, MAX_CONTEXTS};
 use crate::memory::Memory;
 use crate::profile::labels::{self, Labels};
+use crate::profile::record::Owner;
 use crate::r::bcode::{self, LoopPath};
 use crate::r::heap as rheap;
 use crate::unwind::walk::Frame;
@@ -209,7 +210,7 @@ pub(super) fn describe_frames<H: Memory, C: Memory>(
         // belongs to the function that made it): the record further out
         // whose environment the call came from.
         ctx[k].outer_owner = if seen.outer_loops.is_empty() {
-            0
+            Owner::Caller
         } else {
             let sysparent = ctx[k].sysparent;
             // (Closures only: `eval()` makes a record whose environment is
@@ -220,10 +221,10 @@ pub(super) fn describe_frames<H: Memory, C: Memory>(
                     && sysparent != 0
                     && rheap::type_of(h, ctx[j].callfun) == Some(rheap::CLOSXP)
             });
-            (match owner {
-                Some(j) => 2 + ctx[j].label as u64,
-                None => 1,
-            }) << super::OWNER_SHIFT
+            match owner {
+                Some(j) => Owner::Frame(ctx[j].label),
+                None => Owner::TopLevel,
+            }
         };
         ctx[k].pos = seen.pos;
         if let Some(slot) = memo.last[this].get_mut(i) {

@@ -1,9 +1,0 @@
-//! Sampling allocations for the memory profile: the allocation functions
-//! of every loaded module hooked ([`hook`]), one sample per so many bytes
-//! allocated ([`poisson`]), and the sampled blocks not yet freed
-//! ([`live`]). The samples' stacks are taken as a CPU sample's are (see
-//! `sampler`).
-
-pub mod hook;
-pub mod live;
-pub mod poisson;
