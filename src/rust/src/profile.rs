@@ -9,7 +9,7 @@ use winch_core::error::{Error, Result};
 use winch_core::joint;
 use winch_core::memory::Objects;
 use winch_core::profile::build::{self, Stats};
-use winch_core::profile::capture::{self as session, Clock, Running};
+use winch_core::profile::capture::{self as session, Clock, Running, Trigger};
 use winch_core::profile::compose::{BcFacts, LineFacts, RFacts, Region};
 use winch_core::profile::model::{
     Bytes, Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo,
@@ -154,9 +154,11 @@ pub fn rs_profile_start(
         if !(1.0..=1e15).contains(&mean) {
             return Err(Error::BadArgument("`sample_bytes` must be a number of bytes, at least 1".into()));
         }
-        session::start_alloc(facts, rstate::libr_addr(), mean.round() as u64, all_threads)?
+        let trigger = Trigger::Allocations { mean_bytes: mean.round() as u64 };
+        session::start(facts, rstate::libr_addr(), trigger, all_threads)?
     } else {
-        session::start(facts, rstate::libr_addr(), clock, interval_ns as u64, all_threads)?
+        let trigger = Trigger::Timer { clock, interval_ns: interval_ns as u64 };
+        session::start(facts, rstate::libr_addr(), trigger, all_threads)?
     };
     *current = Some(Current { running, event });
     Ok(true.into()) // NULL would read as "out of memory"
@@ -187,7 +189,7 @@ pub fn rs_profile_stop() -> Result<RValue> {
     let Some(Current { running, event }) = current else {
         return Err(Error::BadArgument("no winch profile is running".into()));
     };
-    let interval_ns = running.interval_ns;
+    let interval_ns = running.trigger.period();
     let finished = running.stop();
     let (profile, stats) = build::build(&finished, event, interval_ns);
     session::recycle(finished.snapshots);

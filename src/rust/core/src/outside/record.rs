@@ -13,7 +13,7 @@ use crate::memory::{Memory, Process, Ranges};
 use crate::modules::ModuleMap;
 use crate::profile::collect::Collected;
 use crate::profile::collect::Finished;
-use crate::profile::compose::{self, BcFacts, LineFacts, RFacts, Reads, Region, Scratch};
+use crate::profile::compose::{self, BcFacts, LineFacts, Moment, RFacts, Reads, Region, Scratch};
 use crate::profile::record::{self, Entry, Flags, Header, Origin, Prefix};
 use crate::r::bcode::BcSymbols;
 use crate::r::learn;
@@ -229,15 +229,8 @@ impl Recorder {
                 let behind = Behind::new(&stack, &mem);
                 let context = behind.word(facts.base.global_context).unwrap_or(0) as u64;
                 let reads = Reads { heap: &behind, chain: &behind };
-                let made = compose::compose(
-                    t.regs,
-                    Flags::NONE,
-                    (snap, index as u32),
-                    (self.seq, context),
-                    facts,
-                    &reads,
-                    &mut self.scratch,
-                );
+                let at = Moment { snapshot: snap, index: index as u32, seq: self.seq, context };
+                let made = compose::compose(t.regs, Flags::NONE, at, facts, &reads, &mut self.scratch);
                 let rec = self.scratch.record(made.len);
                 record::write_prefix(rec, made.prefix(weight, spent()));
                 self.collected.absorb(rec);

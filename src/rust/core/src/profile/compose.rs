@@ -201,6 +201,20 @@ pub struct Composed {
     pub outside: bool,
 }
 
+/// What a sample is taken with, and where it stands: the snapshot of
+/// loaded modules its native frames are walked (and named) with and its
+/// number in the session, and its place among R's main thread's samples
+/// (`seq`: its number, or for another thread's sample the number of the
+/// main thread's sample to show it under; `context`: R's innermost context
+/// record then).
+#[derive(Clone, Copy)]
+pub struct Moment<'a> {
+    pub snapshot: &'a Snapshot,
+    pub index: u32,
+    pub seq: u64,
+    pub context: u64,
+}
+
 impl Composed {
     /// The record's prefix, with the header the caller made.
     #[inline]
@@ -220,12 +234,12 @@ impl Composed {
 pub fn compose<H: Memory, C: Memory>(
     regs: (usize, usize, usize),
     flags: Flags,
-    (snap, index): (&Snapshot, u32),
-    (seq, context): (u64, u64),
+    at: Moment,
     r: &RFacts,
     mem: &Reads<H, C>,
     s: &mut Scratch,
 ) -> Composed {
+    let Moment { snapshot: snap, index, seq, context } = at;
     let mut flags = flags;
     let origin = Origin::main(index);
     let nothing = |flags| Composed { flags, len: 0, outside: true, origin, link: seq, context };

@@ -2,11 +2,11 @@
 //! sampler run on the caller's own stack, many times in a row (for
 //! `bench/profile.R`).
 
-use super::super::compose::{RFacts, Scratch};
+use super::super::compose::{Moment, RFacts, Scratch};
 use super::super::record::Flags;
 use super::clock::now_ns as now;
 use super::ring::Ring;
-use super::sample::sample;
+use super::sample::{sample, Tick};
 use crate::unwind::walk::Snapshot;
 
 /// Nanoseconds per sample (median, 99th percentile) and the entries a
@@ -38,7 +38,9 @@ pub fn sample_cost(facts: &RFacts, n: usize, thrash_mb: usize) -> Cost {
         std::hint::black_box(&junk);
         let regs = crate::unwind::registers();
         let t0 = now();
-        let out = sample(regs, (1, Flags::NONE), t0, now, (&snap, 0), (0, 0), facts, &mut scratch, &ring);
+        let tick = Tick { weight: 1, flags: Flags::NONE, started_ns: t0 };
+        let at = Moment { snapshot: &snap, index: 0, seq: 0, context: 0 };
+        let out = sample(regs, tick, at, facts, &mut scratch, &ring);
         times.push(now() - t0);
         entries = out.frames;
         ring.drain(&mut buf, |_| {});

@@ -13,10 +13,12 @@
 //! preallocated, no lock, system calls only `process_vm_readv` and
 //! `clock_gettime`.
 
+use super::super::compose::Moment;
 use super::super::record::{Entry, Flags, Header, Origin, Prefix, Writer, PREFIX};
+use super::clock::now_ns;
 use super::ring::Ring;
-use super::sample::Outcome;
-use crate::unwind::walk::{Caches, End, Frame, Sizes, Snapshot};
+use super::sample::{Outcome, Tick};
+use crate::unwind::walk::{Caches, End, Frame, Sizes};
 use std::cell::Cell;
 
 /// Frames of another thread's sample at most.
@@ -115,26 +117,45 @@ impl StackCopy<'_> {
     }
 }
 
+/// What a sample of another thread carries besides its stack: the
+/// innermost frames to leave out (those of the code that takes the sample,
+/// when it is not a signal handler: the allocation hook), and words to end
+/// the record with (an allocation's number and bytes).
+#[derive(Clone, Copy)]
+pub struct Extra<'a> {
+    pub skip: &'a dyn Fn(usize) -> bool,
+    pub tail: &'a [u64],
+}
+
+impl Extra<'_> {
+    /// Nothing left out, nothing added: a timer's sample.
+    pub const NONE: Extra<'static> = Extra { skip: &|_| false, tail: &[] };
+}
+
+/// The sampled thread: the process (whose memory holds its stack) and its
+/// kernel id.
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadId {
+    pub pid: libc::pid_t,
+    pub tid: i32,
+}
+
 /// Takes one sample of the calling thread (not R's main thread) from the
-/// interrupted registers, as a record `[header, snapshot | tid, link,
-/// context, native entry...]` pushed to `ring`: `link` the number of R's
-/// main thread's sample to join, `context` the innermost context record of
-/// R at this moment (see `collect`), `weight` the intervals it stands for,
-/// `extra` header flags, and `skip` telling the innermost frames to leave
-/// out (those of the code that takes the sample, not a signal handler);
-/// `tail`, words to end the record with.
-#[allow(clippy::too_many_arguments)]
+/// interrupted registers, as a record of its native frames pushed to
+/// `ring`: at `at` (the number of R's main thread's sample to join, and the
+/// innermost context record of R at this moment, see `collect`), with the
+/// tick's weight and flags and `extra`'s frames left out and words added.
 pub fn sample_worker(
     regs: (usize, usize, usize),
-    (weight, extra, skip, tail): (u64, Flags, &dyn Fn(usize) -> bool, &[u64]),
-    started_ns: u64,
-    now_ns: impl Fn() -> u64,
-    (snap, index): (&Snapshot, u32),
-    (pid, tid): (libc::pid_t, i32),
-    (link, context): (u64, u64),
+    tick: Tick,
+    at: Moment,
+    extra: Extra,
+    thread: ThreadId,
     s: &mut WorkerScratch,
     ring: &Ring,
 ) -> Outcome {
+    let Moment { snapshot: snap, index, seq: link, context } = at;
+    let ThreadId { pid, tid } = thread;
     let stack = StackCopy {
         pid,
         base: regs.1 & !7,
@@ -143,22 +164,22 @@ pub fn sample_worker(
         ended: Cell::new(false),
     };
     let (n, end) = snap.walk_with(&mut s.caches, regs, |a| stack.word(a), &mut s.frames);
-    let mut flags = Flags::WORKER | extra;
+    let mut flags = Flags::WORKER | tick.flags;
     if end != End::Outermost {
         flags |= Flags::TRUNCATED_NATIVE;
     }
     let mut w = Writer::new(&mut s.record);
     // Frames of the sampler's own caller left out (an allocation hook).
-    let first = s.frames[..n].iter().position(|f| !skip(f.ip)).unwrap_or(n);
+    let first = s.frames[..n].iter().position(|f| !(extra.skip)(f.ip)).unwrap_or(n);
     for (i, f) in s.frames[..n].iter().enumerate().skip(first) {
         w.push(Entry::native(f.ip, i == 0));
     }
-    for &word in tail {
+    for &word in extra.tail {
         w.push(word);
     }
-    let spent = now_ns().saturating_sub(started_ns);
+    let spent = now_ns().saturating_sub(tick.started_ns);
     let origin = Origin { snapshot: index, tid: tid as u32, uncertain: false };
-    let header = Header { flags, weight, handler_ns: spent };
+    let header = Header { flags, weight: tick.weight, handler_ns: spent };
     let pushed = ring.push(w.finish(Prefix { header, origin, link, context }));
     Outcome { flags, frames: n, pushed, outside: false }
 }
@@ -166,6 +187,7 @@ pub fn sample_worker(
 #[cfg(all(test, target_arch = "x86_64", target_os = "linux"))]
 mod tests {
     use super::*;
+    use crate::unwind::walk::Snapshot;
 
     #[test]
     fn a_stack_copy_reads_what_is_mapped_and_stops_at_the_end() {
@@ -212,17 +234,10 @@ mod tests {
             let regs = crate::unwind::registers();
             // SAFETY: getpid has no preconditions.
             let pid = unsafe { libc::getpid() };
-            let out = sample_worker(
-                regs,
-                (1, Flags::NONE, &|_| false, &[]),
-                0,
-                || 0,
-                (&snap, 3),
-                (pid, 77),
-                (5, 0x1000),
-                &mut s,
-                &ring,
-            );
+            let tick = Tick { weight: 1, flags: Flags::NONE, started_ns: 0 };
+            let at = Moment { snapshot: &snap, index: 3, seq: 5, context: 0x1000 };
+            let thread = ThreadId { pid, tid: 77 };
+            let out = sample_worker(regs, tick, at, Extra::NONE, thread, &mut s, &ring);
             let mut rec = Vec::new();
             ring.drain(&mut Vec::new(), |r| rec = r.to_vec());
             (out, rec)
@@ -236,5 +251,69 @@ mod tests {
         assert!(prefix.header.flags.contains(Flags::WORKER));
         assert!(entries.iter().all(|&e| Entry::is_native(e)));
         assert!(matches!(Entry::decode(entries[0]), Entry::Native { exact: true, .. }));
+    }
+
+    /// Samples the calling thread with `extra`, at weight 3 and with the
+    /// allocation flag, into a ring of `ring_words`; the outcome and the
+    /// record taken.
+    fn sample_here(extra: Extra, ring_words: usize) -> (Outcome, Vec<u64>, Vec<u64>) {
+        let snap = Snapshot::take(0);
+        let mut s = WorkerScratch::default();
+        let ring = Ring::new(ring_words);
+        let regs = crate::unwind::registers();
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        let tick = Tick { weight: 3, flags: Flags::ALLOC, started_ns: now_ns() };
+        let at = Moment { snapshot: &snap, index: 0, seq: 1, context: 0 };
+        // The same stack without anything left out, for comparison.
+        let all = {
+            let mut all = WorkerScratch::default();
+            let r = Ring::new(1 << 14);
+            sample_worker(regs, tick, at, Extra::NONE, ThreadId { pid, tid: 1 }, &mut all, &r);
+            let mut rec = Vec::new();
+            r.drain(&mut Vec::new(), |x| rec = x.to_vec());
+            rec
+        };
+        let out = sample_worker(regs, tick, at, extra, ThreadId { pid, tid: 1 }, &mut s, &ring);
+        let mut rec = Vec::new();
+        ring.drain(&mut Vec::new(), |x| rec = x.to_vec());
+        (out, rec, all)
+    }
+
+    #[test]
+    fn the_samplers_own_frames_are_left_out_and_its_words_added() {
+        let h = std::thread::spawn(|| {
+            // Leave out the innermost frame (this function's caller's code
+            // is `sample_here`, whatever its address): every ip equal to
+            // the first frame's.
+            let (_, _, all) = sample_here(Extra::NONE, 1 << 14);
+            let innermost = crate::profile::record::split(&all).unwrap().1[0];
+            let skip_ip = Entry::ip_of(innermost).unwrap();
+            let skip = move |ip: usize| ip == skip_ip;
+            let tail = crate::profile::record::alloc_tail(42, 4096);
+            let (out, rec, all) = sample_here(Extra { skip: &skip, tail: &tail }, 1 << 14);
+            (out, rec, all, skip_ip)
+        });
+        let (out, rec, all, skip_ip) = h.join().unwrap();
+        assert!(out.pushed);
+        let (prefix, entries) = crate::profile::record::split(&rec).unwrap();
+        assert_eq!(prefix.header.weight, 3);
+        assert!(prefix.header.flags.contains(Flags::ALLOC | Flags::WORKER));
+        let (stack, (number, bytes)) = crate::profile::record::split_alloc_tail(entries).unwrap();
+        assert_eq!((number, bytes), (42, 4096));
+        assert!(stack.iter().all(|&e| Entry::ip_of(e) != Some(skip_ip)), "the left-out frame is gone");
+        let whole = crate::profile::record::split(&all).unwrap().1;
+        assert_eq!(stack, &whole[1..], "the rest of the stack is kept as it was");
+    }
+
+    #[test]
+    fn a_sample_that_does_not_fit_is_not_pushed() {
+        let h = std::thread::spawn(|| sample_here(Extra::NONE, 8));
+        let (out, rec, _) = h.join().unwrap();
+        assert!(
+            !out.pushed && rec.is_empty(),
+            "a full ring refuses the record: the caller counts it dropped"
+        );
+        assert!(out.frames >= 3);
     }
 }

@@ -1,0 +1,84 @@
+//! The collector thread of a session: every poll it empties the rings into
+//! the session's `Collected` (each sample marked certain or not, see
+//! `snapshots`), follows modules loaded and unloaded (a new snapshot, and
+//! the hooks of the new modules), and with timers for every thread finds
+//! new threads (see `threads`). It returns what it knows of them when the
+//! session stops.
+
+use super::clock;
+use super::session::{Session, Trigger};
+use super::threads::Threads;
+use crate::profile::collect::Thread;
+use crate::profile::record;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// How often the collector looks for new threads, empties the rings and
+/// checks the loaded modules.
+const POLL: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Starts the collector thread of `session` (None if it could not start:
+/// the samples are then collected when the session stops).
+pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Vec<Thread>>> {
+    let s = session.clone();
+    std::thread::Builder::new()
+        .name("winch-profile".into())
+        .spawn(move || {
+            crate::stack::block_signals();
+            let mut buf = Vec::new();
+            let mut threads = match s.trigger {
+                Trigger::Timer { clock, interval_ns } if !s.slots.is_empty() => {
+                    Some(Threads::new(s.signal, clock, interval_ns, vec![s.main_tid, clock::gettid()]))
+                }
+                _ => None,
+            };
+            while !s.stop.load(Ordering::Acquire) {
+                if let Some(t) = threads.as_mut() {
+                    t.poll();
+                }
+                let generation = collect(&s, &mut buf);
+                refresh(&s, generation);
+                std::thread::sleep(POLL);
+            }
+            let found = threads.map(Threads::stop).unwrap_or_default();
+            collect(&s, &mut buf);
+            found
+        })
+        .ok()
+}
+
+/// A new snapshot if modules were loaded or unloaded (the loader's
+/// generation is now `generation`), and the hooks of the session's kind in
+/// the new modules.
+fn refresh(s: &Session, generation: (u64, u64)) {
+    let Some(map) = s.snapshots.refresh(generation) else { return };
+    if s.trigger.is_allocations() {
+        super::alloc::hook::rescan(&map); // allocations of new modules
+    } else if !s.slots.is_empty() {
+        super::spawn::rescan(&map); // threads of new modules
+    }
+}
+
+/// Takes the samples written so far, each marked certain or not (see
+/// `snapshots`); returns the loader's generation read.
+pub fn collect(s: &Session, buf: &mut Vec<u64>) -> (u64, u64) {
+    // Every sample written before the heads read here was taken before the
+    // generation is read.
+    let head = s.ring.head();
+    let heads: Vec<usize> = s.slots.rings().map(|r| r.head()).collect();
+    let generation = crate::modules::loader_generation();
+    let certain = s.snapshots.certain(generation);
+    let mut c = s.collected.lock().unwrap_or_else(|e| e.into_inner());
+    let creators = if s.slots.is_empty() { Vec::new() } else { super::spawn::creators() };
+    let creator = |tid: u32| creators.iter().find(|&&(t, _)| t as u32 == tid).map(|&(_, c)| c as u64);
+    let mut absorb = |rec: &[u64]| {
+        let index = record::origin_of(rec).map(|o| o.snapshot);
+        c.absorb_with(rec, index.is_none_or(|i| certain.get(i as usize) != Some(&true)), &creator);
+    };
+    s.ring.drain_to(head, buf, &mut absorb);
+    for (ring, &h) in s.slots.rings().zip(&heads) {
+        ring.drain_to(h, buf, &mut absorb);
+    }
+    c.settle_pending(false);
+    generation
+}

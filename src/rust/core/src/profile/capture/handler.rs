@@ -1,0 +1,258 @@
+//! Where samples are taken: the signal handler (a timer's tick, on the
+//! thread whose clock expired, or a request for a reference sample on R's
+//! main thread) and the allocation hook's sampler (on the allocating
+//! thread). Both take R's main thread's samples into the session's own
+//! buffers and ring, and other threads' samples through one function,
+//! [`sample_other_thread`], into a free slot.
+//!
+//! Everything here is async-signal-safe: no allocation, no lock, no R API;
+//! system calls only `clock_gettime`, `process_vm_readv` (another thread's
+//! stack) and `tgkill` (asking R's main thread for a reference sample).
+
+use super::super::compose::{compose, Moment, Reads};
+use super::super::record::{self, Entry, Flags, PREFIX};
+use super::active::Active;
+use super::clock::{gettid, now_ns, MIN_INTERVAL_NS};
+use super::sample::{sample, Tick};
+use super::session::Session;
+use super::worker::{sample_worker, Extra, ThreadId};
+use crate::memory::Memory;
+use crate::unwind::walk::Snapshot;
+use std::sync::atomic::Ordering;
+
+/// The session samples are taken for (see `active`).
+pub(super) static ACTIVE: Active<Session> = Active::new();
+
+/// The interrupted registers `(ip, sp, bp)` of a signal's context.
+///
+/// # Safety
+/// `uctx` is the kernel's `ucontext_t` for the signal being handled.
+unsafe fn interrupted(uctx: *mut libc::c_void) -> (usize, usize, usize) {
+    // SAFETY: the kernel passes a ucontext_t; on x86_64 Linux its general
+    // registers are in uc_mcontext.gregs.
+    unsafe {
+        let g = &(*(uctx as *const libc::ucontext_t)).uc_mcontext.gregs;
+        (
+            g[libc::REG_RIP as usize] as usize,
+            g[libc::REG_RSP as usize] as usize,
+            g[libc::REG_RBP as usize] as usize,
+        )
+    }
+}
+
+/// Whether a signal came from a timer, and the expirations it stands for
+/// (1 and those that happened while it was pending).
+///
+/// # Safety
+/// `info` is the kernel's `siginfo_t` for the signal being handled.
+unsafe fn expirations(info: *mut libc::siginfo_t) -> (bool, u64) {
+    // SAFETY: `info` points to a siginfo_t.
+    let timer = unsafe { (*info).si_code } == libc::SI_TIMER;
+    // Timer expirations while this signal was pending (si_overrun: the int
+    // after si_tid at the start of the union, for SI_TIMER signals).
+    // SAFETY: `info` points to a siginfo_t; offsets of the timer fields.
+    let overrun = unsafe {
+        if timer {
+            std::ptr::read_unaligned((info as *const u8).add(20) as *const libc::c_int).max(0) as u64
+        } else {
+            0
+        }
+    };
+    (timer, 1 + overrun)
+}
+
+/// The signal handler: one sample of the thread it runs on.
+pub(super) extern "C" fn on_signal(_sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+    // SAFETY: errno is thread-local; saved and restored around the sample.
+    let saved_errno = unsafe { *libc::__errno_location() };
+    let start = now_ns();
+    // SAFETY: `info` and `uctx` are the kernel's for this signal.
+    ACTIVE.with(|s| unsafe { tick(s, info, uctx, start) });
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved_errno };
+}
+
+/// # Safety
+/// In the signal handler, for signal `info`/`uctx`.
+unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void, start: u64) {
+    let main = s.on_main_thread();
+    if !main && s.slots.is_empty() {
+        return; // only R's main thread is sampled
+    }
+    // SAFETY: the caller's.
+    let regs = unsafe { interrupted(uctx) };
+    // SAFETY: the caller's.
+    let (timer, weight) = unsafe { expirations(info) };
+    let Some((snapshot, index)) = s.snapshot() else { return };
+    let context = s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0);
+    s.handler_runs.fetch_add(1, Ordering::Relaxed);
+    if !main {
+        let tick = Tick { weight, flags: Flags::NONE, started_ns: start };
+        sample_other_thread(s, regs, tick, (snapshot, index), context, Extra::NONE);
+        return;
+    }
+    // A signal from another thread's handler (not the timer) asks for a
+    // sample to show that thread's samples under: it counts no time.
+    let flags = if timer { Flags::NONE } else { Flags::REFERENCE };
+    if !timer {
+        s.requested.store(false, Ordering::Release);
+    }
+    if s.main_busy.load(Ordering::Acquire) {
+        return; // inside an allocation's sample (see `Session::main_busy`)
+    }
+    let seq = s.main_seq.load(Ordering::Relaxed) + 1;
+    // SAFETY: only the main thread's handler uses `scratch` while the
+    // session runs, and it does not nest (the signal is blocked in it).
+    let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
+    let tick = Tick { weight, flags, started_ns: start };
+    let at = Moment { snapshot, index, seq, context: context as u64 };
+    let out = sample(regs, tick, at, &s.facts, scratch, &s.ring);
+    s.main_context.store(context, Ordering::Release);
+    s.main_seq.store(seq, Ordering::Release);
+    if out.outside {
+        s.outside.fetch_add(weight, Ordering::Relaxed);
+    } else if !out.pushed && timer {
+        s.dropped.fetch_add(weight, Ordering::Relaxed);
+    }
+}
+
+/// One sample of the calling thread, not R's main thread, taken while R's
+/// innermost context record was `context`: into a free slot, joined to R's
+/// main thread's sample (see [`link_to_main`]). Whether it was kept; a
+/// sample not kept (no free slot, a full ring) is counted as dropped.
+fn sample_other_thread(
+    s: &Session,
+    regs: (usize, usize, usize),
+    tick: Tick,
+    (snapshot, index): (&Snapshot, u32),
+    context: usize,
+    extra: Extra,
+) -> bool {
+    let Some(mut slot) = s.slots.take() else {
+        s.thread_dropped.fetch_add(tick.weight, Ordering::Relaxed);
+        return false;
+    };
+    let seq = link_to_main(s, context, tick.started_ns);
+    let at = Moment { snapshot, index, seq, context: context as u64 };
+    let thread = ThreadId { pid: s.pid, tid: gettid() };
+    let (scratch, ring) = slot.parts();
+    let out = sample_worker(regs, tick, at, extra, thread, scratch, ring);
+    drop(slot);
+    if !out.pushed {
+        s.thread_dropped.fetch_add(tick.weight, Ordering::Relaxed);
+    }
+    out.pushed
+}
+
+/// The number of R's main thread's sample another thread's sample, taken
+/// while R's innermost context record was `context`, is to be shown under:
+/// the main thread's last sample if R's innermost context record is still
+/// the one it saw; otherwise the next, which it asks for (at most one
+/// request in flight, at most one an interval) when the main thread's
+/// timer may not fire soon (it counts CPU time, and the main thread may be
+/// waiting for this one; in a memory profile it has no timer).
+fn link_to_main(s: &Session, context: usize, start: u64) -> u64 {
+    let seq = s.main_seq.load(Ordering::Acquire);
+    if s.main_context.load(Ordering::Acquire) == context {
+        return seq;
+    }
+    let every = s.trigger.interval_ns().unwrap_or(MIN_INTERVAL_NS);
+    let since = start.saturating_sub(s.requested_ns.load(Ordering::Relaxed));
+    // A request unanswered for four intervals was lost (the kernel may
+    // refuse to queue a signal): another may go, or no thread would ever
+    // be joined again.
+    let lost = since >= 4 * every;
+    if since >= every
+        && (s.requested.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok() || lost)
+    {
+        s.requested.store(true, Ordering::Release);
+        s.requested_ns.store(start, Ordering::Relaxed);
+        // SAFETY: tgkill to R's main thread of this process; the signal is
+        // ours and handled.
+        let sent = unsafe { libc::syscall(libc::SYS_tgkill, s.pid, s.main_tid, s.signal) };
+        if sent != 0 {
+            s.requested.store(false, Ordering::Release);
+        }
+    }
+    seq + 1
+}
+
+/// A sampled allocation of `size` bytes (the allocation hook's `OnSample`,
+/// on the allocating thread): its stack as a record; the sample's number
+/// (0: not taken).
+pub(super) fn on_allocation(size: usize, _block: usize) -> u64 {
+    ACTIVE.with(|s| if s.trigger.is_allocations() { allocation(s, size) } else { 0 }).unwrap_or(0)
+}
+
+fn allocation(s: &Session, size: usize) -> u64 {
+    let start = now_ns();
+    let regs = crate::unwind::registers();
+    let Some((snapshot, index)) = s.snapshot() else { return 0 };
+    let (lo, hi) = s.own_code;
+    let own = |ip: usize| ip >= lo && ip < hi;
+    let n = s.alloc_seq.fetch_add(1, Ordering::AcqRel) + 1;
+    s.handler_runs.fetch_add(1, Ordering::Relaxed);
+    let tick = Tick { weight: 1, flags: Flags::ALLOC, started_ns: start };
+    let tail = record::alloc_tail(n, size as u64);
+    let extra = Extra { skip: &own, tail: &tail };
+    let kept = if s.on_main_thread() {
+        // (A reference sample another thread asks for, by signal, leaves
+        // the scratch alone meanwhile.)
+        s.main_busy.store(true, Ordering::Release);
+        let kept = main_allocation(s, regs, tick, (snapshot, index), extra);
+        s.main_busy.store(false, Ordering::Release);
+        kept
+    } else if s.slots.is_empty() {
+        false // R's main thread only
+    } else {
+        // Joined to R's main thread's stack as another thread's CPU sample is.
+        let context = s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0);
+        sample_other_thread(s, regs, tick, (snapshot, index), context, extra)
+    };
+    if kept {
+        n
+    } else {
+        0
+    }
+}
+
+/// An allocation's sample on R's main thread: composed as a CPU sample
+/// is, the hook's own frames (`extra.skip`) left out and the allocation's
+/// number and bytes (`extra.tail`) at its end. Whether it was kept.
+fn main_allocation(
+    s: &Session,
+    regs: (usize, usize, usize),
+    tick: Tick,
+    (snapshot, index): (&Snapshot, u32),
+    extra: Extra,
+) -> bool {
+    // SAFETY: only R's main thread uses `scratch` in a memory profile (the
+    // signal handler not while `main_busy` is set), once at a time (the
+    // hook does not sample inside a sample).
+    let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return false };
+    let seq = s.main_seq.fetch_add(1, Ordering::AcqRel) + 1;
+    let context = s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0);
+    let mem = Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
+    let at = Moment { snapshot, index, seq, context: context as u64 };
+    let made = compose(regs, tick.flags, at, &s.facts, &mem, scratch);
+    if made.outside {
+        s.outside.fetch_add(tick.weight, Ordering::Relaxed);
+        return false;
+    }
+    let len = scratch.append(made.len, extra.tail);
+    let rec = scratch.record(len);
+    // The hook's own frames (innermost, before any R frame) left out.
+    let own = |ip| (extra.skip)(ip);
+    let first =
+        (PREFIX..rec.len()).find(|&k| Entry::ip_of(rec[k]).is_none_or(|ip| !own(ip))).unwrap_or(rec.len());
+    rec.copy_within(first.., PREFIX);
+    let len = rec.len() - (first - PREFIX);
+    let spent = now_ns().saturating_sub(tick.started_ns);
+    record::write_prefix(rec, made.prefix(tick.weight, spent));
+    if !s.ring.push(&rec[..len]) {
+        s.dropped.fetch_add(tick.weight, Ordering::Relaxed);
+        return false;
+    }
+    s.main_context.store(context, Ordering::Release);
+    true
+}
