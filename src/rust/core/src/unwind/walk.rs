@@ -741,6 +741,38 @@ mod tests {
         }
 
         #[test]
+        fn an_instruction_interrupted_last_time_is_looked_up_again_as_a_return_address() {
+            // Last time `a` was interrupted at 0x1004 (in its body: CFA =
+            // rbp + 16); now it has called `b` and 0x1004 is its return
+            // address at the same stack address: the rule is the call's
+            // (at 0x1003, after `push rbp`: CFA = rsp + 16), not the one
+            // the last walk used there.
+            let m = modules(step(Base::Sp, 32, SavedBp::Same));
+            let mut img = Image::new();
+            img.put(0x8000, vec![0; 0x80]);
+            img.put_word(0x8018, 0x1004); // b's return address
+            img.put_word(0x8020, 0x8030); // a's saved RBP (after its push)
+            img.put_word(0x8028, 0x3009); // a's return address by the call's rule
+            img.put_word(0x8030, 0x8060); // the caller's RBP by the body's rule
+            img.put_word(0x8038, 0x3005); // a's return address by the body's rule
+            let mut c = Caches::new(Sizes::THROWS);
+            let mut fill = |ip, sp| {
+                let mut out = [Frame::default(); 8];
+                let mut f = Fill { out: &mut out, n: 0 };
+                let end = walk(&m, &mut c, Regs { ip, sp, bp: Some(0x8030) }, |a| img.word(a), &mut f);
+                let n = f.n;
+                (out[..n].iter().map(|f| (f.ip, f.sp)).collect::<Vec<_>>(), end)
+            };
+            let interrupted = fill(0x1004, 0x8020);
+            assert_eq!(interrupted, (vec![(0x1004, 0x8020), (0x3005, 0x8040)], Ended::Outermost));
+            let called = fill(0x2010, 0x8000);
+            assert_eq!(
+                called,
+                (vec![(0x2010, 0x8000), (0x1004, 0x8020), (0x3009, 0x8030)], Ended::Outermost)
+            );
+        }
+
+        #[test]
         fn a_new_snapshot_is_not_walked_with_the_last_ones_rules() {
             // The same code at the same addresses with another rule for `b`
             // (a library replaced, listed again): frame 1 is the same
