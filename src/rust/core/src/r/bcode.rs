@@ -444,16 +444,18 @@ impl BodyTables {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::r::heap::tests::FakeHeap;
 
-    struct Fixture {
-        h: FakeHeap,
-        syms: BcSymbols,
+    /// A fake heap with the symbols byte code's loops are told by (also
+    /// used by the tests of describing R frames).
+    pub(crate) struct Fixture {
+        pub(crate) h: FakeHeap,
+        pub(crate) syms: BcSymbols,
     }
 
-    fn fixture() -> Fixture {
+    pub(crate) fn fixture() -> Fixture {
         let mut h = FakeHeap::default();
         let syms = BcSymbols {
             for_: h.symbol("for"),
@@ -498,19 +500,19 @@ mod tests {
 
     /// Opcodes of the fake instruction set: operands of each, and the
     /// word each is encoded as.
-    const ARGC: [i32; 5] = [0, 1, 1, 1, 3];
-    const RETURN: i32 = 0;
-    const GOTO: i32 = 1;
-    const STEPFOR: i32 = 2;
-    const CALL: i32 = 3;
-    const STARTFOR: i32 = 4;
+    pub(crate) const ARGC: [i32; 5] = [0, 1, 1, 1, 3];
+    pub(crate) const RETURN: i32 = 0;
+    pub(crate) const GOTO: i32 = 1;
+    pub(crate) const STEPFOR: i32 = 2;
+    pub(crate) const CALL: i32 = 3;
+    pub(crate) const STARTFOR: i32 = 4;
     fn op_word(op: i32) -> [i32; 2] {
         [0x5000 + op * 16, 0x7f]
     }
 
     /// A body of `units` (an opcode or an operand each) and the
     /// expression of each unit, the expressions being `consts[1..]`.
-    fn body_of(f: &mut Fixture, units: &[(bool, i32)], exprs: &[i32], consts: &[usize]) -> usize {
+    pub(crate) fn body_of(f: &mut Fixture, units: &[(bool, i32)], exprs: &[i32], consts: &[usize]) -> usize {
         let mut ints = vec![12, 0];
         for &(is_op, x) in units {
             ints.extend(if is_op { op_word(x) } else { [x, 0] });
@@ -525,7 +527,7 @@ mod tests {
         f.h.cons(BCODESXP, code, consts)
     }
 
-    fn op_table(f: &mut Fixture) -> OpTable {
+    pub(crate) fn op_table(f: &mut Fixture) -> OpTable {
         let mut units = Vec::new();
         for (op, &n) in ARGC.iter().enumerate() {
             units.push((true, op as i32));

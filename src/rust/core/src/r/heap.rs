@@ -346,6 +346,19 @@ pub mod tests {
             }
             x
         }
+        /// A pairlist node: `value` tagged `tag`, then `next`.
+        pub fn tagged(&mut self, tag: usize, value: usize, next: usize) -> usize {
+            let cell = self.cons(2, value, next);
+            self.words.insert(cell + 48, tag);
+            cell
+        }
+        /// An environment whose frame is the pairlist `frame` (no hash
+        /// table, no enclosure: R_NilValue's stand-in).
+        pub fn env(&mut self, frame: usize) -> usize {
+            let env = self.cons(4, frame, 0x42);
+            self.words.insert(env + 48, 0x42);
+            env
+        }
         /// Sets `x`'s attributes to one tagged value.
         pub fn attr(&mut self, x: usize, tag: usize, value: usize) {
             let cell = self.cons(2, value, 0x42);

@@ -445,8 +445,52 @@ mod tests {
         eprintln!("WALK: {:?} per walk (best of 5)", best / iters as u32);
     }
 
+    #[inline(never)]
+    fn nested_with(depth: usize, snap: &Snapshot, caches: &mut Caches) -> (Vec<Frame>, End) {
+        if depth > 0 {
+            let got = nested_with(depth - 1, snap, caches);
+            std::hint::black_box(depth);
+            return got;
+        }
+        let start = here();
+        let (lo, hi) = crate::stack::thread_stack_bounds().unwrap();
+        // SAFETY: this thread's stack, mapped while it runs.
+        let read = |a: usize| unsafe { crate::memory::stack_word((lo, hi), a) };
+        let mut frames = vec![Frame::default(); 512];
+        let (n, end) = snap.walk_with(caches, start, read, &mut frames);
+        frames.truncate(n);
+        (frames, end)
+    }
+
+    #[test]
+    fn one_snapshot_walks_several_threads_at_once_each_with_its_own_caches() {
+        // The profiler's samples of other threads: one snapshot, caches
+        // per sampling slot (`walk_with`), walks running at once.
+        let snap = Snapshot::take(0);
+        std::thread::scope(|s| {
+            for depth in [3, 10, 25, 40] {
+                let snap = &snap;
+                s.spawn(move || {
+                    // (One call site: the same frames every time.)
+                    let mut warm = Caches::new(Sizes::THREADS);
+                    let mut first = None;
+                    for i in 0..51 {
+                        let mut cold = None;
+                        let caches =
+                            if i == 0 { cold.insert(Caches::new(Sizes::THREADS)) } else { &mut warm };
+                        let got = nested_with(depth, snap, caches);
+                        assert_eq!(got.1, End::Outermost);
+                        assert!(got.0.len() > depth);
+                        let first = first.get_or_insert(got.clone());
+                        assert_eq!(&got, first, "cached as with caches new and empty");
+                    }
+                });
+            }
+        });
+    }
+
     mod made_up {
-        use super::super::synthetic::{Function, Made};
+        use super::super::synthetic::{walk_uncached, Calls, Counted, Function, Made, Program, Rng};
         use super::super::*;
         use crate::memory::{Image, Memory};
         use crate::modules::Module;
@@ -594,6 +638,179 @@ mod tests {
             img.put_word(0x8038, 0x1010); // b returns into a's body
             let (n, end) = walk_all(&m, &mut c, &img, 0x1010, &mut out);
             assert_eq!((n, end), (3, End::Stopped(UNSUPPORTED)));
+        }
+
+        /// A walk of the stack `calls` over `m` with caches `c`, into at
+        /// most `room` frames.
+        fn walk_calls<T: Source>(
+            m: &Modules<T>,
+            c: &mut Caches,
+            calls: &Calls,
+            room: usize,
+        ) -> (Vec<Frame>, End) {
+            let img = calls.image();
+            let mut out = vec![Frame::default(); room];
+            let mut fill = Fill { out: &mut out, n: 0 };
+            let end = match walk(m, c, calls.start(), |a| img.word(a), &mut fill) {
+                Ended::By(()) => End::Full,
+                Ended::Outermost => End::Outermost,
+                Ended::Stopped(why) => End::Stopped(why),
+            };
+            let n = fill.n;
+            out.truncate(n);
+            (out, end)
+        }
+
+        /// The next stack after `last`: often the same outer frames with
+        /// another inner part (as between samples), sometimes new.
+        fn next_calls(p: &Program, rng: &mut Rng, last: &Calls) -> Calls {
+            let depth = 1 + rng.below(40);
+            let keep = if rng.below(4) > 0 { rng.below(last.depth().min(depth).max(1)) } else { 0 };
+            p.calls(rng, last, keep, depth)
+        }
+
+        #[test]
+        fn cached_walks_find_the_frames_of_uncached_ones() {
+            let p = Program::new(0);
+            let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+            let small = Sizes { rules: 16, rows: 64, funcs: 8, walk: 8, interrupted: 4, blocks: 4 };
+            let mut caches = [tiny(), small, Sizes::THROWS, Sizes::SAMPLES].map(Caches::new);
+            let mut calls = Calls::default();
+            for _ in 0..400 {
+                calls = next_calls(&p, &mut rng, &calls);
+                let img = calls.image();
+                let read = |a: usize| img.word(a);
+                // The made-up stack is what an uncached walk finds.
+                let uncached = walk_uncached(&p.modules, calls.start(), read, usize::MAX);
+                assert_eq!(uncached, (calls.frames(), End::Outermost));
+                for c in &mut caches {
+                    // Now and then a buffer too small for the stack.
+                    let room = if rng.below(4) == 0 { rng.below(calls.depth() + 1) } else { 64 };
+                    let want = walk_uncached(&p.modules, calls.start(), read, room);
+                    assert_eq!(walk_calls(&p.modules, c, &calls, room), want, "{calls:?}");
+                }
+            }
+        }
+
+        #[test]
+        fn a_walk_takes_the_rules_of_frames_it_walked_last_time_from_that_walk() {
+            // Caches too small for a stack of 30 (rules of two entries, no
+            // function's rows fit): only the last walk spares computing.
+            let p = Program::new(0);
+            let counted: Vec<_> =
+                Program::tables(0).into_iter().map(|(m, t)| (m, t.map(Counted::new))).collect();
+            let counted = Modules::synthetic(counted, Some(1));
+            let t = counted.tables[0].as_ref().unwrap();
+            let mut c = Caches::new(Sizes { walk: 64, ..tiny() });
+            let mut rng = Rng(7);
+            let calls = p.calls(&mut rng, &Calls::default(), 0, 30);
+            assert_eq!(walk_calls(&counted, &mut c, &calls, 64), (calls.frames(), End::Outermost));
+            assert!(t.asked().0 >= 20, "computed: {:?}", t.asked());
+            // The same stack again: nothing computed but the interrupted
+            // frame (whose function's rows do not fit, so it went through
+            // the two-entry rule cache, since overwritten).
+            let before = t.asked().0;
+            assert_eq!(walk_calls(&counted, &mut c, &calls, 64), (calls.frames(), End::Outermost));
+            assert_eq!(t.asked().0, before + 1);
+            // Other inner frames under the same 20 outer ones: only the new
+            // ones computed.
+            let inner = p.calls(&mut rng, &calls, 20, 30);
+            let before = t.asked().0;
+            assert_eq!(walk_calls(&counted, &mut c, &inner, 64), (inner.frames(), End::Outermost));
+            let computed = t.asked().0 - before;
+            assert!((1..=10).contains(&computed), "{computed} computed for 10 new frames");
+            // Remembering fewer frames than the stack has: still right.
+            let mut short = Caches::new(Sizes { walk: 4, ..tiny() });
+            for calls in [&calls, &inner, &calls] {
+                assert_eq!(walk_calls(&counted, &mut short, calls, 64), (calls.frames(), End::Outermost));
+            }
+        }
+
+        #[test]
+        fn the_last_walk_gives_rules_never_frames() {
+            // Frame 1 (b at 0x2105, sp 0x8020) is where it was last time;
+            // what it returns to is read again.
+            let m = modules(step(Base::Sp, 32, SavedBp::Same));
+            let mut c = Caches::new(Sizes::THROWS);
+            let mut out = [Frame::default(); 8];
+            assert_eq!(walk_all(&m, &mut c, &stack(0x2105), 0x1010, &mut out), (3, End::Outermost));
+            let mut img = stack(0x2105);
+            img.put_word(0x8038, 0x3009);
+            assert_eq!(walk_all(&m, &mut c, &img, 0x1010, &mut out), (3, End::Outermost));
+            assert_eq!(out[2], Frame { ip: 0x3009, sp: 0x8040, start: 0x3000, module: Some(1) });
+        }
+
+        #[test]
+        fn an_instruction_interrupted_last_time_is_looked_up_again_as_a_return_address() {
+            // Last time `a` was interrupted at 0x1004 (in its body: CFA =
+            // rbp + 16); now it has called `b` and 0x1004 is its return
+            // address at the same stack address: the rule is the call's
+            // (at 0x1003, after `push rbp`: CFA = rsp + 16), not the one
+            // the last walk used there.
+            let m = modules(step(Base::Sp, 32, SavedBp::Same));
+            let mut img = Image::new();
+            img.put(0x8000, vec![0; 0x80]);
+            img.put_word(0x8018, 0x1004); // b's return address
+            img.put_word(0x8020, 0x8030); // a's saved RBP (after its push)
+            img.put_word(0x8028, 0x3009); // a's return address by the call's rule
+            img.put_word(0x8030, 0x8060); // the caller's RBP by the body's rule
+            img.put_word(0x8038, 0x3005); // a's return address by the body's rule
+            let mut c = Caches::new(Sizes::THROWS);
+            let mut fill = |ip, sp| {
+                let mut out = [Frame::default(); 8];
+                let mut f = Fill { out: &mut out, n: 0 };
+                let end = walk(&m, &mut c, Regs { ip, sp, bp: Some(0x8030) }, |a| img.word(a), &mut f);
+                let n = f.n;
+                (out[..n].iter().map(|f| (f.ip, f.sp)).collect::<Vec<_>>(), end)
+            };
+            let interrupted = fill(0x1004, 0x8020);
+            assert_eq!(interrupted, (vec![(0x1004, 0x8020), (0x3005, 0x8040)], Ended::Outermost));
+            let called = fill(0x2010, 0x8000);
+            assert_eq!(
+                called,
+                (vec![(0x2010, 0x8000), (0x1004, 0x8020), (0x3009, 0x8030)], Ended::Outermost)
+            );
+        }
+
+        #[test]
+        fn a_new_snapshot_is_not_walked_with_the_last_ones_rules() {
+            // The same code at the same addresses with another rule for `b`
+            // (a library replaced, listed again): frame 1 is the same
+            // (ip, sp) in both walks, but its caller is found by the new
+            // rule.
+            let old = modules(step(Base::Sp, 32, SavedBp::Same));
+            let new = modules(step(Base::Sp, 48, SavedBp::Same));
+            let mut img = stack(0x2105);
+            img.put_word(0x8048, 0x3105); // b's return address by the new rule
+            let mut c = Caches::new(Sizes::THROWS);
+            let mut out = [Frame::default(); 8];
+            for (m, ip, sp) in [(&old, 0x3005, 0x8040), (&new, 0x3105, 0x8050), (&old, 0x3005, 0x8040)] {
+                assert_eq!(walk_all(m, &mut c, &img, 0x1010, &mut out), (3, End::Outermost));
+                assert_eq!((out[1].ip, out[1].sp), (0x2105, 0x8020));
+                assert_eq!((out[2].ip, out[2].sp), (ip, sp));
+            }
+        }
+
+        #[test]
+        fn walks_on_several_threads_each_with_its_own_caches_agree() {
+            // One set of modules shared, caches per thread (as the
+            // profiler's sampling slots have).
+            let p = Program::new(0);
+            std::thread::scope(|s| {
+                for seed in 1..=4u64 {
+                    let p = &p;
+                    s.spawn(move || {
+                        let mut c = Caches::new(Sizes::THREADS);
+                        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                        let mut calls = Calls::default();
+                        for _ in 0..200 {
+                            calls = next_calls(p, &mut rng, &calls);
+                            let got = walk_calls(&p.modules, &mut c, &calls, 64);
+                            assert_eq!(got, (calls.frames(), End::Outermost));
+                        }
+                    });
+                }
+            });
         }
     }
 }
