@@ -47,9 +47,13 @@ pub(super) struct FrameKey {
     body: usize,
     from_body: usize,
     pc: usize,
+    /// `pc` is a position in the code (recorded by R >= 4.4), not an
+    /// address in it (read from an interpreter loop's slot).
+    pc_relative: bool,
     srcref: usize,
     caller_code: usize,
     caller_pc: usize,
+    caller_relative: bool,
 }
 
 impl Default for Memo {
@@ -148,27 +152,28 @@ pub(super) fn describe_frames<H: Memory, C: Memory>(
         let closure = rheap::type_of(h, c.callfun) == Some(rheap::CLOSXP);
         let body = if r.bc.is_some() && closure { h.word(c.callfun + 40).unwrap_or(0) } else { 0 };
         // Where the byte code is: from the inner call, else from the loop.
-        let (from_body, pc) = match inner.filter(|j| j.bcintactive && j.bcbody == body && body != 0) {
-            Some(j) if j.relpc > 0 => (j.bcbody, j.relpc as usize),
-            Some(j) => (j.bcbody, stack_word(j.bcpc).unwrap_or(0)),
-            None if body != 0 => {
-                let slot = match r.bc {
-                    Some(_) if !c.on_stack && c.bcintactive => Some(c.bcpc),
-                    Some(ref bc) => loop_slot(bc, frames, c.anchor.min(frames.len())),
-                    None => None,
-                };
-                (0, slot.and_then(stack_word).unwrap_or(0))
-            }
-            None => (0, 0),
-        };
+        let (from_body, pc, pc_relative) =
+            match inner.filter(|j| j.bcintactive && j.bcbody == body && body != 0) {
+                Some(j) if j.relpc > 0 => (j.bcbody, j.relpc as usize, true),
+                Some(j) => (j.bcbody, stack_word(j.bcpc).unwrap_or(0), false),
+                None if body != 0 => {
+                    let slot = match r.bc {
+                        Some(_) if !c.on_stack && c.bcintactive => Some(c.bcpc),
+                        Some(ref bc) => loop_slot(bc, frames, c.anchor.min(frames.len())),
+                        None => None,
+                    };
+                    (0, slot.and_then(stack_word).unwrap_or(0), false)
+                }
+                None => (0, 0, false),
+            };
         let srcref = c.srcref_in.unwrap_or(current_srcref);
         // Called by byte code other than the body further out: where.
-        let (caller_code, caller_pc) = match r.bc {
-            Some(_) if c.bcintactive && c.bcbody != 0 && c.bcbody != outer_body => {
-                let pc = if c.relpc > 0 { c.relpc as usize } else { stack_word(c.bcpc).unwrap_or(0) };
-                (c.bcbody, pc)
-            }
-            _ => (0, 0),
+        let (caller_code, caller_pc, caller_relative) = match r.bc {
+            Some(_) if c.bcintactive && c.bcbody != 0 && c.bcbody != outer_body => match c.relpc {
+                relpc if relpc > 0 => (c.bcbody, relpc as usize, true),
+                _ => (c.bcbody, stack_word(c.bcpc).unwrap_or(0), false),
+            },
+            _ => (0, 0, false),
         };
         if closure {
             outer_body = body;
@@ -186,9 +191,11 @@ pub(super) fn describe_frames<H: Memory, C: Memory>(
             body,
             from_body,
             pc,
+            pc_relative,
             srcref,
             caller_code,
             caller_pc,
+            caller_relative,
         };
         let last = &memo.last[memo.which][..memo.len[memo.which]];
         let seen = match last.get(i) {
@@ -241,7 +248,7 @@ impl Seen {
     fn described(mut self, h: &impl Memory, r: &RFacts, k: &FrameKey, d: &mut Describe) -> Seen {
         let at = r.bc.as_ref().and_then(|bc| {
             let body = bcode::closure_code(&h, k.callfun)?;
-            Some((bc, body, position(&h, body, k.from_body != 0, k.pc)?))
+            Some((bc, body, position(&h, body, k.pc_relative, k.pc)?))
         });
         if let (true, Some((bc, body, relpc)), Some(ops)) = (r.with_loops, at, r.bc.and_then(|b| b.ops)) {
             self.loops = d.bodies.loops_at(&h, &bc.syms, ops, body, relpc).unwrap_or_default();
@@ -249,7 +256,7 @@ impl Seen {
         if let (true, Some(bc), Some(ops)) =
             (r.with_loops && k.caller_code != 0, r.bc, r.bc.and_then(|b| b.ops))
         {
-            self.outer_loops = position(&h, k.caller_code, true, k.caller_pc)
+            self.outer_loops = position(&h, k.caller_code, k.caller_relative, k.caller_pc)
                 .and_then(|relpc| d.bodies.loops_at(&h, &bc.syms, ops, k.caller_code, relpc))
                 .unwrap_or_default();
         }
@@ -269,11 +276,11 @@ impl Seen {
     }
 }
 
-/// The code unit of compiled `body` a position is at: `pc` a relative
-/// position when `recorded` (R >= 4.4 records one) and small, else an
-/// address in the code.
-fn position(h: &impl Memory, body: usize, recorded: bool, pc: usize) -> Option<usize> {
-    if recorded && pc < (1 << 32) {
+/// The code unit of compiled `body` a position is at: `pc` itself when it
+/// is `relative` (R >= 4.4 records one in a context record), else an
+/// address in the code (an interpreter loop's slot holds one).
+fn position(h: &impl Memory, body: usize, relative: bool, pc: usize) -> Option<usize> {
+    if relative {
         Some(pc)
     } else {
         bcode::relative_pc(h, body, pc)
@@ -996,7 +1003,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "bug: a program counter read from the loop's slot is taken for a relative position when the code lies below 4 GiB"]
     fn byte_code_below_4_gib_has_its_loops() {
         // R < 4.4 (no relpc): where f's code called g is the address in
         // the loop's slot. `position` tells an address from a relative
