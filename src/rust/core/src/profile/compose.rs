@@ -19,6 +19,7 @@ use crate::memory::{Memory, Ranges};
 use crate::r::bcode::{self, BcSymbols, LoopPath, OpTable};
 use crate::r::heap as rheap;
 use crate::r::layout::CTXT_LOOP;
+use crate::r::sexp;
 use crate::unwind::walk::{End, Frame, Snapshot};
 
 mod describe;
@@ -437,7 +438,7 @@ fn ast_loop_owner(h: &impl Memory, ctx: &[Ctx], k: usize) -> Owner {
         _ => {}
     }
     let owner = ctx.iter().skip(k + 1).find(|c| {
-        !c.is_loop && env != 0 && c.cloenv == env && rheap::type_of(h, c.callfun) == Some(rheap::CLOSXP)
+        !c.is_loop && env != 0 && c.cloenv == env && sexp::type_of(h, c.callfun) == Some(sexp::CLOSXP)
     });
     match owner {
         Some(c) => Owner::Frame(c.label),

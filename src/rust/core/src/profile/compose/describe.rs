@@ -9,6 +9,7 @@ use crate::profile::labels::{self, Labels};
 use crate::profile::record::Owner;
 use crate::r::bcode::{self, LoopPath};
 use crate::r::heap as rheap;
+use crate::r::sexp;
 use crate::unwind::walk::Frame;
 
 /// The descriptions (label, loops, position) of the last sample's R
@@ -145,8 +146,8 @@ pub(super) fn describe_frames<H: Memory, C: Memory>(
         // that dispatches (`[` calling `[.data.frame`) has none, and the
         // method it calls runs from the same code as the primitive's
         // caller: that code stays the body further out.
-        let closure = rheap::type_of(h, c.callfun) == Some(rheap::CLOSXP);
-        let body = if r.bc.is_some() && closure { h.word(c.callfun + 40).unwrap_or(0) } else { 0 };
+        let closure = sexp::type_of(h, c.callfun) == Some(sexp::CLOSXP);
+        let body = if r.bc.is_some() && closure { sexp::closure_body(h, c.callfun).unwrap_or(0) } else { 0 };
         // Where the byte code is: from the inner call, else from the loop.
         let (from_body, pc) = match inner.filter(|j| j.bcintactive && j.bcbody == body && body != 0) {
             Some(j) if j.relpc > 0 => (j.bcbody, j.relpc as usize),
@@ -219,7 +220,7 @@ pub(super) fn describe_frames<H: Memory, C: Memory>(
                 !ctx[j].is_loop
                     && ctx[j].cloenv == sysparent
                     && sysparent != 0
-                    && rheap::type_of(h, ctx[j].callfun) == Some(rheap::CLOSXP)
+                    && sexp::type_of(h, ctx[j].callfun) == Some(sexp::CLOSXP)
             });
             match owner {
                 Some(j) => Owner::Frame(ctx[j].label),
@@ -290,7 +291,7 @@ fn file_label(
     labels: &mut Labels,
     files: &mut [(usize, usize, u32)],
 ) -> Option<u32> {
-    let frame = h.word(srcfile + 32)?;
+    let frame = sexp::env_frame(h, srcfile)?;
     let slot = (srcfile.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) & (files.len() - 1);
     if let Some(&(env, f, id)) = files.get(slot) {
         if env == srcfile && f == frame {
@@ -298,11 +299,11 @@ fn file_label(
         }
     }
     let name = bcode::env_value(h, srcfile, (lf.filename_sym, b"filename"), nil)?;
-    if rheap::type_of(h, name)? != rheap::STRSXP || rheap::length(h, name)? == 0 {
+    if sexp::type_of(h, name)? != sexp::STRSXP || sexp::length(h, name)? == 0 {
         return None;
     }
     let mut buf = rheap::Buf::default();
-    rheap::push_chars(h, h.word(rheap::data(h, name)?)?, &mut buf)?;
+    rheap::push_chars(h, h.word(sexp::data(h, name)?)?, &mut buf)?;
     let id = labels.intern(buf.as_bytes());
     if id == labels::FULL {
         return None;
