@@ -56,7 +56,7 @@ fn expr(h: &impl Memory, x: usize, depth: usize, out: &mut String) {
         NILSXP => out.push_str("NULL"),
         SYMSXP => symbol(h, x, out),
         LANGSXP => call(h, x, depth, out),
-        PROMSXP => expr(h, h.word(x + 48).unwrap_or(0), depth + 1, out), // PRCODE
+        PROMSXP => expr(h, sexp::promise_code(h, x).unwrap_or(0), depth + 1, out),
         LGLSXP | INTSXP | REALSXP | STRSXP => constant(h, x, t, out),
         CLOSXP => placeholder(out, "fn"),
         SPECIALSXP | BUILTINSXP => placeholder(out, "primitive"),
@@ -283,7 +283,7 @@ fn constant(h: &impl Memory, x: usize, t: u8, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::r::sexp::tests::FakeHeap;
+    use crate::r::sexp::tests::{FakeHeap, NIL};
 
     #[test]
     fn calls_are_written_as_r_reads_them() {
@@ -311,6 +311,17 @@ mod tests {
         assert_eq!(call_text(&m, qualified).unwrap(), "stats::fft(x)");
         assert_eq!(call_text(&m, anon).unwrap(), "(f(x, 1L))(x)");
         assert_eq!(call_text(&m, x), None, "a symbol is not a call");
+    }
+
+    #[test]
+    fn a_promise_is_written_as_its_expression() {
+        let mut heap = FakeHeap::default();
+        let (f, g, x) = (heap.symbol("f"), heap.symbol("g"), heap.symbol("x"));
+        let code = heap.call(g, &[x]);
+        let env = heap.env(NIL, NIL);
+        let promise = heap.promise(code, env);
+        let c = heap.call(f, &[promise]);
+        assert_eq!(call_text(&&heap, c).unwrap(), "f(g(x))", "not its environment");
     }
 
     #[test]
