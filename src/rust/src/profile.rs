@@ -146,7 +146,7 @@ pub fn rs_profile_start(
     let options = options.renamed("options");
     facts.keep_libr = options.field("libr")?.flag()?;
     if options.field("gc")?.flag()? {
-        facts.gc_start = learn::gc_start(&facts.base).unwrap_or(0);
+        facts.gc_start = winch_core::r::gc::own_gc_start(&facts.base).unwrap_or(0);
     }
     let running = if event == Event::Alloc {
         // `list(..., sample_bytes = )`: the mean bytes between samples.

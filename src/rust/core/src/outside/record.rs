@@ -16,7 +16,7 @@ use crate::profile::collect::Finished;
 use crate::profile::compose::{self, BcFacts, LineFacts, RFacts, Reads, Region, Scratch};
 use crate::profile::record::{self, Entry, Flags, Header, Origin, Prefix};
 use crate::r::bcode::BcSymbols;
-use crate::r::learn;
+use crate::r::{gc, learn};
 use crate::unwind::walk::{Frame, Modules, Snapshot};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -347,7 +347,7 @@ impl Recorder {
                 .then_some(LineFacts { srcfile_sym: srcfile, filename_sym: 0 }),
             with_loops: self.with_loops,
             keep_libr: false,
-            gc_start: gc_start(r, snap, mem).unwrap_or(0),
+            gc_start: gc::gc_start(mem, r.r_gc, gc::function_start_in(snap, r.libr)).unwrap_or(0),
             region: Region::All,
         }
     }
@@ -413,18 +413,6 @@ impl Recorder {
         }
         out
     }
-}
-
-/// The start of the target's garbage collector: the target of `R_gc`'s
-/// first call, if that is a function start of R's library.
-fn gc_start(r: &TargetR, snap: &Snapshot, mem: &impl Memory) -> Option<usize> {
-    let mut code = [0u8; 48];
-    if r.r_gc == 0 || !mem.read(r.r_gc, &mut code) {
-        return None;
-    }
-    let target = crate::r::learn::first_call_target(r.r_gc, &code)?;
-    (snap.map.module_of(target) == Some(r.libr) && snap.function_start(target) == Some(target))
-        .then_some(target)
 }
 
 fn is_interp(snap: &Snapshot, f: &Frame) -> bool {

@@ -4,8 +4,9 @@
 //! objects and their readers ([`sexp`]), the labels of R frames ([`heap`])
 //! and byte code ([`bcode`]), and the [`Facts`] about the running
 //! R that joint traces, the profiler, throw capture and the crash report
-//! share ([`facts`]), and what winch learns by watching R run
-//! (`learn`: loop functions, the interpreter loop's counter, instructions).
+//! share ([`facts`]), where R's garbage collector starts (`gc`), and what
+//! winch learns by watching R run (`learn`: loop functions, the
+//! interpreter loop's counter, instructions).
 //!
 //! Nothing here calls R: what needs R's API (the addresses of its variables)
 //! is filled in once by the glue when winch loads.
@@ -13,6 +14,8 @@
 pub mod bcode;
 pub mod context;
 pub mod facts;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub mod gc;
 pub mod heap;
 pub mod layout;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
