@@ -209,7 +209,7 @@ pub fn rs_profile_discard() -> Result<RValue> {
 
 /// Learns which native function of R runs an AST loop of `kind` ("for",
 /// "while", "repeat"), called from inside such a loop (see
-/// `winch_core::r::learn`).
+/// `winch_core::joint::learn_loop`).
 pub fn rs_profile_learn_loop(kind: Arg) -> Result<RValue> {
     let kind = match kind.string()?.as_str() {
         "for" => LoopKind::For,
@@ -217,7 +217,7 @@ pub fn rs_profile_learn_loop(kind: Arg) -> Result<RValue> {
         "repeat" => LoopKind::Repeat,
         _ => return Err(Error::BadArgument("`kind` must be \"for\", \"while\" or \"repeat\"".into())),
     };
-    learn::learn_loop(rstate::facts()?, kind)?;
+    joint::learn_loop(rstate::facts()?, kind)?;
     Ok(true.into()) // NULL would read as "out of memory"
 }
 
@@ -237,7 +237,7 @@ pub fn rs_profile_learn_bc(opcodes: Arg) -> Result<RValue> {
     } else {
         None
     };
-    learn::learn_bc(rstate::facts()?, opcodes)?;
+    joint::learn_bc(rstate::facts()?, opcodes)?;
     Ok(true.into())
 }
 

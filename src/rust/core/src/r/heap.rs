@@ -190,8 +190,8 @@ fn push_double(out: &mut Buf, x: f64) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::sexp::{tests::FakeHeap, CLOSXP};
     use super::*;
+    use crate::r::sexp::{tests::FakeHeap, CLOSXP};
 
     fn label_of(h: &FakeHeap, syms: &Symbols, fun: usize) -> String {
         let mut b = Buf::default();

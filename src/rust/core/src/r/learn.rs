@@ -3,13 +3,16 @@
 //! functions of R run its AST loops, where R's byte-code interpreter loop
 //! keeps its program counter, and R's byte-code instructions. The profiler
 //! names loops with these; without them, loops are labelled generically.
+//!
+//! What is seen on the stack while a probe runs (the frames holding R's
+//! records) is read by the caller, which captures the stack, and given to
+//! the functions here: this module keeps and checks what was learnt.
 
 use super::bcode::OpTable;
 use super::Facts;
 use crate::error::{Error, Result};
 use crate::memory::Objects;
 use crate::unwind::walk::Snapshot;
-use crate::unwind::Backend;
 use std::sync::{Mutex, OnceLock};
 
 /// The function starts of R's AST loops (`do_for`, `do_while`,
@@ -43,18 +46,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn best_backend() -> Result<Backend> {
-    Backend::best().ok_or_else(|| Error::Unavailable("no unwinding backend works here".into()))
-}
-
-/// Learns which native function of R runs an AST loop of `kind`: called
-/// from inside such a loop, it finds the frame that holds the loop's record.
+/// Learns which native function of R runs an AST loop of `kind` from
+/// `owner_ip`, a return address in the native frame that holds the record
+/// of a loop of that kind running now (the caller finds it on the stack).
 /// Once all three are known and distinct, samples name AST loops by kind.
-pub fn learn_loop(facts: &Facts, kind: LoopKind) -> Result<()> {
-    let ip = crate::joint::innermost_loop_owner(facts, best_backend()?)?;
+pub fn learn_loop(facts: &Facts, kind: LoopKind, owner_ip: usize) -> Result<()> {
     let snap = Snapshot::take(facts.interpreter_addr);
     let start = snap
-        .function_start(ip - 1)
+        .function_start(owner_ip - 1)
         .ok_or_else(|| Error::Inconsistent("a loop's frame has no unwind information".into()))?;
     let mut seen = lock(&SEEN);
     seen[kind as usize] = start;
@@ -78,18 +77,23 @@ pub struct Opcodes {
     pub stepfor: i32,
 }
 
-/// Learns where R's byte-code interpreter loop keeps its program counter:
-/// called from byte code, it looks at the records made while byte code ran
-/// and at the native frames holding their loop slots. Learns R's
-/// instructions from `opcodes` the first time they are given.
-pub fn learn_bc(facts: &Facts, opcodes: Option<Opcodes>) -> Result<()> {
+/// Learns R's instructions from `opcodes` the first time they are given.
+pub fn learn_ops(opcodes: Option<Opcodes>) -> Result<()> {
     if let (None, Some(o)) = (OPS.get(), opcodes) {
         let table = OpTable::learn(&Objects, o.body, &o.argc, o.goto, o.stepfor)
             .ok_or_else(|| Error::Inconsistent("R's byte code is not laid out as winch expects".into()))?;
         let _ = OPS.set(table);
     }
-    let seen = crate::joint::loop_slots(facts, best_backend()?)?;
-    *lock(&BC_FRAMES) = Some(interpreter_frames(&seen)?);
+    Ok(())
+}
+
+/// Learns where R's byte-code interpreter loop keeps its program counter
+/// from `seen`: for each record made while byte code ran whose loop slot
+/// is on the C stack, the start of the native function holding the slot
+/// and how far below that frame's CFA the slot is (the caller reads them
+/// from the stack, called from byte code).
+pub fn learn_bc_frames(seen: &[(usize, usize)]) -> Result<()> {
+    *lock(&BC_FRAMES) = Some(interpreter_frames(seen)?);
     Ok(())
 }
 
