@@ -323,7 +323,7 @@ impl Recorder {
     /// target runs the same build (loops named by kind, byte code's
     /// loops); otherwise AST loops are `[loop]` and byte code's are not
     /// seen. R's symbols for `while`, `repeat` and `filename` are not
-    /// exported: they are told by name (see `rheap::is_symbol`).
+    /// exported: they are told by name (see `r::sexp::is_symbol`).
     fn facts_of(&self, r: &TargetR, snap: &Snapshot, mem: &Process) -> RFacts {
         let libr = snap.map.module(r.libr);
         let learnt = match (&self.own_r, &libr.build_id) {
