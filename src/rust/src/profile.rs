@@ -10,11 +10,11 @@ use winch_core::joint;
 use winch_core::memory::Objects;
 use winch_core::profile::build::{self, Stats};
 use winch_core::profile::capture::{self as session, Clock, Running, Trigger};
-use winch_core::profile::compose::{BcFacts, LineFacts, RFacts, Region};
+use winch_core::profile::compose::{LineFacts, LoopSymbols, Options, RFacts, Region};
 use winch_core::profile::model::{
     Bytes, Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo,
 };
-use winch_core::r::bcode::BcSymbols;
+use winch_core::r::gc;
 use winch_core::r::heap as rheap;
 use winch_core::r::learn::{self, LoopKind};
 
@@ -39,34 +39,15 @@ fn current() -> MutexGuard<'static, Option<Current>> {
     current
 }
 
-/// What the handler needs to know about R.
-fn facts(
-    with_loops: bool,
-    region: Region,
-    loop_symbols: Option<[usize; 3]>,
-    file_symbols: Option<(usize, usize)>,
-) -> Result<RFacts> {
+/// What the handler needs to know about R: this process's R, read in place
+/// on R's stack, with what was learnt about it, the profile's `options`,
+/// and the start of R's garbage collector if `gc` (for `<GC>` frames).
+fn facts(options: Options, gc: bool) -> Result<RFacts> {
     let base = *rstate::facts()?;
     let stack = winch_core::stack::thread_stack_bounds()
         .ok_or_else(|| Error::Unavailable("the bounds of R's stack are unknown".into()))?;
-    Ok(RFacts {
-        base,
-        ranges: base.ranges(stack),
-        loops: learn::loops(),
-        bc: match (loop_symbols, learn::bc_frames()) {
-            (Some([for_, while_, repeat]), Some(loop_frames)) => Some(BcFacts {
-                syms: BcSymbols { for_, while_, repeat, class: base.class_symbol },
-                loop_frames,
-                ops: learn::ops(),
-            }),
-            _ => None,
-        },
-        lines: file_symbols.map(|(srcfile_sym, filename_sym)| LineFacts { srcfile_sym, filename_sym }),
-        with_loops,
-        keep_libr: false,
-        gc_start: 0,
-        region,
-    })
+    let gc_start = if gc { gc::own_gc_start(&base).unwrap_or(0) } else { 0 };
+    Ok(RFacts::assemble(base, base.ranges(stack), learn::moved(0), gc_start, options))
 }
 
 /// Checks, before sampling, that what the handler will read is read right:
@@ -137,17 +118,22 @@ pub fn rs_profile_start(
     check(&frames, &calls, &probes, &expected)?;
     let region = read_region(&region)?;
     // `for`, `while`, `repeat`, `srcfile` and `filename`.
-    let (syms, files) = match symbols.element_addrs()?.as_slice() {
-        &[f, w, r, s, n] => (Some([f, w, r]), Some((s, n))),
+    let (loop_symbols, files) = match symbols.element_addrs()?.as_slice() {
+        &[for_, while_, repeat, srcfile_sym, filename_sym] => {
+            (LoopSymbols { for_, while_, repeat }, LineFacts { srcfile_sym, filename_sym })
+        }
         _ => return Err(Error::BadArgument("`symbols` must be five symbols".into())),
     };
-    let mut facts = facts(loops.flag()?, region, syms, if lines.flag()? { files } else { None })?;
     // `list(libr = , gc = )`.
     let options = options.renamed("options");
-    facts.keep_libr = options.field("libr")?.flag()?;
-    if options.field("gc")?.flag()? {
-        facts.gc_start = learn::gc_start(&facts.base).unwrap_or(0);
-    }
+    let shown = Options {
+        with_loops: loops.flag()?,
+        loop_symbols: Some(loop_symbols),
+        lines: lines.flag()?.then_some(files),
+        keep_libr: options.field("libr")?.flag()?,
+        region,
+    };
+    let facts = facts(shown, options.field("gc")?.flag()?)?;
     let running = if event == Event::Alloc {
         // `list(..., sample_bytes = )`: the mean bytes between samples.
         let mean = options.field("sample_bytes")?.number()?;
@@ -211,7 +197,7 @@ pub fn rs_profile_discard() -> Result<RValue> {
 
 /// Learns which native function of R runs an AST loop of `kind` ("for",
 /// "while", "repeat"), called from inside such a loop (see
-/// `winch_core::r::learn`).
+/// `winch_core::joint::learn_loop`).
 pub fn rs_profile_learn_loop(kind: Arg) -> Result<RValue> {
     let kind = match kind.string()?.as_str() {
         "for" => LoopKind::For,
@@ -219,7 +205,7 @@ pub fn rs_profile_learn_loop(kind: Arg) -> Result<RValue> {
         "repeat" => LoopKind::Repeat,
         _ => return Err(Error::BadArgument("`kind` must be \"for\", \"while\" or \"repeat\"".into())),
     };
-    learn::learn_loop(rstate::facts()?, kind)?;
+    joint::learn_loop(rstate::facts()?, kind)?;
     Ok(true.into()) // NULL would read as "out of memory"
 }
 
@@ -239,7 +225,7 @@ pub fn rs_profile_learn_bc(opcodes: Arg) -> Result<RValue> {
     } else {
         None
     };
-    learn::learn_bc(rstate::facts()?, opcodes)?;
+    joint::learn_bc(rstate::facts()?, opcodes)?;
     Ok(true.into())
 }
 
@@ -257,7 +243,7 @@ pub fn rs_profile_sample_cost(n: Arg, thrash: Arg) -> Result<RValue> {
         return Err(Error::WrongThread);
     }
     let n = n.int()?.clamp(1, 1_000_000) as usize;
-    let facts = facts(true, Region::All, None, None)?;
+    let facts = facts(Options { with_loops: true, ..Options::default() }, false)?;
     let c = session::sample_cost(&facts, n, thrash.int()?.max(0) as usize);
     Ok(RValue::List(vec![
         ("median_ns", c.median_ns.into()),

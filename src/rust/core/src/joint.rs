@@ -12,6 +12,8 @@ use crate::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
 use crate::memory::Objects;
 use crate::r::context::{self as rcontext, RContext};
 use crate::r::heap::{self, Head};
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+use crate::r::learn;
 use crate::r::{layout as rlayout, Facts};
 use crate::trace::{self, NativeTrace};
 use crate::unwind::Backend;
@@ -185,12 +187,39 @@ pub fn validate_chain(facts: &Facts, frames: &[usize], calls: &[usize]) -> Resul
     contexts(facts, std::hint::black_box(&local) as *const u8 as usize, frames, calls).map(|_| ())
 }
 
+/// The best unwinding backend here, for the learning probes.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn best_backend() -> Result<Backend> {
+    Backend::best().ok_or_else(|| Error::Unavailable("no unwinding backend works here".into()))
+}
+
+/// Learns which native function of R runs an AST loop of `kind`: called
+/// from inside such a loop, it finds the frame that holds the loop's record
+/// (see [`learn::learn_loop`]).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub fn learn_loop(facts: &Facts, kind: learn::LoopKind) -> Result<()> {
+    let ip = innermost_loop_owner(facts, best_backend()?)?;
+    learn::learn_loop(facts, kind, ip)
+}
+
+/// Learns R's instructions from `opcodes` the first time they are given,
+/// and where R's byte-code interpreter loop keeps its program counter:
+/// called from byte code, it looks at the records made while byte code ran
+/// and at the native frames holding their loop slots (see
+/// [`learn::learn_bc_frames`]).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub fn learn_bc(facts: &Facts, opcodes: Option<learn::Opcodes>) -> Result<()> {
+    learn::learn_ops(opcodes)?;
+    let seen = loop_slots(facts, best_backend()?)?;
+    learn::learn_bc_frames(&seen)
+}
+
 /// The instruction pointer of the native frame that holds the innermost
 /// loop record on the C stack (an AST loop running now), as a return
 /// address.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(never)]
-pub fn innermost_loop_owner(facts: &Facts, backend: Backend) -> Result<usize> {
+fn innermost_loop_owner(facts: &Facts, backend: Backend) -> Result<usize> {
     let local = 0u8;
     let native = native(backend, std::hint::black_box(&local) as *const u8 as usize, known(facts))?;
     let chain = read_chain(facts, native.stack_lo)?;
@@ -232,7 +261,7 @@ pub fn r_profiling(facts: &Facts, method: usize) -> Result<bool> {
 /// slot is.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(never)]
-pub fn loop_slots(facts: &Facts, backend: Backend) -> Result<Vec<(usize, usize)>> {
+fn loop_slots(facts: &Facts, backend: Backend) -> Result<Vec<(usize, usize)>> {
     let local = 0u8;
     let native = native(backend, std::hint::black_box(&local) as *const u8 as usize, known(facts))?;
     let chain = read_chain(facts, native.stack_lo)?;

@@ -33,6 +33,7 @@ use crate::memory::{Memory, Own};
 use crate::modules::{self, ModuleMap};
 use crate::r::heap as rheap;
 use crate::r::layout::{CTXT_BUILTIN, CTXT_FUNCTION};
+use crate::r::sexp;
 use crate::symbols::SymbolTable;
 use crate::unwind::walk::{Frame, Snapshot};
 use std::cell::UnsafeCell;
@@ -460,7 +461,7 @@ fn report(header: Header, uc: *mut libc::c_void) {
                 break;
             }
             if c.callflag & (CTXT_FUNCTION | CTXT_BUILTIN) != 0
-                && rheap::type_of(&Own, c.call) == Some(rheap::LANGSXP)
+                && sexp::type_of(&Own, c.call) == Some(sexp::LANGSXP)
             {
                 s.ctx_addr[m] = c.addr;
                 s.ctx_call[m] = c.call;
@@ -484,7 +485,7 @@ fn report(header: Header, uc: *mut libc::c_void) {
         &s.owners[..m],
         |k, out| {
             let mut buf = rheap::Buf::default();
-            match rheap::car(&Own, calls[k]) {
+            match sexp::car(&Own, calls[k]) {
                 Some(fun) => rheap::label(&Own, &f.symbols, fun, &mut buf),
                 None => buf.len = 0,
             }

@@ -7,19 +7,10 @@
 
 use crate::memory::Memory;
 use crate::r::heap::{self as rheap, Buf};
-
-const NILSXP: u8 = 0;
-const LISTSXP: u8 = 2;
-const CLOSXP: u8 = 3;
-const ENVSXP: u8 = 4;
-const PROMSXP: u8 = 5;
-const SPECIALSXP: u8 = 7;
-const BUILTINSXP: u8 = 8;
-const LGLSXP: u8 = 10;
-const CPLXSXP: u8 = 15;
-const VECSXP: u8 = 19;
-const BCODESXP: u8 = 21;
-const TAG: usize = 48;
+use crate::r::sexp::{
+    self, BCODESXP, BUILTINSXP, CLOSXP, CPLXSXP, ENVSXP, INTSXP, LANGSXP, LGLSXP, LISTSXP, NILSXP, PROMSXP,
+    REALSXP, SPECIALSXP, STRSXP, SYMSXP, VECSXP,
+};
 
 /// Most nesting written out, and most bytes of text.
 const MAX_DEPTH: usize = 8;
@@ -27,7 +18,7 @@ const MAX_LEN: usize = 1000;
 
 /// The call at `call` as R source; None if it is not a call.
 pub fn call_text(h: &impl Memory, call: usize) -> Option<String> {
-    if rheap::type_of(h, call)? != rheap::LANGSXP {
+    if sexp::type_of(h, call)? != LANGSXP {
         return None;
     }
     let mut out = String::new();
@@ -57,21 +48,21 @@ fn expr(h: &impl Memory, x: usize, depth: usize, out: &mut String) {
         placeholder(out, "...");
         return;
     }
-    let Some(t) = rheap::type_of(h, x) else {
+    let Some(t) = sexp::type_of(h, x) else {
         placeholder(out, "unreadable");
         return;
     };
     match t {
         NILSXP => out.push_str("NULL"),
-        rheap::SYMSXP => symbol(h, x, out),
-        rheap::LANGSXP => call(h, x, depth, out),
-        PROMSXP => expr(h, h.word(x + 48).unwrap_or(0), depth + 1, out), // PRCODE
-        LGLSXP | rheap::INTSXP | rheap::REALSXP | rheap::STRSXP => constant(h, x, t, out),
+        SYMSXP => symbol(h, x, out),
+        LANGSXP => call(h, x, depth, out),
+        PROMSXP => expr(h, sexp::promise_code(h, x).unwrap_or(0), depth + 1, out),
+        LGLSXP | INTSXP | REALSXP | STRSXP => constant(h, x, t, out),
         CLOSXP => placeholder(out, "fn"),
         SPECIALSXP | BUILTINSXP => placeholder(out, "primitive"),
         ENVSXP => placeholder(out, "env"),
         BCODESXP => placeholder(out, "bytecode"),
-        VECSXP => placeholder(out, &format!("list[{}]", rheap::length(h, x).unwrap_or(0))),
+        VECSXP => placeholder(out, &format!("list[{}]", sexp::length(h, x).unwrap_or(0))),
         CPLXSXP => placeholder(out, "cplx"),
         _ => placeholder(out, "object"),
     }
@@ -79,7 +70,7 @@ fn expr(h: &impl Memory, x: usize, depth: usize, out: &mut String) {
 
 fn name_of(h: &impl Memory, sym: usize) -> Option<String> {
     let mut b = Buf::default();
-    rheap::push_chars(h, h.word(sym + 32)?, &mut b)?;
+    rheap::push_chars(h, sexp::printname(h, sym)?, &mut b)?;
     Some(String::from_utf8_lossy(b.as_bytes()).into_owned())
 }
 
@@ -133,11 +124,11 @@ fn symbol(h: &impl Memory, sym: usize, out: &mut String) {
 /// The arguments of a call: `(value, tag)` pairs.
 fn args(h: &impl Memory, mut list: usize) -> Vec<(usize, Option<String>)> {
     let mut v = Vec::new();
-    while rheap::type_of(h, list) == Some(LISTSXP) && v.len() < 64 {
-        let tag = h.word(list + TAG).unwrap_or(0);
-        let tag = (rheap::type_of(h, tag) == Some(rheap::SYMSXP)).then(|| name_of(h, tag)).flatten();
-        v.push((rheap::car(h, list).unwrap_or(0), tag));
-        list = rheap::cdr(h, list).unwrap_or(0);
+    while sexp::type_of(h, list) == Some(LISTSXP) && v.len() < 64 {
+        let tag = sexp::tag(h, list).unwrap_or(0);
+        let tag = (sexp::type_of(h, tag) == Some(SYMSXP)).then(|| name_of(h, tag)).flatten();
+        v.push((sexp::car(h, list).unwrap_or(0), tag));
+        list = sexp::cdr(h, list).unwrap_or(0);
     }
     v
 }
@@ -148,9 +139,9 @@ const BINARY: [&str; 22] = [
 ];
 
 fn call(h: &impl Memory, x: usize, depth: usize, out: &mut String) {
-    let head = rheap::car(h, x).unwrap_or(0);
-    let a = args(h, rheap::cdr(h, x).unwrap_or(0));
-    let op = (rheap::type_of(h, head) == Some(rheap::SYMSXP)).then(|| name_of(h, head)).flatten();
+    let head = sexp::car(h, x).unwrap_or(0);
+    let a = args(h, sexp::cdr(h, x).unwrap_or(0));
+    let op = (sexp::type_of(h, head) == Some(SYMSXP)).then(|| name_of(h, head)).flatten();
     let untagged = a.iter().all(|(_, t)| t.is_none());
     let sub = |v: usize, out: &mut String| expr(h, v, depth + 1, out);
     match op.as_deref() {
@@ -167,7 +158,7 @@ fn call(h: &impl Memory, x: usize, depth: usize, out: &mut String) {
             // Operands in parentheses where they are calls themselves:
             // the text parses to the same call whatever the precedence.
             let wrapped = |v: usize, out: &mut String| {
-                let is_call = rheap::type_of(h, v) == Some(rheap::LANGSXP);
+                let is_call = sexp::type_of(h, v) == Some(LANGSXP);
                 if is_call {
                     out.push('(');
                 }
@@ -199,9 +190,9 @@ fn call(h: &impl Memory, x: usize, depth: usize, out: &mut String) {
         None => {
             // `pkg::f(x)`, `obj$f(x)` as written; other heads (a function
             // made on the spot, a call's result) in parentheses.
-            let plain = rheap::type_of(h, head) == Some(rheap::LANGSXP)
-                && rheap::car(h, head).is_some_and(|op| {
-                    rheap::type_of(h, op) == Some(rheap::SYMSXP)
+            let plain = sexp::type_of(h, head) == Some(LANGSXP)
+                && sexp::car(h, head).is_some_and(|op| {
+                    sexp::type_of(h, op) == Some(SYMSXP)
                         && matches!(name_of(h, op).as_deref(), Some("::" | ":::" | "$" | "@"))
                 });
             if !plain {
@@ -235,31 +226,31 @@ fn arg_list(h: &impl Memory, a: &[(usize, Option<String>)], depth: usize, out: &
 }
 
 fn constant(h: &impl Memory, x: usize, t: u8, out: &mut String) {
-    let n = rheap::length(h, x);
+    let n = sexp::length(h, x);
     let kind = match t {
         LGLSXP => "lgl",
-        rheap::INTSXP => "int",
-        rheap::REALSXP => "dbl",
+        INTSXP => "int",
+        REALSXP => "dbl",
         _ => "chr",
     };
-    let Some(data) = (n == Some(1)).then(|| rheap::data(h, x)).flatten() else {
+    let Some(data) = (n == Some(1)).then(|| sexp::data(h, x)).flatten() else {
         placeholder(out, &format!("{kind}[{}]", n.map_or("?".to_string(), |n| n.to_string())));
         return;
     };
     match t {
         LGLSXP => match h.int(data) {
             Some(0) => out.push_str("FALSE"),
-            Some(i32::MIN) => out.push_str("NA"),
+            Some(sexp::NA_LOGICAL) => out.push_str("NA"),
             Some(_) => out.push_str("TRUE"),
             None => placeholder(out, "unreadable"),
         },
-        rheap::INTSXP => match h.int(data) {
-            Some(i32::MIN) => out.push_str("NA_integer_"),
+        INTSXP => match h.int(data) {
+            Some(sexp::NA_INTEGER) => out.push_str("NA_integer_"),
             Some(v) => out.push_str(&format!("{v}L")),
             None => placeholder(out, "unreadable"),
         },
-        rheap::REALSXP => match h.word(data).map(|w| f64::from_bits(w as u64)) {
-            Some(v) if v.is_nan() && (v.to_bits() & 0xffff_ffff) == 1954 => out.push_str("NA_real_"),
+        REALSXP => match h.word(data).map(|w| f64::from_bits(w as u64)) {
+            Some(v) if sexp::is_na_real(v) => out.push_str("NA_real_"),
             Some(v) if v.is_nan() => out.push_str("NaN"),
             Some(v) if v.is_infinite() => out.push_str(if v > 0.0 { "Inf" } else { "-Inf" }),
             Some(v) if v != 0.0 && (v.abs() >= 1e15 || v.abs() < 1e-4) => out.push_str(&format!("{v:e}")),
@@ -292,7 +283,7 @@ fn constant(h: &impl Memory, x: usize, t: u8, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::r::heap::tests::FakeHeap;
+    use crate::r::sexp::tests::{FakeHeap, NIL};
 
     #[test]
     fn calls_are_written_as_r_reads_them() {
@@ -320,6 +311,17 @@ mod tests {
         assert_eq!(call_text(&m, qualified).unwrap(), "stats::fft(x)");
         assert_eq!(call_text(&m, anon).unwrap(), "(f(x, 1L))(x)");
         assert_eq!(call_text(&m, x), None, "a symbol is not a call");
+    }
+
+    #[test]
+    fn a_promise_is_written_as_its_expression() {
+        let mut heap = FakeHeap::default();
+        let (f, g, x) = (heap.symbol("f"), heap.symbol("g"), heap.symbol("x"));
+        let code = heap.call(g, &[x]);
+        let env = heap.env(NIL, NIL);
+        let promise = heap.promise(code, env);
+        let c = heap.call(f, &[promise]);
+        assert_eq!(call_text(&&heap, c).unwrap(), "f(g(x))", "not its environment");
     }
 
     #[test]

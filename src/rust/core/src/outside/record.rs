@@ -13,10 +13,9 @@ use crate::memory::{Memory, Process, Ranges};
 use crate::modules::ModuleMap;
 use crate::profile::collect::Collected;
 use crate::profile::collect::Finished;
-use crate::profile::compose::{self, BcFacts, LineFacts, Moment, RFacts, Reads, Region, Scratch};
+use crate::profile::compose::{self, LineFacts, LoopSymbols, Moment, RFacts, Reads, Region, Scratch};
 use crate::profile::record::{self, Entry, Flags, Header, Origin, Prefix};
-use crate::r::bcode::BcSymbols;
-use crate::r::learn;
+use crate::r::{gc, learn};
 use crate::unwind::walk::{Frame, Modules, Snapshot};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -317,32 +316,24 @@ impl Recorder {
     /// target runs the same build (loops named by kind, byte code's
     /// loops); otherwise AST loops are `[loop]` and byte code's are not
     /// seen. R's symbols for `while`, `repeat` and `filename` are not
-    /// exported: they are told by name (see `rheap::is_symbol`).
+    /// exported: they are told by name (see `r::sexp::is_symbol`).
     fn facts_of(&self, r: &TargetR, snap: &Snapshot, mem: &Process) -> RFacts {
-        let base = r.facts(mem);
         let libr = snap.map.module(r.libr);
-        let moved = match (&self.own_r, &libr.build_id) {
+        let learnt = match (&self.own_r, &libr.build_id) {
             (Some((bias, id)), Some(target)) if id == target => learn::moved(libr.bias.wrapping_sub(*bias)),
             _ => learn::Moved::default(),
         };
-        let bc = moved.bc_frames.map(|loop_frames| BcFacts {
-            syms: BcSymbols { for_: 0, while_: 0, repeat: 0, class: base.class_symbol },
-            loop_frames,
-            ops: moved.ops,
-        });
         let srcfile = if r.srcfile_var == 0 { 0 } else { mem.word(r.srcfile_var).unwrap_or(0) };
-        RFacts {
-            base,
-            ranges: Ranges::default(),
-            loops: moved.loops,
-            bc,
+        let options = compose::Options {
+            with_loops: self.with_loops,
+            loop_symbols: Some(LoopSymbols::default()),
             lines: (self.lines && srcfile != 0)
                 .then_some(LineFacts { srcfile_sym: srcfile, filename_sym: 0 }),
-            with_loops: self.with_loops,
             keep_libr: false,
-            gc_start: gc_start(r, snap, mem).unwrap_or(0),
             region: Region::All,
-        }
+        };
+        let gc_start = gc::gc_start(mem, r.r_gc, gc::function_start_in(snap, r.libr)).unwrap_or(0);
+        RFacts::assemble(r.facts(mem), Ranges::default(), learnt, gc_start, options)
     }
 
     /// Reads R's registration table (the process stopped) if the modules
@@ -406,18 +397,6 @@ impl Recorder {
         }
         out
     }
-}
-
-/// The start of the target's garbage collector: the target of `R_gc`'s
-/// first call, if that is a function start of R's library.
-fn gc_start(r: &TargetR, snap: &Snapshot, mem: &impl Memory) -> Option<usize> {
-    let mut code = [0u8; 48];
-    if r.r_gc == 0 || !mem.read(r.r_gc, &mut code) {
-        return None;
-    }
-    let target = crate::r::learn::first_call_target(r.r_gc, &code)?;
-    (snap.map.module_of(target) == Some(r.libr) && snap.function_start(target) == Some(target))
-        .then_some(target)
 }
 
 fn is_interp(snap: &Snapshot, f: &Frame) -> bool {

@@ -168,7 +168,7 @@ pub struct TargetR {
     /// `R_Bracket2Symbol`; 0 where absent).
     pub symbol_vars: [usize; 4],
     /// The function `R_gc` (0: not found): its first call is the start of
-    /// R's garbage collector (see `r::learn::gc_start`).
+    /// R's garbage collector (see `r::gc::gc_start`).
     pub r_gc: usize,
     /// The variables `R_Srcref`, `R_InBCInterpreter`, `R_ClassSymbol` and
     /// `R_SrcfileSymbol` (0 where absent).

@@ -15,32 +15,21 @@
 use super::labels::{self, Labels};
 use super::record::{Entry, Flags, Header, Origin, Owner, Prefix, Writer, PREFIX};
 use crate::interleave;
-use crate::memory::{Memory, Ranges};
-use crate::r::bcode::{self, BcSymbols, LoopPath, OpTable};
+use crate::memory::Memory;
+use crate::r::bcode::{self, LoopPath};
 use crate::r::heap as rheap;
 use crate::r::layout::CTXT_LOOP;
+use crate::r::sexp;
 use crate::unwind::walk::{End, Frame, Snapshot};
 
 mod describe;
+mod rfacts;
 use describe::{describe_frames, prefetch_last_contexts, Describe, Memo};
+pub use rfacts::{BcFacts, LineFacts, LoopSymbols, Options, RFacts};
 
 /// Frames and contexts a sample holds at most.
 pub const MAX_FRAMES: usize = 4096;
 pub const MAX_CONTEXTS: usize = 8192;
-
-pub use crate::r::learn::LoopStarts;
-
-/// What finding the loops of byte code needs: the symbols, and the native
-/// functions that run R's byte-code interpreter loop with where each keeps
-/// its program counter (bytes below the frame's CFA), learnt by watching
-/// them (see the glue's calibration).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct BcFacts {
-    pub syms: BcSymbols,
-    pub loop_frames: [(usize, usize); 2],
-    /// R's instructions (None: byte code's loops are not known).
-    pub ops: Option<&'static OpTable>,
-}
 
 /// Which samples, and which of their frames, are the profiled code's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,43 +43,6 @@ pub enum Region {
     Under { callfun: usize, sysparent: usize },
     /// Samples taken while no record of `callfun` runs.
     Outside { callfun: usize },
-}
-
-/// What reading R frames' source positions needs besides the [`Facts`]
-/// (R's current srcref, its marker for byte code, NULL).
-///
-/// [`Facts`]: crate::r::Facts
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LineFacts {
-    /// The symbols `srcfile` and `filename`.
-    pub srcfile_sym: usize,
-    pub filename_sym: usize,
-}
-
-/// What the handler knows about R, prepared (and checked) before sampling.
-#[derive(Clone, Copy, Debug)]
-pub struct RFacts {
-    /// The facts about the running R (where its chain is, its symbols).
-    pub base: crate::r::Facts,
-    /// Where R's context records may be read in place.
-    pub ranges: Ranges,
-    pub loops: Option<LoopStarts>,
-    /// How to find byte-code positions (None: byte code's loops and lines
-    /// are not known).
-    pub bc: Option<BcFacts>,
-    /// Record R frames' source positions (None: no).
-    pub lines: Option<LineFacts>,
-    /// Show loops as frames.
-    pub with_loops: bool,
-    /// Keep the frames of R's own library (`build` leaves out those of its
-    /// interpreter: the R frames stand for them).
-    pub keep_libr: bool,
-    /// The start of R's garbage collector: a sample inside it has a `<GC>`
-    /// frame instead of the collector's own frames (0: folded into the
-    /// code that allocated).
-    pub gc_start: usize,
-    /// The profiled code's samples and frames: not the profiler's own.
-    pub region: Region,
 }
 
 /// Buffers of the handler.
@@ -451,7 +403,7 @@ fn ast_loop_owner(h: &impl Memory, ctx: &[Ctx], k: usize) -> Owner {
         _ => {}
     }
     let owner = ctx.iter().skip(k + 1).find(|c| {
-        !c.is_loop && env != 0 && c.cloenv == env && rheap::type_of(h, c.callfun) == Some(rheap::CLOSXP)
+        !c.is_loop && env != 0 && c.cloenv == env && sexp::type_of(h, c.callfun) == Some(sexp::CLOSXP)
     });
     match owner {
         Some(c) => Owner::Frame(c.label),

@@ -8,22 +8,11 @@
 //! with one entry per code unit (the index of a constant) and a class
 //! attribute naming it.
 
-use super::heap::{self as rheap, INTSXP, LANGSXP, STRSXP};
+use super::sexp::{self, BCODESXP, CLOSXP, ENVSXP, INTSXP, LANGSXP, LISTSXP, STRSXP};
 use crate::memory::Memory;
-
-pub const CLOSXP: u8 = 3;
-pub const LISTSXP: u8 = 2;
-pub const VECSXP: u8 = 19;
-pub const BCODESXP: u8 = 21;
 
 /// Size of a code unit (R's `BCODE`, a union of an int and a pointer).
 const UNIT: usize = 8;
-/// Offsets in a closure (formals, body, environment).
-const BODY: usize = 40;
-/// Offset of an object's attributes.
-const ATTRIB: usize = 8;
-/// Offset of a node's tag.
-const TAG: usize = 48;
 
 /// Symbols the loops and tables are recognised by.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,25 +60,25 @@ impl LoopPath {
 
 /// The body of a closure, if it is byte code.
 pub fn closure_code(h: &impl Memory, closure: usize) -> Option<usize> {
-    if rheap::type_of(h, closure)? != CLOSXP {
+    if sexp::type_of(h, closure)? != CLOSXP {
         return None;
     }
-    let body = h.word(closure + BODY)?;
-    (rheap::type_of(h, body)? == BCODESXP).then_some(body)
+    let body = sexp::closure_body(h, closure)?;
+    (sexp::type_of(h, body)? == BCODESXP).then_some(body)
 }
 
 /// Where a compiled body's code starts, and how many units it has.
 pub fn code_range(h: &impl Memory, body: usize) -> Option<(usize, usize)> {
-    if rheap::type_of(h, body)? != BCODESXP {
+    if sexp::type_of(h, body)? != BCODESXP {
         return None;
     }
-    let code = rheap::car(h, body)?;
-    if rheap::type_of(h, code)? != INTSXP {
+    let code = sexp::car(h, body)?;
+    if sexp::type_of(h, code)? != INTSXP {
         return None;
     }
     // An integer vector holding the units: two ints each.
-    let ints = rheap::length(h, code)?;
-    Some((rheap::data(h, code)?, ints * 4 / UNIT))
+    let ints = sexp::length(h, code)?;
+    Some((sexp::data(h, code)?, ints * sexp::INT_SIZE / UNIT))
 }
 
 /// The code unit `pc` (an address in the body's code) is at, if it lies in
@@ -100,37 +89,21 @@ pub fn relative_pc(h: &impl Memory, body: usize, pc: usize) -> Option<usize> {
     (off.is_multiple_of(UNIT) && off / UNIT < units).then_some(off / UNIT)
 }
 
-/// Element `i` of a list.
-fn element(h: &impl Memory, list: usize, i: usize) -> Option<usize> {
-    if rheap::type_of(h, list)? != VECSXP || i >= rheap::length(h, list)? {
-        return None;
-    }
-    h.word(rheap::data(h, list)? + i * 8)
-}
-
 /// Whether `x` has the class attribute `name` (its first class).
 fn has_class(h: &impl Memory, syms: &BcSymbols, x: usize, name: &[u8]) -> Option<bool> {
-    let mut a = h.word(x + ATTRIB)?;
+    let mut a = sexp::attrib(h, x)?;
     for _ in 0..8 {
-        if rheap::type_of(h, a)? != LISTSXP {
+        if sexp::type_of(h, a)? != LISTSXP {
             return Some(false);
         }
-        if h.word(a + TAG)? == syms.class {
-            let v = rheap::car(h, a)?;
-            if rheap::type_of(h, v)? != STRSXP || rheap::length(h, v)? == 0 {
+        if sexp::tag(h, a)? == syms.class {
+            let v = sexp::car(h, a)?;
+            if sexp::type_of(h, v)? != STRSXP || sexp::length(h, v)? == 0 {
                 return Some(false);
             }
-            let c = h.word(rheap::data(h, v)?)?;
-            let n = rheap::length(h, c)?;
-            if n != name.len() {
-                return Some(false);
-            }
-            let mut buf = [0u8; 32];
-            let buf = buf.get_mut(..n)?;
-            h.bytes(rheap::data(h, c)?, buf)?;
-            return Some(buf == name);
+            return sexp::chars_equal(h, h.word(sexp::data(h, v)?)?, name);
         }
-        a = rheap::cdr(h, a)?;
+        a = sexp::cdr(h, a)?;
     }
     Some(false)
 }
@@ -138,66 +111,63 @@ fn has_class(h: &impl Memory, syms: &BcSymbols, x: usize, name: &[u8]) -> Option
 /// The constant that a location table (`name`: "expressionsIndex" or
 /// "srcrefsIndex") of `body` gives for code unit `relpc`.
 pub fn located(h: &impl Memory, syms: &BcSymbols, body: usize, name: &[u8], relpc: usize) -> Option<usize> {
-    let consts = rheap::cdr(h, body)?;
-    let n = rheap::length(h, consts)?;
+    let consts = sexp::cdr(h, body)?;
+    let n = sexp::length(h, consts)?;
     // The tables are the last constants (R's findLocTable looks there).
     let table = (n.saturating_sub(4)..n).rev().find_map(|i| {
-        let t = element(h, consts, i)?;
-        (rheap::type_of(h, t)? == INTSXP && has_class(h, syms, t, name)?).then_some(t)
+        let t = sexp::list_elt(h, consts, i)?;
+        (sexp::type_of(h, t)? == INTSXP && has_class(h, syms, t, name)?).then_some(t)
     })?;
-    if relpc >= rheap::length(h, table)? {
+    if relpc >= sexp::length(h, table)? {
         return None;
     }
-    let idx = h.int(rheap::data(h, table)? + relpc * 4)?;
-    element(h, consts, usize::try_from(idx).ok()?)
+    let idx = h.int(sexp::data(h, table)? + relpc * sexp::INT_SIZE)?;
+    sexp::list_elt(h, consts, usize::try_from(idx).ok()?)
 }
 
 /// The value bound to symbol `sym` (0: the symbol named `name`, see
-/// [`rheap::is_symbol`]) in environment `env` (hashed or not), if it is an
+/// [`sexp::is_symbol`]) in environment `env` (hashed or not), if it is an
 /// ordinary binding. `nil`: R's NULL.
 pub fn env_value(h: &impl Memory, env: usize, (sym, name): (usize, &[u8]), nil: usize) -> Option<usize> {
-    const ENVSXP: u8 = 4;
-    const FRAME: usize = 32;
-    const HASHTAB: usize = 48;
-    if rheap::type_of(h, env)? != ENVSXP {
+    if sexp::type_of(h, env)? != ENVSXP {
         return None;
     }
     let in_chain = |mut cell: usize| -> Option<usize> {
         for _ in 0..10_000 {
-            if cell == nil || rheap::type_of(h, cell)? != LISTSXP {
+            if cell == nil || sexp::type_of(h, cell)? != LISTSXP {
                 return None;
             }
-            if rheap::is_symbol(h, h.word(cell + TAG)?, sym, name) {
-                return rheap::car(h, cell);
+            if sexp::is_symbol(h, sexp::tag(h, cell)?, sym, name) {
+                return sexp::car(h, cell);
             }
-            cell = rheap::cdr(h, cell)?;
+            cell = sexp::cdr(h, cell)?;
         }
         None
     };
-    let table = h.word(env + HASHTAB)?;
+    let table = sexp::env_hashtab(h, env)?;
     if table == nil {
-        return in_chain(h.word(env + FRAME)?);
+        return in_chain(sexp::env_frame(h, env)?);
     }
-    let buckets = rheap::length(h, table)?.min(100_000);
-    (0..buckets).find_map(|i| in_chain(element(h, table, i)?))
+    let buckets = sexp::length(h, table)?.min(100_000);
+    (0..buckets).find_map(|i| in_chain(sexp::list_elt(h, table, i)?))
 }
 
 /// The line and srcfile of a srcref (an integer vector with a `srcfile`
 /// attribute).
 pub fn srcref_parts(h: &impl Memory, srcref: usize, srcfile_sym: usize) -> Option<(i32, usize)> {
-    if rheap::type_of(h, srcref)? != INTSXP || rheap::length(h, srcref)? < 6 {
+    if sexp::type_of(h, srcref)? != INTSXP || sexp::length(h, srcref)? < 6 {
         return None;
     }
-    let line = h.int(rheap::data(h, srcref)?)?;
-    let mut a = h.word(srcref + ATTRIB)?;
+    let line = h.int(sexp::data(h, srcref)?)?;
+    let mut a = sexp::attrib(h, srcref)?;
     for _ in 0..8 {
-        if rheap::type_of(h, a)? != LISTSXP {
+        if sexp::type_of(h, a)? != LISTSXP {
             return None;
         }
-        if h.word(a + TAG)? == srcfile_sym {
-            return Some((line, rheap::car(h, a)?));
+        if sexp::tag(h, a)? == srcfile_sym {
+            return Some((line, sexp::car(h, a)?));
         }
-        a = rheap::cdr(h, a)?;
+        a = sexp::cdr(h, a)?;
     }
     None
 }
@@ -327,7 +297,7 @@ impl BodyTables {
         body: usize,
         relpc: usize,
     ) -> Option<LoopPath> {
-        let (code, consts) = (rheap::car(h, body)?, rheap::cdr(h, body)?);
+        let (code, consts) = (sexp::car(h, body)?, sexp::cdr(h, body)?);
         let home = (body.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) & (BODIES - 1);
         let mut free = None;
         for k in 0..8 {
@@ -388,9 +358,9 @@ impl BodyTables {
                 FOR
             } else if op == ops.goto {
                 let e = located(h, syms, body, b"expressionsIndex", pc)?;
-                match (rheap::type_of(h, e)?, rheap::car(h, e)?) {
-                    (LANGSXP, s) if rheap::is_symbol(h, s, syms.while_, b"while") => WHILE,
-                    (LANGSXP, s) if rheap::is_symbol(h, s, syms.repeat, b"repeat") => REPEAT,
+                match (sexp::type_of(h, e)?, sexp::car(h, e)?) {
+                    (LANGSXP, s) if sexp::is_symbol(h, s, syms.while_, b"while") => WHILE,
+                    (LANGSXP, s) if sexp::is_symbol(h, s, syms.repeat, b"repeat") => REPEAT,
                     _ => 0, // `break`, `next`, `if`, `switch`
                 }
             } else {
@@ -446,7 +416,7 @@ impl BodyTables {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::r::heap::tests::FakeHeap;
+    use crate::r::sexp::tests::FakeHeap;
 
     /// A fake heap with the symbols byte code's loops are told by (also
     /// used by the tests of describing R frames).
@@ -493,8 +463,7 @@ pub(crate) mod tests {
         assert_eq!(located(&h, &syms, body, b"expressionsIndex", 6), None);
         assert_eq!(located(&h, &syms, body, b"srcrefsIndex", 1), Some(body_expr));
         assert_eq!(located(&h, &syms, body, b"nothing", 1), None);
-        let clo = h.cons(CLOSXP, 0x42, 0x42);
-        h.words.insert(clo + BODY, body);
+        let clo = h.closure(body);
         assert_eq!(closure_code(&h, clo), Some(body));
     }
 

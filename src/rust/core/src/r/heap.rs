@@ -1,95 +1,23 @@
-//! Reading R objects from a signal handler, and the labels `Rprof()` gives
-//! R frames.
+//! The labels `Rprof()` gives R frames, read from R's objects (see
+//! [`super::sexp`] for their layout) in a fixed buffer: usable in a signal
+//! handler.
 //!
 //! The handler reads only objects that are alive while it runs: the calls,
 //! symbols and strings reachable from the context records of R's current
 //! evaluation (R's own profiler reads the same objects from its handler).
-//! R never moves objects, so such a read sees a whole object. The layout of
-//! an object header (`SEXPREC`) has been the same since R 3.5; it is checked
-//! against R's API before sampling starts (`Layout::check`, from the glue).
+//! R never moves objects, so such a read sees a whole object. Before
+//! sampling starts, the glue checks labels read here against those R
+//! computes for the same calls.
 //!
 //! Every read goes through a [`Memory`]: in a signal handler
 //! [`crate::memory::Objects`], which refuses null, misaligned or implausible
 //! addresses, so a damaged pointer ends a label, not the process, in the
 //! cases that can be detected.
 
-/// R's type codes (Rinternals.h).
-pub const SYMSXP: u8 = 1;
-pub const CLOSXP: u8 = 3;
-pub const LANGSXP: u8 = 6;
-pub const CHARSXP: u8 = 9;
-pub const INTSXP: u8 = 13;
-pub const REALSXP: u8 = 14;
-pub const STRSXP: u8 = 16;
-
-/// Offsets in an object, for 64-bit platforms (Defn.h / Rinternals.h):
-/// the header is `sxpinfo`, `attrib` and the two GC links; then the cells
-/// of a node (`CAR`, `CDR`, `TAG`) or a vector's length, true length and
-/// data.
-const CAR: usize = 32;
-const CDR: usize = 40;
-const PRINTNAME: usize = 32;
-const VEC_LENGTH: usize = 32;
-const VEC_DATA: usize = 48;
-
+use super::sexp::{
+    car, cdr, data, is_na_real, length, printname, type_of, CHARSXP, INTSXP, LANGSXP, REALSXP, STRSXP, SYMSXP,
+};
 use crate::memory::Memory;
-
-/// An object's type code.
-pub fn type_of(h: &impl Memory, x: usize) -> Option<u8> {
-    Some((h.word(x)? & 0x1f) as u8)
-}
-
-/// Whether the object is an ALTREP object (its data is not in place).
-fn is_altrep(h: &impl Memory, x: usize) -> Option<bool> {
-    Some(h.word(x)? & (1 << 7) != 0)
-}
-
-pub fn car(h: &impl Memory, x: usize) -> Option<usize> {
-    h.word(x + CAR)
-}
-
-pub fn cdr(h: &impl Memory, x: usize) -> Option<usize> {
-    h.word(x + CDR)
-}
-
-/// The length of a vector (not ALTREP).
-pub fn length(h: &impl Memory, x: usize) -> Option<usize> {
-    if is_altrep(h, x)? {
-        return None;
-    }
-    h.word(x + VEC_LENGTH)
-}
-
-/// Whether `x` is the symbol `known`, or, where that symbol's address is
-/// not known (0: R read from outside, where only exported symbols are
-/// found), a symbol whose name is `name`.
-pub fn is_symbol(h: &impl Memory, x: usize, known: usize, name: &[u8]) -> bool {
-    if known != 0 {
-        return x == known;
-    }
-    let named = || -> Option<bool> {
-        if type_of(h, x)? != SYMSXP {
-            return Some(false);
-        }
-        let chars = h.word(x + PRINTNAME)?;
-        if type_of(h, chars)? != CHARSXP || length(h, chars)? != name.len() {
-            return Some(false);
-        }
-        let mut buf = [0u8; 16];
-        let got = buf.get_mut(..name.len())?;
-        h.bytes(data(h, chars)?, got)?;
-        Some(got == name)
-    };
-    named().unwrap_or(false)
-}
-
-/// The address of a vector's data (not ALTREP).
-pub fn data(h: &impl Memory, x: usize) -> Option<usize> {
-    if is_altrep(h, x)? {
-        return None;
-    }
-    Some(x + VEC_DATA)
-}
 
 /// Appends the bytes of a CHARSXP to `out` (as many as fit).
 pub fn push_chars(h: &impl Memory, c: usize, out: &mut Buf) -> Option<()> {
@@ -108,7 +36,7 @@ fn push_symbol(h: &impl Memory, s: usize, out: &mut Buf) -> Option<()> {
     if type_of(h, s)? != SYMSXP {
         return None;
     }
-    push_chars(h, h.word(s + PRINTNAME)?, out)
+    push_chars(h, printname(h, s)?, out)
 }
 
 /// A fixed buffer for one label.
@@ -247,8 +175,7 @@ fn build_label(h: &impl Memory, syms: &Symbols, fun: usize, out: &mut Buf) -> Op
 /// the integer part).
 fn push_double(out: &mut Buf, x: f64) {
     if x.is_nan() {
-        // R's NA_real_ is a NaN with payload 1954.
-        out.push(if x.to_bits() & 0xffff_ffff == 1954 { b"NA" } else { b"NaN" });
+        out.push(if is_na_real(x) { b"NA" } else { b"NaN" });
     } else if x.is_infinite() {
         out.push(if x > 0.0 { b"Inf" } else { b"-Inf" });
     } else if x.abs() < 1e18 {
@@ -262,121 +189,9 @@ fn push_double(out: &mut Buf, x: f64) {
 }
 
 #[cfg(test)]
-pub mod tests {
+mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    /// A fake heap: objects laid out as R lays them out, at made-up
-    /// addresses.
-    #[derive(Default)]
-    pub struct FakeHeap {
-        pub words: HashMap<usize, usize>,
-        pub strings: HashMap<usize, Vec<u8>>,
-        next: usize,
-    }
-
-    impl Memory for FakeHeap {
-        fn read(&self, addr: usize, out: &mut [u8]) -> bool {
-            if out.len() == 8 {
-                if let Some(w) = self.words.get(&addr) {
-                    out.copy_from_slice(&w.to_ne_bytes());
-                    return true;
-                }
-            }
-            match self.strings.iter().find(|(&b, s)| addr >= b && addr + out.len() <= b + s.len()) {
-                Some((&base, s)) => {
-                    out.copy_from_slice(&s[addr - base..addr - base + out.len()]);
-                    true
-                }
-                None => false,
-            }
-        }
-        fn word(&self, addr: usize) -> Option<usize> {
-            self.words.get(&addr).copied()
-        }
-    }
-
-    impl FakeHeap {
-        fn alloc(&mut self, kind: u8) -> usize {
-            self.next += 0x100;
-            let a = 0x10_0000 + self.next;
-            self.words.insert(a, kind as usize);
-            a
-        }
-        pub fn chars(&mut self, s: &str) -> usize {
-            let c = self.alloc(CHARSXP);
-            self.words.insert(c + VEC_LENGTH, s.len());
-            self.strings.insert(c + VEC_DATA, s.as_bytes().to_vec());
-            c
-        }
-        pub fn symbol(&mut self, name: &str) -> usize {
-            let s = self.alloc(SYMSXP);
-            let c = self.chars(name);
-            self.words.insert(s + PRINTNAME, c);
-            s
-        }
-        pub fn cons(&mut self, kind: u8, car: usize, cdr: usize) -> usize {
-            let x = self.alloc(kind);
-            self.words.insert(x + CAR, car);
-            self.words.insert(x + CDR, cdr);
-            x
-        }
-        /// A call `f(args...)`.
-        pub fn call(&mut self, f: usize, args: &[usize]) -> usize {
-            let mut rest = 0x42; // R_NilValue stand-in
-            for &a in args.iter().rev() {
-                rest = self.cons(2, a, rest);
-            }
-            self.cons(LANGSXP, f, rest)
-        }
-        /// An integer vector (its ints readable with `int`).
-        pub fn ints(&mut self, v: &[i32]) -> usize {
-            let x = self.alloc(INTSXP);
-            self.words.insert(x + VEC_LENGTH, v.len());
-            let bytes: Vec<u8> = v.iter().flat_map(|i| i.to_ne_bytes()).collect();
-            self.strings.insert(x + VEC_DATA, bytes);
-            x
-        }
-        /// A list of objects.
-        pub fn list(&mut self, items: &[usize]) -> usize {
-            let x = self.alloc(19);
-            self.words.insert(x + VEC_LENGTH, items.len());
-            for (i, &it) in items.iter().enumerate() {
-                self.words.insert(x + VEC_DATA + 8 * i, it);
-            }
-            x
-        }
-        /// A pairlist node: `value` tagged `tag`, then `next`.
-        pub fn tagged(&mut self, tag: usize, value: usize, next: usize) -> usize {
-            let cell = self.cons(2, value, next);
-            self.words.insert(cell + 48, tag);
-            cell
-        }
-        /// An environment whose frame is the pairlist `frame` (no hash
-        /// table, no enclosure: R_NilValue's stand-in).
-        pub fn env(&mut self, frame: usize) -> usize {
-            let env = self.cons(4, frame, 0x42);
-            self.words.insert(env + 48, 0x42);
-            env
-        }
-        /// Sets `x`'s attributes to one tagged value.
-        pub fn attr(&mut self, x: usize, tag: usize, value: usize) {
-            let cell = self.cons(2, value, 0x42);
-            self.words.insert(cell + 48, tag);
-            self.words.insert(x + 8, cell);
-        }
-        /// A character vector of one string.
-        pub fn string(&mut self, s: &str) -> usize {
-            let c = self.chars(s);
-            self.vector(STRSXP, c)
-        }
-        pub fn vector(&mut self, kind: u8, word: usize) -> usize {
-            let v = self.alloc(kind);
-            self.words.insert(v + VEC_LENGTH, 1);
-            self.words.insert(v + VEC_DATA, word);
-            v
-        }
-    }
+    use crate::r::sexp::{tests::FakeHeap, CLOSXP};
 
     fn label_of(h: &FakeHeap, syms: &Symbols, fun: usize) -> String {
         let mut b = Buf::default();
@@ -421,7 +236,7 @@ pub mod tests {
         let g = h.symbol("g");
         let inner = h.call(g, &[]);
         assert_eq!(label_of(&h, &syms, inner), "<Anonymous>");
-        let clo = h.alloc(3);
+        let clo = h.alloc(CLOSXP, 0);
         assert_eq!(label_of(&h, &syms, clo), "<Anonymous>");
         // Unreadable memory: anonymous, not a crash.
         assert_eq!(label_of(&h, &syms, 0xdead_0000), "<Anonymous>");

@@ -3,13 +3,16 @@
 //! functions of R run its AST loops, where R's byte-code interpreter loop
 //! keeps its program counter, and R's byte-code instructions. The profiler
 //! names loops with these; without them, loops are labelled generically.
+//!
+//! What is seen on the stack while a probe runs (the frames holding R's
+//! records) is read by the caller, which captures the stack, and given to
+//! the functions here: this module keeps and checks what was learnt.
 
 use super::bcode::OpTable;
 use super::Facts;
 use crate::error::{Error, Result};
 use crate::memory::Objects;
 use crate::unwind::walk::Snapshot;
-use crate::unwind::Backend;
 use std::sync::{Mutex, OnceLock};
 
 /// The function starts of R's AST loops (`do_for`, `do_while`,
@@ -43,18 +46,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn best_backend() -> Result<Backend> {
-    Backend::best().ok_or_else(|| Error::Unavailable("no unwinding backend works here".into()))
-}
-
-/// Learns which native function of R runs an AST loop of `kind`: called
-/// from inside such a loop, it finds the frame that holds the loop's record.
+/// Learns which native function of R runs an AST loop of `kind` from
+/// `owner_ip`, a return address in the native frame that holds the record
+/// of a loop of that kind running now (the caller finds it on the stack).
 /// Once all three are known and distinct, samples name AST loops by kind.
-pub fn learn_loop(facts: &Facts, kind: LoopKind) -> Result<()> {
-    let ip = crate::joint::innermost_loop_owner(facts, best_backend()?)?;
+pub fn learn_loop(facts: &Facts, kind: LoopKind, owner_ip: usize) -> Result<()> {
     let snap = Snapshot::take(facts.interpreter_addr);
     let start = snap
-        .function_start(ip - 1)
+        .function_start(owner_ip - 1)
         .ok_or_else(|| Error::Inconsistent("a loop's frame has no unwind information".into()))?;
     let mut seen = lock(&SEEN);
     seen[kind as usize] = start;
@@ -78,18 +77,23 @@ pub struct Opcodes {
     pub stepfor: i32,
 }
 
-/// Learns where R's byte-code interpreter loop keeps its program counter:
-/// called from byte code, it looks at the records made while byte code ran
-/// and at the native frames holding their loop slots. Learns R's
-/// instructions from `opcodes` the first time they are given.
-pub fn learn_bc(facts: &Facts, opcodes: Option<Opcodes>) -> Result<()> {
+/// Learns R's instructions from `opcodes` the first time they are given.
+pub fn learn_ops(opcodes: Option<Opcodes>) -> Result<()> {
     if let (None, Some(o)) = (OPS.get(), opcodes) {
         let table = OpTable::learn(&Objects, o.body, &o.argc, o.goto, o.stepfor)
             .ok_or_else(|| Error::Inconsistent("R's byte code is not laid out as winch expects".into()))?;
         let _ = OPS.set(table);
     }
-    let seen = crate::joint::loop_slots(facts, best_backend()?)?;
-    *lock(&BC_FRAMES) = Some(interpreter_frames(&seen)?);
+    Ok(())
+}
+
+/// Learns where R's byte-code interpreter loop keeps its program counter
+/// from `seen`: for each record made while byte code ran whose loop slot
+/// is on the C stack, the start of the native function holding the slot
+/// and how far below that frame's CFA the slot is (the caller reads them
+/// from the stack, called from byte code).
+pub fn learn_bc_frames(seen: &[(usize, usize)]) -> Result<()> {
+    *lock(&BC_FRAMES) = Some(interpreter_frames(seen)?);
     Ok(())
 }
 
@@ -191,79 +195,5 @@ mod tests {
             .to_string()
             .contains("different places"));
         assert!(interpreter_frames(&[(1, 8), (2, 8), (3, 8)]).is_err());
-    }
-}
-
-/// The start of R's garbage collector (`R_gc_internal`, a hidden function of
-/// R's library), found from the code of `R_gc` (exported), which calls it
-/// first: the target of its first call. None when `R_gc`'s first
-/// instructions are not the few this reads, or the target is not a function
-/// start of R's library (then garbage collection is not shown).
-pub fn gc_start(facts: &Facts) -> Option<usize> {
-    static GC: OnceLock<Option<usize>> = OnceLock::new();
-    *GC.get_or_init(|| {
-        let r_gc = crate::got::versioned_symbol("R_gc", "")?;
-        let mut code = [0u8; 48];
-        if !crate::memory::Memory::read(&crate::memory::Own, r_gc, &mut code) {
-            return None;
-        }
-        let target = first_call_target(r_gc, &code)?;
-        let snap = Snapshot::take(facts.interpreter_addr);
-        let libr = snap.libr?;
-        (snap.map.module_of(target) == Some(libr) && snap.function_start(target) == Some(target))
-            .then_some(target)
-    })
-}
-
-/// The target of the first `call rel32` in x86-64 code `code` at `addr`,
-/// read through the instructions a short function like `R_gc` starts with
-/// (`endbr64`, pushes, stack adjustments, register moves and clears, a
-/// store of an immediate); None at any other instruction.
-pub fn first_call_target(addr: usize, code: &[u8]) -> Option<usize> {
-    let mut i = 0;
-    while i < code.len() {
-        let rest = &code[i..];
-        let len = match rest {
-            [0xe8, a, b, c, d, ..] => {
-                let rel = i32::from_le_bytes([*a, *b, *c, *d]);
-                return (addr + i + 5).checked_add_signed(rel as isize);
-            }
-            [0xf3, 0x0f, 0x1e, 0xfa, ..] => 4,        // endbr64
-            [0x50..=0x57, ..] => 1,                   // push reg
-            [0x41, 0x50..=0x57, ..] => 2,             // push r8-r15
-            [0x48, 0x83, 0xec, _, ..] => 4,           // sub rsp, imm8
-            [0x48, 0x81, 0xec, _, _, _, _, ..] => 7,  // sub rsp, imm32
-            [0x31 | 0x33, m, ..] if m >> 6 == 3 => 2, // xor r32, r32
-            [0x48 | 0x4c | 0x49 | 0x4d, 0x89 | 0x8b, m, ..] if m >> 6 == 3 => 3, // mov r64, r64
-            [0x89 | 0x8b, m, ..] if m >> 6 == 3 => 2, // mov r32, r32
-            [0xc7, 0x05, _, _, _, _, _, _, _, _, ..] => 10, // mov dword [rip+d], imm32
-            [0xbf | 0xbe, _, _, _, _, ..] => 5,       // mov edi/esi, imm32
-            _ => return None,
-        };
-        i += len;
-    }
-    None
-}
-
-#[cfg(test)]
-mod gc_tests {
-    use super::*;
-
-    #[test]
-    fn the_collector_is_found_from_r_gc_s_first_call() {
-        // R_gc of Debian's R 4.2: sub rsp,8; xor edi,edi; movl $2,[rip+d];
-        // call R_gc_internal; add rsp,8; jmp R_RunPendingFinalizers@plt.
-        let code = [
-            0x48, 0x83, 0xec, 0x08, 0x31, 0xff, 0xc7, 0x05, 0x14, 0x34, 0x1f, 0x00, 0x02, 0x00, 0x00, 0x00,
-            0xe8, 0x6b, 0x85, 0xff, 0xff, 0x48, 0x83, 0xc4, 0x08,
-        ];
-        assert_eq!(first_call_target(0x19b1f0, &code), Some(0x193770));
-        // With endbr64 and a push first.
-        let mut ibt = vec![0xf3, 0x0f, 0x1e, 0xfa, 0x53];
-        ibt.extend_from_slice(&[0xe8, 0x10, 0x00, 0x00, 0x00]);
-        assert_eq!(first_call_target(0x1000, &ibt), Some(0x1000 + 10 + 0x10));
-        // Anything else before the call: not guessed.
-        assert_eq!(first_call_target(0x1000, &[0x48, 0x8d, 0x05, 0, 0, 0, 0, 0xe8, 0, 0, 0, 0]), None);
-        assert_eq!(first_call_target(0x1000, &[0x31, 0xff]), None);
     }
 }

@@ -9,6 +9,7 @@ use crate::profile::labels::{self, Labels};
 use crate::profile::record::Owner;
 use crate::r::bcode::{self, LoopPath};
 use crate::r::heap as rheap;
+use crate::r::sexp;
 use crate::unwind::walk::Frame;
 
 /// The descriptions (label, loops, position) of the last sample's R
@@ -149,8 +150,8 @@ pub(super) fn describe_frames<H: Memory, C: Memory>(
         // that dispatches (`[` calling `[.data.frame`) has none, and the
         // method it calls runs from the same code as the primitive's
         // caller: that code stays the body further out.
-        let closure = rheap::type_of(h, c.callfun) == Some(rheap::CLOSXP);
-        let body = if r.bc.is_some() && closure { h.word(c.callfun + 40).unwrap_or(0) } else { 0 };
+        let closure = sexp::type_of(h, c.callfun) == Some(sexp::CLOSXP);
+        let body = if r.bc.is_some() && closure { sexp::closure_body(h, c.callfun).unwrap_or(0) } else { 0 };
         // Where the byte code is: from the inner call, else from the loop.
         let (from_body, pc, pc_relative) =
             match inner.filter(|j| j.bcintactive && j.bcbody == body && body != 0) {
@@ -226,7 +227,7 @@ pub(super) fn describe_frames<H: Memory, C: Memory>(
                 !ctx[j].is_loop
                     && ctx[j].cloenv == sysparent
                     && sysparent != 0
-                    && rheap::type_of(h, ctx[j].callfun) == Some(rheap::CLOSXP)
+                    && sexp::type_of(h, ctx[j].callfun) == Some(sexp::CLOSXP)
             });
             match owner {
                 Some(j) => Owner::Frame(ctx[j].label),
@@ -297,7 +298,7 @@ fn file_label(
     labels: &mut Labels,
     files: &mut [(usize, usize, u32)],
 ) -> Option<u32> {
-    let frame = h.word(srcfile + 32)?;
+    let frame = sexp::env_frame(h, srcfile)?;
     let slot = (srcfile.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) & (files.len() - 1);
     if let Some(&(env, f, id)) = files.get(slot) {
         if env == srcfile && f == frame {
@@ -305,11 +306,11 @@ fn file_label(
         }
     }
     let name = bcode::env_value(h, srcfile, (lf.filename_sym, b"filename"), nil)?;
-    if rheap::type_of(h, name)? != rheap::STRSXP || rheap::length(h, name)? == 0 {
+    if sexp::type_of(h, name)? != sexp::STRSXP || sexp::length(h, name)? == 0 {
         return None;
     }
     let mut buf = rheap::Buf::default();
-    rheap::push_chars(h, h.word(rheap::data(h, name)?)?, &mut buf)?;
+    rheap::push_chars(h, h.word(sexp::data(h, name)?)?, &mut buf)?;
     let id = labels.intern(buf.as_bytes());
     if id == labels::FULL {
         return None;
@@ -363,8 +364,8 @@ mod tests {
     use crate::memory::Image;
     use crate::r::bcode::tests::{self as bc, Fixture, CALL, RETURN, STARTFOR, STEPFOR};
     use crate::r::bcode::FOR;
-    use crate::r::heap::tests::FakeHeap;
     use crate::r::layout::Layout;
+    use crate::r::sexp::{self, tests::FakeHeap};
     use std::cell::RefCell;
 
     /// R's NULL, the variable `R_Srcref`, and its marker for byte code.
@@ -461,7 +462,7 @@ mod tests {
         fn with_lines(mut self) -> World {
             let filename_sym = self.f.h.symbol("filename");
             self.r.lines = Some(LineFacts { srcfile_sym: self.srcfile_sym, filename_sym });
-            self.f.h.words.insert(SRCREF_VAR, NIL);
+            self.f.h.mem.put_word(SRCREF_VAR, NIL);
             self
         }
 
@@ -487,10 +488,9 @@ mod tests {
             self.f.h.call(f, args)
         }
 
-        /// A closure with body `body` (R keeps a closure's formals, body
-        /// and environment where a node keeps its CAR, CDR and TAG).
+        /// A closure with body `body`.
         fn closure(&mut self, body: usize) -> usize {
-            self.f.h.cons(bcode::CLOSXP, NIL, body)
+            self.f.h.closure(body)
         }
 
         /// A srcref at `line` of a file named `file` (its srcfile
@@ -503,7 +503,7 @@ mod tests {
         /// A srcfile environment whose `filename` is `file`.
         fn srcfile(&mut self, file: &str) -> usize {
             let frame = self.filename(file);
-            self.f.h.env(frame)
+            self.f.h.env(frame, NIL)
         }
 
         /// A frame binding `filename` to `file`.
@@ -556,28 +556,13 @@ mod tests {
         }
     }
 
-    /// Moves the object at `from` (its words and bytes) to `to`, and every
-    /// reference to it: R never moves objects, but a later object can be
-    /// made where a freed one was, and code can lie anywhere.
-    fn relocate(h: &mut FakeHeap, from: usize, to: usize) {
-        let moved = |k: usize| (from..from + 0x100).contains(&k).then(|| to + (k - from));
-        let words: Vec<(usize, usize)> = h.words.iter().map(|(&k, &v)| (k, v)).collect();
-        for (k, v) in words {
-            if let Some(n) = moved(k) {
-                h.words.remove(&k);
-                h.words.insert(n, v);
-            }
-        }
-        for v in h.words.values_mut() {
-            if *v == from {
-                *v = to;
-            }
-        }
-        let strings: Vec<usize> = h.strings.keys().copied().filter(|&k| moved(k).is_some()).collect();
-        for k in strings {
-            let bytes = h.strings.remove(&k).unwrap();
-            h.strings.insert(moved(k).unwrap(), bytes);
-        }
+    /// Makes the object of `bytes` bytes at `from` anew at `to` (over
+    /// what was there): R never moves objects, but a later object can be
+    /// made where a freed one was.
+    fn relocate(h: &mut FakeHeap, from: usize, to: usize, bytes: usize) {
+        let mut copy = vec![0; bytes];
+        assert!(h.read(from, &mut copy));
+        h.mem.put_bytes(to, &copy);
     }
 
     /// A function record (its address, call and function), called from
@@ -705,7 +690,7 @@ mod tests {
 
     /// Whether the line of `srcref` was read.
     fn read_line(w: &World, reads: &[usize], srcref: usize) -> bool {
-        reads.contains(&rheap::data(&w.f.h, srcref).unwrap())
+        reads.contains(&sexp::data(&w.f.h, srcref).unwrap())
     }
 
     #[test]
@@ -801,7 +786,7 @@ mod tests {
         // f: the srcref saved by the record made from its code (g's);
         // g, the innermost: R's current srcref.
         let now = w.srcref("b.R", 30);
-        w.f.h.words.insert(SRCREF_VAR, now);
+        w.f.h.mem.put_word(SRCREF_VAR, now);
         let ctx = [record(0x7100, g, clo), Ctx { srcref_in: Some(s), ..record(0x7400, f, clo) }];
         let mut got = ctx;
         w.describe(&[], &mut got);
@@ -834,8 +819,8 @@ mod tests {
         // A later srcfile at the same address (the first one freed) and a
         // srcref of it.
         let frame = w.filename("b.R");
-        let later = w.f.h.env(frame);
-        relocate(&mut w.f.h, later, file);
+        let later = w.f.h.env(frame, NIL);
+        relocate(&mut w.f.h, later, file, sexp::offset::DATA);
         let s2 = w.srcref_in(file, 2);
         let mut ctx = [Ctx { srcref_in: Some(s2), ..ctx[0] }];
         w.describe(&[], &mut ctx);
@@ -879,8 +864,11 @@ mod tests {
         assert_eq!(loops(&mut w, called_from(g_rec, body, 3)), (vec![], vec![], vec![]), "the loop's set-up");
         // Older R: the program counter in the slot of the loop running f.
         let code = bcode::code_range(&w.f.h, body).unwrap().0;
-        let code_vector = rheap::car(&w.f.h, body).unwrap();
-        relocate(&mut w.f.h, code_vector, 0x7f00_0000_0000);
+        let code_vector = sexp::car(&w.f.h, body).unwrap();
+        let high = 0x7f00_0000_0000;
+        let bytes = sexp::offset::DATA + sexp::length(&w.f.h, code_vector).unwrap() * sexp::INT_SIZE;
+        relocate(&mut w.f.h, code_vector, high, bytes);
+        w.f.h.set(body, sexp::offset::CAR, high);
         assert_ne!(bcode::code_range(&w.f.h, body).unwrap().0, code);
         w.stack.put_word(0x7810, unit_at(&w, body, 6));
         let g_rec = Ctx { bcpc: 0x7810, ..called_from(g_rec, body, -1) };
