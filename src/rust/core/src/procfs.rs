@@ -402,6 +402,9 @@ mod tests {
         let text = "1000-2000 r--p 00000000 00:00 0\nnonsense\n3000-4000 r-xp 00000000 00:00 0 /x\n";
         let ranges: Vec<(usize, usize)> = maps_lines(text).map(|l| (l.start, l.end)).collect();
         assert_eq!(ranges, [(0x1000, 0x2000), (0x3000, 0x4000)]);
+        // An anonymous mapping's line, as the kernel ends it.
+        let l = MapsLine::parse("7f12a000-7f12c000 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!((l.start, l.end, l.path), (0x7f12a000, 0x7f12c000, ""));
         // Extra spaces between the fields are allowed.
         let l = MapsLine::parse("7f12a000-7f12c000  rw-p 00000000 00:00 0").unwrap();
         assert_eq!((l.start, l.end, l.path), (0x7f12a000, 0x7f12c000, ""));

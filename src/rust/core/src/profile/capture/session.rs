@@ -34,7 +34,7 @@ use super::super::compose::{self as sampler, RFacts, Scratch};
 use super::super::record::{self, Entry, Flags, PREFIX};
 use super::clock::{self, now_ns, Clock, MIN_INTERVAL_NS};
 use super::ring::Ring;
-use super::threads::{self, Threads};
+use super::threads::Threads;
 use super::worker::{self, WorkerScratch};
 use crate::error::{Error, Result};
 use crate::unwind::walk::Snapshot;
@@ -989,7 +989,7 @@ impl Running {
             all_threads: !s.slots.is_empty(),
             threads,
             main_tid: s.main_tid,
-            main_name: threads::comm(s.main_tid),
+            main_name: crate::procfs::comm(crate::procfs::Proc::This, s.main_tid),
             modules_now: None,
             launch_module: launch_module(),
             main_cpu_ns,
