@@ -4,17 +4,17 @@
 //! `schedstat`, the tracer in `status`, a variable of `environ`, the
 //! executable's link and the `mem` file.
 //!
-//! Each file has a pure parser over its text (no allocation: results borrow
-//! from the text, tested on synthetic text below) and a thin reader that
-//! reads the file of a process or thread and calls it. The readers
-//! allocate (a path and the file's text); none of them is for a signal
-//! handler. [`task_links`] is the exception: one system call, nothing
-//! allocated.
+//! Each file has a pure parser over its text (tested on synthetic text
+//! below) and a thin reader that reads the file of a process or thread and
+//! calls it. The parsers allocate nothing (a [`MapsLine`] borrows its path
+//! from the text; [`parse_maps`] and [`environ_value`] are the owned forms).
+//! The readers allocate (a path and the file's text): none is for a signal
+//! handler, except [`task_links`], one system call with nothing allocated.
 //!
 //! The `procfs` crate parses these files too; winch keeps its own small
 //! parser because the crate allocates for every line and path (and has no
-//! public parser of a line), and would double the vendored crates (see
-//! README, "Choices and why").
+//! public parser of a line), and would add 8 crates to the vendored ones
+//! and more than double their archive (see README, "Choices and why").
 
 use std::io;
 
@@ -122,6 +122,7 @@ impl<'a> MapsLine<'a> {
         })
     }
 
+    /// This line, owning its path.
     pub fn to_mapping(&self) -> Mapping {
         Mapping {
             start: self.start,
