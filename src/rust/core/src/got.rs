@@ -317,14 +317,15 @@ pub struct Protections(Vec<(usize, usize, i32)>);
 
 impl Protections {
     pub fn parse(maps: &str) -> Protections {
-        let mut v: Vec<(usize, usize, i32)> = maps.lines().filter_map(protection_line).collect();
+        let mut v: Vec<(usize, usize, i32)> =
+            crate::procfs::maps_lines(maps).map(|l| (l.start, l.end, l.perms.prot())).collect();
         v.sort_unstable();
         Protections(v)
     }
 
     /// This process's, now.
     pub fn read() -> Protections {
-        Protections::parse(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default())
+        Protections::parse(&crate::procfs::read_maps(crate::procfs::Proc::This).unwrap_or_default())
     }
 
     /// The protection of the mapping holding `addr`.
@@ -332,27 +333,6 @@ impl Protections {
         let i = self.0.partition_point(|&(lo, _, _)| lo <= addr).checked_sub(1)?;
         let (lo, hi, prot) = self.0[i];
         (addr >= lo && addr < hi).then_some(prot)
-    }
-}
-
-/// A mapping's range and protection, from a line of `/proc/PID/maps`.
-fn protection_line(line: &str) -> Option<(usize, usize, i32)> {
-    {
-        let mut f = line.split_ascii_whitespace();
-        let (lo, hi) = f.next()?.split_once('-')?;
-        let (lo, hi) = (usize::from_str_radix(lo, 16).ok()?, usize::from_str_radix(hi, 16).ok()?);
-        let perms = f.next()?.as_bytes();
-        let mut prot = 0;
-        if perms.first() == Some(&b'r') {
-            prot |= libc::PROT_READ;
-        }
-        if perms.get(1) == Some(&b'w') {
-            prot |= libc::PROT_WRITE;
-        }
-        if perms.get(2) == Some(&b'x') {
-            prot |= libc::PROT_EXEC;
-        }
-        Some((lo, hi, prot))
     }
 }
 
@@ -841,7 +821,7 @@ mod tests {
             libc::mprotect(page, 4096, libc::PROT_READ);
             write_slot(slot, 0xdead_beef, libc::PROT_READ).unwrap();
             assert_eq!(*(slot as *const usize), 0xdead_beef);
-            let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+            let maps = crate::procfs::read_maps(crate::procfs::Proc::This).unwrap();
             assert_eq!(page_protection(&maps, slot), Some(libc::PROT_READ));
             assert!(write_slot(slot + 1, 0, libc::PROT_READ).is_err());
             libc::munmap(page, 4096);

@@ -4,6 +4,8 @@
 //! Nothing here calls R; the R glue lives in the `winch` crate. The parts,
 //! from the ground up:
 //! * [`memory`]: the one interface every read of a process goes through;
+//! * [`procfs`]: everything read from `/proc` (maps, threads, `stat`, ...),
+//!   for this process and others;
 //! * [`r`]: everything known about R's process (context records per R
 //!   version, the chain reader, R objects, byte code, the facts gathered
 //!   at load, what is learnt by watching R);
@@ -40,6 +42,7 @@ pub mod modules;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub mod outside;
 pub mod plt;
+pub mod procfs;
 pub mod profile;
 pub mod r;
 pub mod reentry;

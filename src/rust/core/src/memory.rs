@@ -272,17 +272,9 @@ pub unsafe fn copy_loaded(addr: usize, len: usize) -> Option<Vec<u8>> {
 /// The mapping of this process that contains `addr`, as `[start, end)`, from
 /// `/proc/self/maps` (not async-signal-safe: it allocates and reads a file).
 pub fn mapping_containing(addr: usize) -> Option<(usize, usize)> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines().filter_map(parse_maps_range).find(|&(lo, hi)| lo <= addr && addr < hi)
-}
-
-/// The address range at the start of a `/proc/<pid>/maps` line.
-fn parse_maps_range(line: &str) -> Option<(usize, usize)> {
-    let range = line.split_whitespace().next()?;
-    let (lo, hi) = range.split_once('-')?;
-    let lo = usize::from_str_radix(lo, 16).ok()?;
-    let hi = usize::from_str_radix(hi, 16).ok()?;
-    (lo < hi).then_some((lo, hi))
+    let maps = crate::procfs::read_maps(crate::procfs::Proc::This).ok()?;
+    let found = crate::procfs::maps_lines(&maps).find(|l| l.start <= addr && addr < l.end);
+    found.map(|l| (l.start, l.end))
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -326,13 +318,7 @@ mod tests {
     }
 
     #[test]
-    fn maps_lines_and_the_mapping_of_a_heap_block() {
-        assert_eq!(
-            parse_maps_range("7f12a000-7f12c000 rw-p 00000000 00:00 0 "),
-            Some((0x7f12a000, 0x7f12c000))
-        );
-        assert_eq!(parse_maps_range("garbage"), None);
-        assert_eq!(parse_maps_range("2000-1000 rw-p"), None);
+    fn the_mapping_of_a_heap_block() {
         let block = vec![0u8; 8 << 20];
         let addr = block.as_ptr() as usize + block.len() - 1;
         let (lo, hi) = mapping_containing(addr).unwrap();

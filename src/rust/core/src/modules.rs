@@ -5,6 +5,8 @@
 //! rebuilt only when the loader's add/remove counters change, which makes the
 //! check on every capture a single callback.
 
+#[cfg(target_os = "linux")]
+use crate::procfs::MapsLine;
 use crate::reentry::ReentryLock;
 use std::sync::Arc;
 
@@ -309,7 +311,8 @@ pub fn read_loaded_modules() -> Vec<Module> {
     // SAFETY: `each` has the callback's type and only uses `modules`, which
     // outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(each), &mut modules as *mut _ as *mut libc::c_void) };
-    let maps = read_proc_maps();
+    let text = crate::procfs::read_maps(crate::procfs::Proc::This).unwrap_or_default();
+    let maps: Vec<MapsLine> = crate::procfs::maps_lines(&text).collect();
     for m in &mut modules {
         finish_module(m, &maps);
     }
@@ -401,11 +404,9 @@ fn loaded_build_id(phdrs: &[libc::Elf64_Phdr], bias: usize, segments: &[Segment]
 /// Fills in what the loader does not say: the executable's path, absolute
 /// paths, modules without a file, and the file each is mapped from.
 #[cfg(target_os = "linux")]
-fn finish_module(m: &mut Module, maps: &[MapsEntry]) {
+fn finish_module(m: &mut Module, maps: &[MapsLine]) {
     if m.is_main {
-        m.path = std::fs::read_link("/proc/self/exe")
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        m.path = crate::procfs::exe(crate::procfs::Proc::This).unwrap_or_default();
     }
     if m.path.is_empty() || !m.path.starts_with('/') && !m.path.contains('/') {
         // The vDSO ("linux-vdso.so.1") and other file-less images.
@@ -423,8 +424,8 @@ fn finish_module(m: &mut Module, maps: &[MapsEntry]) {
     if let Some(seg) = m.segments.first() {
         m.mapped = maps
             .iter()
-            .find(|e| e.start <= seg.start && seg.start < e.end && e.ino != 0)
-            .map(|e| MappedFile { dev: e.dev, ino: e.ino });
+            .find(|e| e.start <= seg.start && seg.start < e.end && e.inode != 0)
+            .map(|e| MappedFile { dev: e.dev, ino: e.inode });
     }
 }
 
@@ -452,42 +453,6 @@ pub fn gnu_build_id(notes: &[u8], align: usize) -> Option<Vec<u8>> {
         at = next;
     }
     None
-}
-
-#[cfg(target_os = "linux")]
-struct MapsEntry {
-    start: usize,
-    end: usize,
-    dev: u64,
-    ino: u64,
-}
-
-#[cfg(target_os = "linux")]
-fn read_proc_maps() -> Vec<MapsEntry> {
-    let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
-        return Vec::new();
-    };
-    text.lines().filter_map(parse_maps_line).collect()
-}
-
-#[cfg(target_os = "linux")]
-fn parse_maps_line(line: &str) -> Option<MapsEntry> {
-    let mut fields = line.split_ascii_whitespace();
-    let range = fields.next()?;
-    let _perms = fields.next()?;
-    let _offset = fields.next()?;
-    let dev = fields.next()?;
-    let ino: u64 = fields.next()?.parse().ok()?;
-    let (start, end) = range.split_once('-')?;
-    let (major, minor) = dev.split_once(':')?;
-    let major = u32::from_str_radix(major, 16).ok()?;
-    let minor = u32::from_str_radix(minor, 16).ok()?;
-    Some(MapsEntry {
-        start: usize::from_str_radix(start, 16).ok()?,
-        end: usize::from_str_radix(end, 16).ok()?,
-        dev: libc::makedev(major, minor) as u64,
-        ino,
-    })
 }
 
 /// The loaded modules at one moment, and which of the loader's
@@ -684,15 +649,6 @@ mod tests {
         assert_eq!(gnu_build_id(&note, 4), Some(id.to_vec()));
         assert_eq!(gnu_build_id(&note[..10], 4), None);
         assert_eq!(gnu_build_id(&note[..30], 4), None);
-    }
-
-    #[test]
-    fn maps_lines_parse() {
-        let e =
-            parse_maps_line("7f1c2a000000-7f1c2a021000 r-xp 00000000 fd:01 1234567  /usr/lib/x.so").unwrap();
-        assert_eq!((e.start, e.end, e.ino), (0x7f1c2a000000, 0x7f1c2a021000, 1234567));
-        assert_eq!(e.dev, libc::makedev(0xfd, 1) as u64);
-        assert!(parse_maps_line("garbage").is_none());
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! * [`deparse`]: R calls read from its memory as R source;
 //! * [`dump`]: every thread's native frames and R's frames placed among
 //!   them;
-//! * [`record`]: sampling it, into the profiler's records;
+//! * [`record`]: sampling it, into the profiler's records (`running`:
+//!   which threads each tick samples);
 //! * [`registration`]: R's table of registered native routines there.
 
 pub mod core_file;
@@ -19,4 +20,5 @@ pub mod dump;
 pub mod ptrace;
 pub mod record;
 pub mod registration;
+mod running;
 pub mod target;

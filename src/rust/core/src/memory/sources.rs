@@ -269,7 +269,7 @@ pub fn read_proc_mem(pid: i32, addr: usize, buf: &mut [u8]) -> bool {
     // since reused) reads nothing, and is opened again.
     for fresh in [false, true] {
         if fresh || open.as_ref().is_none_or(|(p, _)| *p != pid) {
-            *open = std::fs::File::open(format!("/proc/{pid}/mem")).ok().map(|f| (pid, f));
+            *open = crate::procfs::open_mem(pid).ok().map(|f| (pid, f));
         }
         let Some((_, file)) = open.as_ref() else { return false };
         if file.read_exact_at(buf, addr as u64).is_ok() {

@@ -4,9 +4,9 @@
 //! the `NT_FILE` note lists them) and its mappings.
 
 use super::ptrace::Thread;
-use super::target::MapsLine;
 use crate::error::{Error, Result};
 use crate::memory::Memory;
+use crate::procfs::{Mapping, Perms};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
@@ -172,31 +172,29 @@ impl Core {
 
     /// The process's mappings as `/proc/PID/maps` would list them: the
     /// files mapped, and the vDSO.
-    pub fn maps(&self) -> Vec<MapsLine> {
-        let mut out: Vec<MapsLine> = self
+    pub fn maps(&self) -> Vec<Mapping> {
+        let mut out: Vec<Mapping> = self
             .files
             .iter()
-            .map(|(start, end, off, path)| MapsLine {
+            .map(|(start, end, off, path)| Mapping {
                 start: *start,
                 end: *end,
-                read: true,
-                exec: false,
+                perms: Perms { read: true, ..Perms::default() },
                 offset: *off as usize,
                 dev: 0,
-                ino: 0,
+                inode: 0,
                 path: path.clone(),
             })
             .collect();
         if self.vdso != 0 {
             if let Some(&(a, size, _, _)) = self.loads.iter().find(|l| l.0 == self.vdso) {
-                out.push(MapsLine {
+                out.push(Mapping {
                     start: a,
                     end: a + size,
-                    read: true,
-                    exec: true,
+                    perms: Perms { read: true, exec: true, ..Perms::default() },
                     offset: 0,
                     dev: 0,
-                    ino: 0,
+                    inode: 0,
                     path: "[vdso]".into(),
                 });
             }

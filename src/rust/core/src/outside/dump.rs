@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
 use crate::memory::{Memory, Process};
 use crate::modules::ModuleMap;
+use crate::procfs::{self, Proc};
 use crate::r::context::RContext;
 use crate::r::heap as rheap;
 use crate::trace::{NativeFrame, NativeTrace};
@@ -66,9 +67,8 @@ pub struct Dump {
 pub fn dump(pid: i32) -> Result<Dump> {
     let exe = check_target(pid)?;
     let stopped = Stopped::stop(pid)?;
-    let maps = target::parse_maps(
-        &std::fs::read_to_string(format!("/proc/{pid}/maps"))
-            .map_err(|e| Error::Io(format!("/proc/{pid}/maps: {e}")))?,
+    let maps = procfs::parse_maps(
+        &procfs::read_maps(Proc::Pid(pid)).map_err(|e| Error::Io(format!("/proc/{pid}/maps: {e}")))?,
     );
     let ranges = maps.iter().map(|m| (m.start, m.end)).collect();
     let src = Source {
@@ -78,7 +78,7 @@ pub fn dump(pid: i32) -> Result<Dump> {
         ranges,
         threads: &stopped.threads,
         mem: Process { pid },
-        r_home: target::environment_value(pid, "R_HOME"),
+        r_home: procfs::environment_value(Proc::Pid(pid), "R_HOME"),
     };
     let d = read(&src);
     drop(stopped); // the process goes on
@@ -94,20 +94,16 @@ pub(super) fn check_target(pid: i32) -> Result<String> {
             "that is this R process: use winch_sys_calls() or winch_trace_back() to see its own stack".into(),
         ));
     }
-    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+    if !procfs::exists(pid) {
         return Err(Error::NoProcess(format!("there is no process {pid}")));
     }
-    std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.to_string_lossy().into_owned()).map_err(|e| {
-        match e.raw_os_error() {
-            Some(libc::EACCES) | Some(libc::EPERM) if super::ptrace::exiting(pid) => {
-                Error::NoProcess(format!("process {pid} has exited"))
-            }
-            Some(libc::EACCES) | Some(libc::EPERM) => {
-                Error::Permission(super::ptrace::permission_advice(pid))
-            }
-            Some(libc::ENOENT) => Error::NoProcess(format!("process {pid} has exited (or is a zombie)")),
-            _ => Error::Io(format!("/proc/{pid}/exe: {e}")),
+    procfs::exe(Proc::Pid(pid)).map_err(|e| match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) if super::ptrace::exiting(pid) => {
+            Error::NoProcess(format!("process {pid} has exited"))
         }
+        Some(libc::EACCES) | Some(libc::EPERM) => Error::Permission(super::ptrace::permission_advice(pid)),
+        Some(libc::ENOENT) => Error::NoProcess(format!("process {pid} has exited (or is a zombie)")),
+        _ => Error::Io(format!("/proc/{pid}/exe: {e}")),
     })
 }
 
@@ -147,7 +143,7 @@ pub fn dump_core(path: &str, exe: Option<&str>) -> Result<Dump> {
 struct Source<'a, M: Memory> {
     pid: i32,
     exe: String,
-    maps: Vec<target::MapsLine>,
+    maps: Vec<procfs::Mapping>,
     /// Where memory that a stack may lie in is.
     ranges: Vec<(usize, usize)>,
     threads: &'a [super::ptrace::Thread],

@@ -5,6 +5,7 @@
 //! out ([`Stopped`]'s `Drop`).
 
 use crate::error::{Error, Result};
+use crate::procfs::{self, Proc};
 use std::time::{Duration, Instant};
 
 /// A thread of the target, stopped, with the registers the walk starts
@@ -32,22 +33,14 @@ const STOP_WAIT: Duration = Duration::from_secs(2);
 
 /// The thread ids of process `pid` now.
 pub fn task_ids(pid: i32) -> Result<Vec<i32>> {
-    let dir = std::fs::read_dir(format!("/proc/{pid}/task"))
+    let mut tids = procfs::task_ids(Proc::Pid(pid))
         .map_err(|e| Error::NoProcess(format!("no process {pid} to read ({e})")))?;
-    let mut tids: Vec<i32> = dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     tids.sort_unstable();
     // The main thread (tid == pid) first.
     if let Some(i) = tids.iter().position(|&t| t == pid) {
         tids[..=i].rotate_right(1);
     }
     Ok(tids)
-}
-
-/// A thread's name, from `comm`.
-pub fn thread_name(pid: i32, tid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-        .map(|s| s.trim_end().to_string())
-        .unwrap_or_default()
 }
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -80,7 +73,7 @@ impl Stopped {
         }
         for &(tid, _) in &s.seized {
             if let Some(regs) = registers(tid) {
-                s.threads.push(Thread { tid, name: thread_name(pid, tid), regs });
+                s.threads.push(Thread { tid, name: procfs::comm(Proc::Pid(pid), tid), regs });
             }
         }
         if s.threads.first().map(|t| t.tid) != Some(pid) {
@@ -195,43 +188,19 @@ fn registers(tid: i32) -> Option<(usize, usize, usize)> {
     (r == 0).then_some((regs.rip as usize, regs.rsp as usize, regs.rbp as usize))
 }
 
-/// What a thread's `stat` file says (`/proc/PID/task/TID/stat`; with `tid`
-/// None, the process's own, `/proc/PID/stat`).
-pub(super) struct TaskStat {
-    /// Its state: `R` running, `S` sleeping, `Z` zombie, ...
-    pub state: char,
-    /// CPU time used, user and system, in clock ticks.
-    pub cpu_ticks: u64,
-}
-
-pub(super) fn task_stat(pid: i32, tid: Option<i32>) -> Option<TaskStat> {
-    let path = match tid {
-        Some(tid) => format!("/proc/{pid}/task/{tid}/stat"),
-        None => format!("/proc/{pid}/stat"),
-    };
-    let s = std::fs::read_to_string(path).ok()?;
-    // The fields after the command's name (which may hold spaces and
-    // parentheses: it ends at the last ')'): state is 0; utime 11, stime 12.
-    let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
-    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
-    Some(TaskStat { state: f.first()?.chars().next()?, cpu_ticks: tick(11)? + tick(12)? })
-}
-
 /// Whether thread `tid` has ended or is ending (a zombie, or gone).
 pub(super) fn exiting(tid: i32) -> bool {
-    task_stat(tid, None).is_none_or(|s| matches!(s.state, 'Z' | 'X'))
+    procfs::stat(Proc::Pid(tid), None).is_none_or(|s| s.exiting())
 }
 
 /// The tracer of thread `tid` (`TracerPid` of its status; 0: none).
 fn tracer_of(tid: i32) -> Option<i32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse().ok())
+    procfs::tracer_pid(Proc::Pid(tid))
 }
 
 /// What to do when the kernel refuses to let us trace `pid`.
 pub fn permission_advice(pid: i32) -> String {
-    let scope =
-        std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").map(|s| s.trim().to_string()).ok();
+    let scope = procfs::ptrace_scope();
     let mut msg =
         format!("not allowed to read process {pid}: the kernel refused to let this process trace it.");
     match scope.as_deref() {
@@ -251,28 +220,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_threads_stat_gives_its_state_and_cpu_time() {
-        let pid = std::process::id() as i32;
-        // Use 50 ms of CPU (of this thread's own clock): several ticks.
-        let cpu_ms = || {
-            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-            // SAFETY: clock_gettime writes one timespec.
-            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-            ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
-        };
-        let t0 = cpu_ms();
-        let mut x = 0u64;
-        while cpu_ms() - t0 < 50 {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
-        let me = task_stat(pid, Some(tid)).expect("this thread's stat");
-        assert_eq!(me.state, 'R', "a thread reading its own stat runs");
-        assert!(me.cpu_ticks >= 1, "50 ms of CPU is several ticks (of 10 ms), {x} turns");
-        assert!(task_stat(pid, None).is_some());
-        assert!(!exiting(pid));
-        assert!(task_stat(pid, Some(i32::MAX)).is_none());
+    fn a_process_that_runs_is_not_exiting() {
+        assert!(!exiting(std::process::id() as i32));
         assert!(exiting(i32::MAX), "a process that is not there has ended");
+    }
+
+    #[test]
+    fn this_process_threads_main_thread_first() {
+        let pid = std::process::id() as i32;
+        let tids = task_ids(pid).unwrap();
+        assert_eq!(tids[0], pid);
+        assert!(tids[1..].windows(2).all(|w| w[0] < w[1]), "{tids:?}");
+        assert!(matches!(task_ids(i32::MAX), Err(Error::NoProcess(_))));
     }
 }

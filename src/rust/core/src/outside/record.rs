@@ -6,11 +6,13 @@
 //! frames in place, other threads under `[thread N]`.
 
 use super::dump::{native_walk, stack_of, Behind};
-use super::ptrace::{task_ids, task_stat, thread_name, Stopped};
-use super::target::{self, MapsLine, TargetR};
+use super::ptrace::{task_ids, Stopped};
+use super::running::Running;
+use super::target::{self, TargetR};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, Process, Ranges};
 use crate::modules::ModuleMap;
+use crate::procfs::{self, Mapping, Proc};
 use crate::profile::collect::Collected;
 use crate::profile::collect::Finished;
 use crate::profile::compose::{self, LineFacts, LoopSymbols, Moment, RFacts, Reads, Region, Scratch};
@@ -36,7 +38,7 @@ pub struct Recorder {
     /// The modules as last seen (the offset-0 mappings of `/proc/PID/maps`)
     /// and the snapshots made of them, the current one last.
     seen: Vec<(usize, usize, String)>,
-    maps: Vec<MapsLine>,
+    maps: Vec<Mapping>,
     /// (Boxed: the profile's builder takes them so.)
     #[allow(clippy::vec_box)]
     snapshots: Vec<Box<Snapshot>>,
@@ -56,12 +58,8 @@ pub struct Recorder {
     names: HashMap<i32, String>,
     /// Each thread's CPU time when the recording started.
     cpu_start: Vec<(i32, u64)>,
-    /// Each thread's time on a CPU and waiting for one at the last look,
-    /// and the intervals of CPU time no sample stands for yet (see
-    /// `running_threads`).
-    run_ns: HashMap<i32, (u64, u64)>,
-    carry: HashMap<i32, f64>,
-    last_check: Instant,
+    /// Which threads to sample at a tick (see `running`).
+    running: Running,
     /// Why R's frames are not in the samples, if they are not.
     pub note: Option<String>,
     /// R's registered native routines (absolute address, name), read while
@@ -110,15 +108,13 @@ impl Recorder {
             missed: 0,
             names: HashMap::new(),
             cpu_start: thread_cpu(pid),
-            run_ns: HashMap::new(),
-            carry: HashMap::new(),
-            last_check: Instant::now(),
+            running: Running::new(),
             note: None,
             routines: Vec::new(),
             routines_stale: true,
         };
         // Run times now, before the first stop wakes sleeping threads.
-        r.running_threads();
+        r.running.look(pid);
         // The first look: refusals and a process that is not there show
         // now, as errors.
         let stopped = Stopped::stop(pid)?;
@@ -131,9 +127,9 @@ impl Recorder {
     /// Re-reads the process's mappings; a new snapshot when its modules
     /// changed.
     fn refresh_modules(&mut self) -> Result<()> {
-        let text = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+        let text = procfs::read_maps(Proc::Pid(self.pid))
             .map_err(|e| Error::NoProcess(format!("process {} cannot be read any more ({e})", self.pid)))?;
-        let maps = target::parse_maps(&text);
+        let maps = procfs::parse_maps(&text);
         let seen: Vec<(usize, usize, String)> = maps
             .iter()
             .filter(|m| m.offset == 0 && !m.path.is_empty())
@@ -152,7 +148,7 @@ impl Recorder {
         self.seen = seen;
         let mem = Process { pid: self.pid };
         let map = Arc::new(ModuleMap::of_other_process(target::modules(&self.maps, &mem, &self.exe)));
-        let r_home = target::environment_value(self.pid, "R_HOME");
+        let r_home = procfs::environment_value(Proc::Pid(self.pid), "R_HOME");
         match target::find_r(map.modules(), r_home.as_deref()) {
             Ok(r) => {
                 self.note = None;
@@ -180,7 +176,7 @@ impl Recorder {
     pub fn tick(&mut self) -> Result<()> {
         // Which threads ran since the last sample (read before they are
         // stopped: then they all show as stopped).
-        let running: Option<Vec<(i32, u64)>> = (!self.idle).then(|| self.running_threads());
+        let running: Option<Vec<(i32, u64)>> = (!self.idle).then(|| self.running.look(self.pid));
         // The mappings are read before the process is stopped, to keep it
         // stopped for as short a time as can be: a module loaded between
         // the two shows as unknown code in this sample only.
@@ -302,7 +298,11 @@ impl Recorder {
             all_threads: self.all_threads,
             threads,
             main_tid: self.pid,
-            main_name: self.names.get(&self.pid).cloned().unwrap_or_else(|| thread_name(self.pid, self.pid)),
+            main_name: self
+                .names
+                .get(&self.pid)
+                .cloned()
+                .unwrap_or_else(|| procfs::comm(Proc::Pid(self.pid), self.pid)),
             main_cpu_ns: cpu(self.pid),
             thread_dropped: 0,
             alloc: None,
@@ -346,57 +346,6 @@ impl Recorder {
             self.routines_stale = false;
         }
     }
-
-    /// The threads to sample now for a profile of CPU time, with the
-    /// intervals each sample stands for. A thread is sampled when it runs
-    /// at this look (its state: on a CPU, or ready for one). A runnable
-    /// thread is not always on a CPU: when threads wait for a core, each
-    /// look stands for the share of the time since the last one the thread
-    /// spent on a CPU rather than waiting for one (the kernel's counts of
-    /// both), and the shares are added up until they make whole intervals;
-    /// without contention every running look is one interval. So the
-    /// samples stand for the CPU time used, whatever the process's share of
-    /// the cores, and a thread asleep at a look (it may have worked since
-    /// the last one) is never sampled in its sleep. A thread that used the
-    /// CPU for less than a twentieth of the time since the last look is
-    /// not sampled either: a thread woken by the last sample's stop runs
-    /// for a moment before it sleeps again.
-    fn running_threads(&mut self) -> Vec<(i32, u64)> {
-        let now = Instant::now();
-        let elapsed = now.duration_since(self.last_check).as_nanos() as u64;
-        self.last_check = now;
-        let mut out = Vec::new();
-        for tid in task_ids(self.pid).unwrap_or_default() {
-            let base = format!("/proc/{}/task/{tid}", self.pid);
-            // Nanoseconds on a CPU, and waiting on a run queue.
-            let times = std::fs::read_to_string(format!("{base}/schedstat")).ok().and_then(|s| {
-                let mut f = s.split_whitespace().map(|v| v.parse::<u64>().ok());
-                Some((f.next()??, f.next()??))
-            });
-            let before = times.and_then(|t| self.run_ns.insert(tid, t));
-            if task_stat(self.pid, Some(tid)).is_none_or(|s| s.state != 'R') {
-                continue;
-            }
-            let share = match (times, before) {
-                (Some((r, w)), Some((r0, w0))) => {
-                    let (ran, waited) = (r.saturating_sub(r0), w.saturating_sub(w0));
-                    if ran.saturating_mul(20) < elapsed {
-                        continue;
-                    }
-                    ran as f64 / (ran + waited).max(1) as f64
-                }
-                _ => 1.0, // not known: one interval
-            };
-            let carry = self.carry.entry(tid).or_insert(0.0);
-            *carry += share;
-            let intervals = carry.floor();
-            if intervals >= 1.0 {
-                *carry -= intervals;
-                out.push((tid, intervals as u64));
-            }
-        }
-        out
-    }
 }
 
 fn is_interp(snap: &Snapshot, f: &Frame) -> bool {
@@ -411,6 +360,8 @@ fn thread_cpu(pid: i32) -> Vec<(i32, u64)> {
     task_ids(pid)
         .unwrap_or_default()
         .into_iter()
-        .filter_map(|tid| Some((tid, task_stat(pid, Some(tid))?.cpu_ticks * 1_000_000_000 / hz)))
+        .filter_map(|tid| {
+            Some((tid, procfs::stat(Proc::Pid(pid), Some(tid))?.cpu_ticks() * 1_000_000_000 / hz))
+        })
         .collect()
 }

@@ -7,45 +7,8 @@
 use crate::error::{Error, Result};
 use crate::memory::Memory;
 use crate::modules::{MappedFile, Module, Segment};
+use crate::procfs::Mapping;
 use crate::r::layout::{Layout, RVersion};
-
-/// One line of `/proc/PID/maps`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MapsLine {
-    pub start: usize,
-    pub end: usize,
-    pub read: bool,
-    pub exec: bool,
-    pub offset: usize,
-    pub dev: u64,
-    pub ino: u64,
-    pub path: String,
-}
-
-/// Parses `/proc/PID/maps` text.
-pub fn parse_maps(text: &str) -> Vec<MapsLine> {
-    text.lines().filter_map(parse_line).collect()
-}
-
-fn parse_line(line: &str) -> Option<MapsLine> {
-    let mut f = line.splitn(6, |c: char| c.is_ascii_whitespace()).filter(|s| !s.is_empty());
-    let (range, perms, offset, dev, ino) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
-    let path = f.next().unwrap_or("").trim().to_string();
-    let (start, end) = range.split_once('-')?;
-    let (major, minor) = dev.split_once(':')?;
-    let dev =
-        libc::makedev(u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?) as u64;
-    Some(MapsLine {
-        start: usize::from_str_radix(start, 16).ok()?,
-        end: usize::from_str_radix(end, 16).ok()?,
-        read: perms.as_bytes().first() == Some(&b'r'),
-        exec: perms.as_bytes().get(2) == Some(&b'x'),
-        offset: usize::from_str_radix(offset, 16).ok()?,
-        dev,
-        ino: ino.parse().ok()?,
-        path,
-    })
-}
 
 /// The name the dynamic loader gives the vDSO.
 pub const VDSO_NAME: &str = "linux-vdso.so.1";
@@ -53,11 +16,11 @@ pub const VDSO_NAME: &str = "linux-vdso.so.1";
 /// The modules of a process: every ELF image mapped from offset 0 of a
 /// file (and the vDSO), described from its headers in `mem`. `exe` is the
 /// process's executable (`/proc/PID/exe`).
-pub fn modules(maps: &[MapsLine], mem: &impl Memory, exe: &str) -> Vec<Module> {
+pub fn modules(maps: &[Mapping], mem: &impl Memory, exe: &str) -> Vec<Module> {
     let mut out: Vec<Module> = Vec::new();
     for (i, m) in maps.iter().enumerate() {
         let vdso = m.path == "[vdso]";
-        if m.offset != 0 || !m.read || !(vdso || m.path.starts_with('/')) {
+        if m.offset != 0 || !m.perms.read || !(vdso || m.path.starts_with('/')) {
             continue;
         }
         // A file mapped again at offset 0 by the same image (rare) or data
@@ -70,10 +33,10 @@ pub fn modules(maps: &[MapsLine], mem: &impl Memory, exe: &str) -> Vec<Module> {
         module.path = if vdso { VDSO_NAME.to_string() } else { m.path.clone() };
         module.has_file = !vdso;
         module.is_main = !vdso && m.path == exe;
-        module.mapped = (m.ino != 0).then_some(MappedFile { dev: m.dev, ino: m.ino });
+        module.mapped = (m.inode != 0).then_some(MappedFile { dev: m.dev, ino: m.inode });
         // The image's segments as mapped, not only as declared: keep the
         // declared ones, checked against the mappings of this file.
-        let same_file = |l: &MapsLine| l.path == m.path && l.ino == m.ino;
+        let same_file = |l: &Mapping| l.path == m.path && l.inode == m.inode;
         if !maps[i..].iter().any(same_file) {
             continue;
         }
@@ -322,37 +285,10 @@ pub fn parse_rversion(text: &str) -> Option<RVersion> {
     Some((major, minor))
 }
 
-/// The value of `name` in the environment of process `pid`.
-pub fn environment_value(pid: i32, name: &str) -> Option<String> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    env.split(|&b| b == 0).find_map(|kv| {
-        let kv = std::str::from_utf8(kv).ok()?;
-        kv.strip_prefix(name)?.strip_prefix('=').map(str::to_string)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn maps_lines_parse_with_and_without_paths() {
-        let text = "55d0c0000000-55d0c0001000 r--p 00000000 08:01 1234 /usr/lib/R/bin/exec/R\n\
-                    7f0000000000-7f0000021000 rw-p 00000000 00:00 0 \n\
-                    7ffd1000-7ffd3000 r-xp 00000000 00:00 0 [vdso]\n\
-                    7f10-7f20 r-xp 00001000 fd:02 99 /tmp/a file.so\n";
-        let m = parse_maps(text);
-        assert_eq!(m.len(), 4);
-        assert_eq!(m[0].path, "/usr/lib/R/bin/exec/R");
-        assert_eq!(
-            (m[0].dev, m[0].ino, m[0].read, m[0].exec),
-            (libc::makedev(8, 1) as u64, 1234, true, false)
-        );
-        assert_eq!(m[1].path, "");
-        assert_eq!(m[2].path, "[vdso]");
-        assert!(m[2].exec);
-        assert_eq!((m[3].offset, m[3].path.as_str()), (0x1000, "/tmp/a file.so"));
-    }
+    use crate::procfs::{self, Proc};
 
     #[test]
     fn rversion_h_gives_major_and_minor() {
@@ -364,8 +300,8 @@ mod tests {
     #[test]
     fn this_process_modules_read_through_memory_match_the_loaders() {
         let pid = std::process::id() as i32;
-        let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
-        let exe = std::fs::read_link("/proc/self/exe").unwrap().to_string_lossy().into_owned();
+        let maps = procfs::parse_maps(&procfs::read_maps(Proc::This).unwrap());
+        let exe = procfs::exe(Proc::This).unwrap();
         let mods = modules(&maps, &crate::memory::Process { pid }, &exe);
         assert!(mods[0].is_main, "{:?}", mods[0].path);
         let loader = crate::modules::read_loaded_modules();

@@ -470,7 +470,7 @@ impl Running {
             all_threads: !s.slots.is_empty(),
             threads,
             main_tid: s.main_tid,
-            main_name: super::threads::comm(s.main_tid),
+            main_name: crate::procfs::comm(crate::procfs::Proc::This, s.main_tid),
             modules_now: None,
             launch_module: launch_module(),
             main_cpu_ns,

@@ -11,6 +11,7 @@
 //! refers to the thread itself, not to its number, which may be reused).
 
 use super::clock::{cpu_clock, read_clock, timer, Clock};
+use crate::procfs::{self, Proc};
 use crate::profile::collect::Thread;
 use std::collections::HashMap;
 
@@ -42,33 +43,6 @@ pub struct Threads {
 // SAFETY: timer ids are process-wide kernel handles, valid on any thread.
 unsafe impl Send for Threads {}
 
-/// A thread's name (`/proc/self/task/<tid>/comm`; empty if unreadable).
-pub fn comm(tid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
-        .map(|s| s.trim_end().to_string())
-        .unwrap_or_default()
-}
-
-/// The link count of `/proc/self/task`, which the kernel makes 2 plus the
-/// number of threads: one system call, no directory to read (0 if unknown).
-fn task_links() -> u64 {
-    // SAFETY: a zeroed stat is a valid value to fill in.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a stat to fill in.
-    let ok = unsafe { libc::stat(c"/proc/self/task".as_ptr(), &mut st) } == 0;
-    if ok {
-        st.st_nlink as u64
-    } else {
-        0
-    }
-}
-
-/// The kernel ids of this process's threads now.
-pub fn list() -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
-}
-
 impl Threads {
     pub fn new(signal: libc::c_int, clock: Clock, interval_ns: u64, skip: Vec<i32>) -> Threads {
         Threads {
@@ -96,7 +70,7 @@ impl Threads {
         for (tid, timer) in super::spawn::take_new() {
             self.adopt(tid, timer);
         }
-        let count = task_links();
+        let count = procfs::task_links();
         if !first && count == self.count && count != 0 && !self.polls.is_multiple_of(10) {
             // Nothing started or ended: the CPU clocks only.
             for k in self.known.iter_mut().filter(|k| !k.thread.ended) {
@@ -108,7 +82,7 @@ impl Threads {
         }
         self.count = count;
         self.scans += 1;
-        let now = list();
+        let now = procfs::task_ids(Proc::This).unwrap_or_default();
         for &tid in &now {
             if self.skip.contains(&tid) || self.by_tid.contains_key(&tid) {
                 continue;
@@ -127,7 +101,13 @@ impl Threads {
             }
             self.by_tid.insert(tid, self.known.len());
             self.known.push(Known {
-                thread: Thread { tid, name: comm(tid), cpu_ns: 0, started: !first, ended: false },
+                thread: Thread {
+                    tid,
+                    name: procfs::comm(Proc::This, tid),
+                    cpu_ns: 0,
+                    started: !first,
+                    ended: false,
+                },
                 timer,
                 clock,
                 cpu_first,
@@ -140,7 +120,7 @@ impl Threads {
                     // Names are set by threads after they start: read again
                     // on the next polls.
                     if self.scans <= 3 || self.scans.is_multiple_of(64) {
-                        let name = comm(k.thread.tid);
+                        let name = procfs::comm(Proc::This, k.thread.tid);
                         if !name.is_empty() {
                             k.thread.name = name;
                         }
@@ -170,7 +150,13 @@ impl Threads {
         let clock = cpu_clock(tid);
         self.by_tid.insert(tid, self.known.len());
         self.known.push(Known {
-            thread: Thread { tid, name: comm(tid), cpu_ns: 0, started: true, ended: false },
+            thread: Thread {
+                tid,
+                name: procfs::comm(Proc::This, tid),
+                cpu_ns: 0,
+                started: true,
+                ended: false,
+            },
             timer: Some(timer),
             clock,
             cpu_first: 0,

@@ -1,0 +1,588 @@
+//! Everything winch reads from `/proc`, for this process and for others:
+//! the one place that knows the files' paths and how their text is laid
+//! out. Lines of `maps`, the thread list of `task/`, `comm`, `stat`,
+//! `schedstat`, the tracer in `status`, a variable of `environ`, the
+//! executable's link and the `mem` file.
+//!
+//! Each file has a pure parser over its text (tested on synthetic text
+//! below) and a thin reader that reads the file of a process or thread and
+//! calls it. The parsers allocate nothing (a [`MapsLine`] borrows its path
+//! from the text; [`parse_maps`] and [`environ_value`] are the owned forms).
+//! The readers allocate (a path and the file's text): none is for a signal
+//! handler, except [`task_links`], one system call with nothing allocated.
+//!
+//! The `procfs` crate parses these files too; winch keeps its own small
+//! parser because the crate allocates for every line and path (and has no
+//! public parser of a line), and would add 8 crates to the vendored ones
+//! and more than double their archive (see README, "Choices and why").
+
+use std::io;
+
+/// Whose files: this process's (`/proc/self`) or process `pid`'s
+/// (`/proc/PID`; a thread's id names its own directory there too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proc {
+    This,
+    Pid(i32),
+}
+
+impl Proc {
+    /// The path of `file` of the process, or of its thread `tid`
+    /// (`task/TID/file`).
+    fn path(self, tid: Option<i32>, file: &str) -> String {
+        let dir = match self {
+            Proc::This => "/proc/self".to_string(),
+            Proc::Pid(pid) => format!("/proc/{pid}"),
+        };
+        match tid {
+            Some(tid) => format!("{dir}/task/{tid}/{file}"),
+            None => format!("{dir}/{file}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- maps
+
+/// The permissions column of a `maps` line (`rwxp`, `r--s`, ...).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Perms {
+    pub read: bool,
+    pub write: bool,
+    pub exec: bool,
+    /// `s`: a shared mapping (`p`: private).
+    pub shared: bool,
+}
+
+impl Perms {
+    /// Each letter at its place; any other character means "no".
+    pub fn parse(field: &str) -> Perms {
+        let b = field.as_bytes();
+        Perms {
+            read: b.first() == Some(&b'r'),
+            write: b.get(1) == Some(&b'w'),
+            exec: b.get(2) == Some(&b'x'),
+            shared: b.get(3) == Some(&b's'),
+        }
+    }
+
+    /// As `PROT_*` bits (what `mprotect` is given).
+    pub fn prot(self) -> i32 {
+        let mut prot = 0;
+        if self.read {
+            prot |= libc::PROT_READ;
+        }
+        if self.write {
+            prot |= libc::PROT_WRITE;
+        }
+        if self.exec {
+            prot |= libc::PROT_EXEC;
+        }
+        prot
+    }
+}
+
+/// One line of `/proc/PID/maps`, borrowing its path from the text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapsLine<'a> {
+    pub start: usize,
+    pub end: usize,
+    pub perms: Perms,
+    /// Offset in the file mapped (0 for anonymous mappings).
+    pub offset: usize,
+    /// The device of the file mapped, as `stat()`'s `st_dev` gives it.
+    pub dev: u64,
+    /// Its inode (0: no file).
+    pub inode: u64,
+    /// The file, or `[heap]`, `[stack]`, `[vdso]`, ...; empty for an
+    /// anonymous mapping. A file deleted since keeps ` (deleted)` at the
+    /// end, as the kernel writes it.
+    pub path: &'a str,
+}
+
+impl<'a> MapsLine<'a> {
+    /// `start-end perms offset major:minor inode [path]`: the five fields
+    /// must be there and well formed, and the range not empty; the path is
+    /// the rest of the line, spaces inside kept, around it trimmed.
+    pub fn parse(line: &'a str) -> Option<MapsLine<'a>> {
+        let mut rest = line;
+        let mut next = || field(&mut rest);
+        let (range, perms, offset, dev, inode) = (next()?, next()?, next()?, next()?, next()?);
+        let (start, end) = range.split_once('-')?;
+        let (start, end) = (usize::from_str_radix(start, 16).ok()?, usize::from_str_radix(end, 16).ok()?);
+        let (major, minor) = dev.split_once(':')?;
+        let dev = device(u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?);
+        (start < end).then_some(MapsLine {
+            start,
+            end,
+            perms: Perms::parse(perms),
+            offset: usize::from_str_radix(offset, 16).ok()?,
+            dev,
+            inode: inode.parse().ok()?,
+            path: rest.trim(),
+        })
+    }
+
+    /// This line, owning its path.
+    pub fn to_mapping(&self) -> Mapping {
+        Mapping {
+            start: self.start,
+            end: self.end,
+            perms: self.perms,
+            offset: self.offset,
+            dev: self.dev,
+            inode: self.inode,
+            path: self.path.to_string(),
+        }
+    }
+}
+
+/// The next field of `rest` (ASCII whitespace between fields), and `rest`
+/// moved past it.
+fn field<'a>(rest: &mut &'a str) -> Option<&'a str> {
+    let s = rest.trim_start_matches(|c: char| c.is_ascii_whitespace());
+    let end = s.find(|c: char| c.is_ascii_whitespace()).unwrap_or(s.len());
+    let (f, r) = s.split_at(end);
+    *rest = r;
+    (!f.is_empty()).then_some(f)
+}
+
+/// A device number from its major and minor numbers, as the C library
+/// makes it (what `stat()` reports, and [`MapsLine::dev`] is compared with).
+#[cfg(target_os = "linux")]
+fn device(major: u32, minor: u32) -> u64 {
+    libc::makedev(major, minor) as u64
+}
+
+/// (No `/proc/PID/maps` elsewhere: only kept apart.)
+#[cfg(not(target_os = "linux"))]
+fn device(major: u32, minor: u32) -> u64 {
+    (u64::from(major) << 32) | u64::from(minor)
+}
+
+/// The well-formed lines of `maps` text, in order (others are skipped).
+pub fn maps_lines(text: &str) -> impl Iterator<Item = MapsLine<'_>> {
+    text.lines().filter_map(MapsLine::parse)
+}
+
+/// A [`MapsLine`] that owns its path (kept after the text is gone, or made
+/// from elsewhere, as from a core file's notes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: usize,
+    pub end: usize,
+    pub perms: Perms,
+    pub offset: usize,
+    pub dev: u64,
+    pub inode: u64,
+    pub path: String,
+}
+
+/// The well-formed lines of `maps` text, owned.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    maps_lines(text).map(|l| l.to_mapping()).collect()
+}
+
+/// The text of a process's `maps`.
+pub fn read_maps(of: Proc) -> io::Result<String> {
+    std::fs::read_to_string(of.path(None, "maps"))
+}
+
+// ------------------------------------------------------- threads, comm
+
+/// A thread's id from its entry's name in `task/` (None for anything
+/// else).
+pub fn task_id(name: &str) -> Option<i32> {
+    name.parse().ok()
+}
+
+/// The ids of a process's threads now, in the directory's order.
+pub fn task_ids(of: Proc) -> io::Result<Vec<i32>> {
+    let dir = std::fs::read_dir(of.path(None, "task"))?;
+    Ok(dir.filter_map(|e| task_id(e.ok()?.file_name().to_str()?)).collect())
+}
+
+/// The link count of `/proc/self/task`, which the kernel makes 2 plus the
+/// number of threads: one system call, no directory to read, nothing
+/// allocated (0 if unknown).
+pub fn task_links() -> u64 {
+    // SAFETY: a zeroed stat is a valid value to fill in.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a stat to fill in.
+    let ok = unsafe { libc::stat(c"/proc/self/task".as_ptr(), &mut st) } == 0;
+    if ok {
+        st.st_nlink as u64
+    } else {
+        0
+    }
+}
+
+/// A thread's name from the text of its `comm` (the kernel ends it with a
+/// newline).
+pub fn parse_comm(text: &str) -> &str {
+    text.trim_end()
+}
+
+/// The name of thread `tid` of a process (empty if unreadable).
+pub fn comm(of: Proc, tid: i32) -> String {
+    std::fs::read_to_string(of.path(Some(tid), "comm"))
+        .map(|s| parse_comm(&s).to_string())
+        .unwrap_or_default()
+}
+
+// ------------------------------------------------------ stat, schedstat
+
+/// What winch uses of a `stat` file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stat {
+    /// `R` running (or ready to), `S` sleeping, `Z` zombie, `X` dead, ...
+    pub state: char,
+    /// CPU time used in user and in system mode, in clock ticks.
+    pub utime: u64,
+    pub stime: u64,
+}
+
+impl Stat {
+    /// The fields after the command's name, which may hold spaces and
+    /// parentheses (it ends at the last `)`): the state is the first,
+    /// utime the 12th and stime the 13th (fields 3, 14 and 15 of the
+    /// whole line).
+    pub fn parse(text: &str) -> Option<Stat> {
+        let mut f = text.rsplit_once(')')?.1.split_whitespace();
+        let state = f.next()?.chars().next()?;
+        let mut f = f.skip(10);
+        let mut tick = || f.next()?.parse::<u64>().ok();
+        let (utime, stime) = (tick()?, tick()?);
+        Some(Stat { state, utime, stime })
+    }
+
+    /// CPU time used, user and system, in clock ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        self.utime + self.stime
+    }
+
+    /// On a CPU, or ready for one.
+    pub fn running(&self) -> bool {
+        self.state == 'R'
+    }
+
+    /// Ended or ending (a zombie, or dead).
+    pub fn exiting(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+    }
+}
+
+/// The `stat` of thread `tid` of a process (with `tid` None, the
+/// process's own).
+pub fn stat(of: Proc, tid: Option<i32>) -> Option<Stat> {
+    Stat::parse(&std::fs::read_to_string(of.path(tid, "stat")).ok()?)
+}
+
+/// A thread's `schedstat`: its time on a CPU and waiting on a run queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Schedstat {
+    pub run_ns: u64,
+    pub wait_ns: u64,
+}
+
+impl Schedstat {
+    /// The first two numbers of the text (the third, time slices, is not
+    /// used).
+    pub fn parse(text: &str) -> Option<Schedstat> {
+        let mut f = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+        Some(Schedstat { run_ns: f.next()??, wait_ns: f.next()?? })
+    }
+}
+
+/// The `schedstat` of thread `tid` of a process.
+pub fn schedstat(of: Proc, tid: i32) -> Option<Schedstat> {
+    Schedstat::parse(&std::fs::read_to_string(of.path(Some(tid), "schedstat")).ok()?)
+}
+
+// ------------------------------------------------------- other files
+
+/// `TracerPid` from the text of a `status` file (0: not traced).
+pub fn parse_tracer_pid(status: &str) -> Option<i32> {
+    status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse().ok())
+}
+
+/// The tracer of a process (or of a thread, by its id).
+pub fn tracer_pid(of: Proc) -> Option<i32> {
+    parse_tracer_pid(&std::fs::read_to_string(of.path(None, "status")).ok()?)
+}
+
+/// The value of `name` in `environ` bytes (`NAME=value`, NUL-separated).
+pub fn environ_value(environ: &[u8], name: &str) -> Option<String> {
+    environ.split(|&b| b == 0).find_map(|kv| {
+        let kv = std::str::from_utf8(kv).ok()?;
+        kv.strip_prefix(name)?.strip_prefix('=').map(str::to_string)
+    })
+}
+
+/// The value of `name` in the environment a process started with.
+pub fn environment_value(of: Proc, name: &str) -> Option<String> {
+    environ_value(&std::fs::read(of.path(None, "environ")).ok()?, name)
+}
+
+/// The path of a process's executable (the target of its `exe` link).
+pub fn exe(of: Proc) -> io::Result<String> {
+    std::fs::read_link(of.path(None, "exe")).map(|p| p.to_string_lossy().into_owned())
+}
+
+/// Whether process `pid` is there (its directory is).
+pub fn exists(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Process `pid`'s memory, as a file read at addresses.
+pub fn open_mem(pid: i32) -> io::Result<std::fs::File> {
+    std::fs::File::open(Proc::Pid(pid).path(None, "mem"))
+}
+
+/// Yama's `ptrace_scope` setting, if the system has one.
+pub fn ptrace_scope() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").map(|s| s.trim().to_string()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = concat!(
+        "55d0c0000000-55d0c0001000 r--p 00000000 08:01 1234                       /usr/lib/R/bin/exec/R\n",
+        "7f0000000000-7f0000021000 rw-p 00000000 00:00 0 \n",
+        "7f1c2a000000-7f1c2a021000 r-xp 00001000 fd:01 1234567                    /tmp/a file.so\n",
+        "7f1c2b000000-7f1c2b001000 rw-s 00000000 00:05 42                         /memfd:winch (deleted)\n",
+        "7ffd1000-7ffd3000 r-xp 00000000 00:00 0                                  [vdso]\n",
+    );
+
+    #[test]
+    fn maps_lines_with_and_without_paths() {
+        let m: Vec<MapsLine> = maps_lines(MAPS).collect();
+        assert_eq!(m.len(), 5);
+        assert_eq!((m[0].start, m[0].end, m[0].offset), (0x55d0c0000000, 0x55d0c0001000, 0));
+        assert_eq!(m[0].path, "/usr/lib/R/bin/exec/R");
+        assert_eq!((m[0].dev, m[0].inode), (libc::makedev(8, 1) as u64, 1234));
+        assert_eq!(m[0].perms, Perms { read: true, write: false, exec: false, shared: false });
+        // Anonymous: no path (the kernel ends the line with a space).
+        assert_eq!((m[1].path, m[1].inode, m[1].dev), ("", 0, 0));
+        assert!(m[1].perms.write && !m[1].perms.exec);
+        // A path with spaces in it, and an offset.
+        assert_eq!((m[2].offset, m[2].path), (0x1000, "/tmp/a file.so"));
+        assert_eq!(m[2].dev, libc::makedev(0xfd, 1) as u64);
+        assert!(m[2].perms.exec && m[2].perms.read);
+        // A file deleted since keeps the kernel's mark; a shared mapping.
+        assert_eq!(m[3].path, "/memfd:winch (deleted)");
+        assert!(m[3].perms.shared);
+        assert_eq!(m[4].path, "[vdso]");
+        // Owned, the same.
+        let owned = parse_maps(MAPS);
+        assert_eq!(owned.len(), 5);
+        assert_eq!(owned[2], m[2].to_mapping());
+        assert_eq!(owned[2].path, "/tmp/a file.so");
+    }
+
+    #[test]
+    fn malformed_maps_lines_are_skipped() {
+        for bad in [
+            "",
+            "garbage",
+            "7f12a000-7f12c000",
+            "7f12a000-7f12c000 rw-p 00000000 00:00",
+            "7f12a000 rw-p 00000000 00:00 0",
+            "7f12a000-zz rw-p 00000000 00:00 0",
+            "7f12a000-7f12c000 rw-p 0000000g 00:00 0",
+            "7f12a000-7f12c000 rw-p 00000000 0000 0",
+            "7f12a000-7f12c000 rw-p 00000000 00:00 x",
+            // An empty or inverted range.
+            "2000-1000 rw-p 00000000 00:00 0",
+            "2000-2000 rw-p 00000000 00:00 0",
+        ] {
+            assert_eq!(MapsLine::parse(bad), None, "{bad:?}");
+        }
+        // Between good lines, a bad one is skipped alone.
+        let text = "1000-2000 r--p 00000000 00:00 0\nnonsense\n3000-4000 r-xp 00000000 00:00 0 /x\n";
+        let ranges: Vec<(usize, usize)> = maps_lines(text).map(|l| (l.start, l.end)).collect();
+        assert_eq!(ranges, [(0x1000, 0x2000), (0x3000, 0x4000)]);
+        // An anonymous mapping's line, as the kernel ends it.
+        let l = MapsLine::parse("7f12a000-7f12c000 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!((l.start, l.end, l.path), (0x7f12a000, 0x7f12c000, ""));
+        // Extra spaces between the fields are allowed.
+        let l = MapsLine::parse("7f12a000-7f12c000  rw-p 00000000 00:00 0").unwrap();
+        assert_eq!((l.start, l.end, l.path), (0x7f12a000, 0x7f12c000, ""));
+    }
+
+    #[test]
+    fn permissions_as_protection_bits() {
+        let prot = |f: &str| Perms::parse(f).prot();
+        assert_eq!(prot("r--p"), libc::PROT_READ);
+        assert_eq!(prot("rw-p"), libc::PROT_READ | libc::PROT_WRITE);
+        assert_eq!(prot("r-xp"), libc::PROT_READ | libc::PROT_EXEC);
+        assert_eq!(prot("rwxs"), libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC);
+        assert_eq!(prot("---p"), 0);
+        // Short or odd fields: each letter only at its place.
+        assert_eq!(prot("r"), libc::PROT_READ);
+        assert_eq!(prot("xwr"), libc::PROT_WRITE);
+        assert_eq!(Perms::parse(""), Perms::default());
+    }
+
+    #[test]
+    fn this_process_maps_hold_its_code() {
+        let text = read_maps(Proc::This).unwrap();
+        let here = this_process_maps_hold_its_code as fn() as usize;
+        let code = maps_lines(&text).find(|l| l.start <= here && here < l.end).expect("this code is mapped");
+        assert!(code.perms.exec && code.perms.read, "{code:?}");
+        assert!(code.path.starts_with('/') && code.inode != 0, "{code:?}");
+        // By number, the same file.
+        let by_pid = read_maps(Proc::Pid(std::process::id() as i32)).unwrap();
+        assert!(maps_lines(&by_pid).any(|l| l.start == code.start && l.path == code.path));
+        assert!(read_maps(Proc::Pid(i32::MAX)).is_err());
+    }
+
+    #[test]
+    fn paths_of_processes_and_threads() {
+        assert_eq!(Proc::This.path(Some(5), "comm"), "/proc/self/task/5/comm");
+        assert_eq!(Proc::Pid(7).path(None, "stat"), "/proc/7/stat");
+        assert_eq!(Proc::Pid(7).path(Some(8), "schedstat"), "/proc/7/task/8/schedstat");
+    }
+
+    #[test]
+    fn task_entries_and_this_process_threads() {
+        assert_eq!(task_id("1234"), Some(1234));
+        assert_eq!(task_id("."), None);
+        assert_eq!(task_id(".."), None);
+        assert_eq!(task_id("12a"), None);
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() };
+        assert!(task_ids(Proc::This).unwrap().contains(&me));
+        assert!(task_ids(Proc::Pid(std::process::id() as i32)).unwrap().contains(&me));
+        assert!(task_ids(Proc::Pid(i32::MAX)).is_err());
+        // Two links and one a thread (this one at least).
+        assert!(task_links() >= 3, "{}", task_links());
+    }
+
+    #[test]
+    fn comm_text_and_a_named_thread() {
+        assert_eq!(parse_comm("bash\n"), "bash");
+        assert_eq!(parse_comm("my (odd) thread\n"), "my (odd) thread");
+        assert_eq!(parse_comm(""), "");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::Builder::new()
+            .name("winch-comm t".into())
+            .spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tx.send(unsafe { libc::gettid() }).unwrap();
+                done_rx.recv().unwrap();
+            })
+            .unwrap();
+        let tid = rx.recv().unwrap();
+        assert_eq!(comm(Proc::This, tid), "winch-comm t");
+        assert_eq!(comm(Proc::Pid(std::process::id() as i32), tid), "winch-comm t");
+        done_tx.send(()).unwrap();
+        h.join().unwrap();
+        assert_eq!(comm(Proc::This, i32::MAX), "", "unreadable: empty");
+    }
+
+    /// A `stat` line: `comm`, then the state and the fields after it, with
+    /// utime and stime at their places.
+    fn stat_line(comm: &str, state: char, utime: u64, stime: u64) -> String {
+        format!(
+            "4242 ({comm}) {state} 1 4242 4242 34816 4242 4194560 1234 0 0 0 {utime} {stime} 0 0 20 0 3 0"
+        )
+    }
+
+    #[test]
+    fn stat_state_and_cpu_ticks() {
+        let s = Stat::parse(&stat_line("R", 'R', 150, 25)).unwrap();
+        assert_eq!(s, Stat { state: 'R', utime: 150, stime: 25 });
+        assert_eq!(s.cpu_ticks(), 175);
+        assert!(s.running() && !s.exiting());
+        // A name with spaces and parentheses ends at the last ')'.
+        let s = Stat::parse(&stat_line("a) (b c) S 9 9 9", 'S', 7, 8)).unwrap();
+        assert_eq!(s, Stat { state: 'S', utime: 7, stime: 8 });
+        assert!(!s.running());
+        // A kernel thread.
+        let k = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 31 0 0 20 0 1 0 9 0 0 18446744073709551615";
+        assert_eq!(Stat::parse(k), Some(Stat { state: 'S', utime: 0, stime: 31 }));
+        assert!(Stat::parse(&stat_line("z", 'Z', 0, 0)).unwrap().exiting());
+        assert!(Stat::parse(&stat_line("x", 'X', 0, 0)).unwrap().exiting());
+        // Malformed: no name's end, fields missing, a time not a number.
+        assert_eq!(Stat::parse("4242 (R S 1 2 3"), None);
+        assert_eq!(Stat::parse("4242 (R) S 1 4242 4242 34816 4242 4194560 1234 0 0 0 150"), None);
+        assert_eq!(Stat::parse("4242 (R)"), None);
+        assert_eq!(Stat::parse(&stat_line("R", 'R', 1, 2).replace(" 1 2 0 0 20", " 1 x 0 0 20")), None);
+    }
+
+    #[test]
+    fn a_threads_stat_gives_its_state_and_cpu_time() {
+        let pid = std::process::id() as i32;
+        // Use 50 ms of CPU (of this thread's own clock): several ticks.
+        let cpu_ms = || {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: clock_gettime writes one timespec.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
+        };
+        let t0 = cpu_ms();
+        let mut x = 0u64;
+        while cpu_ms() - t0 < 50 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let me = stat(Proc::Pid(pid), Some(tid)).expect("this thread's stat");
+        assert_eq!(me.state, 'R', "a thread reading its own stat runs");
+        assert!(me.cpu_ticks() >= 1, "50 ms of CPU is several ticks (of 10 ms), {x} turns");
+        assert!(stat(Proc::Pid(pid), None).is_some());
+        assert!(stat(Proc::This, Some(tid)).is_some_and(|s| s.running()));
+        assert!(stat(Proc::Pid(pid), Some(i32::MAX)).is_none());
+    }
+
+    #[test]
+    fn schedstat_run_and_wait_times() {
+        assert_eq!(Schedstat::parse("123456 7890 12\n"), Some(Schedstat { run_ns: 123456, wait_ns: 7890 }));
+        assert_eq!(Schedstat::parse("5 6"), Some(Schedstat { run_ns: 5, wait_ns: 6 }));
+        assert_eq!(Schedstat::parse("123456\n"), None);
+        assert_eq!(Schedstat::parse("x 1 2"), None);
+        assert_eq!(Schedstat::parse(""), None);
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        // Read where the kernel keeps the file (some count no run time).
+        let there = std::path::Path::new(&Proc::This.path(Some(tid), "schedstat")).exists();
+        assert_eq!(schedstat(Proc::This, tid).is_some(), there);
+        assert_eq!(schedstat(Proc::This, i32::MAX), None);
+    }
+
+    #[test]
+    fn tracer_from_status() {
+        let status = "Name:\tR\nState:\tS (sleeping)\nTracerPid:\t 811\nUid:\t1000\n";
+        assert_eq!(parse_tracer_pid(status), Some(811));
+        assert_eq!(parse_tracer_pid("Name:\tR\nTracerPid:\t0\n"), Some(0));
+        assert_eq!(parse_tracer_pid("Name:\tR\n"), None);
+        assert_eq!(parse_tracer_pid("TracerPid:\tnone\n"), None);
+        assert!(tracer_pid(Proc::This).is_some());
+        assert_eq!(tracer_pid(Proc::Pid(i32::MAX)), None);
+    }
+
+    #[test]
+    fn a_variable_of_environ() {
+        let env = b"A=1\0R_HOME=/usr/lib/R\0RX=2\0BAD=\xff\0EMPTY=\0";
+        assert_eq!(environ_value(env, "R_HOME").as_deref(), Some("/usr/lib/R"));
+        assert_eq!(environ_value(env, "RX").as_deref(), Some("2"));
+        assert_eq!(environ_value(env, "EMPTY").as_deref(), Some(""));
+        // A name is matched whole; a value that is not UTF-8 is not read.
+        assert_eq!(environ_value(env, "R"), None);
+        assert_eq!(environ_value(env, "BAD"), None);
+        assert_eq!(environ_value(b"", "A"), None);
+        assert_eq!(environment_value(Proc::Pid(i32::MAX), "PATH"), None);
+    }
+
+    #[test]
+    fn executable_and_existence() {
+        let exe = exe(Proc::This).unwrap();
+        assert_eq!(exe, std::env::current_exe().unwrap().to_string_lossy());
+        assert!(exists(std::process::id() as i32));
+        assert!(!exists(i32::MAX));
+        assert!(self::exe(Proc::Pid(i32::MAX)).is_err());
+    }
+}
