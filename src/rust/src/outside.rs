@@ -7,7 +7,7 @@ use crate::frames::FrameTable;
 use crate::value::RValue;
 use std::sync::Mutex;
 use winch_core::error::{Error, Result};
-use winch_core::outside::record::Recorder;
+use winch_core::outside::recorder::Recorder;
 use winch_core::profile::build;
 use winch_core::profile::model::Event;
 use winch_core::symbolizer;

@@ -10,7 +10,7 @@
 //! * [`deparse`]: R calls read from its memory as R source;
 //! * [`dump`]: every thread's native frames and R's frames placed among
 //!   them;
-//! * [`record`]: sampling it, into the profiler's records (`running`:
+//! * [`recorder`]: sampling it, into the profiler's sample records (`running`:
 //!   which threads each tick samples);
 //! * [`registration`]: R's table of registered native routines there.
 
@@ -18,7 +18,7 @@ pub mod core_file;
 pub mod deparse;
 pub mod dump;
 pub mod ptrace;
-pub mod record;
+pub mod recorder;
 pub mod registration;
 mod running;
 pub mod target;

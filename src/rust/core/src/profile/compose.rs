@@ -123,7 +123,7 @@ struct Ctx {
 /// and the main thread's stack (`chain`, whose stack part is the range
 /// `RFacts::ranges` names). In a signal handler both read in place (see
 /// [`sample`]); from outside, both read another process (see
-/// `outside::record`).
+/// `outside::recorder`).
 pub struct Reads<'a, H: Memory, C: Memory> {
     pub heap: &'a H,
     pub chain: &'a C,
