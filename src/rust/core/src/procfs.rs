@@ -236,6 +236,9 @@ pub fn comm(of: Proc, tid: i32) -> String {
 pub struct Stat {
     /// `R` running (or ready to), `S` sleeping, `Z` zombie, `X` dead, ...
     pub state: char,
+    /// Page faults that needed no I/O (minor) and that did (major).
+    pub minflt: u64,
+    pub majflt: u64,
     /// CPU time used in user and in system mode, in clock ticks.
     pub utime: u64,
     pub stime: u64,
@@ -244,15 +247,17 @@ pub struct Stat {
 impl Stat {
     /// The fields after the command's name, which may hold spaces and
     /// parentheses (it ends at the last `)`): the state is the first,
-    /// utime the 12th and stime the 13th (fields 3, 14 and 15 of the
-    /// whole line).
+    /// minflt the 8th, majflt the 10th, utime the 12th and stime the 13th
+    /// (fields 3, 10, 12, 14 and 15 of the whole line).
     pub fn parse(text: &str) -> Option<Stat> {
         let mut f = text.rsplit_once(')')?.1.split_whitespace();
         let state = f.next()?.chars().next()?;
-        let mut f = f.skip(10);
-        let mut tick = || f.next()?.parse::<u64>().ok();
-        let (utime, stime) = (tick()?, tick()?);
-        Some(Stat { state, utime, stime })
+        let mut number = |skip: usize| f.nth(skip)?.parse::<u64>().ok();
+        let minflt = number(6)?;
+        let majflt = number(1)?;
+        let utime = number(1)?;
+        let stime = number(0)?;
+        Some(Stat { state, minflt, majflt, utime, stime })
     }
 
     /// CPU time used, user and system, in clock ticks.
@@ -303,6 +308,65 @@ pub fn schedstat(of: Proc, tid: i32) -> Option<Schedstat> {
 /// `TracerPid` from the text of a `status` file (0: not traced).
 pub fn parse_tracer_pid(status: &str) -> Option<i32> {
     status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse().ok())
+}
+
+/// A number of `status` (`VmHWM:\t  1234 kB`: its first number; the unit
+/// is the caller's to know).
+pub fn status_number(status: &str, name: &str) -> Option<u64> {
+    let value = status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))?;
+    value.split_whitespace().next()?.parse().ok()
+}
+
+/// What a process has used so far, as `getrusage()` tells a process of
+/// itself (None where `/proc` has nothing).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Usage {
+    /// CPU seconds in user and system mode.
+    pub user: Option<f64>,
+    pub system: Option<f64>,
+    /// The peak resident set, in bytes.
+    pub max_rss: Option<f64>,
+    pub minor_faults: Option<f64>,
+    pub major_faults: Option<f64>,
+    /// Context switches it made (waiting) and that were forced on it.
+    pub voluntary_switches: Option<f64>,
+    pub involuntary_switches: Option<f64>,
+}
+
+impl Usage {
+    /// From the text of `stat` and `status` (either may be missing).
+    pub fn parse(stat: Option<&str>, status: Option<&str>) -> Usage {
+        let stat = stat.and_then(Stat::parse);
+        let ticks = clock_ticks() as f64;
+        let field = |name: &str| status.and_then(|s| status_number(s, name)).map(|v| v as f64);
+        Usage {
+            user: stat.map(|s| s.utime as f64 / ticks),
+            system: stat.map(|s| s.stime as f64 / ticks),
+            max_rss: field("VmHWM").map(|kib| kib * 1024.0),
+            minor_faults: stat.map(|s| s.minflt as f64),
+            major_faults: stat.map(|s| s.majflt as f64),
+            voluntary_switches: field("voluntary_ctxt_switches"),
+            involuntary_switches: field("nonvoluntary_ctxt_switches"),
+        }
+    }
+}
+
+/// What process `of` has used so far.
+pub fn usage(of: Proc) -> Usage {
+    let stat = std::fs::read_to_string(of.path(None, "stat")).ok();
+    let status = std::fs::read_to_string(of.path(None, "status")).ok();
+    Usage::parse(stat.as_deref(), status.as_deref())
+}
+
+/// Clock ticks per second, the unit of `stat`'s times (`USER_HZ`).
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 {
+        hz as u64
+    } else {
+        100
+    }
 }
 
 /// The tracer of a process (or of a thread, by its id).
@@ -487,23 +551,23 @@ mod tests {
     /// utime and stime at their places.
     fn stat_line(comm: &str, state: char, utime: u64, stime: u64) -> String {
         format!(
-            "4242 ({comm}) {state} 1 4242 4242 34816 4242 4194560 1234 0 0 0 {utime} {stime} 0 0 20 0 3 0"
+            "4242 ({comm}) {state} 1 4242 4242 34816 4242 4194560 1234 0 5 0 {utime} {stime} 0 0 20 0 3 0"
         )
     }
 
     #[test]
     fn stat_state_and_cpu_ticks() {
         let s = Stat::parse(&stat_line("R", 'R', 150, 25)).unwrap();
-        assert_eq!(s, Stat { state: 'R', utime: 150, stime: 25 });
+        assert_eq!(s, Stat { state: 'R', minflt: 1234, majflt: 5, utime: 150, stime: 25 });
         assert_eq!(s.cpu_ticks(), 175);
         assert!(s.running() && !s.exiting());
         // A name with spaces and parentheses ends at the last ')'.
         let s = Stat::parse(&stat_line("a) (b c) S 9 9 9", 'S', 7, 8)).unwrap();
-        assert_eq!(s, Stat { state: 'S', utime: 7, stime: 8 });
+        assert_eq!(s, Stat { state: 'S', minflt: 1234, majflt: 5, utime: 7, stime: 8 });
         assert!(!s.running());
         // A kernel thread.
         let k = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 31 0 0 20 0 1 0 9 0 0 18446744073709551615";
-        assert_eq!(Stat::parse(k), Some(Stat { state: 'S', utime: 0, stime: 31 }));
+        assert_eq!(Stat::parse(k), Some(Stat { state: 'S', minflt: 0, majflt: 0, utime: 0, stime: 31 }));
         assert!(Stat::parse(&stat_line("z", 'Z', 0, 0)).unwrap().exiting());
         assert!(Stat::parse(&stat_line("x", 'X', 0, 0)).unwrap().exiting());
         // Malformed: no name's end, fields missing, a time not a number.
@@ -551,6 +615,28 @@ mod tests {
         let there = std::path::Path::new(&Proc::This.path(Some(tid), "schedstat")).exists();
         assert_eq!(schedstat(Proc::This, tid).is_some(), there);
         assert_eq!(schedstat(Proc::This, i32::MAX), None);
+    }
+
+    #[test]
+    fn usage_from_stat_and_status() {
+        let status =
+            "Name:\tR\nVmHWM:\t  2048 kB\nvoluntary_ctxt_switches:\t17\nnonvoluntary_ctxt_switches:\t3\n";
+        assert_eq!(status_number(status, "VmHWM"), Some(2048));
+        assert_eq!(status_number(status, "VmRSS"), None);
+        assert_eq!(status_number("VmHWM:\tlots kB\n", "VmHWM"), None);
+        let hz = clock_ticks() as f64;
+        let u = Usage::parse(Some(&stat_line("R", 'S', 150, 25)), Some(status));
+        assert_eq!(u.user, Some(150.0 / hz));
+        assert_eq!(u.system, Some(25.0 / hz));
+        assert_eq!(u.max_rss, Some(2048.0 * 1024.0));
+        assert_eq!((u.minor_faults, u.major_faults), (Some(1234.0), Some(5.0)));
+        assert_eq!((u.voluntary_switches, u.involuntary_switches), (Some(17.0), Some(3.0)));
+        // A process gone, or a file unreadable: what is missing is None.
+        assert_eq!(Usage::parse(None, None), Usage::default());
+        assert_eq!(Usage::parse(Some("garbage"), Some(status)).user, None);
+        let me = usage(Proc::This);
+        assert!(me.user.is_some() && me.max_rss.is_some_and(|b| b > 0.0));
+        assert_eq!(usage(Proc::Pid(i32::MAX)), Usage::default());
     }
 
     #[test]
