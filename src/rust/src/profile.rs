@@ -4,6 +4,7 @@
 use crate::args::Arg;
 use crate::rstate;
 use crate::value::RValue;
+use crate::ProfileStartArgs;
 use std::sync::{Mutex, MutexGuard};
 use winch_core::error::{Error, Result};
 use winch_core::joint;
@@ -97,21 +98,21 @@ fn check(frames: &Arg, calls: &Arg, probes: &Arg, expected: &Arg) -> Result<()> 
 }
 
 /// Starts a session.
-#[allow(clippy::too_many_arguments)]
-pub fn rs_profile_start(
-    interval: Arg,
-    event: Arg,
-    loops: Arg,
-    region: Arg,
-    lines: Arg,
-    symbols: Arg,
-    frames: Arg,
-    calls: Arg,
-    probes: Arg,
-    expected: Arg,
-    threads: Arg,
-    options: Arg,
-) -> Result<RValue> {
+pub fn rs_profile_start(args: ProfileStartArgs) -> Result<RValue> {
+    let ProfileStartArgs {
+        interval,
+        event,
+        loops,
+        region,
+        lines,
+        symbols,
+        frames,
+        calls,
+        probes,
+        expected,
+        threads,
+        options,
+    } = args;
     if !rstate::on_main_thread() {
         return Err(Error::WrongThread);
     }

@@ -2,7 +2,7 @@
 //! table, and the branch a recorded throw adds to a joint view.
 
 use crate::args::Arg;
-use crate::frames::FrameTable;
+use crate::frames::{FrameTable, ThrowInfo};
 use crate::rstate;
 use crate::value::RValue;
 use winch_core::error::{Error, Result};
@@ -87,8 +87,8 @@ pub struct Branch {
     /// Rows, outermost first: the catching frame as it was at the throw, then
     /// the frames it had called, down to the thrower.
     pub table: FrameTable,
-    /// What was thrown: `list(kind, type, location)`.
-    pub info: RValue,
+    /// What was thrown.
+    pub info: ThrowInfo,
 }
 
 /// The branch of the throw still being handled in `j`'s stack, if any (see
@@ -98,16 +98,16 @@ pub fn branch(j: &Joint) -> Option<Branch> {
     let s = &b.shown;
     // Each frame's inlined calls outermost first too.
     let mut table = FrameTable::in_order(&s.trace, &s.rows, s.resolved.clone(), &s.classes, None, true);
-    for row in table.rows_mut() {
+    for row in table.rows.rows_mut() {
         row.at_throw = true;
         row.r_frame = b.parent;
         row.approximate = b.approximate;
     }
     table.joint = true;
-    let info = RValue::List(vec![
-        ("kind", RValue::from(s.thrown.kind.map(|k| k.name().to_string()))),
-        ("type", RValue::from(s.thrown.type_name.clone())),
-        ("location", RValue::from(s.thrown.location.clone())),
-    ]);
+    let info = ThrowInfo {
+        kind: s.thrown.kind.map(|k| k.name().to_string()),
+        type_name: s.thrown.type_name.clone(),
+        location: s.thrown.location.clone(),
+    };
     Some(Branch { catcher: b.catcher, table, info })
 }
