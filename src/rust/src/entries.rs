@@ -23,6 +23,8 @@ use winch_core::view::{self, View};
 pub use crate::crash::{rs_crash_handlers, rs_crash_rearm, rs_crash_set, rs_crash_status};
 pub use crate::throws::{rs_last_throw, rs_throws_set, rs_throws_status, rs_throws_tick};
 
+pub use crate::profile_form::rs_profile_form;
+
 pub use crate::profile::{
     rs_profile_active, rs_profile_check, rs_profile_discard, rs_profile_learn_bc, rs_profile_learn_loop,
     rs_profile_loops_known, rs_profile_sample_cost, rs_profile_start, rs_profile_stop, rs_profile_write,

@@ -28,6 +28,7 @@ mod profile;
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 #[path = "profile_unsupported.rs"]
 mod profile;
+mod profile_form;
 mod rapi;
 mod rstate;
 mod spliced;
@@ -104,6 +105,7 @@ entry_points! {
     rs_profile_active();
     rs_profile_write(parts, path, format, lines);
     rs_profile_check(parts);
+    rs_profile_form();
     rs_profile_learn_loop(kind);
     rs_profile_loops_known();
     rs_resource_usage();

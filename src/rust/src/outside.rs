@@ -4,6 +4,7 @@
 
 use crate::args::Arg;
 use crate::frames::{FrameTable, PlacementInfo, PlacementMode};
+use crate::profile_form::{Part, Unread};
 use crate::value::RValue;
 use std::sync::Mutex;
 use winch_core::error::{Error, Result};
@@ -166,12 +167,10 @@ pub fn rs_record_stop() -> Result<RValue> {
         symbolizer::with_global(|s| s.add_registered_in(map, routines));
     }
     let (profile, stats) = build::build(&finished, event, interval_ns);
-    let mut value = crate::profile::to_r(&profile, &stats);
-    if let RValue::List(ref mut fields) = value {
-        fields.push(("missed", (missed as f64).into()));
-        fields.push(("note", note.into()));
-    }
-    Ok(value)
+    let mut form = crate::profile::to_form(&profile, &stats);
+    form.missed = Unread(Some(missed as f64));
+    form.note = Unread(Some(vec![note]));
+    Ok(form.into_r().unwrap_or(RValue::Null))
 }
 
 /// Ends the recording without building anything; TRUE if one was running.
