@@ -230,7 +230,7 @@ winch_rprof <- function(filename = "Rprof.out", interval = 0.02, event = c("cpu"
   # Samples of winch_rprof() itself (starting and stopping) are left out.
   opts$region <- list("outside", winch_rprof)
   # As in winch_profile(), the cleanup is armed before the profiler starts;
-  # it is disarmed once the session is started and recorded.
+  # it is disarmed once the session is started and R's entry for it made.
   token <- environment()
   started <- FALSE
   on.exit(if (!started) profile_abandon(token), add = TRUE)
@@ -241,7 +241,7 @@ winch_rprof <- function(filename = "Rprof.out", interval = 0.02, event = c("cpu"
 
 # winch_rprof(NULL): stops the session winch_rprof() started, writes its
 # file and returns the profile; or stops an orphaned session (one that runs
-# with no record of it in R: left by a failure), with a warning.
+# with no entry for it in R: left by a failure), with a warning.
 rprof_stop <- function(call = rlang::caller_env()) {
   state <- profile_state()
   session <- the$profile_session
@@ -347,11 +347,11 @@ profile_active <- function() {
 # * "none": none runs;
 # * "profile": a winch_profile() call, still running, started it;
 # * "rprof": winch_rprof() started it;
-# * "orphan": one runs that R has no live record of (an interrupt at the
+# * "orphan": one runs that R has no live entry for (an interrupt at the
 #   wrong moment, winch unloaded and loaded again).
-# R's record (`the$profile_session`, from profile_begin()) holds the pid of
+# R's entry (`the$profile_session`, from profile_begin()) holds the pid of
 # the process that started the session: in a fork child, the parent's
-# record stands for nothing.
+# entry stands for nothing.
 profile_state <- function() {
   if (!profile_active()) {
     return("none")
@@ -369,7 +369,7 @@ profile_state <- function() {
 }
 
 # Starts sampling; returns the session's bookkeeping (resource use at the
-# start, a GC counter), recorded in `the$profile_session` before the
+# start, a GC counter), kept in `the$profile_session` before the
 # profiler starts, with `token` (what identifies the caller's session to
 # profile_abandon()), `kind` ("profile" or "rprof") and the pid.
 profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
@@ -383,7 +383,7 @@ profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
   usage <- resource_usage()
   gc_time <- gc.time()
   gc_counter <- new_gc_counter()
-  # A record left from a session that ended without forgetting it (the
+  # An entry left from a session that ended without forgetting it (the
   # profiler is not running: check_profile_args() made sure).
   if (!is.null(the$profile_session)) {
     profile_forget(the$profile_session)
@@ -430,7 +430,7 @@ profile_abandon <- function(token) {
   profile_forget(session)
 }
 
-# Stops whatever session runs, and forgets R's record of it: for an
+# Stops whatever session runs, and forgets R's entry for it: for an
 # orphaned session, and when winch is unloaded.
 profile_stop_discard <- function() {
   if (profile_active()) {
@@ -443,7 +443,7 @@ profile_stop_discard <- function() {
   invisible()
 }
 
-# Forgets R's record of `session` (once sampling has stopped).
+# Forgets R's entry for `session` (once sampling has stopped).
 profile_forget <- function(session) {
   session$gc_counter$stop()
   if (identical(the$profile_session$token, session$token)) {
@@ -452,8 +452,8 @@ profile_forget <- function(session) {
   invisible()
 }
 
-# Whether R's Rprof() is running: R gives builtins a context record only
-# while it runs, so the record under an Ops method that `+` dispatched to
+# Whether R's Rprof() is running: R gives builtins a context only while it
+# runs, so the context under an Ops method that `+` dispatched to
 # (evaluated by the AST interpreter) tells.
 rprof_running <- function() {
   probe <- structure(list(), class = "winch_rprof_probe")

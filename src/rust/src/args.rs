@@ -307,14 +307,17 @@ impl Arg {
     /// anything else as an inlined function; `<fn>`, rlang's stand-in
     /// for an inlined function, counts as one.
     pub fn call_heads(&self) -> Result<Vec<CallHead>> {
-        let fn_symbol = rapi::sym_addr(c"<fn>");
-        let colons = (rapi::sym_addr(c"::"), rapi::sym_addr(c":::"));
+        let symbols = HeadSymbols {
+            inlined: rapi::sym_addr(c"<fn>"),
+            exported: rapi::sym_addr(c"::"),
+            internal: rapi::sym_addr(c":::"),
+        };
         Ok(self
             .element_addrs()?
             .into_iter()
             // SAFETY: each is an element of the live argument; reading
             // types, CAR/CDR and lengths does not allocate.
-            .map(|x| unsafe { call_head(x as rapi::Sexp, fn_symbol, colons) })
+            .map(|x| unsafe { call_head(x as rapi::Sexp, &symbols) })
             .collect())
     }
 
@@ -364,13 +367,27 @@ pub enum CallHead {
     NotACall,
     Inlined,
     Symbol(usize),
-    /// `pkg::fn` (false) or `pkg:::fn` (true), by the symbols' addresses.
-    Namespaced(usize, usize, bool),
+    /// `pkg::fn` or `pkg:::fn` (`internal`), by the symbols' addresses.
+    Namespaced {
+        pkg: usize,
+        fun: usize,
+        internal: bool,
+    },
+}
+
+/// The addresses of the symbols call heads are told apart by.
+struct HeadSymbols {
+    /// `<fn>`, rlang's stand-in for an inlined function.
+    inlined: usize,
+    /// `::`.
+    exported: usize,
+    /// `:::`.
+    internal: usize,
 }
 
 /// # Safety
 /// `x` is a live R object; R's main thread.
-unsafe fn call_head(x: rapi::Sexp, fn_symbol: usize, colons: (usize, usize)) -> CallHead {
+unsafe fn call_head(x: rapi::Sexp, symbols: &HeadSymbols) -> CallHead {
     // SAFETY: the caller's contract; only types, CAR/CDR and lengths are read.
     unsafe {
         if rapi::TYPEOF(x) != rapi::LANGSXP {
@@ -378,14 +395,18 @@ unsafe fn call_head(x: rapi::Sexp, fn_symbol: usize, colons: (usize, usize)) -> 
         }
         let head = rapi::CAR(x);
         match rapi::TYPEOF(head) {
-            rapi::SYMSXP if head as usize == fn_symbol => CallHead::Inlined,
+            rapi::SYMSXP if head as usize == symbols.inlined => CallHead::Inlined,
             rapi::SYMSXP => CallHead::Symbol(head as usize),
             rapi::LANGSXP if rapi::Rf_xlength(head) == 3 => {
                 let op = rapi::CAR(head) as usize;
                 let (pkg, fun) = (rapi::CAR(rapi::CDR(head)), rapi::CAR(rapi::CDR(rapi::CDR(head))));
                 let plain = rapi::TYPEOF(pkg) == rapi::SYMSXP && rapi::TYPEOF(fun) == rapi::SYMSXP;
-                if plain && (op == colons.0 || op == colons.1) {
-                    CallHead::Namespaced(pkg as usize, fun as usize, op == colons.1)
+                if plain && (op == symbols.exported || op == symbols.internal) {
+                    CallHead::Namespaced {
+                        pkg: pkg as usize,
+                        fun: fun as usize,
+                        internal: op == symbols.internal,
+                    }
                 } else {
                     CallHead::Inlined
                 }

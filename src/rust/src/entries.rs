@@ -330,8 +330,8 @@ pub fn rs_splice_calls(n: Arg, r_frame: Arg) -> Result<RValue> {
     Ok(RValue::Int(order))
 }
 
-/// R's context chain, innermost first: callflag, where the record is, and
-/// the native frames that own it and its runner (a diagnostic).
+/// R's context chain, innermost first: callflag, where each context is,
+/// and the native frames that own it and its runner (a diagnostic).
 pub fn rs_context_chain(backend_arg: Arg) -> Result<RValue> {
     require_main_thread()?;
     let chain = joint::chain_summary(rstate::facts()?, backend(backend_arg)?)?;
@@ -468,12 +468,12 @@ pub fn rs_set_debug_dirs(dirs: Arg) -> Result<RValue> {
     Ok(old.ok_or_else(caches_busy)?.into())
 }
 
-/// Sets R's registered native routines from the `DllInfo` records of the
+/// Sets R's registered native routines from the `DllInfo` structs of the
 /// loaded DLLs (`infos`: the external pointers `getLoadedDLLs()` holds in
-/// each DLL's `info`), read from this process's memory with the record
-/// layout R's internals have in `outside::registration` (a record that
+/// each DLL's `info`), read from this process's memory with the struct
+/// layout R's internals have in `outside::registration` (a struct that
 /// does not check out is left out). Returns the number of routines per
-/// DLL (`NA` for a record left out).
+/// DLL (`NA` for a struct left out).
 pub fn rs_set_registered_dlls(infos: Arg) -> Result<RValue> {
     let mut ptrs = Vec::new();
     for info in infos.elements()? {
@@ -515,7 +515,7 @@ pub fn rs_loader_state(paths: Arg) -> Result<RValue> {
     ]))
 }
 
-/// Records that R synced the core with options `debug_dirs` and
+/// Remembers that R synced the core with options `debug_dirs` and
 /// `debuginfod` (their raw values) at loader generation `generation`.
 pub fn rs_set_in_step(debug_dirs: Arg, debuginfod: Arg, generation: Arg) -> Result<RValue> {
     require_main_thread()?;

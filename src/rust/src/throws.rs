@@ -1,5 +1,5 @@
 //! Throw capture as R sees it: turning it on and off, the last throw as a
-//! table, and the branch a recorded throw adds to a joint view.
+//! table, and the branch a captured throw adds to a joint view.
 
 use crate::args::Arg;
 use crate::frames::{FrameTable, ThrowInfo};
@@ -69,7 +69,7 @@ fn push_throw_attrs(table: &mut FrameTable, t: &Thrown) {
     table.attrs.push((c"rethrown", RValue::from(t.rethrows as i32)));
 }
 
-/// The last recorded throw, innermost frame first, as `winch_trace_back()`
+/// The last captured throw, innermost frame first, as `winch_trace_back()`
 /// shows frames (R's own included).
 pub fn rs_last_throw() -> Result<RValue> {
     require_main_thread()?;
@@ -79,7 +79,7 @@ pub fn rs_last_throw() -> Result<RValue> {
     Ok(RValue::Built(Box::new(table)))
 }
 
-/// The rows a recorded throw adds to a joint view, and where.
+/// The rows a captured throw adds to a joint view, and where.
 pub struct Branch {
     /// The native frame (index into the joint capture's trace) that caught
     /// the exception.
