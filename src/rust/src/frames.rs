@@ -58,13 +58,18 @@ pub struct ThrowInfo {
 }
 
 impl ThrowInfo {
-    /// `list(kind, type, location)`.
+    /// `list(kind, type, location)`, as made in R.
+    pub fn items(&self) -> [(&'static str, Scalar<'_>); 3] {
+        [
+            ("kind", Scalar::Str(self.kind.as_deref())),
+            ("type", Scalar::Str(self.type_name.as_deref())),
+            ("location", Scalar::Str(self.location.as_deref())),
+        ]
+    }
+
+    /// The same list as a value to make.
     pub fn to_r(&self) -> RValue {
-        RValue::List(vec![
-            ("kind", RValue::from(self.kind.clone())),
-            ("type", RValue::from(self.type_name.clone())),
-            ("location", RValue::from(self.location.clone())),
-        ])
+        RValue::List(self.items().into_iter().map(|(name, x)| (name, RValue::from(x))).collect())
     }
 }
 
@@ -165,17 +170,6 @@ pub fn truncation_value(truncation: &Option<String>) -> Scalar<'_> {
     match truncation {
         Some(why) => Scalar::Str(Some(why)),
         None => Scalar::Shared(None),
-    }
-}
-
-impl ThrowInfo {
-    /// `list(kind, type, location)`, as made in R.
-    pub fn items(&self) -> [(&'static str, Scalar<'_>); 3] {
-        [
-            ("kind", Scalar::Str(self.kind.as_deref())),
-            ("type", Scalar::Str(self.type_name.as_deref())),
-            ("location", Scalar::Str(self.location.as_deref())),
-        ]
     }
 }
 

@@ -7,7 +7,7 @@
 
 use crate::columns::Column;
 use crate::frame_rows::{FrameRows, Row as FrameRow};
-use crate::frames::{FrameTable, PlacementInfo};
+use crate::frames::{truncation_value, FrameTable, PlacementInfo};
 use crate::native_calls::{CallSite, NativeCalls};
 use crate::rapi::{self, Sexp};
 use crate::trace_rows::{Held, Row, TraceRows};
@@ -125,13 +125,7 @@ pub fn splice(
         ("placement", RValue::from(placement.mode.name().to_string())),
         ("fallback_reason", RValue::from(placement.fallback_reason)),
         ("truncated", RValue::from(table.truncation.is_some())),
-        (
-            "truncation",
-            match &table.truncation {
-                Some(why) => RValue::from(why.clone()),
-                None => RValue::Shared(None),
-            },
-        ),
+        ("truncation", RValue::from(truncation_value(&table.truncation))),
         ("added", RValue::from(added)),
         ("throw", placement.throw.map_or(RValue::Null, |t| t.to_r())),
     ]);

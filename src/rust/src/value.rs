@@ -82,6 +82,17 @@ impl From<Vec<String>> for RValue {
     }
 }
 
+impl From<Scalar<'_>> for RValue {
+    fn from(x: Scalar<'_>) -> RValue {
+        match x {
+            Scalar::Lgl(x) => RValue::Lgl(vec![x]),
+            Scalar::Int(x) => RValue::Int(vec![Some(x)]),
+            Scalar::Str(s) => RValue::Str(vec![s.map(str::to_string)]),
+            Scalar::Shared(s) => RValue::Shared(s),
+        }
+    }
+}
+
 /// Makes `value` in R, or None if R could not allocate it.
 pub fn to_r(value: &RValue) -> Option<Sexp> {
     // SAFETY: `build`'s contract is `make`'s.
