@@ -10,7 +10,7 @@
 # A few calls are not here, on purpose: those whose result describes the
 # stack of the R code that makes the call, so that a wrapper's frame would
 # show in it (a frame in joint traces, more interpreter frames in a native
-# trace, one more record in R's context chain):
+# trace, one more context in R's context chain):
 # * `winch_call()` and `winch_stop()` (R/call.R): their own frame is the R
 #   frame right above their native frame in joint traces;
 # * `winch_trace_back()` (R/trace_back.R): with `libr = TRUE` it returns the
@@ -21,9 +21,9 @@
 # The other entry points are not affected by a wrapper's frame: joint
 # captures (rs_joint) show only the frames of the caller's `sys.frames()`
 # and what lies between them; the profiler samples the profiled code only;
-# its probes look for a record further out (the loop record for
+# its probes look for a context further out (the loop's for
 # rs_profile_learn_loop, the probe method's for rs_rprof_running) or read
-# every byte-code record alike (rs_profile_learn_bc).
+# every byte-code call's context alike (rs_profile_learn_bc).
 
 # Setup -------------------------------------------------------------------
 
@@ -75,6 +75,7 @@ rs_profile_discard <- function() .Call(C_rs_profile_discard)
 rs_profile_active <- function() .Call(C_rs_profile_active)
 rs_profile_write <- function(parts, path, format, lines) .Call(C_rs_profile_write, parts, path, format, lines)
 rs_profile_check <- function(parts) .Call(C_rs_profile_check, parts)
+rs_profile_form <- function() .Call(C_rs_profile_form)
 rs_profile_loops_known <- function() .Call(C_rs_profile_loops_known)
 rs_profile_learn_loop <- function(kind) .Call(C_rs_profile_learn_loop, kind)
 rs_profile_learn_bc <- function(opcodes) .Call(C_rs_profile_learn_bc, opcodes)

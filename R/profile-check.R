@@ -4,7 +4,8 @@
 # size or shown with frames silently dropped.
 
 # The fields of a winch_profile, each with what it must be. Tables are data
-# frames (lists of equal-length columns).
+# frames (lists of equal-length columns) with the columns the writers read
+# (`profile_form`, R/profile.R).
 profile_fields <- list(
   event = function(x) is.character(x) && length(x) == 1L && x %in% c("cpu", "elapsed", "alloc"),
   # (NA in a memory profile, whose samples are spaced by bytes.)
@@ -16,13 +17,13 @@ profile_fields <- list(
       length(x$count) == length(x$locations) && all(vapply(x$locations, is.numeric, logical(1))) &&
       (is.null(x$thread) || (is.numeric(x$thread) && length(x$thread) == length(x$count)))
   },
-  functions = function(x) is_table(x, c("name", "label", "kind", "module", "file")),
-  locations = function(x) is_table(x, c("module", "address")),
-  lines = function(x) is_table(x, c("location", "function", "file", "line")),
+  functions = function(x) is_table(x, names(profile_form$functions)),
+  locations = function(x) is_table(x, names(profile_form$locations)),
+  lines = function(x) is_table(x, names(profile_form$lines)),
   files = function(x) is.character(x),
-  modules = function(x) is_table(x, c("path", "build_id", "start", "limit", "offset")),
+  modules = function(x) is_table(x, names(profile_form$modules)),
   # Absent from profiles made before threads were sampled.
-  threads = function(x) is.null(x) || is_table(x, c("number", "tid", "name", "cpu"))
+  threads = function(x) is.null(x) || is_table(x, names(profile_form$threads))
 )
 
 is_table <- function(x, columns) {

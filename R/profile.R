@@ -230,7 +230,7 @@ winch_rprof <- function(filename = "Rprof.out", interval = 0.02, event = c("cpu"
   # Samples of winch_rprof() itself (starting and stopping) are left out.
   opts$region <- list("outside", winch_rprof)
   # As in winch_profile(), the cleanup is armed before the profiler starts;
-  # it is disarmed once the session is started and recorded.
+  # it is disarmed once the session is started and R's entry for it made.
   token <- environment()
   started <- FALSE
   on.exit(if (!started) profile_abandon(token), add = TRUE)
@@ -241,7 +241,7 @@ winch_rprof <- function(filename = "Rprof.out", interval = 0.02, event = c("cpu"
 
 # winch_rprof(NULL): stops the session winch_rprof() started, writes its
 # file and returns the profile; or stops an orphaned session (one that runs
-# with no record of it in R: left by a failure), with a warning.
+# with no entry for it in R: left by a failure), with a warning.
 rprof_stop <- function(call = rlang::caller_env()) {
   state <- profile_state()
   session <- the$profile_session
@@ -347,11 +347,11 @@ profile_active <- function() {
 # * "none": none runs;
 # * "profile": a winch_profile() call, still running, started it;
 # * "rprof": winch_rprof() started it;
-# * "orphan": one runs that R has no live record of (an interrupt at the
+# * "orphan": one runs that R has no live entry for (an interrupt at the
 #   wrong moment, winch unloaded and loaded again).
-# R's record (`the$profile_session`, from profile_begin()) holds the pid of
+# R's entry (`the$profile_session`, from profile_begin()) holds the pid of
 # the process that started the session: in a fork child, the parent's
-# record stands for nothing.
+# entry stands for nothing.
 profile_state <- function() {
   if (!profile_active()) {
     return("none")
@@ -369,7 +369,7 @@ profile_state <- function() {
 }
 
 # Starts sampling; returns the session's bookkeeping (resource use at the
-# start, a GC counter), recorded in `the$profile_session` before the
+# start, a GC counter), kept in `the$profile_session` before the
 # profiler starts, with `token` (what identifies the caller's session to
 # profile_abandon()), `kind` ("profile" or "rprof") and the pid.
 profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
@@ -383,7 +383,7 @@ profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
   usage <- resource_usage()
   gc_time <- gc.time()
   gc_counter <- new_gc_counter()
-  # A record left from a session that ended without forgetting it (the
+  # An entry left from a session that ended without forgetting it (the
   # profiler is not running: check_profile_args() made sure).
   if (!is.null(the$profile_session)) {
     profile_forget(the$profile_session)
@@ -430,7 +430,7 @@ profile_abandon <- function(token) {
   profile_forget(session)
 }
 
-# Stops whatever session runs, and forgets R's record of it: for an
+# Stops whatever session runs, and forgets R's entry for it: for an
 # orphaned session, and when winch is unloaded.
 profile_stop_discard <- function() {
   if (profile_active()) {
@@ -443,7 +443,7 @@ profile_stop_discard <- function() {
   invisible()
 }
 
-# Forgets R's record of `session` (once sampling has stopped).
+# Forgets R's entry for `session` (once sampling has stopped).
 profile_forget <- function(session) {
   session$gc_counter$stop()
   if (identical(the$profile_session$token, session$token)) {
@@ -452,8 +452,8 @@ profile_forget <- function(session) {
   invisible()
 }
 
-# Whether R's Rprof() is running: R gives builtins a context record only
-# while it runs, so the record under an Ops method that `+` dispatched to
+# Whether R's Rprof() is running: R gives builtins a context only while it
+# runs, so the context under an Ops method that `+` dispatched to
 # (evaluated by the AST interpreter) tells.
 rprof_running <- function() {
   probe <- structure(list(), class = "winch_rprof_probe")
@@ -525,48 +525,64 @@ new_winch_profile <- function(raw, session, usage_end = resource_usage(), gc_tim
   )
 }
 
+# A column only memory profiles have, taken as `take` takes it (by a
+# function of its own: marking `take` itself would mark a primitive such
+# as as.double() everywhere).
+memory_only <- function(take) structure(function(x) take(x), memory_only = TRUE)
+
+# The parts of a profile the Rust writers read back, in order, each with
+# how profile_parts() takes it from a winch_profile (a table: each column's
+# way). Their description, with their R types, is written once in Rust
+# (src/rust/src/profile_form.rs; `rs_profile_form()`): test-profile-formats.R
+# checks that this list names the same parts, and that profile_parts()
+# gives them the types that description says.
+profile_form <- list(
+  event = identity,
+  interval = as.double,
+  sample_bytes = as.double,
+  start = as.double,
+  duration = as.double,
+  functions = list(name = identity, label = identity, kind = identity, module = as.integer, file = as.integer),
+  locations = list(module = as.integer, address = identity),
+  lines = list(location = as.integer, `function` = as.integer, file = as.integer, line = as.integer),
+  stacks = list(
+    count = as.double, thread = as.integer, locations = function(x) lapply(x, as.integer),
+    alloc_bytes = memory_only(as.double), alloc_count = memory_only(as.double),
+    inuse_bytes = memory_only(as.double), inuse_count = memory_only(as.double)
+  ),
+  threads = list(number = as.integer, tid = as.double, name = as.character, cpu = as.double),
+  files = as.character,
+  modules = list(path = identity, build_id = identity, start = identity, limit = identity, offset = identity)
+)
+
 # The profile as the Rust writers read it (from_r() in
-# src/rust/src/profile.rs): a named list with the fields, names and nesting
-# of what the profiler returns (its to_r(), turned into a winch_profile by
-# new_winch_profile()), tables as lists of columns. Fields are looked up by
-# name: their order does not matter.
+# src/rust/src/profile.rs): a named list with the parts of `profile_form`,
+# tables as lists of columns (a column the profile lacks is left out, and
+# the writers say so). Fields are looked up by name: their order does not
+# matter.
 profile_parts <- function(p) {
-  f <- p$functions
-  l <- p$locations
-  x <- p$lines
-  m <- p$modules
-  th <- profile_threads(p)
-  list(
-    event = p$event,
-    interval = as.double(p$interval),
-    sample_bytes = as.double(p$sample_bytes %||% NA_real_),
-    start = as.double(p$start),
-    duration = as.double(p$duration),
-    functions = list(
-      name = f$name, label = f$label, kind = f$kind,
-      module = as.integer(f$module), file = as.integer(f$file)
-    ),
-    locations = list(module = as.integer(l$module), address = l$address),
-    lines = list(
-      location = as.integer(x$location), `function` = as.integer(x$`function`),
-      file = as.integer(x$file), line = as.integer(x$line)
-    ),
-    stacks = c(
-      list(
-        count = as.double(p$stacks$count), locations = lapply(p$stacks$locations, as.integer),
-        thread = as.integer(p$stacks$thread %||% rep(1L, length(p$stacks$count)))
-      ),
-      if (identical(p$event, "alloc")) {
-        lapply(p$stacks[c("alloc_bytes", "alloc_count", "inuse_bytes", "inuse_count")], as.double)
-      }
-    ),
-    threads = list(
-      number = as.integer(th$number), tid = as.double(th$tid), name = as.character(th$name),
-      cpu = as.double(th$cpu)
-    ),
-    files = as.character(p$files),
-    modules = list(path = m$path, build_id = m$build_id, start = m$start, limit = m$limit, offset = m$offset)
-  )
+  # What profiles made before memory profiles, or before threads were
+  # sampled, lack.
+  p$sample_bytes <- p$sample_bytes %||% NA_real_
+  p$stacks$thread <- p$stacks$thread %||% rep(1L, length(p$stacks$count))
+  p$threads <- profile_threads(p)
+  memory <- identical(p$event, "alloc")
+  parts <- lapply(names(profile_form), function(part) {
+    take <- profile_form[[part]]
+    if (is.function(take)) {
+      return(take(p[[part]]))
+    }
+    table <- p[[part]]
+    columns <- intersect(names(take), names(table))
+    if (!memory) {
+      columns <- columns[!vapply(take[columns], function(f) isTRUE(attr(f, "memory_only")), NA)]
+    }
+    out <- lapply(columns, function(col) take[[col]](table[[col]]))
+    names(out) <- columns
+    out
+  })
+  names(parts) <- names(profile_form)
+  parts
 }
 
 # The threads of a profile (a profile made before threads were sampled has

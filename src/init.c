@@ -39,6 +39,7 @@
   X(rs_profile_active, 0)       \
   X(rs_profile_write, 4)        \
   X(rs_profile_check, 1)        \
+  X(rs_profile_form, 0)         \
   X(rs_profile_learn_loop, 1)   \
   X(rs_profile_loops_known, 0)  \
   X(rs_resource_usage, 0)       \

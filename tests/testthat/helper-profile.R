@@ -171,3 +171,24 @@ synthetic_memory_profile <- function() {
   p$stats$r_heap <- list(before = 4.5e7, after = 4.7e7, peak = 9.9e7)
   structure(p, class = "winch_profile")
 }
+
+# The R type of every part of a profile's list `x` and of every column of
+# its tables, by path (`part`, `table$column`), as `rs_profile_form()`
+# names them.
+part_types <- function(x) {
+  out <- character()
+  for (part in names(x)) {
+    out[[part]] <- typeof(x[[part]])
+    if (is.list(x[[part]]) && !is.null(names(x[[part]]))) {
+      for (column in names(x[[part]])) {
+        out[[paste0(part, "$", column)]] <- typeof(x[[part]][[column]])
+      }
+    }
+  }
+  out
+}
+
+# The description of a profile's R form (src/rust/src/profile_form.rs).
+profile_form_description <- function() {
+  as.data.frame(winch:::check_result(winch:::rs_profile_form()), stringsAsFactors = FALSE)
+}

@@ -22,6 +22,15 @@ test_that("native rows are inserted under the R call that entered them", {
   expect_identical(tr$call[[native]][[1L]], as.symbol("winch_call"))
   expect_true(tr$visible[[native]])
   expect_identical(attr(tr, "winch")$placement, "exact")
+  # What the capture said about the placement, typed in Rust until made
+  # here: in this order, with nothing thrown.
+  winch <- attr(tr, "winch")
+  expect_named(winch, c("placement", "fallback_reason", "truncated", "truncation", "added", "throw"))
+  expect_identical(winch$fallback_reason, NA_character_)
+  expect_false(winch$truncated)
+  expect_identical(winch$truncation, NA_character_)
+  expect_identical(winch$added, 1L)
+  expect_null(winch$throw)
 })
 
 test_that("round trips through two libraries build a proper tree", {

@@ -90,6 +90,31 @@ test_that("joint tables' string columns are lazy too, and the same once made", {
   expect_identical(jt$label[named], jt$func[named])
 })
 
+# The columns are written once (src/rust/src/columns.rs): a joint table
+# has a frame table's columns, then the placement's, each of its R type.
+test_that("a joint table has every column of a frame table, then the placement's, each of its type", {
+  f <- function() winch_call(function() winch:::joint_capture(sys.frames(), sys.calls()))
+  jt <- f()
+  tb <- winch_trace_back()
+  expect_identical(names(jt), c(names(tb), "r_frame", "approximate", "at_throw", "label"))
+  expect_identical(unname(vapply(jt, typeof, "")), c(
+    "character", "character", "character", "logical", "character", "integer", "logical",
+    "character", "integer", "character", "character", "integer", "logical", "logical", "character"
+  ))
+  expect_identical(lapply(tb, typeof), lapply(jt[names(tb)], typeof))
+  # The attributes, in their order: the walk's, then the placement's.
+  hint <- "debug_files_would_help"
+  expect_identical(setdiff(names(attributes(tb)), hint), c("names", "class", "row.names", "backend", "truncated", "truncation"))
+  expect_identical(setdiff(names(attributes(jt)), hint), c(
+    "names", "class", "row.names", "backend", "truncated", "truncation",
+    "placement", "fallback_reason", "beyond_end"
+  ))
+  expect_identical(attr(jt, "placement"), "exact")
+  expect_identical(attr(jt, "fallback_reason"), NA_character_)
+  expect_type(attr(jt, "beyond_end"), "integer")
+  expect_identical(attr(jt, "truncation"), NA_character_)
+})
+
 test_that("unloading winch keeps its library while its columns live, and not after", {
   out <- run_rscript(r"(
     library(winch)

@@ -151,6 +151,34 @@ test_that("the writers read the profile's fields by name: order is free, a missi
   expect_error(write(1), "`profile` must be a list", fixed = TRUE, class = "winch_error_bad_argument")
 })
 
+# The profile's R form is described once (src/rust/src/profile_form.rs):
+# the profiler makes it, the writers read it back, and profile_parts()
+# follows it with its list `profile_form` (R/profile.R).
+test_that("the profiler, profile_parts() and the writers follow one description of the profile's R form", {
+  form <- profile_form_description()
+  expect_named(form, c("path", "type", "optional", "read_back", "holds"))
+  expect_true(all(nzchar(form$holds)))
+  # profile_form names the parts the writers read back, in their order.
+  r_form <- winch:::profile_form
+  r_paths <- unlist(lapply(names(r_form), function(part) {
+    c(part, if (is.list(r_form[[part]])) paste0(part, "$", names(r_form[[part]])))
+  }))
+  expect_identical(r_paths, form$path[form$read_back])
+  # profile_parts() gives the parts the description says, of its types:
+  # all of them but the memory profiles' columns.
+  p <- winch_profile(outer(), interval = 0.002)
+  types <- part_types(winch:::profile_parts(p))
+  expect_identical(names(types), form$path[form$read_back & !form$optional])
+  expect_identical(unname(types), form$type[match(names(types), form$path)])
+  # The profile made of the profiler's form has every part that is not
+  # optional, and its statistics, each of its type (tables as data frames,
+  # the start as POSIXct: both of those types still).
+  made <- part_types(unclass(p))
+  expected <- form$path[!form$optional | startsWith(form$path, "stats")]
+  expect_true(all(expected %in% names(made)), info = paste(setdiff(expected, names(made)), collapse = ", "))
+  expect_identical(unname(made[expected]), form$type[match(expected, form$path)])
+})
+
 test_that("a damaged profile is refused before anything is written or printed", {
   p <- winch_profile(outer(), interval = 0.002)
   damage <- list(

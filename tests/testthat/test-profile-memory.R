@@ -74,6 +74,18 @@ test_that("R vectors are allocated under the R call that made them", {
   expect_output(print(summary(p)), "Allocations seen")
 })
 
+test_that("a memory profile's parts are the description's, its stacks' columns included", {
+  make <- function() numeric(1e6)
+  p <- winch_profile(make(), event = "alloc")
+  form <- profile_form_description()
+  types <- part_types(winch:::profile_parts(p))
+  expect_identical(names(types), form$path[form$read_back])
+  expect_identical(unname(types), form$type[match(names(types), form$path)])
+  made <- part_types(unclass(p))
+  columns <- form$path[startsWith(form$path, "stacks$")]
+  expect_identical(unname(made[columns]), form$type[match(columns, form$path)])
+})
+
 test_that("R's heap is reported before, after and at its most during the run", {
   kept <- NULL
   keep <- function() kept <<- numeric(5e6) # 40 MB still held after

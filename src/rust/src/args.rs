@@ -10,12 +10,35 @@ use winch_core::error::{Error, Result};
 #[derive(Clone, Copy)]
 pub struct Arg {
     sexp: Sexp,
-    name: &'static str,
+    name: Name,
+}
+
+/// What an argument is called in errors: a name, or a column's name under
+/// its table's (`table$column`).
+#[derive(Clone, Copy)]
+struct Name {
+    first: &'static str,
+    then: Option<&'static str>,
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.then {
+            Some(then) => write!(f, "{}${then}", self.first),
+            None => f.write_str(self.first),
+        }
+    }
+}
+
+impl Name {
+    fn one(name: &'static str) -> Name {
+        Name { first: name, then: None }
+    }
 }
 
 impl Arg {
     pub fn new(sexp: Sexp, name: &'static str) -> Arg {
-        Arg { sexp, name }
+        Arg { sexp, name: Name::one(name) }
     }
 
     fn bad(&self, what: &str) -> Error {
@@ -38,7 +61,7 @@ impl Arg {
         // SAFETY: the names attribute of a list is read without allocating;
         // it is NULL or a character vector.
         let names = unsafe { rapi::Rf_getAttrib(self.sexp, rapi::R_NamesSymbol) };
-        let names = Arg { sexp: names, name: self.name };
+        let names = Arg { sexp: names, ..*self };
         if names.is_null() {
             return Ok(vec![None; n]);
         }
@@ -160,6 +183,22 @@ impl Arg {
         Ok(x)
     }
 
+    /// A number (double or integer), where NA is allowed (read as NaN).
+    pub fn number_or_nan(&self) -> Result<f64> {
+        let (kind, n) = self.shape();
+        if n != 1 || (kind != rapi::REALSXP && kind != rapi::INTSXP) {
+            return Err(self.bad("a single number"));
+        }
+        // SAFETY: a vector of length 1 of the type checked.
+        Ok(unsafe {
+            match kind {
+                rapi::REALSXP => *rapi::REAL(self.sexp),
+                _ if *rapi::INTEGER(self.sexp) == rapi::R_NaInt => f64::NAN,
+                _ => *rapi::INTEGER(self.sexp) as f64,
+            }
+        })
+    }
+
     /// A double vector.
     pub fn doubles(&self) -> Result<Vec<f64>> {
         let (kind, n) = self.shape();
@@ -176,13 +215,68 @@ impl Arg {
         if kind != rapi::VECSXP {
             return Err(self.bad("a list"));
         }
-        // SAFETY: `i` < length of a list; reading elements does not allocate.
-        Ok((0..n).map(|i| Arg::new(unsafe { rapi::VECTOR_ELT(self.sexp, i as isize) }, self.name)).collect())
+        Ok((0..n)
+            .map(|i| {
+                // SAFETY: `i` < length of a list; reading elements does not
+                // allocate.
+                let sexp = unsafe { rapi::VECTOR_ELT(self.sexp, i as isize) };
+                Arg { sexp, name: self.name }
+            })
+            .collect())
     }
 
     /// The same object under another name (in the messages of errors).
     pub fn renamed(&self, name: &'static str) -> Arg {
-        Arg { sexp: self.sexp, name }
+        Arg { sexp: self.sexp, name: Name::one(name) }
+    }
+
+    /// The error for a list (this one) without the field at `path`.
+    pub fn missing(&self, path: impl std::fmt::Display) -> Error {
+        Error::BadArgument(format!("`{}` has no field `{path}`", self.name))
+    }
+
+    /// The element called `name` of this list (the first of that name),
+    /// if there is one; an error if this is not a list.
+    fn element(&self, name: &str) -> Result<Option<Sexp>> {
+        let (kind, n) = self.shape();
+        if kind != rapi::VECSXP {
+            return Err(self.bad("a list"));
+        }
+        // SAFETY: a list: the names attribute of a vector is read without
+        // allocating; it is NULL or a character vector.
+        let names = unsafe { rapi::Rf_getAttrib(self.sexp, rapi::R_NamesSymbol) };
+        // SAFETY: reading the type and length of an R object.
+        let named = unsafe { rapi::TYPEOF(names) == rapi::STRSXP && rapi::Rf_xlength(names) as usize == n };
+        let found = named
+            .then(|| {
+                (0..n).find(|&i| {
+                    // SAFETY: `i` < length of a STRSXP; its elements are
+                    // CHARSXPs whose R_CHAR is NUL-terminated.
+                    unsafe {
+                        let c = rapi::STRING_ELT(names, i as isize);
+                        c != rapi::R_NaString
+                            && std::ffi::CStr::from_ptr(rapi::R_CHAR(c)).to_bytes() == name.as_bytes()
+                    }
+                })
+            })
+            .flatten();
+        // SAFETY: `i` < length of a list; reading an element does not
+        // allocate.
+        Ok(found.map(|i| unsafe { rapi::VECTOR_ELT(self.sexp, i as isize) }))
+    }
+
+    /// Field `name` of this list, if there is one; an error if this is not
+    /// a list.
+    pub fn find(&self, name: &'static str) -> Result<Option<Arg>> {
+        Ok(self.element(name)?.map(|sexp| Arg { sexp, name: Name::one(name) }))
+    }
+
+    /// Column `column` of this list's table `table` (a list), if there is
+    /// one, named `table$column`; an error if there is no table `table`
+    /// (naming it as [`Arg::field`] does) or something is not a list.
+    pub fn find_column(&self, table: &'static str, column: &'static str) -> Result<Option<Arg>> {
+        let t = self.find(table)?.ok_or_else(|| self.missing(table))?;
+        Ok(t.element(column)?.map(|sexp| Arg { sexp, name: Name { first: table, then: Some(column) } }))
     }
 
     /// The element of a named list at `path`: a name, or names joined by
@@ -194,36 +288,11 @@ impl Arg {
         let mut at = *self;
         let mut end = 0;
         for part in path.split('$') {
-            let (kind, n) = at.shape();
-            if kind != rapi::VECSXP {
-                return Err(at.bad("a list"));
-            }
             end += part.len();
-            // SAFETY: `at` is a list: the names attribute of a vector is read
-            // without allocating; it is NULL or a character vector.
-            let names = unsafe { rapi::Rf_getAttrib(at.sexp, rapi::R_NamesSymbol) };
-            // SAFETY: reading the type and length of an R object.
-            let named =
-                unsafe { rapi::TYPEOF(names) == rapi::STRSXP && rapi::Rf_xlength(names) as usize == n };
-            let found = named
-                .then(|| {
-                    (0..n).find(|&i| {
-                        // SAFETY: `i` < length of a STRSXP; its elements are
-                        // CHARSXPs whose R_CHAR is NUL-terminated.
-                        unsafe {
-                            let c = rapi::STRING_ELT(names, i as isize);
-                            c != rapi::R_NaString
-                                && std::ffi::CStr::from_ptr(rapi::R_CHAR(c)).to_bytes() == part.as_bytes()
-                        }
-                    })
-                })
-                .flatten();
-            let Some(i) = found else {
-                return Err(Error::BadArgument(format!("`{}` has no field `{}`", self.name, &path[..end])));
+            let Some(sexp) = at.element(part)? else {
+                return Err(self.missing(&path[..end]));
             };
-            // SAFETY: `i` < length of a list; reading an element does not
-            // allocate.
-            at = Arg { sexp: unsafe { rapi::VECTOR_ELT(at.sexp, i as isize) }, name: &path[..end] };
+            at = Arg { sexp, name: Name::one(&path[..end]) };
             end += 1; // the `$` before the next part
         }
         Ok(at)
@@ -238,14 +307,17 @@ impl Arg {
     /// anything else as an inlined function; `<fn>`, rlang's stand-in
     /// for an inlined function, counts as one.
     pub fn call_heads(&self) -> Result<Vec<CallHead>> {
-        let fn_symbol = rapi::sym_addr(c"<fn>");
-        let colons = (rapi::sym_addr(c"::"), rapi::sym_addr(c":::"));
+        let symbols = HeadSymbols {
+            inlined: rapi::sym_addr(c"<fn>"),
+            exported: rapi::sym_addr(c"::"),
+            internal: rapi::sym_addr(c":::"),
+        };
         Ok(self
             .element_addrs()?
             .into_iter()
             // SAFETY: each is an element of the live argument; reading
             // types, CAR/CDR and lengths does not allocate.
-            .map(|x| unsafe { call_head(x as rapi::Sexp, fn_symbol, colons) })
+            .map(|x| unsafe { call_head(x as rapi::Sexp, &symbols) })
             .collect())
     }
 
@@ -295,13 +367,27 @@ pub enum CallHead {
     NotACall,
     Inlined,
     Symbol(usize),
-    /// `pkg::fn` (false) or `pkg:::fn` (true), by the symbols' addresses.
-    Namespaced(usize, usize, bool),
+    /// `pkg::fn` or `pkg:::fn` (`internal`), by the symbols' addresses.
+    Namespaced {
+        pkg: usize,
+        fun: usize,
+        internal: bool,
+    },
+}
+
+/// The addresses of the symbols call heads are told apart by.
+struct HeadSymbols {
+    /// `<fn>`, rlang's stand-in for an inlined function.
+    inlined: usize,
+    /// `::`.
+    exported: usize,
+    /// `:::`.
+    internal: usize,
 }
 
 /// # Safety
 /// `x` is a live R object; R's main thread.
-unsafe fn call_head(x: rapi::Sexp, fn_symbol: usize, colons: (usize, usize)) -> CallHead {
+unsafe fn call_head(x: rapi::Sexp, symbols: &HeadSymbols) -> CallHead {
     // SAFETY: the caller's contract; only types, CAR/CDR and lengths are read.
     unsafe {
         if rapi::TYPEOF(x) != rapi::LANGSXP {
@@ -309,14 +395,18 @@ unsafe fn call_head(x: rapi::Sexp, fn_symbol: usize, colons: (usize, usize)) -> 
         }
         let head = rapi::CAR(x);
         match rapi::TYPEOF(head) {
-            rapi::SYMSXP if head as usize == fn_symbol => CallHead::Inlined,
+            rapi::SYMSXP if head as usize == symbols.inlined => CallHead::Inlined,
             rapi::SYMSXP => CallHead::Symbol(head as usize),
             rapi::LANGSXP if rapi::Rf_xlength(head) == 3 => {
                 let op = rapi::CAR(head) as usize;
                 let (pkg, fun) = (rapi::CAR(rapi::CDR(head)), rapi::CAR(rapi::CDR(rapi::CDR(head))));
                 let plain = rapi::TYPEOF(pkg) == rapi::SYMSXP && rapi::TYPEOF(fun) == rapi::SYMSXP;
-                if plain && (op == colons.0 || op == colons.1) {
-                    CallHead::Namespaced(pkg as usize, fun as usize, op == colons.1)
+                if plain && (op == symbols.exported || op == symbols.internal) {
+                    CallHead::Namespaced {
+                        pkg: pkg as usize,
+                        fun: fun as usize,
+                        internal: op == symbols.internal,
+                    }
                 } else {
                     CallHead::Inlined
                 }

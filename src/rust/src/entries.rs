@@ -3,10 +3,13 @@
 //! value or an error; `entry::run` does the rest.
 
 use crate::args::Arg;
-use crate::frames::FrameTable;
+use crate::frame_rows::OtherMap;
+use crate::frames::{FrameTable, PlacementInfo, PlacementMode};
+use crate::in_step::LoaderGeneration;
 use crate::rstate;
-use crate::spliced::{self, NativeRow};
+use crate::spliced;
 use crate::value::RValue;
+use crate::SpliceNativeArgs;
 use std::path::PathBuf;
 use std::sync::Arc;
 use winch_core::debuginfo::Resolved;
@@ -19,6 +22,8 @@ use winch_core::view::{self, View};
 
 pub use crate::crash::{rs_crash_handlers, rs_crash_rearm, rs_crash_set, rs_crash_status};
 pub use crate::throws::{rs_last_throw, rs_throws_set, rs_throws_status, rs_throws_tick};
+
+pub use crate::profile_form::rs_profile_form;
 
 pub use crate::profile::{
     rs_profile_active, rs_profile_check, rs_profile_discard, rs_profile_learn_bc, rs_profile_learn_loop,
@@ -193,9 +198,7 @@ pub fn rs_trace_back(backend_arg: Arg, libr: Arg, synced: Arg) -> Result<RValue>
     let resolved = native.trace.symbolize_some(&shown);
     let hint = hint_may_help(&native.trace, &shown, &resolved);
     let mut table = FrameTable::new(&native.trace, &shown, resolved, &native.classes, None);
-    if hint {
-        table.attrs.push((c"debug_files_would_help", true.into()));
-    }
+    table.debug_files_would_help = hint;
     Ok(RValue::Built(Box::new(table)))
 }
 
@@ -208,48 +211,47 @@ pub fn rs_joint(backend_arg: Arg, frames: Arg, calls: Arg, libr: Arg, use_contex
     let (frames, calls) = (frames.element_addrs()?, calls.element_addrs()?);
     let (libr, use_contexts) = (libr.flag()?, use_contexts.flag()?);
     let j = joint::capture(rstate::facts()?, backend, &frames, &calls, use_contexts)?;
-    Ok(RValue::Built(Box::new(joint_table(&j, libr))))
+    let (mut table, placement) = joint_table(&j, libr);
+    table.placement = Some(placement);
+    Ok(RValue::Built(Box::new(table)))
 }
 
 /// The frames joint views show of `j` (R's own with `libr`), with where
 /// each is placed and, after the frame that caught it, the branch of a
-/// throw still being handled; its attributes say how they were placed.
-fn joint_table(j: &joint::Joint, libr: bool) -> FrameTable {
+/// throw still being handled; and how they were placed.
+fn joint_table(j: &joint::Joint, libr: bool) -> (FrameTable, PlacementInfo) {
     let n = &j.native;
     let shown = view::select(&n.classes, View::Joint { libr });
     let resolved = n.trace.symbolize_some(&shown);
     let hint = hint_may_help(&n.trace, &shown, &resolved);
     let mut table = FrameTable::new(&n.trace, &shown, resolved, &n.classes, Some(&j.placement));
-    if hint {
-        table.attrs.push((c"debug_files_would_help", true.into()));
-    }
+    table.debug_files_would_help = hint;
     // A C++ throw or Rust panic caught by a frame still running: its frames
     // as they were at the throw, right after the catching frame's rows.
+    let mut throw = None;
     if let Some(mut b) = crate::throws::branch(j) {
         if let Some(k) = shown.iter().position(|&i| i == b.catcher) {
-            let at: usize = table.resolved[..=k].iter().map(|r| r.len()).sum();
+            let at: usize = table.rows.resolved[..=k].iter().map(|r| r.len()).sum();
             let rows = b.table.rows.len();
             // The branch's resolutions follow the stack's.
-            let base = table.resolved.len();
-            let mut branch_rows = std::mem::take(Arc::make_mut(&mut b.table.rows));
+            let base = table.rows.resolved.len();
+            let mut branch_rows = std::mem::take(b.table.rows.rows_mut());
             for r in &mut branch_rows {
                 r.frame += base;
             }
-            Arc::make_mut(&mut table.resolved).append(Arc::make_mut(&mut b.table.resolved));
-            table.rows_mut().splice(at..at, branch_rows);
-            table.branch = Some((at..at + rows, b.table.map));
-            table.attrs.push((c"throw", b.info));
+            Arc::make_mut(&mut table.rows.resolved).append(Arc::make_mut(&mut b.table.rows.resolved));
+            table.rows.rows_mut().splice(at..at, branch_rows);
+            table.rows.other_map = Some(OtherMap { rows: at..at + rows, map: b.table.rows.map });
+            throw = Some(b.info);
         }
     }
-    let mode = match (&j.fallback_reason, j.placement.is_approximate()) {
-        (Some(_), _) => "fallback",
-        (None, true) => "approximate",
-        (None, false) => "exact",
+    let placement = PlacementInfo {
+        mode: PlacementMode::of(j.fallback_reason.is_some(), j.placement.is_approximate()),
+        fallback_reason: j.fallback_reason.as_ref().map(|e| e.to_string()),
+        beyond_end: Some(j.placement.beyond_end),
+        throw,
     };
-    table.attrs.push((c"placement", RValue::from(mode.to_string())));
-    table.attrs.push((c"fallback_reason", RValue::from(j.fallback_reason.as_ref().map(|e| e.to_string()))));
-    table.attrs.push((c"beyond_end", RValue::from(j.placement.beyond_end as i32)));
-    table
+    (table, placement)
 }
 
 /// Which frames of `calls` (the stack's, outermost first: `sys.calls()`
@@ -274,18 +276,18 @@ pub fn rs_match_rows(trace_calls: Arg, calls: Arg) -> Result<RValue> {
 /// (`synced`), "sync" when the options or loaded libraries changed since
 /// it last did (`rs_in_step()`: R syncs and asks again). `frames`,
 /// `calls`, `backend` and `use_contexts` are as for `rs_joint()`.
-#[allow(clippy::too_many_arguments)]
-pub fn rs_splice_native(
-    trace: Arg,
-    attr_names: Arg,
-    row_frames: Arg,
-    frames: Arg,
-    calls: Arg,
-    first: Arg,
-    backend_arg: Arg,
-    use_contexts: Arg,
-    synced: Arg,
-) -> Result<RValue> {
+pub fn rs_splice_native(args: SpliceNativeArgs) -> Result<RValue> {
+    let SpliceNativeArgs {
+        trace,
+        attr_names,
+        row_frames,
+        frames,
+        calls,
+        first,
+        backend: backend_arg,
+        use_contexts,
+        synced,
+    } = args;
     require_main_thread()?;
     if let Some(ask) = sync_first(&synced)? {
         return Ok(ask);
@@ -303,27 +305,9 @@ pub fn rs_splice_native(
     let first = first.int()?.max(1) as usize;
     let (frames, calls) = (frames.element_addrs()?, calls.element_addrs()?);
     let j = joint::capture(rstate::facts()?, backend, &frames, &calls, use_contexts.flag()?)?;
-    let mut table = joint_table(&j, false);
-    let natives: Vec<_> = table
-        .rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| NativeRow::of(table.map_of(i), r, table.resolution(i)))
-        .collect();
-    let mut attr = |name: &str| {
-        let k = table.attrs.iter().position(|(n, _)| n.to_bytes() == name.as_bytes());
-        k.map_or(RValue::Null, |k| table.attrs.swap_remove(k).1)
-    };
-    let would_help = matches!(attr("debug_files_would_help"), RValue::Lgl(v) if v == [true]);
-    let winch = vec![
-        ("placement", attr("placement")),
-        ("fallback_reason", attr("fallback_reason")),
-        ("truncated", attr("truncated")),
-        ("truncation", attr("truncation")),
-        ("throw", attr("throw")),
-    ];
+    let (table, placement) = joint_table(&j, false);
     let trace = spliced::Trace { sexp: trace.sexp(), names, attr_names, row_frames, parents };
-    let spliced = spliced::splice(trace, natives, first, winch, would_help);
+    let spliced = spliced::splice(trace, &table, placement, first);
     Ok(match spliced {
         Some(s) => RValue::Built(Box::new(s)),
         None => RValue::from(false),
@@ -346,8 +330,8 @@ pub fn rs_splice_calls(n: Arg, r_frame: Arg) -> Result<RValue> {
     Ok(RValue::Int(order))
 }
 
-/// R's context chain, innermost first: callflag, where the record is, and
-/// the native frames that own it and its runner (a diagnostic).
+/// R's context chain, innermost first: callflag, where each context is,
+/// and the native frames that own it and its runner (a diagnostic).
 pub fn rs_context_chain(backend_arg: Arg) -> Result<RValue> {
     require_main_thread()?;
     let chain = joint::chain_summary(rstate::facts()?, backend(backend_arg)?)?;
@@ -484,12 +468,12 @@ pub fn rs_set_debug_dirs(dirs: Arg) -> Result<RValue> {
     Ok(old.ok_or_else(caches_busy)?.into())
 }
 
-/// Sets R's registered native routines from the `DllInfo` records of the
+/// Sets R's registered native routines from the `DllInfo` structs of the
 /// loaded DLLs (`infos`: the external pointers `getLoadedDLLs()` holds in
-/// each DLL's `info`), read from this process's memory with the record
-/// layout R's internals have in `outside::registration` (a record that
+/// each DLL's `info`), read from this process's memory with the struct
+/// layout R's internals have in `outside::registration` (a struct that
 /// does not check out is left out). Returns the number of routines per
-/// DLL (`NA` for a record left out).
+/// DLL (`NA` for a struct left out).
 pub fn rs_set_registered_dlls(infos: Arg) -> Result<RValue> {
     let mut ptrs = Vec::new();
     for info in infos.elements()? {
@@ -518,7 +502,7 @@ pub fn rs_set_registered_dlls(infos: Arg) -> Result<RValue> {
 /// from it): R's registration table is read again only when they change.
 pub fn rs_loader_state(paths: Arg) -> Result<RValue> {
     let paths = paths.strings()?;
-    let (adds, subs) = winch_core::modules::loader_generation();
+    let LoaderGeneration { adds, subs } = LoaderGeneration::now();
     let identity: Vec<Option<String>> = if paths.is_empty() {
         Vec::new()
     } else {
@@ -531,7 +515,7 @@ pub fn rs_loader_state(paths: Arg) -> Result<RValue> {
     ]))
 }
 
-/// Records that R synced the core with options `debug_dirs` and
+/// Remembers that R synced the core with options `debug_dirs` and
 /// `debuginfod` (their raw values) at loader generation `generation`.
 pub fn rs_set_in_step(debug_dirs: Arg, debuginfod: Arg, generation: Arg) -> Result<RValue> {
     require_main_thread()?;
@@ -539,7 +523,7 @@ pub fn rs_set_in_step(debug_dirs: Arg, debuginfod: Arg, generation: Arg) -> Resu
     let [adds, subs] = g[..] else {
         return Err(Error::BadArgument("`generation` must be two numbers".into()));
     };
-    crate::in_step::set(&debug_dirs, &debuginfod, (adds as u64, subs as u64));
+    crate::in_step::set(&debug_dirs, &debuginfod, LoaderGeneration { adds: adds as u64, subs: subs as u64 });
     Ok(RValue::from(true))
 }
 

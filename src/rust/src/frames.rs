@@ -1,82 +1,111 @@
-//! Native frames as rows of a table, in plain Rust: one row per physical
-//! frame, plus one per inlined call inside it. `value.rs` makes the R data
-//! frame from it.
+//! Native frame tables: the rows of a capture (`frame_rows.rs`) with what
+//! the capture says about itself (typed, made into attributes only when
+//! the R data frame is made), and that data frame, whose columns
+//! (`columns.rs`) R makes when it first reads them (`lazy_columns.rs`).
 
+use crate::columns::Column;
+use crate::frame_rows::{FrameRows, Row};
 use crate::lazy_columns;
 use crate::rapi::{self, Sexp};
-use crate::value::{fill, set_attr, set_static_names, Build, RValue, StringCache};
-use std::ffi::c_void;
+use crate::value::{
+    set_attr, set_list_attr, set_scalar_attr, set_static_names, Build, RValue, Scalar, StringCache,
+};
 use std::ffi::CStr;
 use std::sync::Arc;
 use winch_core::debuginfo::Resolved;
 use winch_core::interleave::Placement;
-use winch_core::modules::ModuleMap;
 use winch_core::splice::expand_inlined;
 use winch_core::trace::NativeTrace;
 use winch_core::view::Class;
 
-/// One output row: a physical frame, or an inlined call inside it. Its
-/// name, file and line are the table's `resolved[frame][level]` (shared,
-/// not copied per row).
-#[derive(Clone)]
-pub struct Row {
-    pub ip: usize,
-    pub module: Option<usize>,
-    pub offset: usize,
-    pub frame: usize,
-    pub level: usize,
-    pub is_libr: bool,
-    /// Joint tables: the R frame the row sits under (None: unplaced), and
-    /// whether that is one of several possibilities.
-    pub r_frame: Option<usize>,
-    pub approximate: bool,
-    /// Joint tables: the row is a frame of a C++ throw or Rust panic as it
-    /// was at the throw (since unwound), not of the stack captured.
-    pub at_throw: bool,
+/// How a joint view's native frames were placed among R's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlacementMode {
+    /// Each frame under the one R frame it runs under.
+    Exact,
+    /// Some frame could sit under more than one R frame.
+    Approximate,
+    /// R's context chain could not be used (see the fallback reason).
+    Fallback,
 }
 
-/// Symbolized frames, by frame: each frame's calls, innermost first.
-pub type Resolutions = Arc<Vec<Arc<[Resolved]>>>;
+impl PlacementMode {
+    /// The mode of a placement that fell back (`fell_back`) or is
+    /// approximate.
+    pub fn of(fell_back: bool, approximate: bool) -> PlacementMode {
+        match (fell_back, approximate) {
+            (true, _) => PlacementMode::Fallback,
+            (false, true) => PlacementMode::Approximate,
+            (false, false) => PlacementMode::Exact,
+        }
+    }
 
-/// What row `r` resolved to.
-pub fn resolution<'a>(resolved: &'a [Arc<[Resolved]>], r: &Row) -> &'a Resolved {
-    &resolved[r.frame][r.level]
+    pub fn name(self) -> &'static str {
+        match self {
+            PlacementMode::Exact => "exact",
+            PlacementMode::Approximate => "approximate",
+            PlacementMode::Fallback => "fallback",
+        }
+    }
+}
+
+/// What was thrown, for a throw still being handled.
+#[derive(Clone, Debug, Default)]
+pub struct ThrowInfo {
+    pub kind: Option<String>,
+    pub type_name: Option<String>,
+    pub location: Option<String>,
+}
+
+impl ThrowInfo {
+    /// `list(kind, type, location)`, as made in R.
+    pub fn items(&self) -> [(&'static str, Scalar<'_>); 3] {
+        [
+            ("kind", Scalar::Str(self.kind.as_deref())),
+            ("type", Scalar::Str(self.type_name.as_deref())),
+            ("location", Scalar::Str(self.location.as_deref())),
+        ]
+    }
+
+    /// The same list as a value to make.
+    pub fn to_r(&self) -> RValue {
+        RValue::List(self.items().into_iter().map(|(name, x)| (name, RValue::from(x))).collect())
+    }
+}
+
+/// How a joint table's native frames were placed, known once at its
+/// capture: the table's attributes, and the `winch` attribute of a trace
+/// they are spliced into (`spliced.rs`), are made from it.
+#[derive(Clone, Debug)]
+pub struct PlacementInfo {
+    pub mode: PlacementMode,
+    pub fallback_reason: Option<String>,
+    /// How many R frames lie beyond the last native frame's (None: not
+    /// counted, as in dumps).
+    pub beyond_end: Option<usize>,
+    /// A C++ throw or Rust panic still being handled, whose frames the
+    /// table shows.
+    pub throw: Option<ThrowInfo>,
 }
 
 pub struct FrameTable {
-    pub map: Arc<ModuleMap>,
-    /// Shared with the table's columns, which R makes when it
-    /// first reads them (`lazy_columns.rs`).
-    pub rows: Arc<Vec<Row>>,
-    /// What the rows' frames resolved to (see [`Row`]).
-    pub resolved: Resolutions,
-    /// With the placement columns (`r_frame`, `approximate`).
+    /// Shared with the table's columns, which R makes when it first reads
+    /// them (`lazy_columns.rs`).
+    pub rows: FrameRows,
+    /// With the placement columns (`r_frame`, `approximate`, ...).
     pub joint: bool,
+    /// The unwinder that walked the stack.
+    pub backend: &'static str,
+    /// Why the walk stopped early (None: it did not).
+    pub truncation: Option<String>,
+    /// A debug file could name more of the frames (see R/debuginfod.R).
+    pub debug_files_would_help: bool,
+    /// Joint tables: how the frames were placed.
+    pub placement: Option<PlacementInfo>,
+    /// Attributes of one kind of table only (what a throw threw, ...),
+    /// after the others.
     pub attrs: Vec<(&'static CStr, RValue)>,
-    /// Rows of a throw's branch, whose modules are another map's (the
-    /// throw's, which may predate a library's loading).
-    pub branch: Option<(std::ops::Range<usize>, Arc<ModuleMap>)>,
 }
-
-const COLUMNS: [&str; 11] =
-    ["func", "ip", "pathname", "is_libr", "file", "line", "inlined", "offset", "column", "start", "source"];
-const JOINT_COLUMNS: [&str; 15] = [
-    "func",
-    "ip",
-    "pathname",
-    "is_libr",
-    "file",
-    "line",
-    "inlined",
-    "offset",
-    "column",
-    "start",
-    "source",
-    "r_frame",
-    "approximate",
-    "at_throw",
-    "label",
-];
 
 impl FrameTable {
     /// The frames `shown` of `t` (in that order), symbolized as `resolved`,
@@ -120,65 +149,60 @@ impl FrameTable {
             });
         }
         FrameTable {
-            map: t.map.clone(),
-            rows: Arc::new(rows),
-            resolved: Arc::new(resolved),
-            joint: placement.is_some(),
-            attrs: trace_attrs(t),
-            branch: None,
-        }
-    }
-
-    /// What row `i` resolved to.
-    pub fn resolution(&self, i: usize) -> &Resolved {
-        resolution(&self.resolved, &self.rows[i])
-    }
-
-    /// The module map of row `i`'s `module`.
-    pub fn map_of(&self, i: usize) -> &ModuleMap {
-        map_of(&self.map, &self.branch, i)
-    }
-
-    /// The rows, to change them (a copy if a column shares them).
-    pub fn rows_mut(&mut self) -> &mut Vec<Row> {
-        Arc::make_mut(&mut self.rows)
-    }
-
-    pub fn column_names(&self) -> &'static [&'static str] {
-        if self.joint {
-            &JOINT_COLUMNS
-        } else {
-            &COLUMNS
-        }
-    }
-}
-
-/// The module map of row `i`: `branch`'s for its rows, else `map`.
-pub fn map_of<'a>(
-    map: &'a ModuleMap,
-    branch: &'a Option<(std::ops::Range<usize>, Arc<ModuleMap>)>,
-    i: usize,
-) -> &'a ModuleMap {
-    match branch {
-        Some((rows, m)) if rows.contains(&i) => m,
-        _ => map,
-    }
-}
-
-/// The attributes every frame table carries: the unwinder that walked the
-/// stack and whether (and why) the walk stopped early.
-fn trace_attrs(t: &NativeTrace) -> Vec<(&'static CStr, RValue)> {
-    vec![
-        (c"backend", RValue::Shared(Some(t.backend.name()))),
-        (c"truncated", RValue::from(t.truncated.is_some())),
-        (
-            c"truncation",
-            match &t.truncated {
-                Some(why) => RValue::from(why.clone()),
-                None => RValue::Shared(None),
+            rows: FrameRows {
+                rows: Arc::new(rows),
+                resolved: Arc::new(resolved),
+                map: t.map.clone(),
+                other_map: None,
             },
-        ),
-    ]
+            joint: placement.is_some(),
+            backend: t.backend.name(),
+            truncation: t.truncated.clone(),
+            debug_files_would_help: false,
+            placement: None,
+            attrs: Vec::new(),
+        }
+    }
+}
+
+/// A walk's `truncation` attribute: why it stopped early, or NA.
+pub fn truncation_value(truncation: &Option<String>) -> Scalar<'_> {
+    match truncation {
+        Some(why) => Scalar::Str(Some(why)),
+        None => Scalar::Shared(None),
+    }
+}
+
+/// Sets the attributes of `t`'s data frame `df` (protected) besides its
+/// names, class and row names, in their order: from the typed facts, then
+/// `attrs`.
+///
+/// # Safety
+/// As for [`Build::build`].
+unsafe fn set_attributes(df: Sexp, t: &FrameTable, strings: &mut StringCache) {
+    // SAFETY: the caller's contract; the values are borrowed from `t`
+    // (this frame owns nothing an R error could jump over).
+    unsafe {
+        set_scalar_attr(df, c"backend", Scalar::Shared(Some(t.backend)));
+        set_scalar_attr(df, c"truncated", Scalar::Lgl(t.truncation.is_some()));
+        set_scalar_attr(df, c"truncation", truncation_value(&t.truncation));
+        if t.debug_files_would_help {
+            set_scalar_attr(df, c"debug_files_would_help", Scalar::Lgl(true));
+        }
+        if let Some(p) = &t.placement {
+            if let Some(throw) = &p.throw {
+                set_list_attr(df, c"throw", &throw.items(), strings);
+            }
+            set_scalar_attr(df, c"placement", Scalar::Str(Some(p.mode.name())));
+            set_scalar_attr(df, c"fallback_reason", Scalar::Str(p.fallback_reason.as_deref()));
+            if let Some(n) = p.beyond_end {
+                set_scalar_attr(df, c"beyond_end", Scalar::Int(n as i32));
+            }
+        }
+        for (name, value) in &t.attrs {
+            set_attr(df, name, value, strings);
+        }
+    }
 }
 
 impl Build for FrameTable {
@@ -194,25 +218,29 @@ impl Build for FrameTable {
 /// As for [`Build::build`].
 unsafe fn build_frames(t: &FrameTable, strings: &mut StringCache) -> Sexp {
     let n = t.rows.len();
-    let names = t.column_names();
+    let columns = Column::of_table(t.joint);
     // SAFETY: the caller's contract; `df` is protected throughout and every
-    // column is stored into it right after it is allocated.
+    // column is stored into it right after it is made.
     unsafe {
-        let df = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, names.len() as isize));
+        let df = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, columns.len() as isize));
         // The columns' shared rows (protected; None: made now).
-        let lazy = lazy_columns::shared(t);
+        let lazy = lazy_columns::shared(&t.rows);
         if let Some(p) = lazy {
             rapi::Rf_protect(p);
         }
-        for (j, name) in names.iter().enumerate() {
-            build_column(t, name, strings, df, j, lazy);
+        for (j, &column) in columns.iter().enumerate() {
+            let col = match lazy.and_then(|p| lazy_columns::column(p, column)) {
+                Some(col) => col,
+                None => column.make(&t.rows, strings),
+            };
+            rapi::SET_VECTOR_ELT(df, j as isize, col);
         }
         if lazy.is_some() {
             rapi::Rf_unprotect(1);
         }
         // Names and class of the table's own (C code such as
         // data.table::setnames() changes them in place), of pooled strings.
-        set_static_names(df, names.len(), strings, |j| names[j]);
+        set_static_names(df, columns.len(), strings, |j| columns[j].name());
         let class = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, 1));
         rapi::SET_STRING_ELT(class, 0, strings.text("data.frame"));
         rapi::Rf_setAttrib(df, rapi::R_ClassSymbol, class);
@@ -223,182 +251,8 @@ unsafe fn build_frames(t: &FrameTable, strings: &mut StringCache) -> Sexp {
         *rapi::INTEGER(row_names).add(1) = -(n as i32);
         rapi::Rf_setAttrib(df, rapi::sym(c"row.names"), row_names);
         rapi::Rf_unprotect(1);
-        for (name, value) in &t.attrs {
-            set_attr(df, name, value, strings);
-        }
+        set_attributes(df, t, strings);
         rapi::Rf_unprotect(1);
         df
     }
-}
-
-/// Column `name` of `t`, stored as element `j` of the protected `df`:
-/// made when R first reads it where `lazy` (protected) holds the rows.
-///
-/// # Safety
-/// As for [`Build::build`]; `df` protected, a list with more than `j` elements.
-unsafe fn build_column(
-    t: &FrameTable,
-    name: &str,
-    strings: &mut StringCache,
-    df: Sexp,
-    j: usize,
-    lazy: Option<Sexp>,
-) {
-    let kind = Column::of(name);
-    // SAFETY: the caller's contract; the column is stored into `df` before
-    // R allocates again.
-    unsafe {
-        let col = match lazy.and_then(|p| lazy_columns::column(p, kind)) {
-            Some(col) => col,
-            None => make_column(kind, &t.rows, &t.resolved, &t.map, &t.branch, strings),
-        };
-        rapi::SET_VECTOR_ELT(df, j as isize, col);
-    }
-}
-
-/// The columns of frame tables.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Column {
-    Func,
-    Ip,
-    Pathname,
-    IsLibr,
-    File,
-    Line,
-    Inlined,
-    Offset,
-    /// The source column (`column`).
-    SourceCol,
-    Start,
-    Source,
-    RFrame,
-    Approximate,
-    AtThrow,
-    Label,
-}
-
-impl Column {
-    pub const ALL: [Column; 15] = [
-        Column::Func,
-        Column::Ip,
-        Column::Pathname,
-        Column::IsLibr,
-        Column::File,
-        Column::Line,
-        Column::Inlined,
-        Column::Offset,
-        Column::SourceCol,
-        Column::Start,
-        Column::Source,
-        Column::RFrame,
-        Column::Approximate,
-        Column::AtThrow,
-        Column::Label,
-    ];
-
-    /// The column called `name` (`label` for any other name).
-    fn of(name: &str) -> Column {
-        match name {
-            "func" => Column::Func,
-            "ip" => Column::Ip,
-            "pathname" => Column::Pathname,
-            "is_libr" => Column::IsLibr,
-            "file" => Column::File,
-            "line" => Column::Line,
-            "inlined" => Column::Inlined,
-            "offset" => Column::Offset,
-            "column" => Column::SourceCol,
-            "start" => Column::Start,
-            "source" => Column::Source,
-            "r_frame" => Column::RFrame,
-            "approximate" => Column::Approximate,
-            "at_throw" => Column::AtThrow,
-            _ => Column::Label,
-        }
-    }
-
-    /// The R type of the column's vector.
-    pub fn r_type(self) -> std::ffi::c_int {
-        match self {
-            Column::IsLibr | Column::Inlined | Column::Approximate | Column::AtThrow => rapi::LGLSXP,
-            Column::Line | Column::SourceCol | Column::RFrame => rapi::INTSXP,
-            _ => rapi::STRSXP,
-        }
-    }
-}
-
-/// Element `r` (a row resolved as `res`) of the logical or integer column
-/// `kind` (NA_integer_ for a string column).
-pub fn number(kind: Column, r: &Row, res: &Resolved) -> i32 {
-    // SAFETY: reading R's NA_integer_ constant.
-    let na = unsafe { rapi::R_NaInt };
-    let opt = |x: Option<u32>| x.and_then(|v| i32::try_from(v).ok()).unwrap_or(na);
-    match kind {
-        Column::IsLibr => r.is_libr as i32,
-        Column::Inlined => res.inlined as i32,
-        Column::Approximate => r.approximate as i32,
-        Column::AtThrow => r.at_throw as i32,
-        Column::Line => opt(res.line),
-        Column::SourceCol => opt(res.column),
-        Column::RFrame => r.r_frame.and_then(|k| i32::try_from(k).ok()).unwrap_or(na),
-        _ => na,
-    }
-}
-
-/// Column `kind` of `rows` as an R vector, its modules `map`'s
-/// (`branch`'s for its rows).
-///
-/// # Safety
-/// As for [`Build::build`]; the result is unprotected.
-pub unsafe fn make_column(
-    kind: Column,
-    rows: &[Row],
-    resolved: &[Arc<[Resolved]>],
-    map: &ModuleMap,
-    branch: &Option<(std::ops::Range<usize>, Arc<ModuleMap>)>,
-    strings: &mut StringCache,
-) -> Sexp {
-    let n = rows.len();
-    // SAFETY: the caller's contract. Numbers are written within the
-    // vector's length; a string column is protected while its CHARSXPs
-    // are made, each stored right after it is made.
-    unsafe {
-        if kind.r_type() != rapi::STRSXP {
-            return fill(kind.r_type(), n, |p| {
-                ints(p, rows.iter().map(|r| number(kind, r, resolution(resolved, r))))
-            });
-        }
-        let col = rapi::Rf_protect(rapi::Rf_allocVector(rapi::STRSXP, n as isize));
-        for (i, r) in rows.iter().enumerate() {
-            let res = resolution(resolved, r);
-            let c = match kind {
-                Column::Func => strings.arc(res.func.as_ref()),
-                Column::Ip => strings.hex(r.ip, false),
-                Column::Pathname => {
-                    r.module.map_or(rapi::R_NaString, |m| strings.module(map_of(map, branch, i), m))
-                }
-                Column::File => strings.arc(res.file.as_ref()),
-                Column::Source => res.source.map_or(rapi::R_NaString, |src| strings.text(src.name())),
-                Column::Start => res.start.map_or(rapi::R_NaString, |a| strings.hex(a as usize, true)),
-                Column::Label => match &res.func {
-                    Some(f) => strings.arc(Some(f)),
-                    None => strings.unnamed(res.start.map(|a| a as usize), r.offset),
-                },
-                _ => strings.hex(r.offset, true),
-            };
-            rapi::SET_STRING_ELT(col, i as isize, c);
-        }
-        rapi::Rf_unprotect(1);
-        col
-    }
-}
-
-/// Writes `values` to the int data at `p`.
-///
-/// # Safety
-/// `p` points to at least as many ints as `values` yields.
-unsafe fn ints(p: *mut c_void, values: impl Iterator<Item = i32>) {
-    let p = p as *mut i32;
-    // SAFETY: the caller's contract.
-    values.enumerate().for_each(|(i, x)| unsafe { *p.add(i) = x });
 }

@@ -17,10 +17,26 @@ enum Value {
     Other,
 }
 
+/// The dynamic loader's counters of loads and unloads: they change
+/// whenever a module is loaded or unloaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoaderGeneration {
+    pub adds: u64,
+    pub subs: u64,
+}
+
+impl LoaderGeneration {
+    /// The loader's counters now.
+    pub fn now() -> LoaderGeneration {
+        let (adds, subs) = winch_core::modules::loader_generation();
+        LoaderGeneration { adds, subs }
+    }
+}
+
 struct Synced {
     debug_dirs: Value,
     debuginfod: Value,
-    generation: (u64, u64),
+    generation: LoaderGeneration,
 }
 
 static SYNCED: Mutex<Option<Synced>> = Mutex::new(None);
@@ -75,7 +91,7 @@ fn symbol(name: &std::ffi::CStr) -> Sexp {
 
 /// Remembers the options' raw values (`getOption()` without defaults) and
 /// the loader generation R synced the core with.
-pub fn set(debug_dirs: &Arg, debuginfod: &Arg, generation: (u64, u64)) {
+pub fn set(debug_dirs: &Arg, debuginfod: &Arg, generation: LoaderGeneration) {
     let s = Synced {
         debug_dirs: value_of(debug_dirs.sexp()),
         debuginfod: value_of(debuginfod.sexp()),
@@ -90,7 +106,7 @@ pub fn set(debug_dirs: &Arg, debuginfod: &Arg, generation: (u64, u64)) {
 pub fn check() -> bool {
     let Ok(g) = SYNCED.lock() else { return false };
     let Some(s) = g.as_ref() else { return false };
-    s.generation == winch_core::modules::loader_generation()
+    s.generation == LoaderGeneration::now()
         && !matches!(s.debug_dirs, Value::Other)
         && !matches!(s.debuginfod, Value::Other)
         && option(c"winch.debug_dirs") == s.debug_dirs

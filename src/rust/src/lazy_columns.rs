@@ -11,34 +11,28 @@
 //! ask for one where it cannot allocate); a string, or the vector's data,
 //! makes the whole vector. R copies, serializes and compares the columns
 //! through these methods, so they behave as plain vectors.
+//!
+//! One class per column (`columns.rs` lists them), each with the methods of
+//! its own column.
 
-use crate::frames::{make_column, number, resolution, Column, FrameTable, Resolutions, Row};
+use crate::columns::{self, Column, EachColumn, Read, COUNT};
+use crate::frame_rows::FrameRows;
 use crate::rapi::{self, AltClass, Sexp};
 use std::ffi::{c_int, c_void};
-use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use winch_core::modules::ModuleMap;
+use std::sync::Mutex;
 
 /// Tables whose rows a lazy column holds (for tests: none may leak).
 static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-/// What a table's columns share: its rows and their modules.
-struct Shared {
-    rows: Arc<Vec<Row>>,
-    resolved: Resolutions,
-    map: Arc<ModuleMap>,
-    branch: Option<(Range<usize>, Arc<ModuleMap>)>,
-}
 
 /// The classes, one per column (by `Column::ALL`'s order), as the
 /// addresses of their class objects (R's registry keeps them). Replaced
 /// when winch is loaded again into the same copy of its library (R reset
 /// the old ones to its default methods at the unload).
-static CLASSES: Mutex<Option<[usize; 15]>> = Mutex::new(None);
+static CLASSES: Mutex<Option<[usize; COUNT]>> = Mutex::new(None);
 
 /// The current classes.
-fn classes() -> Option<[usize; 15]> {
+fn classes() -> Option<[usize; COUNT]> {
     *CLASSES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -47,27 +41,22 @@ fn classes() -> Option<[usize; 15]> {
 /// # Safety
 /// R's main thread, while the package loads.
 pub unsafe fn register(dll: *mut c_void) {
-    // SAFETY: the caller's contract.
-    let classes = unsafe {
-        [
-            class::<0>(dll),
-            class::<1>(dll),
-            class::<2>(dll),
-            class::<3>(dll),
-            class::<4>(dll),
-            class::<5>(dll),
-            class::<6>(dll),
-            class::<7>(dll),
-            class::<8>(dll),
-            class::<9>(dll),
-            class::<10>(dll),
-            class::<11>(dll),
-            class::<12>(dll),
-            class::<13>(dll),
-            class::<14>(dll),
-        ]
-    };
-    *CLASSES.lock().unwrap_or_else(|e| e.into_inner()) = Some(classes.map(|c| c.ptr as usize));
+    /// Makes each column's class; only made here, under `register`'s
+    /// contract.
+    struct Registrar {
+        dll: *mut c_void,
+        classes: [usize; COUNT],
+    }
+    impl EachColumn for Registrar {
+        fn column<const K: usize>(&mut self) {
+            // SAFETY: a `Registrar` exists only inside `register`, whose
+            // caller is R's main thread while the package loads.
+            self.classes[K] = unsafe { class::<K>(self.dll) }.ptr as usize;
+        }
+    }
+    let mut r = Registrar { dll, classes: [0; COUNT] };
+    columns::for_each(&mut r);
+    *CLASSES.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.classes);
 }
 
 /// The class of column `K` with its methods.
@@ -75,40 +64,24 @@ pub unsafe fn register(dll: *mut c_void) {
 /// # Safety
 /// As for [`register`].
 unsafe fn class<const K: usize>(dll: *mut c_void) -> AltClass {
-    const NAMES: [&std::ffi::CStr; 15] = [
-        c"winch_func",
-        c"winch_ip",
-        c"winch_pathname",
-        c"winch_is_libr",
-        c"winch_file",
-        c"winch_line",
-        c"winch_inlined",
-        c"winch_offset",
-        c"winch_column",
-        c"winch_start",
-        c"winch_source",
-        c"winch_r_frame",
-        c"winch_approximate",
-        c"winch_at_throw",
-        c"winch_label",
-    ];
-    let (name, package) = (NAMES[K].as_ptr(), c"winch".as_ptr());
+    let column = Column::ALL[K];
+    let (name, package) = (column.class_name().as_ptr(), c"winch".as_ptr());
     // SAFETY: the caller's contract; the names are NUL-terminated and
     // static, the methods have the signatures R_ext/Altrep.h gives.
     unsafe {
-        let c = match Column::ALL[K].r_type() {
-            rapi::STRSXP => {
+        let c = match column.read() {
+            Read::Text(_) => {
                 let c = rapi::R_make_altstring_class(name, package, dll);
                 rapi::R_set_altstring_Elt_method(c, string_elt::<K>);
                 rapi::R_set_altstring_Set_elt_method(c, set_string_elt::<K>);
                 c
             }
-            rapi::INTSXP => {
+            Read::Int(_) => {
                 let c = rapi::R_make_altinteger_class(name, package, dll);
                 rapi::R_set_altinteger_Elt_method(c, number_elt::<K>);
                 c
             }
-            _ => {
+            Read::Flag(_) => {
                 let c = rapi::R_make_altlogical_class(name, package, dll);
                 rapi::R_set_altlogical_Elt_method(c, number_elt::<K>);
                 c
@@ -121,26 +94,21 @@ unsafe fn class<const K: usize>(dll: *mut c_void) -> AltClass {
     }
 }
 
-/// The rows of `t` for its columns, as an external pointer that frees them
+/// `rows` for a table's columns, as an external pointer that frees them
 /// when R collects it; None without the classes (the columns are then made
 /// at once).
 ///
 /// # Safety
 /// As for `Build::build`: R's main thread, inside `R_ToplevelExec`. The
 /// result is unprotected.
-pub unsafe fn shared(t: &FrameTable) -> Option<Sexp> {
+pub unsafe fn shared(rows: &FrameRows) -> Option<Sexp> {
     classes()?;
     // The columns' methods and the pointer's finalizer are code of this
     // library: it stays mapped even if something unloads it while they
     // live (`dyn.unload()`; winch's own unload keeps it loaded then).
     winch_core::loadhook::pin_self();
-    let n = t.rows.len();
-    let shared = Box::new(Shared {
-        rows: t.rows.clone(),
-        resolved: t.resolved.clone(),
-        map: t.map.clone(),
-        branch: t.branch.clone(),
-    });
+    let n = rows.len();
+    let shared = Box::new(rows.clone());
     let p = Box::into_raw(shared) as *mut c_void;
     // SAFETY: the caller's contract. If R cannot allocate the pointer or
     // its finalizer, it leaves by longjmp and the rows leak (the frames
@@ -161,17 +129,16 @@ pub unsafe fn shared(t: &FrameTable) -> Option<Sexp> {
 /// # Safety
 /// As for [`shared`]; the result is unprotected.
 pub unsafe fn column(shared: Sexp, kind: Column) -> Option<Sexp> {
-    let k = Column::ALL.iter().position(|&c| c == kind)?;
-    let class = AltClass { ptr: classes()?[k] as Sexp };
+    let class = AltClass { ptr: classes()?[kind as usize] as Sexp };
     // SAFETY: the caller's contract; `class` is a registered class.
     Some(unsafe { rapi::R_new_altrep(class, shared, rapi::R_NilValue) })
 }
 
 extern "C" fn finalize(x: Sexp) {
     // SAFETY: `x` is one of the pointers made by `shared`, whose address is
-    // a leaked `Box<Shared>` until it is cleared here, once.
+    // a leaked `Box<FrameRows>` until it is cleared here, once.
     unsafe {
-        let p = rapi::R_ExternalPtrAddr(x) as *mut Shared;
+        let p = rapi::R_ExternalPtrAddr(x) as *mut FrameRows;
         if !p.is_null() {
             rapi::R_ClearExternalPtr(x);
             // Dropping frees Rust memory only (no R API, cannot fail).
@@ -186,9 +153,9 @@ extern "C" fn finalize(x: Sexp) {
 /// # Safety
 /// `x` is a column of these classes: its data1 is a pointer from [`shared`],
 /// alive while `x` is.
-unsafe fn rows_of<'a>(x: Sexp) -> Option<&'a Shared> {
+unsafe fn rows_of<'a>(x: Sexp) -> Option<&'a FrameRows> {
     // SAFETY: the caller's contract.
-    unsafe { (rapi::R_ExternalPtrAddr(rapi::R_altrep_data1(x)) as *const Shared).as_ref() }
+    unsafe { (rapi::R_ExternalPtrAddr(rapi::R_altrep_data1(x)) as *const FrameRows).as_ref() }
 }
 
 /// The column's strings once made (None before).
@@ -216,11 +183,7 @@ unsafe fn vector<const K: usize>(x: Sexp) -> Sexp {
         if let Some(d) = made(x) {
             return d;
         }
-        let out = rows_of(x).and_then(|s| {
-            crate::value::make(&mut |cache| {
-                make_column(Column::ALL[K], &s.rows, &s.resolved, &s.map, &s.branch, cache)
-            })
-        });
+        let out = rows_of(x).and_then(|s| crate::value::make(&mut |cache| Column::ALL[K].make(s, cache)));
         match out {
             Some(col) => {
                 rapi::R_set_altrep_data2(x, col);
@@ -287,7 +250,7 @@ extern "C" fn number_elt<const K: usize>(x: Sexp, i: isize) -> c_int {
             return *(data_of(d) as *const c_int).offset(i);
         }
         match rows_of(x).and_then(|s| s.rows.get(i as usize).map(|r| (s, r))) {
-            Some((s, r)) => number(Column::ALL[K], r, resolution(&s.resolved, r)),
+            Some((s, r)) => Column::ALL[K].number(r, s.resolution_of(r)),
             // See `vector`.
             None => rapi::Rf_error(
                 c"%s".as_ptr(),

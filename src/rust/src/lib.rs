@@ -9,9 +9,11 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod args;
+mod columns;
 mod crash;
 mod entries;
 mod entry;
+mod frame_rows;
 mod frames;
 mod in_step;
 mod lazy_columns;
@@ -26,6 +28,7 @@ mod profile;
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 #[path = "profile_unsupported.rs"]
 mod profile;
+mod profile_form;
 mod rapi;
 mod rstate;
 mod spliced;
@@ -34,21 +37,41 @@ mod throws;
 mod trace_rows;
 mod value;
 
-/// Defines, for each `name(args...)`, the C entry point `winch_<name>`
-/// that runs `entries::name` through `entry::run`, and `ENTRY_POINTS`, the
-/// table of names and numbers of arguments.
+/// Defines, for each entry, the C entry point `winch_<name>` that runs
+/// `entries::name` through `entry::run`, and `ENTRY_POINTS`, the table of
+/// names and numbers of arguments. An entry is `name(args...)`, whose
+/// function takes each argument, or `name(Args { args... })`, whose
+/// function takes one struct `Args` (defined here) holding them all.
 macro_rules! entry_points {
-    ($($name:ident($($arg:ident),*);)*) => {
-        $(
-            #[export_name = concat!("winch_", stringify!($name))]
-            pub extern "C" fn $name($($arg: rapi::Sexp),*) -> rapi::Sexp {
-                entry::run(|| entries::$name($(args::Arg::new($arg, stringify!($arg))),*))
-            }
-        )*
+    ($($name:ident $args:tt;)*) => {
+        $( entry_point!($name $args); )*
 
         /// Every entry point and its number of arguments.
-        pub const ENTRY_POINTS: &[(&str, usize)] = &[$((stringify!($name), <[&str]>::len(&[$(stringify!($arg)),*]))),*];
+        pub const ENTRY_POINTS: &[(&str, usize)] = &[$((stringify!($name), entry_point!(@arity $args))),*];
     };
+}
+
+/// One entry of `entry_points!`.
+macro_rules! entry_point {
+    ($name:ident ($($arg:ident),*)) => {
+        #[export_name = concat!("winch_", stringify!($name))]
+        pub extern "C" fn $name($($arg: rapi::Sexp),*) -> rapi::Sexp {
+            entry::run(|| entries::$name($(args::Arg::new($arg, stringify!($arg))),*))
+        }
+    };
+    ($name:ident ($Args:ident { $($arg:ident),* })) => {
+        #[doc = concat!("The arguments of `", stringify!($name), "`.")]
+        pub struct $Args {
+            $(pub $arg: args::Arg,)*
+        }
+
+        #[export_name = concat!("winch_", stringify!($name))]
+        pub extern "C" fn $name($($arg: rapi::Sexp),*) -> rapi::Sexp {
+            entry::run(|| entries::$name($Args { $($arg: args::Arg::new($arg, stringify!($arg))),* }))
+        }
+    };
+    (@arity ($($arg:ident),*)) => { <[&str]>::len(&[$(stringify!($arg)),*]) };
+    (@arity ($Args:ident { $($arg:ident),* })) => { <[&str]>::len(&[$(stringify!($arg)),*]) };
 }
 
 entry_points! {
@@ -59,7 +82,7 @@ entry_points! {
     rs_backends();
     rs_trace_back(backend, libr, synced);
     rs_joint(backend, frames, calls, libr, use_contexts);
-    rs_splice_native(trace, attr_names, row_frames, frames, calls, first, backend, use_contexts, synced);
+    rs_splice_native(SpliceNativeArgs { trace, attr_names, row_frames, frames, calls, first, backend, use_contexts, synced });
     rs_match_rows(trace_calls, calls);
     rs_splice_calls(n, r_frame);
     rs_context_chain(backend);
@@ -74,7 +97,7 @@ entry_points! {
     rs_in_step();
     rs_set_debuginfod(enabled);
     rs_debuginfod_info();
-    rs_profile_start(interval, event, loops, region, lines, symbols, frames, calls, probes, expected, threads, options);
+    rs_profile_start(ProfileStartArgs { interval, event, loops, region, lines, symbols, frames, calls, probes, expected, threads, options });
     rs_profile_learn_bc(opcodes);
     rs_rprof_running(method);
     rs_profile_stop();
@@ -82,6 +105,7 @@ entry_points! {
     rs_profile_active();
     rs_profile_write(parts, path, format, lines);
     rs_profile_check(parts);
+    rs_profile_form();
     rs_profile_learn_loop(kind);
     rs_profile_loops_known();
     rs_resource_usage();

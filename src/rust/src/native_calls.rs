@@ -7,14 +7,28 @@
 use crate::rapi::{self, Sexp};
 use crate::value::{Build, StringCache};
 
-/// Where a frame's source is: the index of its file in `files`, its line
-/// and column (1-based; 0 when unknown).
-type Place = (usize, i32, i32);
+/// A native frame as its call shows it: its label, and its source file,
+/// line and column where the debug information gives them.
+pub struct CallSite {
+    pub label: String,
+    pub file: Option<String>,
+    pub line: Option<i32>,
+    pub column: Option<i32>,
+}
+
+/// Where a frame's source is: its file (an index into the files), its
+/// line and column (1-based; 0 when unknown).
+#[derive(Clone, Copy)]
+struct Place {
+    file: usize,
+    line: i32,
+    column: i32,
+}
 
 /// One native frame's call per row: its label, and its place if known.
 pub struct NativeCalls {
-    pub rows: Vec<(String, Option<Place>)>,
-    pub files: Vec<String>,
+    rows: Vec<(String, Option<Place>)>,
+    files: Vec<String>,
     /// Per row, what its call is kept by between results: the label, then
     /// the file, line and column after NULs (which neither holds). Made
     /// here, not while R allocates (an R error there would leak them).
@@ -22,39 +36,31 @@ pub struct NativeCalls {
 }
 
 impl NativeCalls {
-    /// Rows from the frames' labels, files, lines and columns (`None`
-    /// where unknown).
-    pub fn new(
-        labels: Vec<String>,
-        files: Vec<Option<String>>,
-        lines: Vec<Option<i32>>,
-        columns: Vec<Option<i32>>,
-    ) -> Self {
+    /// One call per frame of `sites`.
+    pub fn new(sites: Vec<CallSite>) -> Self {
         let mut out =
-            NativeCalls { rows: Vec::with_capacity(labels.len()), files: Vec::new(), keys: Vec::new() };
-        for (i, label) in labels.into_iter().enumerate() {
-            let file = files.get(i).cloned().flatten();
-            let line = lines.get(i).copied().flatten();
-            let place = match (file, line) {
-                (Some(f), Some(l)) => {
-                    let k = match out.files.iter().position(|x| *x == f) {
+            NativeCalls { rows: Vec::with_capacity(sites.len()), files: Vec::new(), keys: Vec::new() };
+        for site in sites {
+            let place = match (site.file, site.line) {
+                (Some(f), Some(line)) => {
+                    let file = match out.files.iter().position(|x| *x == f) {
                         Some(k) => k,
                         None => {
                             out.files.push(f);
                             out.files.len() - 1
                         }
                     };
-                    Some((k, l, columns.get(i).copied().flatten().filter(|&c| c > 0).unwrap_or(0)))
+                    Some(Place { file, line, column: site.column.filter(|&c| c > 0).unwrap_or(0) })
                 }
                 _ => None,
             };
-            let mut key = label.clone();
-            if let Some((k, line, col)) = place {
+            let mut key = site.label.clone();
+            if let Some(p) = place {
                 use std::fmt::Write;
-                let _ = write!(key, "\0{}\0{line}\0{col}", out.files[k]);
+                let _ = write!(key, "\0{}\0{}\0{}", out.files[p.file], p.line, p.column);
             }
             out.keys.push(key);
-            out.rows.push((label, place));
+            out.rows.push((site.label, place));
         }
         out
     }
@@ -79,7 +85,7 @@ impl Build for NativeCalls {
             }
             for (i, ((label, place), key)) in self.rows.iter().zip(&self.keys).enumerate() {
                 let call = crate::string_pool::native_call(key, || {
-                    make_call(label, place.map(|(k, l, c)| (rapi::VECTOR_ELT(srcfiles, k as isize), l, c)))
+                    make_call(label, place.map(|p| (rapi::VECTOR_ELT(srcfiles, p.file as isize), p)))
                 });
                 rapi::SET_VECTOR_ELT(out, i as isize, call);
             }
@@ -89,19 +95,19 @@ impl Build for NativeCalls {
     }
 }
 
-/// The call `label()`, with a srcref at `line` and `col` of `srcfile`
-/// when the place is known.
+/// The call `label()`, with a srcref at the place's line and column in
+/// `srcfile` (the place's file) when the place is known.
 ///
 /// # Safety
 /// As for [`Build::build`]; `srcfile` is protected; the result is
 /// unprotected.
-unsafe fn make_call(label: &str, place: Option<(Sexp, i32, i32)>) -> Sexp {
+unsafe fn make_call(label: &str, place: Option<(Sexp, Place)>) -> Sexp {
     // SAFETY: the caller's contract; the call is protected while its
     // srcref is made, the srcref while its attributes are set.
     unsafe {
         let name = rapi::Rf_protect(rapi::mkchar(label));
         let call = rapi::Rf_protect(rapi::Rf_lang1(rapi::Rf_installTrChar(name)));
-        if let Some((srcfile, line, col)) = place {
+        if let Some((srcfile, Place { line, column: col, .. })) = place {
             // The srcref's first column is the byte after the one rlang
             // prints (it prints `srcref[5] - 1`): so that rlang shows the
             // debug information's column (1-based, as compilers print

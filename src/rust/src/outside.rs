@@ -3,7 +3,8 @@
 //! built and converted as in-process profiles are.
 
 use crate::args::Arg;
-use crate::frames::FrameTable;
+use crate::frames::{FrameTable, PlacementInfo, PlacementMode};
+use crate::profile_form::{Part, Unread};
 use crate::value::RValue;
 use std::sync::Mutex;
 use winch_core::error::{Error, Result};
@@ -71,13 +72,13 @@ fn dump_value(d: &winch_core::outside::dump::Dump, libr: bool) -> RValue {
             Some(r) => (r.calls.clone(), r.labels.clone(), r.fallback.clone()),
             None => (Vec::new(), Vec::new(), None),
         };
-        let mode = match (&t.r, placement.is_some_and(|p| p.is_approximate())) {
-            (Some(r), _) if r.fallback.is_some() => "fallback",
-            (Some(_), true) => "approximate",
-            _ => "exact",
-        };
-        table.attrs.push((c"placement", RValue::from(mode.to_string())));
-        table.attrs.push((c"fallback_reason", RValue::from(fallback.clone())));
+        // (No count of R frames beyond the native ones here.)
+        table.placement = Some(PlacementInfo {
+            mode: PlacementMode::of(fallback.is_some(), placement.is_some_and(|p| p.is_approximate())),
+            fallback_reason: fallback.clone(),
+            beyond_end: None,
+            throw: None,
+        });
         threads.push(RValue::List(vec![
             ("tid", t.tid.into()),
             ("name", t.name.clone().into()),
@@ -97,10 +98,17 @@ fn dump_value(d: &winch_core::outside::dump::Dump, libr: bool) -> RValue {
     ])
 }
 
-/// The recording in progress, with its event and interval.
-static RECORDING: Mutex<Option<(Recorder, Event, u64)>> = Mutex::new(None);
+/// A recording in progress, with what its profile is built with.
+struct Recording {
+    recorder: Recorder,
+    event: Event,
+    interval_ns: u64,
+}
 
-fn recording() -> std::sync::MutexGuard<'static, Option<(Recorder, Event, u64)>> {
+/// The recording in progress.
+static RECORDING: Mutex<Option<Recording>> = Mutex::new(None);
+
+fn recording() -> std::sync::MutexGuard<'static, Option<Recording>> {
     RECORDING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -126,19 +134,19 @@ pub fn rs_record_start(
     }
     // What this session learnt about its own R holds for a target running
     // the same build (see `winch_core::r::learn::moved`).
-    let r = Recorder::start(pid, (all, idle), how, crate::rstate::libr_addr())?;
+    let recorder = Recorder::start(pid, (all, idle), how, crate::rstate::libr_addr())?;
     let event = if idle { Event::Elapsed } else { Event::Cpu };
-    *current = Some((r, event, interval_ns));
+    *current = Some(Recording { recorder, event, interval_ns });
     Ok(true.into())
 }
 
 /// One sample of the recorded process; FALSE when it has ended.
 pub fn rs_record_tick() -> Result<RValue> {
     let mut current = recording();
-    let Some((r, _, _)) = current.as_mut() else {
+    let Some(Recording { recorder, .. }) = current.as_mut() else {
         return Err(Error::BadArgument("no recording is running".into()));
     };
-    match r.tick() {
+    match recorder.tick() {
         Ok(()) => Ok(true.into()),
         Err(Error::NoProcess(_)) => Ok(false.into()),
         Err(e) => Err(e),
@@ -149,7 +157,7 @@ pub fn rs_record_tick() -> Result<RValue> {
 /// returns one), with `missed` (ticks that read nothing) and `note` (why
 /// R's frames are missing).
 pub fn rs_record_stop() -> Result<RValue> {
-    let Some((r, event, interval_ns)) = recording().take() else {
+    let Some(Recording { recorder: r, event, interval_ns }) = recording().take() else {
         return Err(Error::BadArgument("no recording is running".into()));
     };
     let (missed, note) = (r.missed, r.note.clone());
@@ -159,12 +167,10 @@ pub fn rs_record_stop() -> Result<RValue> {
         symbolizer::with_global(|s| s.add_registered_in(map, routines));
     }
     let (profile, stats) = build::build(&finished, event, interval_ns);
-    let mut value = crate::profile::to_r(&profile, &stats);
-    if let RValue::List(ref mut fields) = value {
-        fields.push(("missed", (missed as f64).into()));
-        fields.push(("note", note.into()));
-    }
-    Ok(value)
+    let mut form = crate::profile::to_form(&profile, &stats);
+    form.missed = Unread(Some(missed as f64));
+    form.note = Unread(Some(vec![note]));
+    Ok(form.into_r().unwrap_or(RValue::Null))
 }
 
 /// Ends the recording without building anything; TRUE if one was running.

@@ -2,8 +2,13 @@
 //! profile (from its R form) in Rprof's format or as pprof.
 
 use crate::args::Arg;
+use crate::profile_form::{
+    self as form, At, Functions, Lines, Locations, Modules, NumberOrNan, Part, ProfileForm, Stacks, Threads,
+    Unread,
+};
 use crate::rstate;
 use crate::value::RValue;
+use crate::ProfileStartArgs;
 use std::sync::{Mutex, MutexGuard};
 use winch_core::error::{Error, Result};
 use winch_core::joint;
@@ -78,21 +83,21 @@ fn check(frames: &Arg, calls: &Arg, probes: &Arg, expected: &Arg) -> Result<()> 
 }
 
 /// Starts a session.
-#[allow(clippy::too_many_arguments)]
-pub fn rs_profile_start(
-    interval: Arg,
-    event: Arg,
-    loops: Arg,
-    region: Arg,
-    lines: Arg,
-    symbols: Arg,
-    frames: Arg,
-    calls: Arg,
-    probes: Arg,
-    expected: Arg,
-    threads: Arg,
-    options: Arg,
-) -> Result<RValue> {
+pub fn rs_profile_start(args: ProfileStartArgs) -> Result<RValue> {
+    let ProfileStartArgs {
+        interval,
+        event,
+        loops,
+        region,
+        lines,
+        symbols,
+        frames,
+        calls,
+        probes,
+        expected,
+        threads,
+        options,
+    } = args;
     if !rstate::on_main_thread() {
         return Err(Error::WrongThread);
     }
@@ -261,108 +266,102 @@ fn index(x: Option<usize>) -> Option<i32> {
 }
 
 /// The R form of a profile (R/profile.R turns the tables into data
-/// frames): indices 1-based, addresses as hex strings. `from_r()` reads
-/// the same fields by the same names.
-pub(crate) fn to_r(p: &Profile, s: &Stats) -> RValue {
+/// frames): see `profile_form.rs`.
+pub(crate) fn to_form(p: &Profile, s: &Stats) -> ProfileForm {
     let f = &p.functions;
-    let functions = RValue::List(vec![
-        ("name", RValue::Str(f.iter().map(|f| Some(f.name.clone())).collect())),
-        ("label", RValue::Str(f.iter().map(|f| Some(f.label.clone())).collect())),
-        ("kind", RValue::Str(f.iter().map(|f| Some(f.kind.name().to_string())).collect())),
-        ("module", RValue::Int(f.iter().map(|f| index(f.module)).collect())),
-        ("file", RValue::Int(f.iter().map(|f| index(f.file)).collect())),
-    ]);
     let l = &p.locations;
-    let locations = RValue::List(vec![
-        ("module", RValue::Int(l.iter().map(|l| index(l.module)).collect())),
-        ("address", RValue::Str(l.iter().map(|l| hex(l.address)).collect())),
-    ]);
     let all: Vec<(usize, &Line)> =
         l.iter().enumerate().flat_map(|(i, l)| l.lines.iter().map(move |x| (i, x))).collect();
-    let lines = RValue::List(vec![
-        ("location", RValue::Int(all.iter().map(|(i, _)| index(Some(*i))).collect())),
-        ("function", RValue::Int(all.iter().map(|(_, x)| index(Some(x.function))).collect())),
-        ("file", RValue::Int(all.iter().map(|(_, x)| index(x.file)).collect())),
-        ("line", RValue::Int(all.iter().map(|(_, x)| x.line.and_then(|v| i32::try_from(v).ok())).collect())),
-    ]);
-    let mut stack_columns = vec![
-        ("count", RValue::Dbl(p.stacks.iter().map(|s| s.count as f64).collect())),
-        ("thread", RValue::Int(p.stacks.iter().map(|s| index(Some(s.thread))).collect())),
-        (
-            "locations",
-            RValue::Unnamed(
-                p.stacks
-                    .iter()
-                    .map(|s| RValue::Int(s.locations.iter().map(|&k| index(Some(k))).collect()))
-                    .collect(),
-            ),
-        ),
-    ];
-    if p.event == Event::Alloc {
-        let column = |f: fn(&Bytes) -> u64| {
-            RValue::Dbl(p.stacks.iter().map(|s| s.bytes.as_ref().map_or(0.0, |b| f(b) as f64)).collect())
-        };
-        stack_columns.push(("alloc_bytes", column(|b| b.alloc_bytes)));
-        stack_columns.push(("alloc_count", column(|b| b.alloc_count)));
-        stack_columns.push(("inuse_bytes", column(|b| b.inuse_bytes)));
-        stack_columns.push(("inuse_count", column(|b| b.inuse_count)));
-    }
-    let stacks = RValue::List(stack_columns);
+    // A memory profile's values per stack.
+    let bytes = |f: fn(&Bytes) -> u64| {
+        (p.event == Event::Alloc)
+            .then(|| p.stacks.iter().map(|s| s.bytes.as_ref().map_or(0.0, |b| f(b) as f64)).collect())
+    };
     let m = &p.modules;
-    let modules = RValue::List(vec![
-        ("path", RValue::Str(m.iter().map(|m| Some(m.path.clone())).collect())),
-        ("build_id", RValue::Str(m.iter().map(|m| m.build_id.clone()).collect())),
-        ("start", RValue::Str(m.iter().map(|m| hex(m.start)).collect())),
-        ("limit", RValue::Str(m.iter().map(|m| hex(m.limit)).collect())),
-        ("offset", RValue::Str(m.iter().map(|m| hex(m.offset)).collect())),
-    ]);
-    let stats = RValue::List(vec![
-        ("samples", (s.samples as f64).into()),
-        ("intervals", (s.weight as f64).into()),
-        ("truncated", (s.truncated as f64).into()),
-        ("dropped", (s.dropped as f64).into()),
-        ("outside", (s.outside as f64).into()),
-        ("distinct_stacks", (s.distinct_stacks as f64).into()),
-        ("handler_total", (s.handler_total_ns as f64 / 1e9).into()),
-        ("handler_median", (s.handler_median_ns as f64 / 1e9).into()),
-        ("handler_p99", (s.handler_p99_ns as f64 / 1e9).into()),
-        ("labels_full", s.labels_full.into()),
-        ("memory", (s.stack_bytes as f64).into()),
-        ("thread_joined", (s.thread_joined as f64).into()),
-        ("thread_alone", (s.thread_alone as f64).into()),
-        ("thread_dropped", (s.thread_dropped as f64).into()),
-        ("references", (s.references as f64).into()),
-        ("allocations", (s.allocations as f64).into()),
-        ("sampled_allocations", (s.sampled_allocations as f64).into()),
-        ("untracked", (s.untracked as f64).into()),
-    ]);
     let t = &p.threads;
-    let threads = RValue::List(vec![
-        ("number", RValue::Int(t.iter().map(|t| Some(t.number as i32)).collect())),
-        ("tid", RValue::Dbl(t.iter().map(|t| t.tid as f64).collect())),
-        ("name", RValue::Str(t.iter().map(|t| Some(t.name.clone())).collect())),
-        ("cpu", RValue::Dbl(t.iter().map(|t| t.cpu_ns.map_or(f64::NAN, |c| c as f64 / 1e9)).collect())),
-    ]);
     // A memory profile's interval is the mean bytes between samples.
     let (interval, sample_bytes) = match p.event {
         Event::Alloc => (f64::NAN, p.interval_ns as f64),
         _ => (p.interval_ns as f64 / 1e9, f64::NAN),
     };
-    RValue::List(vec![
-        ("event", p.event.name().to_string().into()),
-        ("interval", interval.into()),
-        ("sample_bytes", sample_bytes.into()),
-        ("start", (p.start_unix_ns as f64 / 1e9).into()),
-        ("duration", (p.duration_ns as f64 / 1e9).into()),
-        ("functions", functions),
-        ("locations", locations),
-        ("lines", lines),
-        ("stacks", stacks),
-        ("files", RValue::Str(p.files.iter().map(|f| Some(f.clone())).collect())),
-        ("modules", modules),
-        ("threads", threads),
-        ("stats", stats),
-    ])
+    ProfileForm {
+        event: p.event.name().to_string(),
+        interval: NumberOrNan(interval),
+        sample_bytes: NumberOrNan(sample_bytes),
+        start: p.start_unix_ns as f64 / 1e9,
+        duration: p.duration_ns as f64 / 1e9,
+        functions: Functions {
+            name: f.iter().map(|f| Some(f.name.clone())).collect(),
+            label: f.iter().map(|f| Some(f.label.clone())).collect(),
+            kind: f.iter().map(|f| Some(f.kind.name().to_string())).collect(),
+            module: f.iter().map(|f| index(f.module)).collect(),
+            file: f.iter().map(|f| index(f.file)).collect(),
+        },
+        locations: Locations {
+            module: l.iter().map(|l| index(l.module)).collect(),
+            address: l.iter().map(|l| hex(l.address)).collect(),
+        },
+        lines: Lines {
+            location: all.iter().map(|(i, _)| index(Some(*i))).collect(),
+            function: all.iter().map(|(_, x)| index(Some(x.function))).collect(),
+            file: all.iter().map(|(_, x)| index(x.file)).collect(),
+            line: all.iter().map(|(_, x)| x.line.and_then(|v| i32::try_from(v).ok())).collect(),
+        },
+        stacks: Stacks {
+            count: p.stacks.iter().map(|s| s.count as f64).collect(),
+            thread: p.stacks.iter().map(|s| index(Some(s.thread))).collect(),
+            locations: p
+                .stacks
+                .iter()
+                .map(|s| s.locations.iter().map(|&k| index(Some(k))).collect())
+                .collect(),
+            alloc_bytes: bytes(|b| b.alloc_bytes),
+            alloc_count: bytes(|b| b.alloc_count),
+            inuse_bytes: bytes(|b| b.inuse_bytes),
+            inuse_count: bytes(|b| b.inuse_count),
+        },
+        threads: Threads {
+            number: t.iter().map(|t| Some(t.number as i32)).collect(),
+            tid: t.iter().map(|t| t.tid as f64).collect(),
+            name: t.iter().map(|t| Some(t.name.clone())).collect(),
+            cpu: t.iter().map(|t| t.cpu_ns.map_or(f64::NAN, |c| c as f64 / 1e9)).collect(),
+        },
+        files: p.files.iter().map(|f| Some(f.clone())).collect(),
+        modules: Modules {
+            path: m.iter().map(|m| Some(m.path.clone())).collect(),
+            build_id: m.iter().map(|m| m.build_id.clone()).collect(),
+            start: m.iter().map(|m| hex(m.start)).collect(),
+            limit: m.iter().map(|m| hex(m.limit)).collect(),
+            offset: m.iter().map(|m| hex(m.offset)).collect(),
+        },
+        stats: Unread(Some(form::Stats {
+            samples: s.samples as f64,
+            intervals: s.weight as f64,
+            truncated: s.truncated as f64,
+            dropped: s.dropped as f64,
+            outside: s.outside as f64,
+            distinct_stacks: s.distinct_stacks as f64,
+            handler_total: s.handler_total_ns as f64 / 1e9,
+            handler_median: s.handler_median_ns as f64 / 1e9,
+            handler_p99: s.handler_p99_ns as f64 / 1e9,
+            labels_full: s.labels_full,
+            memory: s.stack_bytes as f64,
+            thread_joined: s.thread_joined as f64,
+            thread_alone: s.thread_alone as f64,
+            thread_dropped: s.thread_dropped as f64,
+            references: s.references as f64,
+            allocations: s.allocations as f64,
+            sampled_allocations: s.sampled_allocations as f64,
+            untracked: s.untracked as f64,
+        })),
+        missed: Unread(None),
+        note: Unread(None),
+    }
+}
+
+/// The R value of a profile's R form.
+pub(crate) fn to_r(p: &Profile, s: &Stats) -> RValue {
+    to_form(p, s).into_r().unwrap_or(RValue::Null)
 }
 
 fn parse_hex(s: &Option<String>, what: &str) -> Result<u64> {
@@ -380,52 +379,55 @@ fn one_based(v: Option<i32>, n: usize, what: &str) -> Result<Option<usize>> {
 }
 
 /// A profile from its R form: the named list of R/profile.R's
-/// `profile_parts()`, with the fields `to_r()` makes (tables as lists of
+/// `profile_parts()`, with the parts of [`ProfileForm`] (tables as lists of
 /// columns), each looked up by name, in any order (other fields are
 /// ignored); checked.
 fn from_r(parts: &Arg) -> Result<Profile> {
     let p = parts.renamed("profile");
+    let form = ProfileForm::read(&p, At::Root)?;
     let bad = |what: &str| Error::BadArgument(format!("`profile` has an invalid {what}"));
-    let event = match p.field("event")?.string()?.as_str() {
+    // (`number()`'s error for an NA where a number is needed.)
+    let number = |x: f64, name: &str| {
+        if x.is_nan() {
+            Err(Error::BadArgument(format!("`{name}` must be a single number")))
+        } else {
+            Ok(x)
+        }
+    };
+    let event = match form.event.as_str() {
         "cpu" => Event::Cpu,
         "elapsed" => Event::Elapsed,
         "alloc" => Event::Alloc,
         _ => return Err(bad("event")),
     };
     let ns = |x: f64| (x * 1e9).round().max(0.0) as u64;
+    let Functions { name: names, label: labels, kind: kinds, module: fmod, file: ffile } = form.functions;
+    let Locations { module: lmod, address: laddr } = form.locations;
+    let Lines { location: xloc, function: xfun, file: xfile, line: xline } = form.lines;
+    let Stacks {
+        count: scount,
+        thread: sthread,
+        locations: slocs,
+        alloc_bytes,
+        alloc_count,
+        inuse_bytes,
+        inuse_count,
+    } = form.stacks;
     // A memory profile's values per stack.
     let bytes_columns = match event {
-        Event::Alloc => Some(
-            ["stacks$alloc_bytes", "stacks$alloc_count", "stacks$inuse_bytes", "stacks$inuse_count"]
-                .map(|c| p.field(c).and_then(|f| f.doubles())),
-        ),
+        Event::Alloc => {
+            let column =
+                |c: Option<Vec<f64>>, name: &str| c.ok_or_else(|| p.missing(format!("stacks${name}")));
+            Some([
+                column(alloc_bytes, "alloc_bytes")?,
+                column(alloc_count, "alloc_count")?,
+                column(inuse_bytes, "inuse_bytes")?,
+                column(inuse_count, "inuse_count")?,
+            ])
+        }
         _ => None,
     };
-    let bytes_columns = match bytes_columns {
-        Some([a, b, c, d]) => Some([a?, b?, c?, d?]),
-        None => None,
-    };
-    let (names, labels, kinds) = (
-        p.field("functions$name")?.strings()?,
-        p.field("functions$label")?.strings()?,
-        p.field("functions$kind")?.strings()?,
-    );
-    let (fmod, ffile) = (p.field("functions$module")?.ints()?, p.field("functions$file")?.ints()?);
-    let (lmod, laddr) = (p.field("locations$module")?.ints()?, p.field("locations$address")?.strings()?);
-    let (xloc, xfun, xfile, xline) = (
-        p.field("lines$location")?.ints()?,
-        p.field("lines$function")?.ints()?,
-        p.field("lines$file")?.ints()?,
-        p.field("lines$line")?.ints()?,
-    );
-    let (scount, slocs) = (p.field("stacks$count")?.doubles()?, p.field("stacks$locations")?.elements()?);
-    let sthread = p.field("stacks$thread")?.ints()?;
-    let (tnumber, ttid, tname, tcpu) = (
-        p.field("threads$number")?.ints()?,
-        p.field("threads$tid")?.doubles()?,
-        p.field("threads$name")?.strings()?,
-        p.field("threads$cpu")?.doubles()?,
-    );
+    let Threads { number: tnumber, tid: ttid, name: tname, cpu: tcpu } = form.threads;
     let nt = tnumber.len();
     if [ttid.len(), tname.len(), tcpu.len()].iter().any(|&n| n != nt) || sthread.len() != scount.len() {
         return Err(bad("table (columns of different lengths)"));
@@ -446,15 +448,9 @@ fn from_r(parts: &Arg) -> Result<Profile> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let files: Vec<String> =
-        p.field("files")?.strings()?.into_iter().map(|f| f.unwrap_or_default()).collect();
-    let (mpath, mbuild, mstart, mlimit, moffset) = (
-        p.field("modules$path")?.strings()?,
-        p.field("modules$build_id")?.strings()?,
-        p.field("modules$start")?.strings()?,
-        p.field("modules$limit")?.strings()?,
-        p.field("modules$offset")?.strings()?,
-    );
+    let files: Vec<String> = form.files.into_iter().map(|f| f.unwrap_or_default()).collect();
+    let Modules { path: mpath, build_id: mbuild, start: mstart, limit: mlimit, offset: moffset } =
+        form.modules;
     let nm = mpath.len();
     let nf = names.len();
     let nl = lmod.len();
@@ -502,9 +498,8 @@ fn from_r(parts: &Arg) -> Result<Profile> {
     let mut stacks = Vec::with_capacity(scount.len());
     for (k, ((count, locs), thread)) in scount.iter().zip(&slocs).zip(&sthread).enumerate() {
         let locations = locs
-            .ints()?
-            .into_iter()
-            .map(|k| one_based(k, nl, "location index")?.ok_or_else(|| bad("location index")))
+            .iter()
+            .map(|&k| one_based(k, nl, "location index")?.ok_or_else(|| bad("location index")))
             .collect::<Result<Vec<usize>>>()?;
         if !count.is_finite() || *count < 0.0 || count.fract() != 0.0 {
             return Err(bad("count"));
@@ -534,16 +529,16 @@ fn from_r(parts: &Arg) -> Result<Profile> {
         .collect::<Result<_>>()?;
     let interval_ns = match event {
         Event::Alloc => {
-            let b = p.field("sample_bytes")?.number()?;
+            let b = number(form.sample_bytes.0, "sample_bytes")?;
             whole(b).filter(|&b| b > 0).ok_or_else(|| bad("sample_bytes"))?
         }
-        _ => ns(p.field("interval")?.number()?),
+        _ => ns(number(form.interval.0, "interval")?),
     };
     let profile = Profile {
         event,
         interval_ns,
-        start_unix_ns: ns(p.field("start")?.number()?),
-        duration_ns: ns(p.field("duration")?.number()?),
+        start_unix_ns: ns(form.start),
+        duration_ns: ns(form.duration),
         functions,
         locations,
         stacks,

@@ -3,25 +3,14 @@
 
 use crate::args::Arg;
 use crate::value::RValue;
+use crate::ProfileStartArgs;
 use winch_core::error::{Error, Result};
 
 fn unavailable() -> Result<RValue> {
     Err(Error::Unavailable("the profiler needs x86_64 Linux".into()))
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn rs_profile_start(
-    _interval: Arg,
-    _event: Arg,
-    _loops: Arg,
-    _region: Arg,
-    _lines: Arg,
-    _symbols: Arg,
-    _frames: Arg,
-    _calls: Arg,
-    _probes: Arg,
-    _expected: Arg,
-) -> Result<RValue> {
+pub fn rs_profile_start(_args: ProfileStartArgs) -> Result<RValue> {
     unavailable()
 }
 

@@ -32,7 +32,7 @@ extern "C" {
     /// Exported by libR and declared in Rinterface.h: the innermost context.
     pub static mut R_GlobalContext: *mut c_void;
     /// Exported by libR (`LibExtern` in Defn.h): one past the end of R's
-    /// node stack, where R >= 4.4 keeps the records of byte-code calls.
+    /// node stack, where R >= 4.4 keeps the contexts of byte-code calls.
     pub static mut R_BCNodeStackEnd: *mut c_void;
     /// Symbols R's profiler labels calls with (Rinternals.h).
     pub static R_DoubleColonSymbol: Sexp;

@@ -49,7 +49,7 @@ pub fn on_main_thread() -> bool {
     MAIN_THREAD.get() == Some(&std::thread::current().id())
 }
 
-/// Records the running R's version and gathers the facts about it (from
+/// Remembers the running R's version and gathers the facts about it (from
 /// `.onLoad`, on R's main thread).
 pub fn set_r_version(v: RVersion) {
     let _ = R_VERSION.set(v);
@@ -116,7 +116,7 @@ pub fn pthread_id() -> usize {
     return 0;
 }
 
-/// The layout of R's context records for the running R.
+/// The layout of R's contexts for the running R.
 fn context_layout() -> Result<Layout> {
     let version = r_version()
         .ok_or_else(|| Error::Unavailable("R's version is not known (winch was not loaded by R)".into()))?;

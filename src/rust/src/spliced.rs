@@ -5,33 +5,31 @@
 //! no joint data frame, plan or R code between them. A hooked trace runs
 //! inside rlang's own `trace_back()`, on every error when the hook is on.
 
-use crate::frames::Row as FrameRow;
-use crate::native_calls::NativeCalls;
+use crate::columns::Column;
+use crate::frame_rows::{FrameRows, Row as FrameRow};
+use crate::frames::{truncation_value, FrameTable, PlacementInfo};
+use crate::native_calls::{CallSite, NativeCalls};
 use crate::rapi::{self, Sexp};
 use crate::trace_rows::{Held, Row, TraceRows};
 use crate::value::{set_attr, Build, RValue, StringCache};
 use std::ffi::CString;
-use winch_core::debuginfo::Resolved;
-use winch_core::modules::ModuleMap;
 use winch_core::splice::{splice_trace, Row as Spliced};
 
 /// A native frame of a joint view, as a trace row needs it.
-pub struct NativeRow {
-    pub label: String,
+struct NativeRow {
+    /// What its call shows.
+    call: CallSite,
     /// The module's file name (its path's last part).
-    pub module: Option<String>,
-    pub file: Option<String>,
-    pub line: Option<i32>,
-    pub column: Option<i32>,
-    pub r_frame: Option<usize>,
-    pub approximate: bool,
-    pub at_throw: bool,
+    module: Option<String>,
+    r_frame: Option<usize>,
+    approximate: bool,
+    at_throw: bool,
 }
 
 impl NativeRow {
-    /// Row `r` of a frame table whose modules are `map`'s, resolved as
-    /// `res`.
-    pub fn of(map: &ModuleMap, r: &FrameRow, res: &Resolved) -> NativeRow {
+    /// Row `i` of `rows`.
+    fn of(rows: &FrameRows, i: usize) -> NativeRow {
+        let (r, res): (&FrameRow, _) = (&rows.rows[i], rows.resolution(i));
         let label = match &res.func {
             Some(f) => f.to_string(),
             None => {
@@ -43,20 +41,34 @@ impl NativeRow {
             }
         };
         let module = r.module.map(|m| {
-            let p = &map.module(m).path;
+            let p = &rows.map_of(i).module(m).path;
             p.rsplit('/').next().unwrap_or(p).to_string()
         });
-        let int = |x: Option<u32>| x.and_then(|v| i32::try_from(v).ok());
         NativeRow {
-            label,
+            call: CallSite {
+                label,
+                file: res.file.as_deref().map(str::to_string),
+                line: Column::Line.int(r, res),
+                column: Column::SourceCol.int(r, res),
+            },
             module,
-            file: res.file.as_deref().map(str::to_string),
-            line: int(res.line),
-            column: int(res.column),
             r_frame: r.r_frame,
             approximate: r.approximate,
             at_throw: r.at_throw,
         }
+    }
+
+    /// The row's namespace in the trace: "/module", with " (approx.)"
+    /// and " [at throw]".
+    fn namespace(&self) -> String {
+        let mut ns = format!("/{}", self.module.as_deref().unwrap_or("NA"));
+        if self.approximate {
+            ns.push_str(" (approx.)");
+        }
+        if self.at_throw {
+            ns.push_str(" [at throw]");
+        }
+        ns
     }
 }
 
@@ -72,16 +84,16 @@ pub struct Trace {
     pub parents: Vec<usize>,
 }
 
-/// `trace` with the native frames `natives` (outermost first) spliced in
-/// under rows `first` (1-based) and later; `winch` is what its attribute
-/// `winch` says but `added`. None when no native row would be added.
+/// `trace` with the native frames of the joint table `table` (outermost
+/// first), placed as `placement` says, spliced in under rows `first`
+/// (1-based) and later. None when no native row would be added.
 pub fn splice(
     trace: Trace,
-    natives: Vec<NativeRow>,
+    table: &FrameTable,
+    placement: PlacementInfo,
     first: usize,
-    winch: Vec<(&'static str, RValue)>,
-    debug_files_would_help: bool,
 ) -> Option<SplicedTrace> {
+    let natives: Vec<NativeRow> = (0..table.rows.len()).map(|i| NativeRow::of(&table.rows, i)).collect();
     let r_frame: Vec<Option<usize>> = natives.iter().map(|n| n.r_frame).collect();
     let branch: Vec<bool> = natives.iter().map(|n| n.at_throw).collect();
     let s = splice_trace(&trace.row_frames, &trace.parents, &r_frame, &branch, first);
@@ -103,31 +115,20 @@ pub fn splice(
     }
     let mut natives: Vec<Option<NativeRow>> = natives.into_iter().map(Some).collect();
     let picked: Vec<NativeRow> = picked.iter().filter_map(|&i| natives.get_mut(i)?.take()).collect();
-    let namespaces = picked
-        .iter()
-        .map(|n| {
-            let mut ns = format!("/{}", n.module.as_deref().unwrap_or("NA"));
-            if n.approximate {
-                ns.push_str(" (approx.)");
-            }
-            if n.at_throw {
-                ns.push_str(" [at throw]");
-            }
-            ns
-        })
-        .collect();
+    let namespaces = picked.iter().map(NativeRow::namespace).collect();
     let thrown = picked.iter().map(|n| n.at_throw).collect();
     let added = picked.len() as i32;
-    let mut labels = Vec::with_capacity(picked.len());
-    let (mut files, mut lines, mut columns) = (Vec::new(), Vec::new(), Vec::new());
-    for n in picked {
-        labels.push(n.label);
-        files.push(n.file);
-        lines.push(n.line);
-        columns.push(n.column);
-    }
-    let mut winch = winch;
-    winch.insert(4.min(winch.len()), ("added", RValue::from(added)));
+    let calls = NativeCalls::new(picked.into_iter().map(|n| n.call).collect());
+    // How the native frames were placed (as the joint table's attributes
+    // say), and how many were added.
+    let winch = RValue::List(vec![
+        ("placement", RValue::from(placement.mode.name().to_string())),
+        ("fallback_reason", RValue::from(placement.fallback_reason)),
+        ("truncated", RValue::from(table.truncation.is_some())),
+        ("truncation", RValue::from(truncation_value(&table.truncation))),
+        ("added", RValue::from(added)),
+        ("throw", placement.throw.map_or(RValue::Null, |t| t.to_r())),
+    ]);
     let plan = RValue::List(vec![
         ("kind", RValue::Int(rows.iter().map(|r| Some(row_kind(r))).collect())),
         (
@@ -145,13 +146,13 @@ pub fn splice(
             names: trace.names,
             rows,
             parents: s.parents.iter().map(|&p| i32::try_from(p).ok()).collect(),
-            calls: NativeCalls::new(labels, files, lines, columns),
+            calls,
             namespaces,
             thrown,
         },
         attr_names: trace.attr_names,
-        winch: RValue::List(winch),
-        debug_files_would_help,
+        winch,
+        debug_files_would_help: table.debug_files_would_help,
         plan,
     })
 }

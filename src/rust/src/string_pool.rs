@@ -15,8 +15,8 @@ const SLOTS: usize = 1 << 14;
 /// What a pooled CHARSXP was made from.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Key {
-    /// An address as 16 hex digits, or as "0x..." (`true`).
-    Hex(usize, bool),
+    /// An address as 16 hex digits, or as "0x..." (`prefixed`).
+    Hex { value: usize, prefixed: bool },
     /// A shared string, by its address (the pool holds a clone, so the
     /// address is not reused while the entry lives).
     Arc(usize),
@@ -24,7 +24,7 @@ pub enum Key {
     Static(usize),
     /// The label of an unnamed frame: its function's start (`usize::MAX`
     /// when unknown) and offset.
-    Label(usize, usize),
+    Label { start: usize, offset: usize },
 }
 
 /// R objects kept by key in one preserved vector (a character vector of

@@ -1,8 +1,8 @@
 //! Throw capture as R sees it: turning it on and off, the last throw as a
-//! table, and the branch a recorded throw adds to a joint view.
+//! table, and the branch a captured throw adds to a joint view.
 
 use crate::args::Arg;
-use crate::frames::FrameTable;
+use crate::frames::{FrameTable, ThrowInfo};
 use crate::rstate;
 use crate::value::RValue;
 use winch_core::error::{Error, Result};
@@ -69,7 +69,7 @@ fn push_throw_attrs(table: &mut FrameTable, t: &Thrown) {
     table.attrs.push((c"rethrown", RValue::from(t.rethrows as i32)));
 }
 
-/// The last recorded throw, innermost frame first, as `winch_trace_back()`
+/// The last captured throw, innermost frame first, as `winch_trace_back()`
 /// shows frames (R's own included).
 pub fn rs_last_throw() -> Result<RValue> {
     require_main_thread()?;
@@ -79,7 +79,7 @@ pub fn rs_last_throw() -> Result<RValue> {
     Ok(RValue::Built(Box::new(table)))
 }
 
-/// The rows a recorded throw adds to a joint view, and where.
+/// The rows a captured throw adds to a joint view, and where.
 pub struct Branch {
     /// The native frame (index into the joint capture's trace) that caught
     /// the exception.
@@ -87,8 +87,8 @@ pub struct Branch {
     /// Rows, outermost first: the catching frame as it was at the throw, then
     /// the frames it had called, down to the thrower.
     pub table: FrameTable,
-    /// What was thrown: `list(kind, type, location)`.
-    pub info: RValue,
+    /// What was thrown.
+    pub info: ThrowInfo,
 }
 
 /// The branch of the throw still being handled in `j`'s stack, if any (see
@@ -98,16 +98,16 @@ pub fn branch(j: &Joint) -> Option<Branch> {
     let s = &b.shown;
     // Each frame's inlined calls outermost first too.
     let mut table = FrameTable::in_order(&s.trace, &s.rows, s.resolved.clone(), &s.classes, None, true);
-    for row in table.rows_mut() {
+    for row in table.rows.rows_mut() {
         row.at_throw = true;
         row.r_frame = b.parent;
         row.approximate = b.approximate;
     }
     table.joint = true;
-    let info = RValue::List(vec![
-        ("kind", RValue::from(s.thrown.kind.map(|k| k.name().to_string()))),
-        ("type", RValue::from(s.thrown.type_name.clone())),
-        ("location", RValue::from(s.thrown.location.clone())),
-    ]);
+    let info = ThrowInfo {
+        kind: s.thrown.kind.map(|k| k.name().to_string()),
+        type_name: s.thrown.type_name.clone(),
+        location: s.thrown.location.clone(),
+    };
     Some(Branch { catcher: b.catcher, table, info })
 }

@@ -3,6 +3,7 @@
 //! unplaced marker made up, one allocation per column. Where rows go comes
 //! from `winch_core::splice`.
 
+use crate::columns::Column;
 use crate::native_calls::NativeCalls;
 use crate::rapi::{self, Sexp};
 use crate::value::{Build, StringCache};
@@ -47,8 +48,10 @@ impl Build for TraceRows {
         // each column is stored into it right after it is made; `calls` is
         // protected until every call is stored.
         unsafe {
+            // The frame tables' `at_throw` column, for rows at a throw.
+            let at_throw = Column::AtThrow.name();
             let with_throw = self.thrown.iter().any(|&t| t);
-            let has_column = self.names.iter().any(|n| n.as_deref() == Some("at_throw"));
+            let has_column = self.names.iter().any(|n| n.as_deref() == Some(at_throw));
             let append = with_throw && !has_column;
             let ncol = self.names.len() + append as usize;
             let out = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, ncol as isize));
@@ -56,7 +59,7 @@ impl Build for TraceRows {
             for (j, name) in self.names.iter().enumerate() {
                 let col = rapi::VECTOR_ELT(self.trace.0, j as isize);
                 let name = name.as_deref().unwrap_or("");
-                let made = if name == "at_throw" && with_throw {
+                let made = if name == at_throw && with_throw {
                     self.at_throw()
                 } else {
                     self.column(name, col, calls, strings)
@@ -66,7 +69,7 @@ impl Build for TraceRows {
             let mut names: Vec<&str> = self.names.iter().map(|n| n.as_deref().unwrap_or("")).collect();
             if append {
                 rapi::SET_VECTOR_ELT(out, self.names.len() as isize, self.at_throw());
-                names.push("at_throw");
+                names.push(at_throw);
             }
             crate::value::set_names(out, names.len(), |j| names[j]);
             rapi::Rf_unprotect(2);

@@ -82,6 +82,17 @@ impl From<Vec<String>> for RValue {
     }
 }
 
+impl From<Scalar<'_>> for RValue {
+    fn from(x: Scalar<'_>) -> RValue {
+        match x {
+            Scalar::Lgl(x) => RValue::Lgl(vec![x]),
+            Scalar::Int(x) => RValue::Int(vec![Some(x)]),
+            Scalar::Str(s) => RValue::Str(vec![s.map(str::to_string)]),
+            Scalar::Shared(s) => RValue::Shared(s),
+        }
+    }
+}
+
 /// Makes `value` in R, or None if R could not allocate it.
 pub fn to_r(value: &RValue) -> Option<Sexp> {
     // SAFETY: `build`'s contract is `make`'s.
@@ -268,6 +279,80 @@ pub unsafe fn set_attr(x: Sexp, name: &std::ffi::CStr, value: &RValue, strings: 
     }
 }
 
+/// A scalar value borrowed from typed facts, made in R without owning
+/// anything (an R error may jump over the frame that makes it): what
+/// [`RValue`]'s scalars make, for attributes set while a result is built.
+#[derive(Clone, Copy)]
+pub enum Scalar<'a> {
+    Lgl(bool),
+    Int(i32),
+    /// A string (NA for None).
+    Str(Option<&'a str>),
+    /// As [`RValue::Shared`].
+    Shared(Option<&'static str>),
+}
+
+/// Makes `value` in R.
+///
+/// # Safety
+/// As for [`build`]; the result is unprotected.
+unsafe fn scalar(value: Scalar) -> Sexp {
+    // SAFETY: the caller's contract; each vector is filled before R
+    // allocates again, a string's CHARSXP is made before its vector.
+    unsafe {
+        match value {
+            Scalar::Lgl(x) => rapi::Rf_ScalarLogical(x as c_int),
+            Scalar::Int(x) => rapi::Rf_ScalarInteger(x),
+            Scalar::Str(s) => {
+                let c = rapi::Rf_protect(s.map_or(rapi::R_NaString, |s| rapi::mkchar(s)));
+                let x = rapi::Rf_allocVector(rapi::STRSXP, 1);
+                rapi::SET_STRING_ELT(x, 0, c);
+                rapi::Rf_unprotect(1);
+                x
+            }
+            Scalar::Shared(v) => string_pool::shared_string(v),
+        }
+    }
+}
+
+/// Sets attribute `name` of the protected object `x` to `value`.
+///
+/// # Safety
+/// As for [`build`]; `x` protected.
+pub unsafe fn set_scalar_attr(x: Sexp, name: &std::ffi::CStr, value: Scalar) {
+    // SAFETY: the caller's contract; the value is protected while the
+    // symbol is looked up (which may allocate).
+    unsafe {
+        let v = rapi::Rf_protect(scalar(value));
+        rapi::Rf_setAttrib(x, rapi::sym(name), v);
+        rapi::Rf_unprotect(1);
+    }
+}
+
+/// Sets attribute `name` of the protected object `x` to the named list
+/// `items`.
+///
+/// # Safety
+/// As for [`build`]; `x` protected.
+pub unsafe fn set_list_attr(
+    x: Sexp,
+    name: &std::ffi::CStr,
+    items: &[(&'static str, Scalar)],
+    strings: &mut StringCache,
+) {
+    // SAFETY: the caller's contract; the list is protected while its
+    // elements, names and the symbol are made.
+    unsafe {
+        let v = rapi::Rf_protect(rapi::Rf_allocVector(rapi::VECSXP, items.len() as isize));
+        for (i, (_, item)) in items.iter().enumerate() {
+            rapi::SET_VECTOR_ELT(v, i as isize, scalar(*item));
+        }
+        set_static_names(v, items.len(), strings, |i| items[i].0);
+        rapi::Rf_setAttrib(x, rapi::sym(name), v);
+        rapi::Rf_unprotect(1);
+    }
+}
+
 /// CHARSXPs made so far in one result, by what they were made from:
 /// captures repeat the same few strings (module paths, function names,
 /// return addresses of recursive calls) many times. A CHARSXP is cached
@@ -358,7 +443,7 @@ impl StringCache {
             return c;
         }
         // SAFETY: the caller's contract.
-        let c = unsafe { self.pooled(Key::Hex(value, prefixed), None, make) }.unwrap_or_else(make);
+        let c = unsafe { self.pooled(Key::Hex { value, prefixed }, None, make) }.unwrap_or_else(make);
         let cache = if prefixed { &mut self.offsets } else { &mut self.ips };
         cache.insert(value, c);
         c
@@ -382,7 +467,7 @@ impl StringCache {
             // SAFETY: the caller's contract; the label is ASCII.
             unsafe { rapi::mkchar(std::str::from_utf8(&buf[..len]).unwrap_or("")) }
         };
-        let key = Key::Label(start.unwrap_or(usize::MAX), offset);
+        let key = Key::Label { start: start.unwrap_or(usize::MAX), offset };
         // SAFETY: the caller's contract.
         unsafe { self.pooled(key, None, make) }.unwrap_or_else(make)
     }
