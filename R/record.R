@@ -142,24 +142,5 @@ winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = 
 # What /proc tells of process `pid`'s resource use so far, as
 # resource_usage() describes this process's (NA where /proc has nothing).
 target_usage <- function(pid) {
-  read <- function(what) suppressWarnings(readLines(sprintf("/proc/%d/%s", pid, what), warn = FALSE))
-  stat <- tryCatch(read("stat")[[1L]], error = function(e) NA_character_)
-  status <- tryCatch(read("status"), error = function(e) character())
-  f <- if (is.na(stat)) rep(NA_character_, 20L) else strsplit(sub("^.*\\) ", "", stat), " ", fixed = TRUE)[[1L]]
-  hz <- 100 # USER_HZ on Linux
-  field <- function(name) {
-    v <- grep(paste0("^", name, ":"), status, value = TRUE)
-    if (length(v)) as.numeric(sub("^[^:]*:\\s*([0-9]+).*$", "\\1", v)) else NA_real_
-  }
-  list(
-    user = as.numeric(f[[12L]]) / hz,
-    system = as.numeric(f[[13L]]) / hz,
-    max_rss = field("VmHWM") * 1024,
-    minor_faults = as.numeric(f[[8L]]),
-    major_faults = as.numeric(f[[10L]]),
-    block_input = NA_real_,
-    block_output = NA_real_,
-    voluntary_switches = field("voluntary_ctxt_switches"),
-    involuntary_switches = field("nonvoluntary_ctxt_switches")
-  )
+  check_result(rs_target_usage(as.integer(pid)))
 }

@@ -265,3 +265,22 @@ test_that("garbage collection in the recorded process is a <GC> frame under the 
   # The collector's own functions are not shown.
   expect_false(any(grepl("R_gc|RunGenCollect", unlist(stacks))))
 })
+
+test_that("another process's resource use is read as this process's is", {
+  # This process, through /proc and through getrusage(): the same figures
+  # (CPU times to a tick or two, peak RSS to a page).
+  t0 <- proc.time()
+  while ((proc.time() - t0)[["user.self"]] < 0.2) NULL
+  mine <- winch:::resource_usage()
+  there <- winch:::target_usage(Sys.getpid())
+  expect_identical(names(there), names(mine))
+  expect_true(all(vapply(there, is.double, logical(1))))
+  expect_equal(there$user, mine$user, tolerance = 0.05 / mine$user)
+  expect_gt(there$max_rss, 0)
+  expect_equal(there$max_rss, mine$max_rss, tolerance = 0.05)
+  expect_gte(there$minor_faults, 1)
+  expect_true(is.na(there$block_input) && is.na(there$block_output))
+  # A process that is gone: every figure NA.
+  gone <- winch:::target_usage(.Machine$integer.max)
+  expect_true(all(vapply(gone, is.na, logical(1))))
+})

@@ -607,4 +607,5 @@ pub fn rs_rprof_running(method: Arg) -> Result<RValue> {
 
 pub use crate::outside::{
     rs_dump, rs_dump_core, rs_record_discard, rs_record_start, rs_record_stop, rs_record_tick,
+    rs_target_usage,
 };

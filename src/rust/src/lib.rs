@@ -124,4 +124,5 @@ entry_points! {
     rs_record_tick();
     rs_record_stop();
     rs_record_discard();
+    rs_target_usage(pid);
 }

@@ -177,3 +177,24 @@ pub fn rs_record_stop() -> Result<RValue> {
 pub fn rs_record_discard() -> Result<RValue> {
     Ok(recording().take().is_some().into())
 }
+
+/// What process `pid` has used so far, as `rs_resource_usage()` tells of
+/// this process (NA where `/proc` has nothing: block I/O always).
+pub fn rs_target_usage(pid: Arg) -> Result<RValue> {
+    use winch_core::procfs::{self, Proc};
+    let u = procfs::usage(Proc::Pid(pid.int()?));
+    // SAFETY: R's NA_real_, set when R starts, read on R's main thread.
+    let na = unsafe { crate::rapi::R_NaReal };
+    let v = |x: Option<f64>| RValue::Dbl(vec![x.unwrap_or(na)]);
+    Ok(RValue::List(vec![
+        ("user", v(u.user)),
+        ("system", v(u.system)),
+        ("max_rss", v(u.max_rss)),
+        ("minor_faults", v(u.minor_faults)),
+        ("major_faults", v(u.major_faults)),
+        ("block_input", v(None)),
+        ("block_output", v(None)),
+        ("voluntary_switches", v(u.voluntary_switches)),
+        ("involuntary_switches", v(u.involuntary_switches)),
+    ]))
+}

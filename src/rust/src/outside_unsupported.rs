@@ -34,3 +34,7 @@ pub fn rs_record_stop() -> Result<RValue> {
 pub fn rs_record_discard() -> Result<RValue> {
     Ok(false.into())
 }
+
+pub fn rs_target_usage(_pid: Arg) -> Result<RValue> {
+    unavailable()
+}
