@@ -180,9 +180,9 @@ pub fn rs_profile_stop() -> Result<RValue> {
     let Some(Current { running, event }) = current else {
         return Err(Error::BadArgument("no winch profile is running".into()));
     };
-    let interval_ns = running.trigger.period();
+    let period = running.trigger.period();
     let finished = running.stop();
-    let (profile, stats) = build::build(&finished, event, interval_ns);
+    let (profile, stats) = build::build(&finished, event, period);
     session::recycle(finished.snapshots);
     Ok(to_r(&profile, &stats))
 }
@@ -281,8 +281,8 @@ pub(crate) fn to_form(p: &Profile, s: &Stats) -> ProfileForm {
     let t = &p.threads;
     // A memory profile's interval is the mean bytes between samples.
     let (interval, sample_bytes) = match p.event {
-        Event::Alloc => (f64::NAN, p.interval_ns as f64),
-        _ => (p.interval_ns as f64 / 1e9, f64::NAN),
+        Event::Alloc => (f64::NAN, p.period as f64),
+        _ => (p.period as f64 / 1e9, f64::NAN),
     };
     ProfileForm {
         event: p.event.name().to_string(),
@@ -527,7 +527,7 @@ fn from_r(parts: &Arg) -> Result<Profile> {
             })
         })
         .collect::<Result<_>>()?;
-    let interval_ns = match event {
+    let period = match event {
         Event::Alloc => {
             let b = number(form.sample_bytes.0, "sample_bytes")?;
             whole(b).filter(|&b| b > 0).ok_or_else(|| bad("sample_bytes"))?
@@ -536,7 +536,7 @@ fn from_r(parts: &Arg) -> Result<Profile> {
     };
     let profile = Profile {
         event,
-        interval_ns,
+        period,
         start_unix_ns: ns(form.start),
         duration_ns: ns(form.duration),
         functions,

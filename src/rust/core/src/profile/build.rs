@@ -72,7 +72,7 @@ fn alloc_values(c: &super::collect::Collected, a: &super::collect::AllocFigures)
 }
 
 /// Builds the profile.
-pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
+pub fn build(f: &Finished, event: Event, period: u64) -> (Profile, Stats) {
     symbolizer::with_global(|s| s.start_capture());
     let mut b = Builder::new(&f.labels, f);
     // The program first: pprof presents its first mapping as the profiled
@@ -146,7 +146,7 @@ pub fn build(f: &Finished, event: Event, interval_ns: u64) -> (Profile, Stats) {
     };
     let profile = Profile {
         event,
-        interval_ns,
+        period,
         start_unix_ns,
         duration_ns: f.duration_ns,
         functions: b.functions,

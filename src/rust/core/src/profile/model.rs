@@ -154,8 +154,8 @@ pub enum Event {
     Cpu,
     /// Wall-clock time.
     Elapsed,
-    /// Allocations (a memory profile): `interval_ns` is the mean bytes
-    /// between samples.
+    /// Allocations (a memory profile): the profile's `period` is the mean
+    /// bytes between samples.
     Alloc,
 }
 
@@ -173,8 +173,10 @@ impl Event {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Profile {
     pub event: Event,
-    /// The sampling interval in nanoseconds.
-    pub interval_ns: u64,
+    /// What one sample stands for: nanoseconds of the event's clock
+    /// (`Cpu`, `Elapsed`: the sampling interval) or bytes allocated
+    /// (`Alloc`: the mean bytes between samples).
+    pub period: u64,
     /// When sampling started (nanoseconds since the Unix epoch) and for how
     /// long it ran.
     pub start_unix_ns: u64,
@@ -202,7 +204,7 @@ impl Profile {
     /// is refused rather than written out at any size. Every index must be
     /// in range (the R side's reader checks that as it reads).
     pub fn check(&self) -> Result<(), String> {
-        if self.interval_ns == 0 {
+        if self.period == 0 {
             return Err("its interval is not positive".into());
         }
         // Slack for timer expirations that land late and are counted
@@ -212,13 +214,13 @@ impl Profile {
         if self.event == Event::Alloc {
             return self.check_indices();
         }
-        let possible = (self.duration_ns as f64 / self.interval_ns as f64) * 1.5 * threads + 1000.0 * threads;
+        let possible = (self.duration_ns as f64 / self.period as f64) * 1.5 * threads + 1000.0 * threads;
         let samples = self.samples();
         if samples as f64 > possible {
             return Err(format!(
                 "it counts {samples} samples, more than {} of {} s each fit in its {} s",
                 possible.floor(),
-                self.interval_ns as f64 / 1e9,
+                self.period as f64 / 1e9,
                 self.duration_ns as f64 / 1e9
             ));
         }
@@ -294,7 +296,7 @@ mod tests {
     fn profile(count: u64, duration_s: f64) -> Profile {
         Profile {
             event: Event::Cpu,
-            interval_ns: 1_000_000,
+            period: 1_000_000,
             start_unix_ns: 0,
             duration_ns: (duration_s * 1e9) as u64,
             functions: vec![Function {
@@ -323,7 +325,7 @@ mod tests {
         let err = profile(1_000_000_000_000_000, 1.0).check().unwrap_err();
         assert!(err.contains("counts 1000000000000000 samples"), "{err}");
         assert!(profile(u64::MAX, 1.0).check().is_err());
-        assert!(Profile { interval_ns: 0, ..profile(1, 1.0) }.check().unwrap_err().contains("interval"));
+        assert!(Profile { period: 0, ..profile(1, 1.0) }.check().unwrap_err().contains("interval"));
         let mut p = profile(1, 1.0);
         p.stacks[0].locations.push(5);
         assert!(p.check().unwrap_err().contains("out of range"));

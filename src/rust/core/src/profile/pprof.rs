@@ -120,7 +120,7 @@ fn message(p: &Profile) -> Vec<u8> {
         p.threads.iter().map(|t| (strings.index("thread"), strings.index(&thread_label(t)), t.tid)).collect();
     let tid_key = strings.index("tid");
     for stack in p.stacks.iter().filter(|s| s.count > 0) {
-        let mut m = sample(stack, p.interval_ns);
+        let mut m = sample(stack, p.period);
         if let Some(&(key, value, tid)) = threads.get(stack.thread) {
             let mut l = Message::default();
             l.uint(field::label::KEY, key);
@@ -151,7 +151,7 @@ fn message(p: &Profile) -> Vec<u8> {
     out.uint(field::profile::TIME_NANOS, p.start_unix_ns);
     out.uint(field::profile::DURATION_NANOS, p.duration_ns);
     out.message(field::profile::PERIOD_TYPE, &time_type);
-    out.uint(field::profile::PERIOD, p.interval_ns);
+    out.uint(field::profile::PERIOD, p.period);
     out.uint(field::profile::COMMENT, comment);
     out.uint(field::profile::DEFAULT_SAMPLE_TYPE, default_type);
     out.0
@@ -587,7 +587,7 @@ mod tests {
     fn profile(event: Event) -> Profile {
         Profile {
             event,
-            interval_ns: 10_000_000,
+            period: 10_000_000,
             start_unix_ns: 1_700_000_000_123_456_789,
             duration_ns: 2_500_000_000,
             files: vec!["R/model.R".into(), "src/fit.c".into(), "src/dot.h".into()],
@@ -643,7 +643,7 @@ mod tests {
     fn empty() -> Profile {
         Profile {
             event: Event::Elapsed,
-            interval_ns: 20_000_000,
+            period: 20_000_000,
             start_unix_ns: 0,
             duration_ns: 0,
             functions: vec![],
@@ -697,7 +697,7 @@ mod tests {
     #[test]
     fn a_memory_profile_has_the_heap_profiles_four_types() {
         let mut profile = profile(Event::Alloc);
-        profile.interval_ns = 512 * 1024;
+        profile.period = 512 * 1024;
         profile.stacks.truncate(2);
         profile.stacks[0].bytes = Some(crate::profile::model::Bytes {
             alloc_bytes: 3 << 20,

@@ -30,7 +30,7 @@ use std::io::{self, BufWriter, Write};
 pub fn write(p: &Profile, lines: bool, out: &mut impl Write) -> io::Result<()> {
     // One write per sample line would be a syscall each on a bare File.
     let mut out = BufWriter::new(out);
-    write_header(p.interval_ns, lines, &mut out)?;
+    write_header(p.period, lines, &mut out)?;
     let mut files = FileNumbers::new(&p.files);
     let mut sample = Vec::new();
     for stack in p.stacks.iter().filter(|s| s.count > 0) {
@@ -167,7 +167,7 @@ mod tests {
         fn new(interval_ns: u64) -> Self {
             Builder(Profile {
                 event: Event::Cpu,
-                interval_ns,
+                period: interval_ns,
                 start_unix_ns: 0,
                 duration_ns: 0,
                 functions: Vec::new(),
