@@ -235,10 +235,23 @@ fn c_string(strings: &[u8], at: usize) -> Option<&str> {
     std::str::from_utf8(&rest[..end]).ok()
 }
 
+/// The entry of `wanted` a slot of `name` requiring `version` (None: no
+/// version) stands for: the one with that name and version, or for a slot
+/// requiring no version the first with that name. (A function may be
+/// wanted in several versions: modules built against an older C library
+/// require an older one.)
+fn wanted_entry(wanted: &[Wanted], name: &str, version: Option<&str>) -> Option<usize> {
+    match version {
+        Some(v) => wanted.iter().position(|w| w.name == name && w.version == v),
+        None => wanted.iter().position(|w| w.name == name),
+    }
+}
+
 /// The GOT slots of the `wanted` functions in the module whose dynamic
 /// section is at `dynamic` (load bias `bias`; `in_module` tells whether an
-/// address lies in the module's mapped image). Slots whose symbol requires a
-/// version other than the wanted one are left out.
+/// address lies in the module's mapped image). A slot requiring a version
+/// is the entry wanted in that version; one whose version no entry wants
+/// is left out (see [`wanted_entry`]).
 pub fn find_slots(
     mem: &dyn Memory,
     dynamic: usize,
@@ -273,7 +286,9 @@ pub fn find_slots(
     for (offset, sym, ty) in relocs {
         let sym = sym as usize;
         let Some(name) = c_string(&strings, u32_at(&symtab, sym * d.syment) as usize) else { continue };
-        let Some(w) = wanted.iter().position(|w| w.name == name) else { continue };
+        if !wanted.iter().any(|w| w.name == name) {
+            continue;
+        }
         // Index 0 (local) and 1 (global) carry no version; bit 15 marks a
         // hidden one.
         let index = versym.as_ref().map_or(1, |v| u16_at(v, sym * 2) & 0x7fff);
@@ -285,9 +300,7 @@ pub fn find_slots(
         } else {
             None
         };
-        if version.as_deref().is_some_and(|v| v != wanted[w].version) {
-            continue;
-        }
+        let Some(w) = wanted_entry(wanted, name, version.as_deref()) else { continue };
         let kind = if ty == types.jump_slot { Kind::JumpSlot } else { Kind::GlobDat };
         // Relocation offsets are file addresses (the loader never rewrites
         // its relocation tables).
@@ -451,6 +464,28 @@ mod tests {
                 "absolute: {absolute}"
             );
         }
+    }
+
+    #[test]
+    fn a_function_wanted_in_two_versions_is_found_in_each() {
+        // As `pthread_create@GLIBC_2.34` and `@GLIBC_2.2.5`: each slot is
+        // the entry of its own version, an unversioned one the first entry.
+        let bias = 0x7f00_0000_0000;
+        let img = image(bias, false);
+        let inside = |a: usize| (bias..bias + 0x10000).contains(&a);
+        let two = [
+            Wanted { name: "_Unwind_RaiseException", version: "OTHER_1.0" },
+            Wanted { name: "_Unwind_RaiseException", version: "GCC_3.0" },
+        ];
+        let slots = find_slots(&img, bias + 0x100, bias, &inside, X86, &two);
+        let got: Vec<(usize, usize, Option<&str>)> =
+            slots.iter().map(|s| (s.addr - bias, s.wanted, s.version.as_deref())).collect();
+        assert_eq!(
+            got,
+            vec![(0x3000, 1, Some("GCC_3.0")), (0x3008, 0, None), (0x3010, 0, Some("OTHER_1.0"))]
+        );
+        assert_eq!(wanted_entry(&two, "_Unwind_RaiseException", Some("NONE_9")), None);
+        assert_eq!(wanted_entry(&two, "malloc", None), None);
     }
 
     #[test]
