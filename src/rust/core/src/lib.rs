@@ -41,6 +41,7 @@ pub mod modules;
 pub mod outside;
 pub mod plt;
 pub mod profile;
+pub mod published;
 pub mod r;
 pub mod reentry;
 pub mod scopes;

@@ -31,6 +31,7 @@ use super::{CStack, Facts, Status, SIGNALS};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, Own};
 use crate::modules::{self, ModuleMap};
+use crate::published::Published;
 use crate::r::heap as rheap;
 use crate::r::layout::{CTXT_BUILTIN, CTXT_FUNCTION};
 use crate::symbols::SymbolTable;
@@ -79,19 +80,18 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Set while a report is written: a second fault (inside the report, or in
 /// another thread at the same time) gets no report and is passed on at once.
 static BUSY: AtomicBool = AtomicBool::new(false);
-/// The facts and the tables (null while off).
+/// The facts (null while off) and the tables (none while off).
 static FACTS: AtomicPtr<Facts> = AtomicPtr::new(std::ptr::null_mut());
-static PREPARED: AtomicPtr<Prepared> = AtomicPtr::new(std::ptr::null_mut());
+/// Tables replaced are freed at the next publish if no report is being
+/// written then, else at the one after (or when the report is turned off).
+static TABLES: Published<Prepared> = Published::new();
 /// Used only by the holder of `BUSY`.
 static SCRATCH: AtomicPtr<Cell<Scratch>> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Everything replaced while the report is on, freed when it is turned off
-/// (a handler may be using a replaced table), and the alternate stack made.
+/// The alternate stack made while the report is on, and the signals left
+/// alone.
 #[derive(Default)]
 struct Kept {
-    // Boxed: a handler may still hold a pointer to one; it must not move.
-    #[allow(clippy::vec_box)]
-    retired: Vec<Box<Prepared>>,
     alt: Option<(usize, usize, libc::stack_t)>,
     skipped: Vec<(i32, String)>,
 }
@@ -115,32 +115,28 @@ fn facts() -> Option<&'static Facts> {
 }
 
 /// Builds the tables for the modules loaded now (allocates, reads files).
-fn prepare(interpreter_addr: usize) -> Box<Prepared> {
+fn prepare(interpreter_addr: usize) -> Prepared {
     let snap = Snapshot::take(interpreter_addr);
     let map: &ModuleMap = &snap.map;
     let names = (0..map.modules().len())
         .map(|i| crate::symbolizer::with_global(|s| s.symbol_table(map, i)).unwrap_or_default())
         .collect();
     let stack = crate::stack::thread_stack_bounds().unwrap_or((0, 0));
-    Box::new(Prepared { snap, names, stack })
+    Prepared { snap, names, stack }
 }
 
-fn publish(p: Box<Prepared>, kept: &mut Kept) {
-    // Both this swap and the handler's `BUSY.swap` are SeqCst: a handler
-    // that sets BUSY after the load below reads the new tables, so the old
-    // ones are freed at once unless a handler is running now (then they
-    // wait for the next publish or for the report to be turned off).
-    let old = PREPARED.swap(Box::into_raw(p), Ordering::SeqCst);
-    let busy = BUSY.load(Ordering::SeqCst);
-    if !busy {
-        kept.retired.clear();
-    }
-    if !old.is_null() {
-        // SAFETY: came from Box::into_raw.
-        let old = unsafe { Box::from_raw(old) };
-        if busy {
-            kept.retired.push(old);
-        }
+/// Publishes `p` (called with `KEPT` held: one publish at a time).
+fn publish(p: Prepared) {
+    let (generation, exact) = (p.snap.generation, p.snap.exact);
+    // Both the publish's swap and the handler's `BUSY.swap` are SeqCst: a
+    // handler that sets BUSY after the load below reads the new tables, so
+    // the old ones are freed at once unless a handler is running now (then
+    // they wait for the next publish or for the report to be turned off).
+    TABLES.publish(p, generation, exact);
+    if !BUSY.load(Ordering::SeqCst) {
+        // SAFETY: no handler runs (BUSY is clear after the swap), and one
+        // starting now reads the tables just published.
+        unsafe { TABLES.free_retired() };
     }
 }
 
@@ -247,8 +243,8 @@ pub fn enable(f: Facts) -> Result<Status> {
     }
     let first = guard.is_none();
     let kept = guard.get_or_insert_with(Kept::default);
-    if first || PREPARED.load(Ordering::Acquire).is_null() {
-        publish(prepare(f.interpreter_addr), kept);
+    if first || TABLES.current().is_none() {
+        publish(prepare(f.interpreter_addr));
         kept.alt = ensure_alt_stack();
     }
     ENABLED.store(true, Ordering::Release);
@@ -280,12 +276,8 @@ pub fn disable() -> Result<Status> {
         if let Some(alt) = k.alt {
             restore_alt_stack(alt);
         }
-        let old = PREPARED.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        if !old.is_null() {
-            // SAFETY: came from Box::into_raw; no handler is installed now.
-            drop(unsafe { Box::from_raw(old) });
-        }
-        drop(k.retired);
+        // SAFETY: no handler is installed now.
+        unsafe { TABLES.clear() };
     }
     drop(guard);
     crate::loadhook::release(crate::loadhook::CRASH);
@@ -299,9 +291,9 @@ pub fn refresh() {
         return;
     }
     let Some(f) = facts() else { return };
-    let mut guard = kept();
-    if let Some(kept) = guard.as_mut() {
-        publish(prepare(f.interpreter_addr), kept);
+    let guard = kept();
+    if guard.is_some() {
+        publish(prepare(f.interpreter_addr));
     }
 }
 
@@ -316,9 +308,7 @@ pub fn rearm() {
     if thread_id() != f.main_thread {
         return;
     }
-    // SAFETY: a non-null PREPARED stays alive while the report is on.
-    let stale = unsafe { PREPARED.load(Ordering::Acquire).as_ref() }
-        .is_none_or(|p| p.snap.generation != modules::loader_generation());
+    let stale = TABLES.current().is_none_or(|p| p.generation != modules::loader_generation());
     if stale {
         refresh();
     }
@@ -423,10 +413,9 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
 /// code whose registers are in `uc`.
 fn report(header: Header, uc: *mut libc::c_void) {
     let mut out = Out::new(write_all);
+    let p = TABLES.current().map(|e| &e.value);
     // SAFETY: non-null pointers here stay alive while the report is on.
-    let (p, f, scratch) = unsafe {
-        (PREPARED.load(Ordering::SeqCst).as_ref(), facts(), SCRATCH.load(Ordering::Acquire).as_ref())
-    };
+    let (f, scratch) = unsafe { (facts(), SCRATCH.load(Ordering::Acquire).as_ref()) };
     let (Some(p), Some(f), Some(scratch), false) = (p, f, scratch, uc.is_null()) else {
         out.text("\n*** winch: a fatal signal, but the crash report is not prepared\n");
         out.flush();

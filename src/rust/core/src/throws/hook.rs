@@ -11,10 +11,11 @@ use super::{enter, identify, walk, Facts, FrameClass, Record, Ring, Status, Walk
 use crate::error::{Error, Result};
 use crate::got::{self, Patched, Wanted};
 use crate::modules::{self, ModuleMap};
+use crate::published::Published;
 use crate::unwind::rules::{InPlace, Regs, Tables};
 use crate::unwind::walk::{Caches, Modules, Sizes};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The hooked functions, in the order of `REAL` and of the trampolines.
@@ -91,9 +92,11 @@ pub fn reset_guard() {
     IN_HOOK.store(false, Ordering::Release);
 }
 /// The modules of the walk, their tables read in place (replaced when
-/// modules change).
+/// modules change). Tables replaced while capture is on may still be in
+/// use by the hook: freed at top level (`free_retired`) or when capture is
+/// removed.
 type WalkTable = Modules<Tables<InPlace>>;
-static TABLE: AtomicPtr<WalkTable> = AtomicPtr::new(std::ptr::null_mut());
+static TABLES: Published<WalkTable> = Published::new();
 
 /// What the hook uses on R's main thread; allocated once, never freed.
 struct Shared {
@@ -202,15 +205,15 @@ fn record_throw(exc: usize, rethrow: bool) {
 fn fill_frames(facts: &HookFacts, scratch: &mut Caches, r: &mut Record) {
     let (ip, sp, bp) = crate::unwind::registers();
     let (lo, hi) = facts.stack;
-    // SAFETY: a non-null TABLE is alive until capture is removed, which
-    // happens on this thread, never while it is in the hook.
-    let table = unsafe { TABLE.load(Ordering::Acquire).as_ref() };
+    // (A table is freed only on this thread, never while it is in the
+    // hook: see `TABLES`.)
+    let table = TABLES.current();
     // The frames are in modules loaded now (their code is running): named
     // later with the modules of this generation.
     let generation = modules::loader_generation();
     r.generation = Some(generation).filter(|&g| g != (u64::MAX, u64::MAX));
     let current = table.filter(|t| t.generation == generation);
-    if let (Some(table), true) = (current, lo <= sp && sp < hi) {
+    if let (Some(table), true) = (current.map(|t| &t.value), lo <= sp && sp < hi) {
         // SAFETY: this thread's stack, mapped while it runs.
         let read = |a: usize| unsafe { crate::memory::stack_word((lo, hi), a) };
         let regs = Regs { ip, sp, bp: Some(bp) };
@@ -278,12 +281,6 @@ struct Installed {
     patched: Vec<Patched>,
     /// Modules scanned: (path, bias).
     scanned: Vec<(String, usize)>,
-    /// Tables replaced while capture was on (the hook may have been using
-    /// them); freed at top level (`free_retired`) or when capture is
-    /// removed.
-    // Boxed: the hook may still hold a pointer to one; it must not move.
-    #[allow(clippy::vec_box)]
-    retired: Vec<Box<WalkTable>>,
     facts: Facts,
 }
 
@@ -382,16 +379,12 @@ fn resolve_targets(facts: &Facts) {
 fn publish_table(inst: &mut Installed) {
     // SAFETY: the hook uses a table only while the loader reports the
     // generation it was built at (see `fill_frames`).
-    let table = Box::new(unsafe { WalkTable::in_place(inst.facts.interpreter_addr) });
+    let table = unsafe { WalkTable::in_place(inst.facts.interpreter_addr) };
     if table.exact {
         keep_map(table.generation, &table.map, inst.facts.main_thread);
     }
-    let old = TABLE.swap(Box::into_raw(table), Ordering::AcqRel);
-    if !old.is_null() {
-        // SAFETY: `old` came from Box::into_raw; the hook may still be
-        // reading it, so it is kept until capture is removed.
-        inst.retired.push(unsafe { Box::from_raw(old) });
-    }
+    let (generation, exact) = (table.generation, table.exact);
+    TABLES.publish(table, generation, exact);
 }
 
 fn patch_new_modules(inst: &mut Installed, map: &ModuleMap) {
@@ -473,11 +466,13 @@ pub fn map_of(generation: Option<(u64, u64)>) -> Option<Arc<ModuleMap>> {
 /// top level only: the hook walks on that thread alone, so none of them is
 /// in use there.
 pub fn free_retired() {
-    let mut guard = lock();
-    if let Some(inst) = guard.as_mut() {
+    let guard = lock();
+    if let Some(inst) = guard.as_ref() {
         // SAFETY: pthread_self reads the thread pointer.
         if unsafe { libc::pthread_self() } as usize == inst.facts.main_thread {
-            inst.retired.clear();
+            // SAFETY: R's main thread, not inside the hook, which reads
+            // tables on this thread only.
+            unsafe { TABLES.free_retired() };
         }
     }
 }
@@ -495,10 +490,7 @@ pub fn rescan() {
 /// `rescan`, if modules were loaded or unloaded since the last scan (by
 /// other means than R's `dlopen`, which `loadhook` watches).
 pub fn rescan_if_changed() {
-    // SAFETY: a non-null TABLE stays alive until capture is removed (on
-    // this, R's main thread; not concurrently with this call).
-    let stale = unsafe { TABLE.load(Ordering::Acquire).as_ref() }
-        .is_none_or(|t| t.generation != modules::loader_generation());
+    let stale = TABLES.current().is_none_or(|t| t.generation != modules::loader_generation());
     if stale {
         rescan();
     }
@@ -534,13 +526,9 @@ pub fn uninstall() -> Result<usize> {
     let maps = crate::got::Protections::read();
     let restored = got::restore(&inst.patched, &map, &maps);
     MAIN.store(0, Ordering::Release);
-    // This is the main thread and it is not inside the hook: nothing reads
-    // the tables any more (other threads never do).
-    let old = TABLE.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    if !old.is_null() {
-        // SAFETY: came from Box::into_raw, no longer published.
-        drop(unsafe { Box::from_raw(old) });
-    }
+    // SAFETY: this is the main thread and it is not inside the hook:
+    // nothing reads the tables any more (other threads never do).
+    unsafe { TABLES.clear() };
     drop(inst);
     Ok(restored)
 }
