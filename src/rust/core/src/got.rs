@@ -12,6 +12,8 @@
 use crate::memory::Memory;
 
 pub mod elf;
+#[cfg(target_os = "linux")]
+pub mod hookset;
 
 pub use elf::{find_slots, Kind, RelocTypes, Slot, Wanted};
 

@@ -5,8 +5,9 @@
 //! Rust's `panic_unwind` in every Rust library (std links libgcc_s
 //! dynamically on linux-gnu). `__cxa_rethrow` (`throw;`) enters
 //! `_Unwind_Resume_or_Rethrow` the same way. While capture is installed,
-//! those GOT slots of every loaded module (and of modules loaded later, see
-//! `loadhook`) point to a small trampoline here, which records the stack and
+//! those GOT slots of every loaded module (and of modules loaded later: a
+//! family of the GOT hook set, `got::hookset`) point to a small trampoline
+//! here, which records the stack and
 //! then jumps to the real function with the stack exactly as the thrower
 //! left it (no frame of winch's stays in the way of the unwinder).
 //!
@@ -407,11 +408,13 @@ mod hook;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub use hook::{installed, map_of, records, rescan, rescan_if_changed, status, uninstall};
 
-/// Turns capture on (see `hook`), and has the loader hook rescan modules
-/// for it when libraries load.
+/// Turns capture on (see `hook`), and has the loader hook refresh its walk
+/// table when R loads libraries (the GOT hook set hooks them).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub fn install(facts: Facts) -> crate::error::Result<Status> {
-    crate::loadhook::listen(crate::loadhook::THROWS, rescan);
+    crate::loadhook::listen(crate::loadhook::THROWS, || {
+        hook::refresh_table();
+    });
     hook::install(facts)
 }
 

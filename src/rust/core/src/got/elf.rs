@@ -251,7 +251,7 @@ fn wanted_entry(wanted: &[Wanted], name: &str, version: Option<&str>) -> Option<
 /// section is at `dynamic` (load bias `bias`; `in_module` tells whether an
 /// address lies in the module's mapped image). A slot requiring a version
 /// is the entry wanted in that version; one whose version no entry wants
-/// is left out (see [`wanted_entry`]).
+/// is left out (see `wanted_entry`).
 pub fn find_slots(
     mem: &dyn Memory,
     dynamic: usize,

@@ -1,5 +1,6 @@
 //! The throw hooks of x86_64 Linux: trampolines, the recording done inside
-//! them, and installing them into the loaded modules' GOTs.
+//! them, and their family of the GOT hook set (`got::hookset`), which
+//! points the loaded modules' GOT slots to them.
 //!
 //! Inside a hook (on R's main thread only) nothing allocates, locks or
 //! calls R: the ring and the walker's caches (`unwind::walk`) are allocated
@@ -9,7 +10,7 @@
 
 use super::{enter, identify, walk, Facts, FrameClass, Record, Ring, Status, WalkEnd, MAX_FRAMES};
 use crate::error::{Error, Result};
-use crate::got::{self, Patched, Wanted};
+use crate::got::hookset::{self, Family, Find, Hook, Options};
 use crate::modules::{self, ModuleMap};
 use crate::published::Published;
 use crate::unwind::rules::{InPlace, Regs, Tables};
@@ -17,12 +18,6 @@ use crate::unwind::walk::{Caches, Modules, Sizes};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-
-/// The hooked functions, in the order of `REAL` and of the trampolines.
-const WANTED: [Wanted; 2] = [
-    Wanted { name: "_Unwind_RaiseException", version: "GCC_3.0" },
-    Wanted { name: "_Unwind_Resume_or_Rethrow", version: "GCC_3.3" },
-];
 
 // The trampolines. Each saves the exception pointer, asks `throw_entered`
 // (which records the throw) for the real function, and jumps to it with
@@ -70,16 +65,24 @@ extern "C" {
     fn winch_core_throw_rethrow_hook();
 }
 
-fn trampolines() -> [usize; 2] {
-    [
-        winch_core_throw_raise_hook as unsafe extern "C" fn() as usize,
-        winch_core_throw_rethrow_hook as unsafe extern "C" fn() as usize,
-    ]
-}
-
 /// The real functions (set before any slot points to a trampoline, never
 /// cleared: a thread may be inside a trampoline when capture is removed).
 static REAL: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// The hooked functions, libgcc's (found in libgcc_s if it is loaded, also
+/// when only loaded locally by a package, else in the global scope; until
+/// libgcc_s is loaded nothing needs them: no module can call them). The
+/// trampoline passes its line's index to `throw_entered`.
+static HOOKS: [Hook; 2] = [
+    Hook::new("_Unwind_RaiseException", "GCC_3.0", winch_core_throw_raise_hook as *const (), &REAL[0]),
+    Hook::new("_Unwind_Resume_or_Rethrow", "GCC_3.3", winch_core_throw_rethrow_hook as *const (), &REAL[1]),
+];
+static FAMILY: Family = Family::new("throw capture", &HOOKS, Find::LibraryFirst("libgcc_s.so.1"));
+
+fn trampolines() -> [usize; 2] {
+    [HOOKS[0].replacement as usize, HOOKS[1].replacement as usize]
+}
+
 /// R's main thread (`pthread_t`), 0 while capture is off.
 static MAIN: AtomicUsize = AtomicUsize::new(0);
 static IN_HOOK: AtomicBool = AtomicBool::new(false);
@@ -274,19 +277,10 @@ fn libgcc_walk(facts: &HookFacts, r: &mut Record) {
     r.truncated = end == WalkEnd::Full;
 }
 
-/// What `install` did, kept to undo it.
-#[derive(Default)]
-struct Installed {
-    active: bool,
-    patched: Vec<Patched>,
-    /// Modules scanned: (path, bias).
-    scanned: Vec<(String, usize)>,
-    facts: Facts,
-}
+/// What capture was installed with (None: off).
+static INSTALLED: Mutex<Option<Facts>> = Mutex::new(None);
 
-static INSTALLED: Mutex<Option<Installed>> = Mutex::new(None);
-
-fn lock() -> std::sync::MutexGuard<'static, Option<Installed>> {
+fn lock() -> std::sync::MutexGuard<'static, Option<Facts>> {
     INSTALLED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -301,11 +295,12 @@ fn exec_ranges(map: &ModuleMap, m: Option<usize>) -> [(usize, usize); 4] {
     out
 }
 
-/// Turns capture on: hooks every loaded module and (through `loadhook`)
-/// those loaded later. Call on R's main thread.
+/// Turns capture on: hooks every loaded module and (through the GOT hook
+/// set, told by `loadhook` and by whoever notices) those loaded later.
+/// Call on R's main thread.
 pub fn install(facts: Facts) -> Result<Status> {
     let mut guard = lock();
-    if guard.as_ref().is_some_and(|i| i.active) {
+    if guard.is_some() {
         drop(guard);
         rescan();
         return Ok(status());
@@ -314,7 +309,11 @@ pub fn install(facts: Facts) -> Result<Status> {
     if unsafe { libc::pthread_self() } as usize != facts.main_thread {
         return Err(Error::WrongThread);
     }
-    resolve_targets(&facts);
+    if let (Some([raise, rethrow]), 0) = (facts.targets, REAL[0].load(Ordering::Acquire)) {
+        // Given (tests): kept by the hook set, which fills only empty cells.
+        REAL[1].store(rethrow, Ordering::Relaxed);
+        REAL[0].store(raise, Ordering::Release);
+    }
     let stack = crate::stack::thread_stack_bounds()
         .ok_or_else(|| Error::Unavailable("the bounds of R's stack are unknown".into()))?;
     let map = modules::current();
@@ -340,82 +339,25 @@ pub fn install(facts: Facts) -> Result<Status> {
             backtrace_cfa,
         };
     }
-    let mut inst = Installed { active: true, facts, ..Installed::default() };
-    publish_table(&mut inst);
+    publish_table(&facts);
     MAIN.store(facts.main_thread, Ordering::Release);
     crate::loadhook::pin_self();
-    patch_new_modules(&mut inst, &map);
-    *guard = Some(inst);
+    FAMILY.install(Options { only: None, hook_own: facts.patch_own });
+    *guard = Some(facts);
     drop(guard);
     crate::loadhook::acquire(crate::loadhook::THROWS, facts.interpreter_addr);
     Ok(status())
 }
 
-/// The real functions: libgcc's (`GCC_3.0`, `GCC_3.3`), found in libgcc_s
-/// if it is loaded (also when only loaded locally, by a package), else in
-/// the global scope. Set once; until libgcc_s is loaded nothing needs them
-/// (no module can call them).
-fn resolve_targets(facts: &Facts) {
-    if REAL[0].load(Ordering::Relaxed) != 0 {
-        return;
-    }
-    let found = match facts.targets {
-        Some(t) => t,
-        None => {
-            let lookup = |w: &Wanted| {
-                got::versioned_symbol_in("libgcc_s.so.1", w.name, w.version)
-                    .or_else(|| got::versioned_symbol(w.name, w.version))
-                    .unwrap_or(0)
-            };
-            [lookup(&WANTED[0]), lookup(&WANTED[1])]
-        }
-    };
-    if found[0] != 0 {
-        REAL[1].store(found[1], Ordering::Relaxed);
-        REAL[0].store(found[0], Ordering::Release);
-    }
-}
-
-fn publish_table(inst: &mut Installed) {
+fn publish_table(facts: &Facts) {
     // SAFETY: the hook uses a table only while the loader reports the
     // generation it was built at (see `fill_frames`).
-    let table = unsafe { WalkTable::in_place(inst.facts.interpreter_addr) };
+    let table = unsafe { WalkTable::in_place(facts.interpreter_addr) };
     if table.exact {
-        keep_map(table.generation, &table.map, inst.facts.main_thread);
+        keep_map(table.generation, &table.map, facts.main_thread);
     }
     let (generation, exact) = (table.generation, table.exact);
     TABLES.publish(table, generation, exact);
-}
-
-fn patch_new_modules(inst: &mut Installed, map: &ModuleMap) {
-    let maps = crate::got::Protections::read();
-    resolve_targets(&inst.facts);
-    let targets = [REAL[0].load(Ordering::Acquire), REAL[1].load(Ordering::Relaxed)];
-    if targets[0] == 0 {
-        return; // libgcc_s is not loaded: nothing throws through it yet
-    }
-    // The runtime defining the functions calls them through its own PLT
-    // (libgcc's rethrow calls _Unwind_RaiseException): left alone, so a
-    // rethrow is seen once, by its own hook.
-    let runtime = map.module_of(targets[0]);
-    let values = trampolines();
-    // Forget modules no longer loaded (a module loaded again at the same
-    // place is scanned again).
-    inst.scanned.retain(|k| map.modules().iter().any(|m| m.path == k.0 && m.bias == k.1));
-    inst.patched.retain(|p| map.modules().iter().any(|m| m.path == p.module.0 && m.bias == p.module.1));
-    for (i, m) in map.modules().iter().enumerate() {
-        let key = (m.path.clone(), m.bias);
-        if inst.scanned.contains(&key) {
-            continue;
-        }
-        inst.scanned.push(key);
-        let own = map.module_of(throw_entered as extern "C" fn(*mut libc::c_void, usize) -> usize as usize);
-        if (Some(i) == own && !inst.facts.patch_own) || Some(i) == runtime || !m.has_file {
-            continue;
-        }
-        let wanted: &[Wanted] = if targets[1] == 0 { &WANTED[..1] } else { &WANTED };
-        inst.patched.extend(got::patch_module(m, wanted, &targets, &values, &maps));
-    }
 }
 
 /// The module maps of the generations records were (or may be) made at,
@@ -467,9 +409,9 @@ pub fn map_of(generation: Option<(u64, u64)>) -> Option<Arc<ModuleMap>> {
 /// in use there.
 pub fn free_retired() {
     let guard = lock();
-    if let Some(inst) = guard.as_ref() {
+    if let Some(facts) = guard.as_ref() {
         // SAFETY: pthread_self reads the thread pointer.
-        if unsafe { libc::pthread_self() } as usize == inst.facts.main_thread {
+        if unsafe { libc::pthread_self() } as usize == facts.main_thread {
             // SAFETY: R's main thread, not inside the hook, which reads
             // tables on this thread only.
             unsafe { TABLES.free_retired() };
@@ -477,14 +419,23 @@ pub fn free_retired() {
     }
 }
 
-/// Hooks modules loaded since the last scan and refreshes the walk's
-/// module table (called when the loader's modules change).
+/// Refreshes the walk's module table and has every GOT hook family (this
+/// one among them) hook the modules loaded since the last scan (called
+/// when the loader's modules changed).
 pub fn rescan() {
-    let mut guard = lock();
-    let Some(inst) = guard.as_mut().filter(|i| i.active) else { return };
-    let map = modules::current();
-    publish_table(inst);
-    patch_new_modules(inst, &map);
+    if refresh_table() {
+        hookset::modules_changed(&modules::current());
+    }
+}
+
+/// Refreshes the walk's module table, if capture is on (`loadhook` calls
+/// this after R loads or unloads a library, once the GOT hooks have been
+/// told). Returns whether capture is on.
+pub fn refresh_table() -> bool {
+    let guard = lock();
+    let Some(facts) = guard.as_ref() else { return false };
+    publish_table(facts);
+    true
 }
 
 /// `rescan`, if modules were loaded or unloaded since the last scan (by
@@ -498,38 +449,34 @@ pub fn rescan_if_changed() {
 
 /// Whether capture is on.
 pub fn installed() -> bool {
-    lock().as_ref().is_some_and(|i| i.active)
+    lock().is_some()
 }
 
 /// What capture covers now.
 pub fn status() -> Status {
-    let guard = lock();
-    let Some(inst) = guard.as_ref() else { return Status::default() };
-    let mut modules: Vec<&(String, usize)> = inst.patched.iter().map(|p| &p.module).collect();
-    modules.sort();
-    modules.dedup();
-    Status { slots: inst.patched.len(), modules: modules.len() }
+    if !installed() {
+        return Status::default();
+    }
+    let c = FAMILY.coverage();
+    Status { slots: c.slots, modules: c.modules }
 }
 
 /// Turns capture off: every slot still holding a hook gets back what it
 /// held. Returns how many were restored. Call on R's main thread.
 pub fn uninstall() -> Result<usize> {
     let mut guard = lock();
-    let Some(inst) = guard.take() else { return Ok(0) };
+    let Some(facts) = guard.take() else { return Ok(0) };
     // SAFETY: pthread_self reads the thread pointer.
-    if unsafe { libc::pthread_self() } as usize != inst.facts.main_thread {
-        *guard = Some(inst);
+    if unsafe { libc::pthread_self() } as usize != facts.main_thread {
+        *guard = Some(facts);
         return Err(Error::WrongThread);
     }
     crate::loadhook::release(crate::loadhook::THROWS);
-    let map = modules::current();
-    let maps = crate::got::Protections::read();
-    let restored = got::restore(&inst.patched, &map, &maps);
+    let restored = FAMILY.uninstall();
     MAIN.store(0, Ordering::Release);
     // SAFETY: this is the main thread and it is not inside the hook:
     // nothing reads the tables any more (other threads never do).
     unsafe { TABLES.clear() };
-    drop(inst);
     Ok(restored)
 }
 
@@ -568,8 +515,8 @@ mod tests {
             // unversioned reference bound to (the system libunwind, linked
             // for winch's libunwind backend, comes before libgcc_s).
             targets: Some([
-                got::versioned_symbol("_Unwind_RaiseException", "").unwrap(),
-                got::versioned_symbol("_Unwind_Resume_or_Rethrow", "").unwrap_or(0),
+                crate::got::versioned_symbol("_Unwind_RaiseException", "").unwrap(),
+                crate::got::versioned_symbol("_Unwind_Resume_or_Rethrow", "").unwrap_or(0),
             ]),
         };
         // Other tests may panic on their threads meanwhile: they pass

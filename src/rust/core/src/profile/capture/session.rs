@@ -387,11 +387,9 @@ impl Session {
             g.push((snapshot.generation, snapshot.exact));
             (g.len() - 1) as u32
         };
-        if self.alloc.is_some() {
-            super::alloc::hook::rescan(&snapshot.map); // allocations of new modules
-        } else if !self.slots.is_empty() {
-            super::spawn::rescan(&snapshot.map); // threads of new modules
-        }
+        // Every GOT hook family installed (the allocation or thread hooks
+        // among them) hooks the new modules.
+        crate::got::hookset::modules_changed(&snapshot.map);
         let fresh = Box::into_raw(Box::new(Used { snapshot, index }));
         let old = self.snapshot.swap(fresh, Ordering::AcqRel);
         // The handler may still be walking the old one, and the samples
