@@ -27,7 +27,7 @@ use super::report::{self, Header, Out};
 use super::signals::{
     ensure_alt_stack, errno, kernel_get, kernel_set, restore_alt_stack, set_errno, write_all, KernelAction,
 };
-use super::{CStack, Facts, Status, SIGNALS};
+use super::{CStack, HandlerSetup, Status, SIGNALS};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, Own};
 use crate::modules::{self, ModuleMap};
@@ -80,8 +80,8 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Set while a report is written: a second fault (inside the report, or in
 /// another thread at the same time) gets no report and is passed on at once.
 static BUSY: AtomicBool = AtomicBool::new(false);
-/// The facts (null while off) and the tables (none while off).
-static FACTS: AtomicPtr<Facts> = AtomicPtr::new(std::ptr::null_mut());
+/// The setup (null while off) and the tables (none while off).
+static SETUP: AtomicPtr<HandlerSetup> = AtomicPtr::new(std::ptr::null_mut());
 /// Tables replaced are freed at the next publish if no report is being
 /// written then, else at the one after (or when the report is turned off).
 static TABLES: Published<Prepared> = Published::new();
@@ -109,9 +109,9 @@ fn thread_id() -> usize {
     unsafe { libc::pthread_self() as usize }
 }
 
-fn facts() -> Option<&'static Facts> {
-    // SAFETY: a non-null FACTS is a leaked Box, never freed.
-    unsafe { FACTS.load(Ordering::Acquire).as_ref() }
+fn setup() -> Option<&'static HandlerSetup> {
+    // SAFETY: a non-null SETUP is a leaked Box, never freed.
+    unsafe { SETUP.load(Ordering::Acquire).as_ref() }
 }
 
 /// Builds the tables for the modules loaded now (allocates, reads files).
@@ -226,16 +226,16 @@ fn give_back(k: usize) {
 }
 
 /// Turns the report on (R's main thread).
-pub fn enable(f: Facts) -> Result<Status> {
+pub fn enable(f: HandlerSetup) -> Result<Status> {
     if thread_id() != f.main_thread {
         return Err(Error::WrongThread);
     }
     let mut guard = kept();
     // Outside the handler: decide once whether process_vm_readv works.
     crate::memory::available();
-    // The latest facts; earlier ones are leaked on purpose (a handler on
+    // The latest setup; earlier ones are leaked on purpose (a handler on
     // another thread may still read them; a few hundred bytes per enable).
-    FACTS.store(Box::into_raw(Box::new(f)), Ordering::Release);
+    SETUP.store(Box::into_raw(Box::new(f)), Ordering::Release);
     if SCRATCH.load(Ordering::Acquire).is_null() {
         // SAFETY: all-zero bytes are valid for these plain arrays.
         let scratch: Box<Cell<Scratch>> = Box::new(Cell(UnsafeCell::new(unsafe { std::mem::zeroed() })));
@@ -263,7 +263,7 @@ pub fn enable(f: Facts) -> Result<Status> {
 
 /// Turns the report off: every signal gets back the handler it had.
 pub fn disable() -> Result<Status> {
-    let Some(f) = facts() else { return Ok(status()) };
+    let Some(f) = setup() else { return Ok(status()) };
     if thread_id() != f.main_thread {
         return Err(Error::WrongThread);
     }
@@ -290,7 +290,7 @@ pub fn refresh() {
     if !ENABLED.load(Ordering::Acquire) {
         return;
     }
-    let Some(f) = facts() else { return };
+    let Some(f) = setup() else { return };
     let guard = kept();
     if guard.is_some() {
         publish(prepare(f.interpreter_addr));
@@ -304,7 +304,7 @@ pub fn rearm() {
     if !ENABLED.load(Ordering::Acquire) {
         return;
     }
-    let Some(f) = facts() else { return };
+    let Some(f) = setup() else { return };
     if thread_id() != f.main_thread {
         return;
     }
@@ -355,7 +355,7 @@ fn stack_word(stack: (usize, usize), addr: usize) -> Option<usize> {
 }
 
 /// R's C stack as R's variables say now (plain reads: safe in a handler).
-fn live_cstack(f: &Facts) -> CStack {
+fn live_cstack(f: &HandlerSetup) -> CStack {
     let [start, limit, dir] = f.cstack_vars;
     if start == 0 || limit == 0 || dir == 0 {
         return f.cstack;
@@ -382,11 +382,11 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
         let _ = std::panic::catch_unwind(|| {
             // SAFETY: as above; si_addr is valid for these signals.
             let addr = hardware.then(|| unsafe { (*info).si_addr() } as usize);
-            let main = facts().is_some_and(|f| f.main_thread == thread_id());
+            let main = setup().is_some_and(|f| f.main_thread == thread_id());
             let overflow = main
                 && sig == libc::SIGSEGV
                 && addr
-                    .is_some_and(|a| facts().is_some_and(|f| super::is_c_stack_overflow(a, live_cstack(f))));
+                    .is_some_and(|a| setup().is_some_and(|f| super::is_c_stack_overflow(a, live_cstack(f))));
             if !overflow {
                 report(Header { signal: sig, address: addr, main_thread: main }, uc);
             }
@@ -415,7 +415,7 @@ fn report(header: Header, uc: *mut libc::c_void) {
     let mut out = Out::new(write_all);
     let p = TABLES.current().map(|e| &e.value);
     // SAFETY: non-null pointers here stay alive while the report is on.
-    let (f, scratch) = unsafe { (facts(), SCRATCH.load(Ordering::Acquire).as_ref()) };
+    let (f, scratch) = unsafe { (setup(), SCRATCH.load(Ordering::Acquire).as_ref()) };
     let (Some(p), Some(f), Some(scratch), false) = (p, f, scratch, uc.is_null()) else {
         out.text("\n*** winch: a fatal signal, but the crash report is not prepared\n");
         out.flush();
@@ -520,14 +520,14 @@ mod tests {
             std::ptr::addr_of!(DIR) as usize,
         ];
         let given = CStack { start: 1, limit: 2, dir: -1 };
-        let f = Facts { cstack: given, cstack_vars: vars, ..Facts::default() };
+        let f = HandlerSetup { cstack: given, cstack_vars: vars, ..HandlerSetup::default() };
         assert_eq!(live_cstack(&f), CStack { start: 0x7000_0000, limit: 0x80_0000, dir: 1 });
         // Code that embeds R turns the check off later (limit -1): followed.
         // SAFETY: only this test uses these statics.
         unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!(LIMIT), usize::MAX) };
         assert_eq!(live_cstack(&f).limit, usize::MAX);
         // Without the variables' addresses: the values given when enabled.
-        let f = Facts { cstack: given, ..Facts::default() };
+        let f = HandlerSetup { cstack: given, ..HandlerSetup::default() };
         assert_eq!(live_cstack(&f), given);
     }
 }

@@ -8,7 +8,7 @@
 //! place) when modules are scanned; the hook reads them through atomics. Other threads pass straight
 //! through, touching nothing but two atomics.
 
-use super::{enter, identify, walk, Facts, FrameClass, Record, Ring, Status, WalkEnd, MAX_FRAMES};
+use super::{enter, identify, walk, FrameClass, HookSetup, Ring, Status, Throw, WalkEnd, MAX_FRAMES};
 use crate::error::{Error, Result};
 use crate::got::hookset::{self, Family, Find, Hook, Options};
 use crate::modules::{self, ModuleMap};
@@ -103,20 +103,21 @@ static TABLES: Published<WalkTable> = Published::new();
 
 /// What the hook uses on R's main thread; allocated once, never freed.
 struct Shared {
-    facts: UnsafeCell<HookFacts>,
+    inputs: UnsafeCell<HookInputs>,
     ring: UnsafeCell<Ring>,
     scratch: UnsafeCell<Caches>,
 }
 
 // SAFETY: only R's main thread touches the cells: inside the hook (which
-// other threads leave at once) and in `install`/`records` (called on the
+// other threads leave at once) and in `install`/`recorded` (called on the
 // main thread, never while it is inside the hook).
 unsafe impl Sync for Shared {}
 // SAFETY: as above.
 unsafe impl Send for Shared {}
 
+/// What the hook reads besides the walk table, set at install.
 #[derive(Clone, Copy, Debug, Default)]
-struct HookFacts {
+struct HookInputs {
     chain: Option<crate::r::ChainAt>,
     /// The main thread's stack.
     stack: (usize, usize),
@@ -128,7 +129,7 @@ struct HookFacts {
     backtrace_cfa: bool,
 }
 
-impl HookFacts {
+impl HookInputs {
     /// The class of the frame at `probe` (its ip, minus one for return
     /// addresses).
     fn class(&self, probe: usize) -> FrameClass {
@@ -146,7 +147,7 @@ impl HookFacts {
 fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
     SHARED.get_or_init(|| Shared {
-        facts: UnsafeCell::new(HookFacts::default()),
+        inputs: UnsafeCell::new(HookInputs::default()),
         ring: UnsafeCell::new(Ring::default()),
         scratch: UnsafeCell::new(Caches::new(Sizes::THROWS)),
     })
@@ -188,11 +189,11 @@ fn object_word(addr: usize) -> Option<usize> {
 fn record_throw(exc: usize, rethrow: bool) {
     let s = shared();
     // SAFETY: the main thread, inside the hook (see `Shared`).
-    let (facts, ring, scratch) = unsafe { (&*s.facts.get(), &mut *s.ring.get(), &mut *s.scratch.get()) };
+    let (inputs, ring, scratch) = unsafe { (&*s.inputs.get(), &mut *s.ring.get(), &mut *s.scratch.get()) };
     let id = identify(exc, object_word);
     // R's context records are live (on the C stack, R's node stack or R's
     // data) while R runs on this thread.
-    let contexts = match &facts.chain {
+    let contexts = match &inputs.chain {
         Some(chain) => super::r_activation(&crate::memory::Objects, chain),
         None => [(0, 0); 2],
     };
@@ -200,14 +201,14 @@ fn record_throw(exc: usize, rethrow: bool) {
     enter(ring, id, rethrow, |r| {
         r.epoch = epoch;
         r.r_contexts = contexts;
-        fill_frames(facts, scratch, r);
+        fill_frames(inputs, scratch, r);
     });
 }
 
 #[inline(never)]
-fn fill_frames(facts: &HookFacts, scratch: &mut Caches, r: &mut Record) {
+fn fill_frames(inputs: &HookInputs, scratch: &mut Caches, r: &mut Throw) {
     let (ip, sp, bp) = crate::unwind::registers();
-    let (lo, hi) = facts.stack;
+    let (lo, hi) = inputs.stack;
     // (A table is freed only on this thread, never while it is in the
     // hook: see `TABLES`.)
     let table = TABLES.current();
@@ -220,7 +221,7 @@ fn fill_frames(facts: &HookFacts, scratch: &mut Caches, r: &mut Record) {
         // SAFETY: this thread's stack, mapped while it runs.
         let read = |a: usize| unsafe { crate::memory::stack_word((lo, hi), a) };
         let regs = Regs { ip, sp, bp: Some(bp) };
-        let (n, end) = walk(table, scratch, regs, read, |probe| facts.class(probe), &mut r.frames);
+        let (n, end) = walk(table, scratch, regs, read, |probe| inputs.class(probe), &mut r.frames);
         if end != WalkEnd::Failed {
             r.n = n;
             r.reached_r = end == WalkEnd::ReachedR;
@@ -228,12 +229,12 @@ fn fill_frames(facts: &HookFacts, scratch: &mut Caches, r: &mut Record) {
             return;
         }
     }
-    libgcc_walk(facts, r);
+    libgcc_walk(inputs, r);
 }
 
 /// The walk by libgcc's unwinder: for frames the rules do not model,
 /// or when modules changed since the table was built.
-fn libgcc_walk(facts: &HookFacts, r: &mut Record) {
+fn libgcc_walk(inputs: &HookInputs, r: &mut Throw) {
     let mut n = 0;
     let mut end = WalkEnd::Outermost;
     let mut prev_stack = 0usize;
@@ -246,12 +247,12 @@ fn libgcc_walk(facts: &HookFacts, r: &mut Record) {
             let stack = f.sp() as usize;
             // libgcc reports stack values as CFAs on some platforms: a
             // frame's low end is then the value of the frame inside it.
-            let sp = if facts.backtrace_cfa { prev_stack } else { stack };
+            let sp = if inputs.backtrace_cfa { prev_stack } else { stack };
             prev_stack = stack;
             if ip == 0 {
                 return false;
             }
-            match facts.class(ip.wrapping_sub(1)) {
+            match inputs.class(ip.wrapping_sub(1)) {
                 FrameClass::Marker => {
                     n = 0;
                     true
@@ -278,9 +279,9 @@ fn libgcc_walk(facts: &HookFacts, r: &mut Record) {
 }
 
 /// What capture was installed with (None: off).
-static INSTALLED: Mutex<Option<Facts>> = Mutex::new(None);
+static INSTALLED: Mutex<Option<HookSetup>> = Mutex::new(None);
 
-fn lock() -> std::sync::MutexGuard<'static, Option<Facts>> {
+fn lock() -> std::sync::MutexGuard<'static, Option<HookSetup>> {
     INSTALLED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -298,7 +299,7 @@ fn exec_ranges(map: &ModuleMap, m: Option<usize>) -> [(usize, usize); 4] {
 /// Turns capture on: hooks every loaded module and (through the GOT hook
 /// set, told by `loadhook` and by whoever notices) those loaded later.
 /// Call on R's main thread.
-pub fn install(facts: Facts) -> Result<Status> {
+pub fn install(setup: HookSetup) -> Result<Status> {
     let mut guard = lock();
     if guard.is_some() {
         drop(guard);
@@ -306,10 +307,10 @@ pub fn install(facts: Facts) -> Result<Status> {
         return Ok(status());
     }
     // SAFETY: pthread_self reads the thread pointer.
-    if unsafe { libc::pthread_self() } as usize != facts.main_thread {
+    if unsafe { libc::pthread_self() } as usize != setup.main_thread {
         return Err(Error::WrongThread);
     }
-    if let (Some([raise, rethrow]), 0) = (facts.targets, REAL[0].load(Ordering::Acquire)) {
+    if let (Some([raise, rethrow]), 0) = (setup.targets, REAL[0].load(Ordering::Acquire)) {
         // Given (tests): kept by the hook set, which fills only empty cells.
         REAL[1].store(rethrow, Ordering::Relaxed);
         REAL[0].store(raise, Ordering::Release);
@@ -319,42 +320,42 @@ pub fn install(facts: Facts) -> Result<Status> {
     let map = modules::current();
     let backtrace_cfa =
         crate::unwind::calibration(crate::unwind::Backend::Backtrace) == Some(crate::unwind::StackValue::Cfa);
-    let interpreter = map.module_of(facts.interpreter_addr).filter(|_| facts.interpreter_addr != 0);
+    let interpreter = map.module_of(setup.interpreter_addr).filter(|_| setup.interpreter_addr != 0);
     let mut interp = exec_ranges(&map, interpreter);
     // R linked statically: R's executable is the interpreter too.
-    if interpreter.is_none() && facts.interpreter_addr != 0 {
+    if interpreter.is_none() && setup.interpreter_addr != 0 {
         if let Some(m) = map.modules().iter().position(crate::view::is_r_executable) {
             interp = exec_ranges(&map, Some(m));
         }
     }
     let s = shared();
-    // SAFETY: capture is off (MAIN is 0), so no hook reads the facts; this
+    // SAFETY: capture is off (MAIN is 0), so no hook reads its inputs; this
     // is R's main thread.
     unsafe {
-        *s.facts.get() = HookFacts {
-            chain: facts.chain,
+        *s.inputs.get() = HookInputs {
+            chain: setup.chain,
             stack,
             trampolines: trampolines(),
             interpreter: interp,
             backtrace_cfa,
         };
     }
-    publish_table(&facts);
-    MAIN.store(facts.main_thread, Ordering::Release);
+    publish_table(&setup);
+    MAIN.store(setup.main_thread, Ordering::Release);
     crate::loadhook::pin_self();
-    FAMILY.install(Options { only: None, hook_own: facts.patch_own });
-    *guard = Some(facts);
+    FAMILY.install(Options { only: None, hook_own: setup.patch_own });
+    *guard = Some(setup);
     drop(guard);
-    crate::loadhook::acquire(crate::loadhook::THROWS, facts.interpreter_addr);
+    crate::loadhook::acquire(crate::loadhook::THROWS, setup.interpreter_addr);
     Ok(status())
 }
 
-fn publish_table(facts: &Facts) {
+fn publish_table(setup: &HookSetup) {
     // SAFETY: the hook uses a table only while the loader reports the
     // generation it was built at (see `fill_frames`).
-    let table = unsafe { WalkTable::in_place(facts.interpreter_addr) };
+    let table = unsafe { WalkTable::in_place(setup.interpreter_addr) };
     if table.exact {
-        keep_map(table.generation, &table.map, facts.main_thread);
+        keep_map(table.generation, &table.map, setup.main_thread);
     }
     let (generation, exact) = (table.generation, table.exact);
     TABLES.publish(table, generation, exact);
@@ -385,7 +386,7 @@ fn keep_map(generation: (u64, u64), map: &Arc<ModuleMap>, main_thread: usize) {
     }
     // SAFETY: pthread_self reads the thread pointer.
     if unsafe { libc::pthread_self() } as usize == main_thread {
-        let used: Vec<Option<(u64, u64)>> = records().iter().map(|r| r.generation).collect();
+        let used: Vec<Option<(u64, u64)>> = recorded().iter().map(|r| r.generation).collect();
         kept.retain(|(g, _)| *g == generation || used.contains(&Some(*g)));
     } else if kept.len() > MAX_MAPS {
         let extra = kept.len() - MAX_MAPS;
@@ -409,9 +410,9 @@ pub fn map_of(generation: Option<(u64, u64)>) -> Option<Arc<ModuleMap>> {
 /// in use there.
 pub fn free_retired() {
     let guard = lock();
-    if let Some(facts) = guard.as_ref() {
+    if let Some(setup) = guard.as_ref() {
         // SAFETY: pthread_self reads the thread pointer.
-        if unsafe { libc::pthread_self() } as usize == facts.main_thread {
+        if unsafe { libc::pthread_self() } as usize == setup.main_thread {
             // SAFETY: R's main thread, not inside the hook, which reads
             // tables on this thread only.
             unsafe { TABLES.free_retired() };
@@ -433,8 +434,8 @@ pub fn rescan() {
 /// told). Returns whether capture is on.
 pub fn refresh_table() -> bool {
     let guard = lock();
-    let Some(facts) = guard.as_ref() else { return false };
-    publish_table(facts);
+    let Some(setup) = guard.as_ref() else { return false };
+    publish_table(setup);
     true
 }
 
@@ -465,10 +466,10 @@ pub fn status() -> Status {
 /// held. Returns how many were restored. Call on R's main thread.
 pub fn uninstall() -> Result<usize> {
     let mut guard = lock();
-    let Some(facts) = guard.take() else { return Ok(0) };
+    let Some(setup) = guard.take() else { return Ok(0) };
     // SAFETY: pthread_self reads the thread pointer.
-    if unsafe { libc::pthread_self() } as usize != facts.main_thread {
-        *guard = Some(facts);
+    if unsafe { libc::pthread_self() } as usize != setup.main_thread {
+        *guard = Some(setup);
         return Err(Error::WrongThread);
     }
     crate::loadhook::release(crate::loadhook::THROWS);
@@ -480,8 +481,8 @@ pub fn uninstall() -> Result<usize> {
     Ok(restored)
 }
 
-/// The records, newest first. Call on R's main thread.
-pub fn records() -> Vec<Record> {
+/// The throws recorded, newest first. Call on R's main thread.
+pub fn recorded() -> Vec<Throw> {
     let s = shared();
     // SAFETY: the main thread, outside the hook (see `Shared`).
     unsafe { &*s.ring.get() }.newest_first()
@@ -505,7 +506,7 @@ mod tests {
     #[test]
     fn a_panic_in_this_process_is_recorded() {
         // The test's own thread stands for R's main thread; no R here.
-        let facts = Facts {
+        let setup = HookSetup {
             // SAFETY: pthread_self reads the thread pointer.
             main_thread: unsafe { libc::pthread_self() } as usize,
             interpreter_addr: 0,
@@ -521,14 +522,14 @@ mod tests {
         };
         // Other tests may panic on their threads meanwhile: they pass
         // through the hook unrecorded.
-        let status = install(facts).unwrap();
+        let status = install(setup).unwrap();
         assert!(status.slots >= 1, "no slot patched: {status:?}");
-        let before = records().first().map_or(0, |r| r.seq);
+        let before = recorded().first().map_or(0, |r| r.seq);
         let caught = std::panic::catch_unwind(|| panic_three_deep(3));
         assert!(caught.is_err());
         let restored = uninstall().unwrap();
         assert_eq!(restored, status.slots);
-        let r = records().into_iter().find(|r| r.seq > before).expect("the panic was not recorded");
+        let r = recorded().into_iter().find(|r| r.seq > before).expect("the panic was not recorded");
         assert_eq!(r.id.kind, super::super::ThrowKind::Rust);
         assert!(!r.reached_r);
         let here = modules::current();
@@ -539,9 +540,9 @@ mod tests {
         assert!(mine >= 4, "{mine} frames of the test binary in {:?}", r.frames());
         assert!(r.frames().windows(2).all(|w| w[0].1 <= w[1].1), "stack pointers out of order");
         // Removed: a new panic is not recorded.
-        let last = records().first().map_or(0, |r| r.seq);
+        let last = recorded().first().map_or(0, |r| r.seq);
         let _ = std::panic::catch_unwind(|| panic_three_deep(1));
-        assert_eq!(records().first().map_or(0, |r| r.seq), last);
+        assert_eq!(recorded().first().map_or(0, |r| r.seq), last);
     }
 
     fn resident_kib() -> usize {
