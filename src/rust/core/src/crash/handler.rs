@@ -311,6 +311,8 @@ pub fn rearm() {
     let stale = TABLES.current().is_none_or(|p| p.generation != modules::loader_generation());
     if stale {
         refresh();
+        // The one way GOT hooks hear of it (see `got::hookset`).
+        crate::got::hookset::modules_changed(&modules::current());
     }
     let mut guard = kept();
     let Some(kept) = guard.as_mut() else { return };

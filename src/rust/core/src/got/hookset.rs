@@ -37,13 +37,13 @@
 //! **Modules loaded and unloaded: one way.** Whoever notices that the
 //! loader's modules changed calls [`modules_changed`]: `loadhook`'s
 //! `dlopen`/`dlclose` hooks (R's own loads, at once), the profiler's
-//! collector (each poll that sees the loader's generation move), throw
-//! capture's top-level check. It rescans every installed family: new
-//! modules hooked, unloaded ones forgotten. It never waits for a family's
-//! lock: a thread holding it (installing, scanning) scans again before it
-//! lets go, so `modules_changed` is safe on any thread, inside a hook, and
-//! in a `fork()` child that inherited a lock held by a thread of its
-//! parent. (Tables built from the module list, such as the profiler's
+//! collector (each poll that sees the loader's generation move), the
+//! top-level checks of throw capture and of the crash report. It rescans
+//! every installed family: new modules hooked, unloaded ones forgotten. It
+//! never waits for a family's lock: the thread holding it (installing,
+//! scanning) scans again once it lets go, so `modules_changed` is safe on
+//! any thread, inside a hook, and in a `fork()` child that inherited a
+//! lock held by a thread of its parent. (Tables built from the module list, such as the profiler's
 //! snapshots, throw capture's walk tables and the crash report's tables,
 //! are not GOT hooks: their owners key them by generation, see
 //! `published`, and `loadhook` tells those of R's main thread.)
@@ -187,8 +187,8 @@ pub fn resolve_with(
         if !first_of_cell(i) || h.real.load(Ordering::Acquire) != 0 {
             continue;
         }
-        let sharing = hooks.iter().filter(|e| std::ptr::eq(e.real, h.real));
-        if let Some(found) = sharing.clone().find_map(&exact).or_else(|| default(h)) {
+        let mut sharing = hooks.iter().filter(|e| std::ptr::eq(e.real, h.real));
+        if let Some(found) = sharing.find_map(&exact).or_else(|| default(h)) {
             h.real.store(found, Ordering::Release);
         }
     }
