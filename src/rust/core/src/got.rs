@@ -3,7 +3,8 @@
 //! module.
 //!
 //! [`elf`] reads which slots a module's relocations fill with which
-//! function; this file rewrites slots and puts them back.
+//! function; this file rewrites slots and puts them back; `hookset` is the
+//! one machinery every family of GOT hooks installs through.
 //!
 //! With full RELRO the slots lie in pages the loader made read-only after
 //! relocating; [`write_slot`] makes such a page writable for the one write
