@@ -35,7 +35,7 @@ pub fn rs_crash_set(enable: Arg) -> Result<RValue> {
     // main thread.
     let cstack =
         unsafe { CStack { start: rapi::R_CStackStart, limit: rapi::R_CStackLimit, dir: rapi::R_CStackDir } };
-    let facts = crash::Facts::from_r(r, cstack);
+    let facts = crash::HandlerSetup::from_r(r, cstack);
     Ok(status_value(crash::enable(facts)?))
 }
 

@@ -37,7 +37,7 @@ pub fn rs_throws_set(enable: Arg) -> Result<RValue> {
     if !throws::supported() {
         return Err(Error::Unavailable("capturing throws needs x86_64 Linux".into()));
     }
-    let facts = throws::Facts::from_r(rstate::facts()?);
+    let facts = throws::HookSetup::from_r(rstate::facts()?);
     let s = throws::install(facts)?;
     Ok(status_value(true, s.slots, s.modules))
 }

@@ -25,10 +25,10 @@ pub use handler::{disable, enable, handlers, rearm, refresh, status};
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 mod unsupported {
-    use super::{Facts, Status};
+    use super::{HandlerSetup, Status};
     use crate::error::{Error, Result};
 
-    pub fn enable(_facts: Facts) -> Result<Status> {
+    pub fn enable(_setup: HandlerSetup) -> Result<Status> {
         Err(Error::Unavailable("the crash report needs x86_64 Linux".into()))
     }
     pub fn disable() -> Result<Status> {
@@ -57,7 +57,7 @@ pub const SIGNALS: [i32; 5] = [libc::SIGSEGV, SIGBUS, libc::SIGILL, libc::SIGFPE
 
 /// What enabling needs to know (from R, on its main thread).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Facts {
+pub struct HandlerSetup {
     /// R's main thread (`pthread_self()` there).
     pub main_thread: usize,
     /// An address inside R's interpreter (libR, or the R executable).
@@ -72,11 +72,11 @@ pub struct Facts {
     pub symbols: crate::r::heap::Symbols,
 }
 
-impl Facts {
+impl HandlerSetup {
     /// What enabling needs, from the facts about the running R and its C
     /// stack as R describes it now.
-    pub fn from_r(r: &crate::r::Facts, cstack: CStack) -> Facts {
-        Facts {
+    pub fn from_r(r: &crate::r::Facts, cstack: CStack) -> HandlerSetup {
+        HandlerSetup {
             main_thread: r.main_thread,
             interpreter_addr: r.interpreter_addr,
             chain: Some(r.chain()),

@@ -14,9 +14,14 @@
 //! * [`interleave`]: placement of native frames among R frames, allocating
 //!   for joint views and in place for signal handlers;
 //! * [`joint`], [`view`], [`splice`]: the joint capture and what views show;
+//! * [`got`]: GOT slots read and rewritten, and the one hook set every
+//!   family of GOT hooks uses ([`got::hookset`]: R's `dlopen` in
+//!   [`loadhook`], throw capture, the profiler's thread and allocation
+//!   hooks); [`published`]: values published to signal handlers, retired
+//!   at safe points;
 //! * [`profile`], [`throws`], [`crash`]: the profiler, throw capture and the
 //!   crash report, each built on the parts above ([`loadhook`] tells the
-//!   last two when libraries load, through callbacks they register);
+//!   last two when R loads libraries, through callbacks they register);
 //! * [`outside`]: the same joint stacks of another process, read from
 //!   outside.
 //!
@@ -44,6 +49,7 @@ pub mod outside;
 pub mod plt;
 pub mod procfs;
 pub mod profile;
+pub mod published;
 pub mod r;
 pub mod reentry;
 pub mod scopes;

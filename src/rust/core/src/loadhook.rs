@@ -1,12 +1,22 @@
 //! Noticing libraries R loads and unloads: R's `dlopen` and `dlclose`
 //! (`dyn.load()`, `library()`, `dyn.unload()`) go through libR's GOT; while
-//! a user of this module is active, those slots point here, and after the
-//! real call the users are told (throw capture hooks the new modules, the
-//! crash report refreshes its tables) before the caller sees the library.
+//! a user of this module is active, those slots point here (a family of
+//! the GOT hook set, `got::hookset`, hooked in R's library alone), and
+//! after the real call, before the caller sees the library:
+//!
+//! * every family of GOT hooks hooks the new modules
+//!   (`got::hookset::modules_changed`, the one way GOT hooks hear of it);
+//! * the users' listeners rebuild what they built from the module list on
+//!   R's main thread (throw capture's walk table, the crash report's
+//!   tables, which hold that thread's stack bounds), as they would at
+//!   their next top-level check of the loader's generation.
+//!
 //! Libraries that a loaded library opens itself are found by the same scan
 //! (they are loaded when its `dlopen` returns), or when the loader's
 //! counters are next checked.
 
+#[cfg(target_os = "linux")]
+use crate::got::hookset::{Family, Find, Hook, Options};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -15,11 +25,26 @@ pub const THROWS: u32 = 1;
 pub const CRASH: u32 = 2;
 
 static USERS: AtomicU32 = AtomicU32::new(0);
+/// Held while users are added or removed (the first installs the hooks,
+/// the last removes them).
+static USERS_LOCK: Mutex<()> = Mutex::new(());
+
 #[cfg(target_os = "linux")]
 static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
 #[cfg(target_os = "linux")]
 static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
-static PATCHED: Mutex<Vec<crate::got::Patched>> = Mutex::new(Vec::new());
+
+/// The hooked functions: the versions libR may require (glibc 2.34 moved
+/// both into libc).
+#[cfg(target_os = "linux")]
+static HOOKS: [Hook; 4] = [
+    Hook::new("dlopen", "GLIBC_2.34", dlopen_hook as *const (), &REAL_DLOPEN),
+    Hook::new("dlopen", "GLIBC_2.2.5", dlopen_hook as *const (), &REAL_DLOPEN),
+    Hook::new("dlclose", "GLIBC_2.34", dlclose_hook as *const (), &REAL_DLCLOSE),
+    Hook::new("dlclose", "GLIBC_2.2.5", dlclose_hook as *const (), &REAL_DLCLOSE),
+];
+#[cfg(target_os = "linux")]
+static FAMILY: Family = Family::new("R's dlopen and dlclose", &HOOKS, Find::Global);
 
 /// What each user wants done when modules change (a `fn()` as an address,
 /// 0 for nothing), by user bit: throw capture and the crash report register
@@ -42,13 +67,15 @@ pub fn listen(user: u32, on_change: fn()) {
     }
 }
 
-/// Tells the users that modules changed. Never unwinds.
+/// Tells the GOT hook set and the users that modules changed. Never
+/// unwinds.
 #[cfg(target_os = "linux")]
 fn notify() {
     let users = USERS.load(Ordering::Acquire);
     // SAFETY: errno is thread-local; saved and restored around the work.
     let saved = unsafe { *libc::__errno_location() };
     let _ = std::panic::catch_unwind(|| {
+        crate::got::hookset::modules_changed(&crate::modules::current());
         for user in [THROWS, CRASH] {
             let f = slot(user).map_or(0, |s| s.load(Ordering::Acquire));
             if users & user != 0 && f != 0 {
@@ -116,67 +143,54 @@ pub fn pin_self() {
 #[cfg(not(target_os = "linux"))]
 pub fn pin_self() {}
 
-/// Adds a user; the first one points libR's `dlopen`/`dlclose` slots here.
-/// `interpreter_addr` is an address in libR.
+fn users_lock() -> std::sync::MutexGuard<'static, ()> {
+    USERS_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Adds a user; the first one points libR's `dlopen`/`dlclose` slots here
+/// (tried again by the next user while no slot could be). `interpreter_addr`
+/// is an address in libR.
 #[cfg(target_os = "linux")]
 pub fn acquire(user: u32, interpreter_addr: usize) {
     pin_self();
-    let mut patched = PATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    let _users = users_lock();
     USERS.fetch_or(user, Ordering::AcqRel);
-    if !patched.is_empty() || interpreter_addr == 0 {
+    if active() || interpreter_addr == 0 {
         return;
     }
-    let map = crate::modules::current();
-    let Some(libr) = map.module_of(interpreter_addr) else { return };
-    let m = map.module(libr);
-    // The versions libR requires (glibc 2.34 moved both into libc).
-    let mut wanted = Vec::new();
-    let mut targets = Vec::new();
-    for (name, hook) in
-        [("dlopen", dlopen_hook as DlOpen as usize), ("dlclose", dlclose_hook as DlClose as usize)]
-    {
-        for version in ["GLIBC_2.34", "GLIBC_2.2.5"] {
-            if let Some(t) = crate::got::versioned_symbol(name, version) {
-                wanted.push((crate::got::Wanted { name, version }, t, hook));
-            }
-        }
-    }
-    let Some(open) = wanted.iter().find(|w| w.0.name == "dlopen") else { return };
-    let Some(close) = wanted.iter().find(|w| w.0.name == "dlclose") else { return };
-    REAL_DLOPEN.store(open.1, Ordering::Release);
-    REAL_DLCLOSE.store(close.1, Ordering::Release);
-    let maps = crate::got::Protections::read();
-    let names: Vec<_> = wanted.iter().map(|w| w.0).collect();
-    targets.extend(wanted.iter().map(|w| w.1));
-    let values: Vec<usize> = wanted.iter().map(|w| w.2).collect();
-    *patched = crate::got::patch_module(m, &names, &targets, &values, &maps);
+    FAMILY.uninstall(); // (nothing to restore: from scratch)
+    FAMILY.install(Options { only: Some(interpreter_addr), hook_own: false });
 }
 
 /// Removes a user; the last one restores libR's slots.
 #[cfg(target_os = "linux")]
 pub fn release(user: u32) {
-    let mut patched = PATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    let _users = users_lock();
     let left = USERS.fetch_and(!user, Ordering::AcqRel) & !user;
-    if left != 0 || patched.is_empty() {
-        return;
+    if left == 0 {
+        FAMILY.uninstall();
     }
-    let map = crate::modules::current();
-    let maps = crate::got::Protections::read();
-    crate::got::restore(&patched, &map, &maps);
-    patched.clear();
 }
 
 #[cfg(not(target_os = "linux"))]
 pub fn acquire(user: u32, _interpreter_addr: usize) {
+    let _users = users_lock();
     USERS.fetch_or(user, Ordering::AcqRel);
 }
 
 #[cfg(not(target_os = "linux"))]
 pub fn release(user: u32) {
+    let _users = users_lock();
     USERS.fetch_and(!user, Ordering::AcqRel);
 }
 
 /// Whether libR's slots point here now.
+#[cfg(target_os = "linux")]
 pub fn active() -> bool {
-    !PATCHED.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    FAMILY.coverage().slots > 0
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn active() -> bool {
+    false
 }

@@ -5,8 +5,9 @@
 //! Rust's `panic_unwind` in every Rust library (std links libgcc_s
 //! dynamically on linux-gnu). `__cxa_rethrow` (`throw;`) enters
 //! `_Unwind_Resume_or_Rethrow` the same way. While capture is installed,
-//! those GOT slots of every loaded module (and of modules loaded later, see
-//! `loadhook`) point to a small trampoline here, which records the stack and
+//! those GOT slots of every loaded module (and of modules loaded later: a
+//! family of the GOT hook set, `got::hookset`) point to a small trampoline
+//! here, which records the stack and
 //! then jumps to the real function with the stack exactly as the thrower
 //! left it (no frame of winch's stays in the way of the unwinder).
 //!
@@ -114,7 +115,7 @@ pub fn identify(exc: usize, word: impl Fn(usize) -> Option<usize>) -> Identity {
 
 /// One recorded throw.
 #[derive(Clone, Copy, Debug)]
-pub struct Record {
+pub struct Throw {
     /// Order of recording (0: an empty slot).
     pub seq: u64,
     /// The top-level epoch when it was recorded (see [`next_epoch`]).
@@ -141,9 +142,9 @@ pub struct Record {
     pub frames: [(usize, usize); MAX_FRAMES],
 }
 
-impl Default for Record {
-    fn default() -> Record {
-        Record {
+impl Default for Throw {
+    fn default() -> Throw {
+        Throw {
             seq: 0,
             epoch: 0,
             id: Identity::default(),
@@ -158,39 +159,39 @@ impl Default for Record {
     }
 }
 
-impl Record {
+impl Throw {
     pub fn frames(&self) -> &[(usize, usize)] {
         &self.frames[..self.n.min(MAX_FRAMES)]
     }
 }
 
-/// The records of R's main thread, in a ring.
+/// The throws recorded on R's main thread, in a ring.
 pub struct Ring {
-    records: Box<[Record]>,
+    throws: Box<[Throw]>,
     next: usize,
     seq: u64,
 }
 
 impl Default for Ring {
     fn default() -> Ring {
-        let mut records = vec![Record::default(); RING].into_boxed_slice();
-        crate::memory::prefault(&mut records);
-        Ring { records, next: 0, seq: 0 }
+        let mut throws = vec![Throw::default(); RING].into_boxed_slice();
+        crate::memory::prefault(&mut throws);
+        Ring { throws, next: 0, seq: 0 }
     }
 }
 
 impl Ring {
     /// The newest record of the exception `key`, if any.
-    fn find(&mut self, key: usize) -> Option<&mut Record> {
-        self.records.iter_mut().filter(|r| r.seq != 0 && r.id.key == key).max_by_key(|r| r.seq)
+    fn find(&mut self, key: usize) -> Option<&mut Throw> {
+        self.throws.iter_mut().filter(|r| r.seq != 0 && r.id.key == key).max_by_key(|r| r.seq)
     }
 
     /// A slot for a new record (the oldest one), stamped.
-    fn claim(&mut self) -> &mut Record {
+    fn claim(&mut self) -> &mut Throw {
         self.seq += 1;
         let i = self.next;
-        self.next = (self.next + 1) % self.records.len();
-        let r = &mut self.records[i];
+        self.next = (self.next + 1) % self.throws.len();
+        let r = &mut self.throws[i];
         r.seq = self.seq;
         r.n = 0;
         r.rethrows = 0;
@@ -200,9 +201,9 @@ impl Ring {
         r
     }
 
-    /// Copies of the records, newest first.
-    pub fn newest_first(&self) -> Vec<Record> {
-        let mut v: Vec<Record> = self.records.iter().filter(|r| r.seq != 0).copied().collect();
+    /// Copies of the throws recorded, newest first.
+    pub fn newest_first(&self) -> Vec<Throw> {
+        let mut v: Vec<Throw> = self.throws.iter().filter(|r| r.seq != 0).copied().collect();
         v.sort_by_key(|r| std::cmp::Reverse(r.seq));
         v
     }
@@ -211,7 +212,7 @@ impl Ring {
 /// Enters a throw into `ring`: a rethrow (or a dependent exception) of an
 /// exception already recorded keeps that record; anything else gets a new
 /// record, which `fill` writes. Returns whether a new record was made.
-pub fn enter(ring: &mut Ring, id: Identity, rethrow: bool, fill: impl FnOnce(&mut Record)) -> bool {
+pub fn enter(ring: &mut Ring, id: Identity, rethrow: bool, fill: impl FnOnce(&mut Throw)) -> bool {
     if rethrow || id.dependent {
         if let Some(r) = ring.find(id.key) {
             r.rethrows = r.rethrows.saturating_add(1);
@@ -405,14 +406,16 @@ pub use names::{base_function_name, demangle_type, is_r_unwind_carrier, is_throw
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod hook;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub use hook::{installed, map_of, records, rescan, rescan_if_changed, status, uninstall};
+pub use hook::{installed, map_of, recorded, rescan, rescan_if_changed, status, uninstall};
 
-/// Turns capture on (see `hook`), and has the loader hook rescan modules
-/// for it when libraries load.
+/// Turns capture on (see `hook`), and has the loader hook refresh its walk
+/// table when R loads libraries (the GOT hook set hooks them).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub fn install(facts: Facts) -> crate::error::Result<Status> {
-    crate::loadhook::listen(crate::loadhook::THROWS, rescan);
-    hook::install(facts)
+pub fn install(setup: HookSetup) -> crate::error::Result<Status> {
+    crate::loadhook::listen(crate::loadhook::THROWS, || {
+        hook::refresh_table();
+    });
+    hook::install(setup)
 }
 
 /// Whether this platform has the throw hooks.
@@ -420,9 +423,9 @@ pub fn supported() -> bool {
     cfg!(all(target_arch = "x86_64", target_os = "linux"))
 }
 
-/// What installing needs to know.
+/// What installing the throw hooks needs to know.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Facts {
+pub struct HookSetup {
     /// R's main thread (`pthread_self()` there); the caller of `install`.
     pub main_thread: usize,
     /// An address inside R's interpreter (libR, or the R executable).
@@ -438,11 +441,11 @@ pub struct Facts {
     pub targets: Option<[usize; 2]>,
 }
 
-impl Facts {
+impl HookSetup {
     /// What installing needs, from the facts about the running R (called on
     /// R's main thread).
-    pub fn from_r(r: &crate::r::Facts) -> Facts {
-        Facts {
+    pub fn from_r(r: &crate::r::Facts) -> HookSetup {
+        HookSetup {
             main_thread: r.main_thread,
             interpreter_addr: r.interpreter_addr,
             chain: Some(r.chain()),
@@ -463,10 +466,10 @@ pub struct Status {
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 mod unsupported {
-    use super::{Facts, Record, Status};
+    use super::{HookSetup, Status, Throw};
     use crate::error::{Error, Result};
 
-    pub fn install(_facts: Facts) -> Result<Status> {
+    pub fn install(_setup: HookSetup) -> Result<Status> {
         Err(Error::Unavailable("capturing throws needs x86_64 Linux".into()))
     }
     pub fn uninstall() -> Result<usize> {
@@ -480,7 +483,7 @@ mod unsupported {
     pub fn status() -> Status {
         Status::default()
     }
-    pub fn records() -> Vec<Record> {
+    pub fn recorded() -> Vec<Throw> {
         Vec::new()
     }
     pub fn map_of(_generation: Option<(u64, u64)>) -> Option<std::sync::Arc<crate::modules::ModuleMap>> {
@@ -488,7 +491,7 @@ mod unsupported {
     }
 }
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-pub use unsupported::{install, installed, map_of, records, rescan, rescan_if_changed, status, uninstall};
+pub use unsupported::{install, installed, map_of, recorded, rescan, rescan_if_changed, status, uninstall};
 
 #[cfg(test)]
 mod tests {

@@ -27,10 +27,11 @@ use super::report::{self, Header, Out};
 use super::signals::{
     ensure_alt_stack, errno, kernel_get, kernel_set, restore_alt_stack, set_errno, write_all, KernelAction,
 };
-use super::{CStack, Facts, Status, SIGNALS};
+use super::{CStack, HandlerSetup, Status, SIGNALS};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, Own};
 use crate::modules::{self, ModuleMap};
+use crate::published::Published;
 use crate::r::heap as rheap;
 use crate::r::layout::{CTXT_BUILTIN, CTXT_FUNCTION};
 use crate::r::sexp;
@@ -80,19 +81,18 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Set while a report is written: a second fault (inside the report, or in
 /// another thread at the same time) gets no report and is passed on at once.
 static BUSY: AtomicBool = AtomicBool::new(false);
-/// The facts and the tables (null while off).
-static FACTS: AtomicPtr<Facts> = AtomicPtr::new(std::ptr::null_mut());
-static PREPARED: AtomicPtr<Prepared> = AtomicPtr::new(std::ptr::null_mut());
+/// The setup (null while off) and the tables (none while off).
+static SETUP: AtomicPtr<HandlerSetup> = AtomicPtr::new(std::ptr::null_mut());
+/// Tables replaced are freed at the next publish if no report is being
+/// written then, else at the one after (or when the report is turned off).
+static TABLES: Published<Prepared> = Published::new();
 /// Used only by the holder of `BUSY`.
 static SCRATCH: AtomicPtr<Cell<Scratch>> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Everything replaced while the report is on, freed when it is turned off
-/// (a handler may be using a replaced table), and the alternate stack made.
+/// The alternate stack made while the report is on, and the signals left
+/// alone.
 #[derive(Default)]
 struct Kept {
-    // Boxed: a handler may still hold a pointer to one; it must not move.
-    #[allow(clippy::vec_box)]
-    retired: Vec<Box<Prepared>>,
     alt: Option<(usize, usize, libc::stack_t)>,
     skipped: Vec<(i32, String)>,
 }
@@ -110,38 +110,34 @@ fn thread_id() -> usize {
     unsafe { libc::pthread_self() as usize }
 }
 
-fn facts() -> Option<&'static Facts> {
-    // SAFETY: a non-null FACTS is a leaked Box, never freed.
-    unsafe { FACTS.load(Ordering::Acquire).as_ref() }
+fn setup() -> Option<&'static HandlerSetup> {
+    // SAFETY: a non-null SETUP is a leaked Box, never freed.
+    unsafe { SETUP.load(Ordering::Acquire).as_ref() }
 }
 
 /// Builds the tables for the modules loaded now (allocates, reads files).
-fn prepare(interpreter_addr: usize) -> Box<Prepared> {
+fn prepare(interpreter_addr: usize) -> Prepared {
     let snap = Snapshot::take(interpreter_addr);
     let map: &ModuleMap = &snap.map;
     let names = (0..map.modules().len())
         .map(|i| crate::symbolizer::with_global(|s| s.symbol_table(map, i)).unwrap_or_default())
         .collect();
     let stack = crate::stack::thread_stack_bounds().unwrap_or((0, 0));
-    Box::new(Prepared { snap, names, stack })
+    Prepared { snap, names, stack }
 }
 
-fn publish(p: Box<Prepared>, kept: &mut Kept) {
-    // Both this swap and the handler's `BUSY.swap` are SeqCst: a handler
-    // that sets BUSY after the load below reads the new tables, so the old
-    // ones are freed at once unless a handler is running now (then they
-    // wait for the next publish or for the report to be turned off).
-    let old = PREPARED.swap(Box::into_raw(p), Ordering::SeqCst);
-    let busy = BUSY.load(Ordering::SeqCst);
-    if !busy {
-        kept.retired.clear();
-    }
-    if !old.is_null() {
-        // SAFETY: came from Box::into_raw.
-        let old = unsafe { Box::from_raw(old) };
-        if busy {
-            kept.retired.push(old);
-        }
+/// Publishes `p` (called with `KEPT` held: one publish at a time).
+fn publish(p: Prepared) {
+    let (generation, exact) = (p.snap.generation, p.snap.exact);
+    // Both the publish's swap and the handler's `BUSY.swap` are SeqCst: a
+    // handler that sets BUSY after the load below reads the new tables, so
+    // the old ones are freed at once unless a handler is running now (then
+    // they wait for the next publish or for the report to be turned off).
+    TABLES.publish(p, generation, exact);
+    if !BUSY.load(Ordering::SeqCst) {
+        // SAFETY: no handler runs (BUSY is clear after the swap), and one
+        // starting now reads the tables just published.
+        unsafe { TABLES.free_retired() };
     }
 }
 
@@ -231,16 +227,16 @@ fn give_back(k: usize) {
 }
 
 /// Turns the report on (R's main thread).
-pub fn enable(f: Facts) -> Result<Status> {
+pub fn enable(f: HandlerSetup) -> Result<Status> {
     if thread_id() != f.main_thread {
         return Err(Error::WrongThread);
     }
     let mut guard = kept();
     // Outside the handler: decide once whether process_vm_readv works.
     crate::memory::available();
-    // The latest facts; earlier ones are leaked on purpose (a handler on
+    // The latest setup; earlier ones are leaked on purpose (a handler on
     // another thread may still read them; a few hundred bytes per enable).
-    FACTS.store(Box::into_raw(Box::new(f)), Ordering::Release);
+    SETUP.store(Box::into_raw(Box::new(f)), Ordering::Release);
     if SCRATCH.load(Ordering::Acquire).is_null() {
         // SAFETY: all-zero bytes are valid for these plain arrays.
         let scratch: Box<Cell<Scratch>> = Box::new(Cell(UnsafeCell::new(unsafe { std::mem::zeroed() })));
@@ -248,8 +244,8 @@ pub fn enable(f: Facts) -> Result<Status> {
     }
     let first = guard.is_none();
     let kept = guard.get_or_insert_with(Kept::default);
-    if first || PREPARED.load(Ordering::Acquire).is_null() {
-        publish(prepare(f.interpreter_addr), kept);
+    if first || TABLES.current().is_none() {
+        publish(prepare(f.interpreter_addr));
         kept.alt = ensure_alt_stack();
     }
     ENABLED.store(true, Ordering::Release);
@@ -268,7 +264,7 @@ pub fn enable(f: Facts) -> Result<Status> {
 
 /// Turns the report off: every signal gets back the handler it had.
 pub fn disable() -> Result<Status> {
-    let Some(f) = facts() else { return Ok(status()) };
+    let Some(f) = setup() else { return Ok(status()) };
     if thread_id() != f.main_thread {
         return Err(Error::WrongThread);
     }
@@ -281,12 +277,8 @@ pub fn disable() -> Result<Status> {
         if let Some(alt) = k.alt {
             restore_alt_stack(alt);
         }
-        let old = PREPARED.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        if !old.is_null() {
-            // SAFETY: came from Box::into_raw; no handler is installed now.
-            drop(unsafe { Box::from_raw(old) });
-        }
-        drop(k.retired);
+        // SAFETY: no handler is installed now.
+        unsafe { TABLES.clear() };
     }
     drop(guard);
     crate::loadhook::release(crate::loadhook::CRASH);
@@ -299,10 +291,10 @@ pub fn refresh() {
     if !ENABLED.load(Ordering::Acquire) {
         return;
     }
-    let Some(f) = facts() else { return };
-    let mut guard = kept();
-    if let Some(kept) = guard.as_mut() {
-        publish(prepare(f.interpreter_addr), kept);
+    let Some(f) = setup() else { return };
+    let guard = kept();
+    if guard.is_some() {
+        publish(prepare(f.interpreter_addr));
     }
 }
 
@@ -313,15 +305,15 @@ pub fn rearm() {
     if !ENABLED.load(Ordering::Acquire) {
         return;
     }
-    let Some(f) = facts() else { return };
+    let Some(f) = setup() else { return };
     if thread_id() != f.main_thread {
         return;
     }
-    // SAFETY: a non-null PREPARED stays alive while the report is on.
-    let stale = unsafe { PREPARED.load(Ordering::Acquire).as_ref() }
-        .is_none_or(|p| p.snap.generation != modules::loader_generation());
+    let stale = TABLES.current().is_none_or(|p| p.generation != modules::loader_generation());
     if stale {
         refresh();
+        // The one way GOT hooks hear of it (see `got::hookset`).
+        crate::got::hookset::modules_changed(&modules::current());
     }
     let mut guard = kept();
     let Some(kept) = guard.as_mut() else { return };
@@ -366,7 +358,7 @@ fn stack_word(stack: (usize, usize), addr: usize) -> Option<usize> {
 }
 
 /// R's C stack as R's variables say now (plain reads: safe in a handler).
-fn live_cstack(f: &Facts) -> CStack {
+fn live_cstack(f: &HandlerSetup) -> CStack {
     let [start, limit, dir] = f.cstack_vars;
     if start == 0 || limit == 0 || dir == 0 {
         return f.cstack;
@@ -393,11 +385,11 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
         let _ = std::panic::catch_unwind(|| {
             // SAFETY: as above; si_addr is valid for these signals.
             let addr = hardware.then(|| unsafe { (*info).si_addr() } as usize);
-            let main = facts().is_some_and(|f| f.main_thread == thread_id());
+            let main = setup().is_some_and(|f| f.main_thread == thread_id());
             let overflow = main
                 && sig == libc::SIGSEGV
                 && addr
-                    .is_some_and(|a| facts().is_some_and(|f| super::is_c_stack_overflow(a, live_cstack(f))));
+                    .is_some_and(|a| setup().is_some_and(|f| super::is_c_stack_overflow(a, live_cstack(f))));
             if !overflow {
                 report(Header { signal: sig, address: addr, main_thread: main }, uc);
             }
@@ -424,10 +416,9 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
 /// code whose registers are in `uc`.
 fn report(header: Header, uc: *mut libc::c_void) {
     let mut out = Out::new(write_all);
+    let p = TABLES.current().map(|e| &e.value);
     // SAFETY: non-null pointers here stay alive while the report is on.
-    let (p, f, scratch) = unsafe {
-        (PREPARED.load(Ordering::SeqCst).as_ref(), facts(), SCRATCH.load(Ordering::Acquire).as_ref())
-    };
+    let (f, scratch) = unsafe { (setup(), SCRATCH.load(Ordering::Acquire).as_ref()) };
     let (Some(p), Some(f), Some(scratch), false) = (p, f, scratch, uc.is_null()) else {
         out.text("\n*** winch: a fatal signal, but the crash report is not prepared\n");
         out.flush();
@@ -532,14 +523,14 @@ mod tests {
             std::ptr::addr_of!(DIR) as usize,
         ];
         let given = CStack { start: 1, limit: 2, dir: -1 };
-        let f = Facts { cstack: given, cstack_vars: vars, ..Facts::default() };
+        let f = HandlerSetup { cstack: given, cstack_vars: vars, ..HandlerSetup::default() };
         assert_eq!(live_cstack(&f), CStack { start: 0x7000_0000, limit: 0x80_0000, dir: 1 });
         // Code that embeds R turns the check off later (limit -1): followed.
         // SAFETY: only this test uses these statics.
         unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!(LIMIT), usize::MAX) };
         assert_eq!(live_cstack(&f).limit, usize::MAX);
         // Without the variables' addresses: the values given when enabled.
-        let f = Facts { cstack: given, ..Facts::default() };
+        let f = HandlerSetup { cstack: given, ..HandlerSetup::default() };
         assert_eq!(live_cstack(&f), given);
     }
 }

@@ -1,5 +1,6 @@
 //! The throw hooks of x86_64 Linux: trampolines, the recording done inside
-//! them, and installing them into the loaded modules' GOTs.
+//! them, and their family of the GOT hook set (`got::hookset`), which
+//! points the loaded modules' GOT slots to them.
 //!
 //! Inside a hook (on R's main thread only) nothing allocates, locks or
 //! calls R: the ring and the walker's caches (`unwind::walk`) are allocated
@@ -7,21 +8,16 @@
 //! place) when modules are scanned; the hook reads them through atomics. Other threads pass straight
 //! through, touching nothing but two atomics.
 
-use super::{enter, identify, walk, Facts, FrameClass, Record, Ring, Status, WalkEnd, MAX_FRAMES};
+use super::{enter, identify, walk, FrameClass, HookSetup, Ring, Status, Throw, WalkEnd, MAX_FRAMES};
 use crate::error::{Error, Result};
-use crate::got::{self, Patched, Wanted};
+use crate::got::hookset::{self, Family, Find, Hook, Options};
 use crate::modules::{self, ModuleMap};
+use crate::published::Published;
 use crate::unwind::rules::{InPlace, Regs, Tables};
 use crate::unwind::walk::{Caches, Modules, Sizes};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-
-/// The hooked functions, in the order of `REAL` and of the trampolines.
-const WANTED: [Wanted; 2] = [
-    Wanted { name: "_Unwind_RaiseException", version: "GCC_3.0" },
-    Wanted { name: "_Unwind_Resume_or_Rethrow", version: "GCC_3.3" },
-];
 
 // The trampolines. Each saves the exception pointer, asks `throw_entered`
 // (which records the throw) for the real function, and jumps to it with
@@ -69,16 +65,24 @@ extern "C" {
     fn winch_core_throw_rethrow_hook();
 }
 
-fn trampolines() -> [usize; 2] {
-    [
-        winch_core_throw_raise_hook as unsafe extern "C" fn() as usize,
-        winch_core_throw_rethrow_hook as unsafe extern "C" fn() as usize,
-    ]
-}
-
 /// The real functions (set before any slot points to a trampoline, never
 /// cleared: a thread may be inside a trampoline when capture is removed).
 static REAL: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// The hooked functions, libgcc's (found in libgcc_s if it is loaded, also
+/// when only loaded locally by a package, else in the global scope; until
+/// libgcc_s is loaded nothing needs them: no module can call them). The
+/// trampoline passes its line's index to `throw_entered`.
+static HOOKS: [Hook; 2] = [
+    Hook::new("_Unwind_RaiseException", "GCC_3.0", winch_core_throw_raise_hook as *const (), &REAL[0]),
+    Hook::new("_Unwind_Resume_or_Rethrow", "GCC_3.3", winch_core_throw_rethrow_hook as *const (), &REAL[1]),
+];
+static FAMILY: Family = Family::new("throw capture", &HOOKS, Find::LibraryFirst("libgcc_s.so.1"));
+
+fn trampolines() -> [usize; 2] {
+    [HOOKS[0].replacement as usize, HOOKS[1].replacement as usize]
+}
+
 /// R's main thread (`pthread_t`), 0 while capture is off.
 static MAIN: AtomicUsize = AtomicUsize::new(0);
 static IN_HOOK: AtomicBool = AtomicBool::new(false);
@@ -91,26 +95,29 @@ pub fn reset_guard() {
     IN_HOOK.store(false, Ordering::Release);
 }
 /// The modules of the walk, their tables read in place (replaced when
-/// modules change).
+/// modules change). Tables replaced while capture is on may still be in
+/// use by the hook: freed at top level (`free_retired`) or when capture is
+/// removed.
 type WalkTable = Modules<Tables<InPlace>>;
-static TABLE: AtomicPtr<WalkTable> = AtomicPtr::new(std::ptr::null_mut());
+static TABLES: Published<WalkTable> = Published::new();
 
 /// What the hook uses on R's main thread; allocated once, never freed.
 struct Shared {
-    facts: UnsafeCell<HookFacts>,
+    inputs: UnsafeCell<HookInputs>,
     ring: UnsafeCell<Ring>,
     scratch: UnsafeCell<Caches>,
 }
 
 // SAFETY: only R's main thread touches the cells: inside the hook (which
-// other threads leave at once) and in `install`/`records` (called on the
+// other threads leave at once) and in `install`/`recorded` (called on the
 // main thread, never while it is inside the hook).
 unsafe impl Sync for Shared {}
 // SAFETY: as above.
 unsafe impl Send for Shared {}
 
+/// What the hook reads besides the walk table, set at install.
 #[derive(Clone, Copy, Debug, Default)]
-struct HookFacts {
+struct HookInputs {
     chain: Option<crate::r::ChainAt>,
     /// The main thread's stack.
     stack: (usize, usize),
@@ -122,7 +129,7 @@ struct HookFacts {
     backtrace_cfa: bool,
 }
 
-impl HookFacts {
+impl HookInputs {
     /// The class of the frame at `probe` (its ip, minus one for return
     /// addresses).
     fn class(&self, probe: usize) -> FrameClass {
@@ -140,7 +147,7 @@ impl HookFacts {
 fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
     SHARED.get_or_init(|| Shared {
-        facts: UnsafeCell::new(HookFacts::default()),
+        inputs: UnsafeCell::new(HookInputs::default()),
         ring: UnsafeCell::new(Ring::default()),
         scratch: UnsafeCell::new(Caches::new(Sizes::THROWS)),
     })
@@ -182,11 +189,11 @@ fn object_word(addr: usize) -> Option<usize> {
 fn record_throw(exc: usize, rethrow: bool) {
     let s = shared();
     // SAFETY: the main thread, inside the hook (see `Shared`).
-    let (facts, ring, scratch) = unsafe { (&*s.facts.get(), &mut *s.ring.get(), &mut *s.scratch.get()) };
+    let (inputs, ring, scratch) = unsafe { (&*s.inputs.get(), &mut *s.ring.get(), &mut *s.scratch.get()) };
     let id = identify(exc, object_word);
     // R's context records are live (on the C stack, R's node stack or R's
     // data) while R runs on this thread.
-    let contexts = match &facts.chain {
+    let contexts = match &inputs.chain {
         Some(chain) => super::r_activation(&crate::memory::Objects, chain),
         None => [(0, 0); 2],
     };
@@ -194,27 +201,27 @@ fn record_throw(exc: usize, rethrow: bool) {
     enter(ring, id, rethrow, |r| {
         r.epoch = epoch;
         r.r_contexts = contexts;
-        fill_frames(facts, scratch, r);
+        fill_frames(inputs, scratch, r);
     });
 }
 
 #[inline(never)]
-fn fill_frames(facts: &HookFacts, scratch: &mut Caches, r: &mut Record) {
+fn fill_frames(inputs: &HookInputs, scratch: &mut Caches, r: &mut Throw) {
     let (ip, sp, bp) = crate::unwind::registers();
-    let (lo, hi) = facts.stack;
-    // SAFETY: a non-null TABLE is alive until capture is removed, which
-    // happens on this thread, never while it is in the hook.
-    let table = unsafe { TABLE.load(Ordering::Acquire).as_ref() };
+    let (lo, hi) = inputs.stack;
+    // (A table is freed only on this thread, never while it is in the
+    // hook: see `TABLES`.)
+    let table = TABLES.current();
     // The frames are in modules loaded now (their code is running): named
     // later with the modules of this generation.
     let generation = modules::loader_generation();
     r.generation = Some(generation).filter(|&g| g != (u64::MAX, u64::MAX));
     let current = table.filter(|t| t.generation == generation);
-    if let (Some(table), true) = (current, lo <= sp && sp < hi) {
+    if let (Some(table), true) = (current.map(|t| &t.value), lo <= sp && sp < hi) {
         // SAFETY: this thread's stack, mapped while it runs.
         let read = |a: usize| unsafe { crate::memory::stack_word((lo, hi), a) };
         let regs = Regs { ip, sp, bp: Some(bp) };
-        let (n, end) = walk(table, scratch, regs, read, |probe| facts.class(probe), &mut r.frames);
+        let (n, end) = walk(table, scratch, regs, read, |probe| inputs.class(probe), &mut r.frames);
         if end != WalkEnd::Failed {
             r.n = n;
             r.reached_r = end == WalkEnd::ReachedR;
@@ -222,12 +229,12 @@ fn fill_frames(facts: &HookFacts, scratch: &mut Caches, r: &mut Record) {
             return;
         }
     }
-    libgcc_walk(facts, r);
+    libgcc_walk(inputs, r);
 }
 
 /// The walk by libgcc's unwinder: for frames the rules do not model,
 /// or when modules changed since the table was built.
-fn libgcc_walk(facts: &HookFacts, r: &mut Record) {
+fn libgcc_walk(inputs: &HookInputs, r: &mut Throw) {
     let mut n = 0;
     let mut end = WalkEnd::Outermost;
     let mut prev_stack = 0usize;
@@ -240,12 +247,12 @@ fn libgcc_walk(facts: &HookFacts, r: &mut Record) {
             let stack = f.sp() as usize;
             // libgcc reports stack values as CFAs on some platforms: a
             // frame's low end is then the value of the frame inside it.
-            let sp = if facts.backtrace_cfa { prev_stack } else { stack };
+            let sp = if inputs.backtrace_cfa { prev_stack } else { stack };
             prev_stack = stack;
             if ip == 0 {
                 return false;
             }
-            match facts.class(ip.wrapping_sub(1)) {
+            match inputs.class(ip.wrapping_sub(1)) {
                 FrameClass::Marker => {
                     n = 0;
                     true
@@ -271,25 +278,10 @@ fn libgcc_walk(facts: &HookFacts, r: &mut Record) {
     r.truncated = end == WalkEnd::Full;
 }
 
-/// What `install` did, kept to undo it.
-#[derive(Default)]
-struct Installed {
-    active: bool,
-    patched: Vec<Patched>,
-    /// Modules scanned: (path, bias).
-    scanned: Vec<(String, usize)>,
-    /// Tables replaced while capture was on (the hook may have been using
-    /// them); freed at top level (`free_retired`) or when capture is
-    /// removed.
-    // Boxed: the hook may still hold a pointer to one; it must not move.
-    #[allow(clippy::vec_box)]
-    retired: Vec<Box<WalkTable>>,
-    facts: Facts,
-}
+/// What capture was installed with (None: off).
+static INSTALLED: Mutex<Option<HookSetup>> = Mutex::new(None);
 
-static INSTALLED: Mutex<Option<Installed>> = Mutex::new(None);
-
-fn lock() -> std::sync::MutexGuard<'static, Option<Installed>> {
+fn lock() -> std::sync::MutexGuard<'static, Option<HookSetup>> {
     INSTALLED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -304,125 +296,69 @@ fn exec_ranges(map: &ModuleMap, m: Option<usize>) -> [(usize, usize); 4] {
     out
 }
 
-/// Turns capture on: hooks every loaded module and (through `loadhook`)
-/// those loaded later. Call on R's main thread.
-pub fn install(facts: Facts) -> Result<Status> {
+/// Turns capture on: hooks every loaded module and (through the GOT hook
+/// set, told by `loadhook` and by whoever notices) those loaded later.
+/// Call on R's main thread.
+pub fn install(setup: HookSetup) -> Result<Status> {
     let mut guard = lock();
-    if guard.as_ref().is_some_and(|i| i.active) {
+    if guard.is_some() {
         drop(guard);
         rescan();
         return Ok(status());
     }
     // SAFETY: pthread_self reads the thread pointer.
-    if unsafe { libc::pthread_self() } as usize != facts.main_thread {
+    if unsafe { libc::pthread_self() } as usize != setup.main_thread {
         return Err(Error::WrongThread);
     }
-    resolve_targets(&facts);
+    if let (Some([raise, rethrow]), 0) = (setup.targets, REAL[0].load(Ordering::Acquire)) {
+        // Given (tests): kept by the hook set, which fills only empty cells.
+        REAL[1].store(rethrow, Ordering::Relaxed);
+        REAL[0].store(raise, Ordering::Release);
+    }
     let stack = crate::stack::thread_stack_bounds()
         .ok_or_else(|| Error::Unavailable("the bounds of R's stack are unknown".into()))?;
     let map = modules::current();
     let backtrace_cfa =
         crate::unwind::calibration(crate::unwind::Backend::Backtrace) == Some(crate::unwind::StackValue::Cfa);
-    let interpreter = map.module_of(facts.interpreter_addr).filter(|_| facts.interpreter_addr != 0);
+    let interpreter = map.module_of(setup.interpreter_addr).filter(|_| setup.interpreter_addr != 0);
     let mut interp = exec_ranges(&map, interpreter);
     // R linked statically: R's executable is the interpreter too.
-    if interpreter.is_none() && facts.interpreter_addr != 0 {
+    if interpreter.is_none() && setup.interpreter_addr != 0 {
         if let Some(m) = map.modules().iter().position(crate::view::is_r_executable) {
             interp = exec_ranges(&map, Some(m));
         }
     }
     let s = shared();
-    // SAFETY: capture is off (MAIN is 0), so no hook reads the facts; this
+    // SAFETY: capture is off (MAIN is 0), so no hook reads its inputs; this
     // is R's main thread.
     unsafe {
-        *s.facts.get() = HookFacts {
-            chain: facts.chain,
+        *s.inputs.get() = HookInputs {
+            chain: setup.chain,
             stack,
             trampolines: trampolines(),
             interpreter: interp,
             backtrace_cfa,
         };
     }
-    let mut inst = Installed { active: true, facts, ..Installed::default() };
-    publish_table(&mut inst);
-    MAIN.store(facts.main_thread, Ordering::Release);
+    publish_table(&setup);
+    MAIN.store(setup.main_thread, Ordering::Release);
     crate::loadhook::pin_self();
-    patch_new_modules(&mut inst, &map);
-    *guard = Some(inst);
+    FAMILY.install(Options { only: None, hook_own: setup.patch_own });
+    *guard = Some(setup);
     drop(guard);
-    crate::loadhook::acquire(crate::loadhook::THROWS, facts.interpreter_addr);
+    crate::loadhook::acquire(crate::loadhook::THROWS, setup.interpreter_addr);
     Ok(status())
 }
 
-/// The real functions: libgcc's (`GCC_3.0`, `GCC_3.3`), found in libgcc_s
-/// if it is loaded (also when only loaded locally, by a package), else in
-/// the global scope. Set once; until libgcc_s is loaded nothing needs them
-/// (no module can call them).
-fn resolve_targets(facts: &Facts) {
-    if REAL[0].load(Ordering::Relaxed) != 0 {
-        return;
-    }
-    let found = match facts.targets {
-        Some(t) => t,
-        None => {
-            let lookup = |w: &Wanted| {
-                got::versioned_symbol_in("libgcc_s.so.1", w.name, w.version)
-                    .or_else(|| got::versioned_symbol(w.name, w.version))
-                    .unwrap_or(0)
-            };
-            [lookup(&WANTED[0]), lookup(&WANTED[1])]
-        }
-    };
-    if found[0] != 0 {
-        REAL[1].store(found[1], Ordering::Relaxed);
-        REAL[0].store(found[0], Ordering::Release);
-    }
-}
-
-fn publish_table(inst: &mut Installed) {
+fn publish_table(setup: &HookSetup) {
     // SAFETY: the hook uses a table only while the loader reports the
     // generation it was built at (see `fill_frames`).
-    let table = Box::new(unsafe { WalkTable::in_place(inst.facts.interpreter_addr) });
+    let table = unsafe { WalkTable::in_place(setup.interpreter_addr) };
     if table.exact {
-        keep_map(table.generation, &table.map, inst.facts.main_thread);
+        keep_map(table.generation, &table.map, setup.main_thread);
     }
-    let old = TABLE.swap(Box::into_raw(table), Ordering::AcqRel);
-    if !old.is_null() {
-        // SAFETY: `old` came from Box::into_raw; the hook may still be
-        // reading it, so it is kept until capture is removed.
-        inst.retired.push(unsafe { Box::from_raw(old) });
-    }
-}
-
-fn patch_new_modules(inst: &mut Installed, map: &ModuleMap) {
-    let maps = crate::got::Protections::read();
-    resolve_targets(&inst.facts);
-    let targets = [REAL[0].load(Ordering::Acquire), REAL[1].load(Ordering::Relaxed)];
-    if targets[0] == 0 {
-        return; // libgcc_s is not loaded: nothing throws through it yet
-    }
-    // The runtime defining the functions calls them through its own PLT
-    // (libgcc's rethrow calls _Unwind_RaiseException): left alone, so a
-    // rethrow is seen once, by its own hook.
-    let runtime = map.module_of(targets[0]);
-    let values = trampolines();
-    // Forget modules no longer loaded (a module loaded again at the same
-    // place is scanned again).
-    inst.scanned.retain(|k| map.modules().iter().any(|m| m.path == k.0 && m.bias == k.1));
-    inst.patched.retain(|p| map.modules().iter().any(|m| m.path == p.module.0 && m.bias == p.module.1));
-    for (i, m) in map.modules().iter().enumerate() {
-        let key = (m.path.clone(), m.bias);
-        if inst.scanned.contains(&key) {
-            continue;
-        }
-        inst.scanned.push(key);
-        let own = map.module_of(throw_entered as extern "C" fn(*mut libc::c_void, usize) -> usize as usize);
-        if (Some(i) == own && !inst.facts.patch_own) || Some(i) == runtime || !m.has_file {
-            continue;
-        }
-        let wanted: &[Wanted] = if targets[1] == 0 { &WANTED[..1] } else { &WANTED };
-        inst.patched.extend(got::patch_module(m, wanted, &targets, &values, &maps));
-    }
+    let (generation, exact) = (table.generation, table.exact);
+    TABLES.publish(table, generation, exact);
 }
 
 /// The module maps of the generations records were (or may be) made at,
@@ -450,7 +386,7 @@ fn keep_map(generation: (u64, u64), map: &Arc<ModuleMap>, main_thread: usize) {
     }
     // SAFETY: pthread_self reads the thread pointer.
     if unsafe { libc::pthread_self() } as usize == main_thread {
-        let used: Vec<Option<(u64, u64)>> = records().iter().map(|r| r.generation).collect();
+        let used: Vec<Option<(u64, u64)>> = recorded().iter().map(|r| r.generation).collect();
         kept.retain(|(g, _)| *g == generation || used.contains(&Some(*g)));
     } else if kept.len() > MAX_MAPS {
         let extra = kept.len() - MAX_MAPS;
@@ -473,32 +409,40 @@ pub fn map_of(generation: Option<(u64, u64)>) -> Option<Arc<ModuleMap>> {
 /// top level only: the hook walks on that thread alone, so none of them is
 /// in use there.
 pub fn free_retired() {
-    let mut guard = lock();
-    if let Some(inst) = guard.as_mut() {
+    let guard = lock();
+    if let Some(setup) = guard.as_ref() {
         // SAFETY: pthread_self reads the thread pointer.
-        if unsafe { libc::pthread_self() } as usize == inst.facts.main_thread {
-            inst.retired.clear();
+        if unsafe { libc::pthread_self() } as usize == setup.main_thread {
+            // SAFETY: R's main thread, not inside the hook, which reads
+            // tables on this thread only.
+            unsafe { TABLES.free_retired() };
         }
     }
 }
 
-/// Hooks modules loaded since the last scan and refreshes the walk's
-/// module table (called when the loader's modules change).
+/// Refreshes the walk's module table and has every GOT hook family (this
+/// one among them) hook the modules loaded since the last scan (called
+/// when the loader's modules changed).
 pub fn rescan() {
-    let mut guard = lock();
-    let Some(inst) = guard.as_mut().filter(|i| i.active) else { return };
-    let map = modules::current();
-    publish_table(inst);
-    patch_new_modules(inst, &map);
+    if refresh_table() {
+        hookset::modules_changed(&modules::current());
+    }
+}
+
+/// Refreshes the walk's module table, if capture is on (`loadhook` calls
+/// this after R loads or unloads a library, once the GOT hooks have been
+/// told). Returns whether capture is on.
+pub fn refresh_table() -> bool {
+    let guard = lock();
+    let Some(setup) = guard.as_ref() else { return false };
+    publish_table(setup);
+    true
 }
 
 /// `rescan`, if modules were loaded or unloaded since the last scan (by
 /// other means than R's `dlopen`, which `loadhook` watches).
 pub fn rescan_if_changed() {
-    // SAFETY: a non-null TABLE stays alive until capture is removed (on
-    // this, R's main thread; not concurrently with this call).
-    let stale = unsafe { TABLE.load(Ordering::Acquire).as_ref() }
-        .is_none_or(|t| t.generation != modules::loader_generation());
+    let stale = TABLES.current().is_none_or(|t| t.generation != modules::loader_generation());
     if stale {
         rescan();
     }
@@ -506,47 +450,39 @@ pub fn rescan_if_changed() {
 
 /// Whether capture is on.
 pub fn installed() -> bool {
-    lock().as_ref().is_some_and(|i| i.active)
+    lock().is_some()
 }
 
 /// What capture covers now.
 pub fn status() -> Status {
-    let guard = lock();
-    let Some(inst) = guard.as_ref() else { return Status::default() };
-    let mut modules: Vec<&(String, usize)> = inst.patched.iter().map(|p| &p.module).collect();
-    modules.sort();
-    modules.dedup();
-    Status { slots: inst.patched.len(), modules: modules.len() }
+    if !installed() {
+        return Status::default();
+    }
+    let c = FAMILY.coverage();
+    Status { slots: c.slots, modules: c.modules }
 }
 
 /// Turns capture off: every slot still holding a hook gets back what it
 /// held. Returns how many were restored. Call on R's main thread.
 pub fn uninstall() -> Result<usize> {
     let mut guard = lock();
-    let Some(inst) = guard.take() else { return Ok(0) };
+    let Some(setup) = guard.take() else { return Ok(0) };
     // SAFETY: pthread_self reads the thread pointer.
-    if unsafe { libc::pthread_self() } as usize != inst.facts.main_thread {
-        *guard = Some(inst);
+    if unsafe { libc::pthread_self() } as usize != setup.main_thread {
+        *guard = Some(setup);
         return Err(Error::WrongThread);
     }
     crate::loadhook::release(crate::loadhook::THROWS);
-    let map = modules::current();
-    let maps = crate::got::Protections::read();
-    let restored = got::restore(&inst.patched, &map, &maps);
+    let restored = FAMILY.uninstall();
     MAIN.store(0, Ordering::Release);
-    // This is the main thread and it is not inside the hook: nothing reads
-    // the tables any more (other threads never do).
-    let old = TABLE.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    if !old.is_null() {
-        // SAFETY: came from Box::into_raw, no longer published.
-        drop(unsafe { Box::from_raw(old) });
-    }
-    drop(inst);
+    // SAFETY: this is the main thread and it is not inside the hook:
+    // nothing reads the tables any more (other threads never do).
+    unsafe { TABLES.clear() };
     Ok(restored)
 }
 
-/// The records, newest first. Call on R's main thread.
-pub fn records() -> Vec<Record> {
+/// The throws recorded, newest first. Call on R's main thread.
+pub fn recorded() -> Vec<Throw> {
     let s = shared();
     // SAFETY: the main thread, outside the hook (see `Shared`).
     unsafe { &*s.ring.get() }.newest_first()
@@ -570,7 +506,7 @@ mod tests {
     #[test]
     fn a_panic_in_this_process_is_recorded() {
         // The test's own thread stands for R's main thread; no R here.
-        let facts = Facts {
+        let setup = HookSetup {
             // SAFETY: pthread_self reads the thread pointer.
             main_thread: unsafe { libc::pthread_self() } as usize,
             interpreter_addr: 0,
@@ -580,20 +516,20 @@ mod tests {
             // unversioned reference bound to (the system libunwind, linked
             // for winch's libunwind backend, comes before libgcc_s).
             targets: Some([
-                got::versioned_symbol("_Unwind_RaiseException", "").unwrap(),
-                got::versioned_symbol("_Unwind_Resume_or_Rethrow", "").unwrap_or(0),
+                crate::got::versioned_symbol("_Unwind_RaiseException", "").unwrap(),
+                crate::got::versioned_symbol("_Unwind_Resume_or_Rethrow", "").unwrap_or(0),
             ]),
         };
         // Other tests may panic on their threads meanwhile: they pass
         // through the hook unrecorded.
-        let status = install(facts).unwrap();
+        let status = install(setup).unwrap();
         assert!(status.slots >= 1, "no slot patched: {status:?}");
-        let before = records().first().map_or(0, |r| r.seq);
+        let before = recorded().first().map_or(0, |r| r.seq);
         let caught = std::panic::catch_unwind(|| panic_three_deep(3));
         assert!(caught.is_err());
         let restored = uninstall().unwrap();
         assert_eq!(restored, status.slots);
-        let r = records().into_iter().find(|r| r.seq > before).expect("the panic was not recorded");
+        let r = recorded().into_iter().find(|r| r.seq > before).expect("the panic was not recorded");
         assert_eq!(r.id.kind, super::super::ThrowKind::Rust);
         assert!(!r.reached_r);
         let here = modules::current();
@@ -604,9 +540,9 @@ mod tests {
         assert!(mine >= 4, "{mine} frames of the test binary in {:?}", r.frames());
         assert!(r.frames().windows(2).all(|w| w[0].1 <= w[1].1), "stack pointers out of order");
         // Removed: a new panic is not recorded.
-        let last = records().first().map_or(0, |r| r.seq);
+        let last = recorded().first().map_or(0, |r| r.seq);
         let _ = std::panic::catch_unwind(|| panic_three_deep(1));
-        assert_eq!(records().first().map_or(0, |r| r.seq), last);
+        assert_eq!(recorded().first().map_or(0, |r| r.seq), last);
     }
 
     fn resident_kib() -> usize {

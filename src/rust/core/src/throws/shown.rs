@@ -3,7 +3,7 @@
 //! (the frames from the catching frame down to the thrower, as they were at
 //! the throw). The glue only turns these into R values.
 
-use super::{Record, ThrowKind};
+use super::{Throw, ThrowKind};
 use crate::debuginfo::Resolved;
 use crate::joint::Joint;
 use crate::memory::{Memory, Own};
@@ -63,7 +63,7 @@ pub struct Branch {
 /// the trace and how many of its map's modules are loaded (`now`'s).
 ///
 /// [`Module::unloaded`]: crate::modules::Module::unloaded
-fn record_trace(r: &Record, then: Option<&ModuleMap>, now: Arc<ModuleMap>) -> (NativeTrace, usize) {
+fn record_trace(r: &Throw, then: Option<&ModuleMap>, now: Arc<ModuleMap>) -> (NativeTrace, usize) {
     let live = now.modules().len();
     let mut gone: Vec<(usize, crate::modules::Module)> = Vec::new();
     let mut modules = Vec::with_capacity(r.frames().len());
@@ -154,7 +154,7 @@ fn read_c_string(mem: &impl Memory, addr: usize) -> Option<String> {
 
 /// The C++ type of a recorded exception (from its `std::type_info`: a
 /// vtable pointer, then the mangled name).
-pub fn type_name(r: &Record) -> Option<String> {
+pub fn type_name(r: &Throw) -> Option<String> {
     if r.id.kind != ThrowKind::Cpp || r.id.type_info == 0 || !crate::memory::available() {
         return None;
     }
@@ -164,7 +164,7 @@ pub fn type_name(r: &Record) -> Option<String> {
 }
 
 /// What the record says was thrown ("Rust panic" for panics).
-fn thrown(r: &Record, location: Option<String>) -> Thrown {
+fn thrown(r: &Throw, location: Option<String>) -> Thrown {
     let type_name = match r.id.kind {
         ThrowKind::Rust => Some("Rust panic".to_string()),
         _ => type_name(r),
@@ -189,12 +189,7 @@ fn location(resolved: &[Arc<[Resolved]>], rows: &[usize]) -> Option<String> {
 
 /// A record's trace, classified and named, with the rows up to `last`
 /// (None: the whole record).
-fn shown(
-    r: &Record,
-    map: Arc<ModuleMap>,
-    known: &impl Fn(&ModuleMap) -> Known,
-    last: Option<usize>,
-) -> Shown {
+fn shown(r: &Throw, map: Arc<ModuleMap>, known: &impl Fn(&ModuleMap) -> Known, last: Option<usize>) -> Shown {
     let then = super::map_of(r.generation);
     let (trace, live) = record_trace(r, then.as_deref(), map);
     let modules: Vec<Option<usize>> = trace.frames.iter().map(|f| f.module).collect();
@@ -211,7 +206,7 @@ fn shown(
 /// when none was recorded.
 pub fn last_throw(known: impl Fn(&ModuleMap) -> Known) -> Shown {
     let map = crate::modules::current();
-    match super::records().into_iter().next() {
+    match super::recorded().into_iter().next() {
         Some(r) => shown(&r, map, &known, None),
         None => Shown {
             trace: NativeTrace { backend: Backend::Cfi, map, frames: Vec::new(), truncated: None },
@@ -261,7 +256,7 @@ pub fn branch(facts: &Facts, j: &Joint) -> Option<Branch> {
     let t = &j.native.trace;
     let current: Vec<(usize, usize)> = t.frames.iter().map(|f| (f.ip, f.lo)).collect();
     let epoch = super::epoch();
-    for r in super::records() {
+    for r in super::recorded() {
         if r.epoch != epoch || r.n == 0 {
             continue;
         }
@@ -293,8 +288,8 @@ mod tests {
     use super::*;
     use crate::modules::Module;
 
-    fn record(ips: &[usize]) -> Record {
-        let mut r = Record::default();
+    fn record(ips: &[usize]) -> Throw {
+        let mut r = Throw::default();
         for (k, &ip) in ips.iter().enumerate() {
             r.frames[k] = (ip, 0x7000 + 16 * k);
         }

@@ -48,15 +48,11 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Vec<Threa
 }
 
 /// A new snapshot if modules were loaded or unloaded (the loader's
-/// generation is now `generation`), and the hooks of the session's kind in
-/// the new modules.
+/// generation is now `generation`), and the GOT hooks told (new modules'
+/// threads and allocations hooked, see `got::hookset`).
 fn refresh(s: &Session, generation: (u64, u64)) {
     let Some(map) = s.snapshots.refresh(generation) else { return };
-    if s.trigger.is_allocations() {
-        super::alloc::hook::rescan(&map); // allocations of new modules
-    } else if !s.slots.is_empty() {
-        super::spawn::rescan(&map); // threads of new modules
-    }
+    crate::got::hookset::modules_changed(&map);
 }
 
 /// Takes the samples written so far, each marked certain or not (see

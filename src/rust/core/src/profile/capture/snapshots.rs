@@ -11,27 +11,14 @@
 //! taken with it are named with it. Every snapshot used stays until the
 //! profile is built, at its number.
 
+use crate::published::Published;
 use crate::unwind::walk::Snapshot;
-use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
-/// A snapshot as the handler uses it: with its number in the session,
-/// which every sample taken with it carries.
-struct Used {
-    snapshot: Box<Snapshot>,
-    index: u32,
-}
-
 /// A session's snapshots: the one published to the handler, and those it
-/// replaced.
+/// replaced, each numbered in order (see `published`).
 pub struct Snapshots {
-    current: AtomicPtr<Used>,
-    /// Snapshots replaced while sampling, in order. (Boxes: they came from
-    /// `Box::into_raw` and must not move.)
-    #[allow(clippy::vec_box)]
-    retired: Mutex<Vec<Box<Used>>>,
-    /// The generation and exactness of each snapshot, by its number.
-    generations: Mutex<Vec<((u64, u64), bool)>>,
+    published: Published<Box<Snapshot>>,
     /// An address in R's interpreter (what a snapshot is taken with).
     interpreter_addr: usize,
 }
@@ -39,78 +26,48 @@ pub struct Snapshots {
 impl Snapshots {
     /// Starts with `first` as snapshot 0.
     pub fn new(first: Box<Snapshot>, interpreter_addr: usize) -> Snapshots {
-        let generations = Mutex::new(vec![(first.generation, first.exact)]);
-        let current = Box::into_raw(Box::new(Used { snapshot: first, index: 0 }));
-        Snapshots {
-            current: AtomicPtr::new(current),
-            retired: Mutex::new(Vec::new()),
-            generations,
-            interpreter_addr,
-        }
+        let published = Published::new();
+        let (generation, exact) = (first.generation, first.exact);
+        published.publish(first, generation, exact);
+        Snapshots { published, interpreter_addr }
     }
 
-    /// The published snapshot and its number (the handler's; lock-free).
+    /// The published snapshot and its number (the handler's; one atomic
+    /// load).
     #[inline]
     pub fn current(&self) -> Option<(&Snapshot, u32)> {
-        // SAFETY: the published pointer is a live Box owned by `self`
-        // (retired ones stay until `self` is taken apart).
-        let used = unsafe { self.current.load(Ordering::Acquire).as_ref() }?;
-        Some((&used.snapshot, used.index))
+        let edition = self.published.current()?;
+        Some((&edition.value, edition.number))
     }
 
     /// Takes a new snapshot if modules were loaded or unloaded (the
     /// loader's generation is now `generation`) and publishes it; its
     /// module map, for hooking the new modules (collector thread).
     pub fn refresh(&self, generation: (u64, u64)) -> Option<std::sync::Arc<crate::modules::ModuleMap>> {
-        let (current, _) = self.current()?;
-        if generation == current.generation && current.exact {
+        if self.published.current()?.exactly_at(generation) {
             return None;
         }
         let snapshot = Box::new(Snapshot::take(self.interpreter_addr));
         let map = snapshot.map.clone();
-        let index = {
-            let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
-            g.push((snapshot.generation, snapshot.exact));
-            (g.len() - 1) as u32
-        };
-        let fresh = Box::into_raw(Box::new(Used { snapshot, index }));
-        let old = self.current.swap(fresh, Ordering::AcqRel);
-        // SAFETY: `old` came from Box::into_raw and is no longer published;
-        // kept (see the module's comment).
-        self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(unsafe { Box::from_raw(old) });
+        let (g, exact) = (snapshot.generation, snapshot.exact);
+        // The old one is retired, kept (see the module's comment).
+        self.published.publish(snapshot, g, exact);
         Some(map)
     }
 
     /// Whether the samples of each snapshot, by number, are certain when
     /// the loader's generation is `generation` (see the module's comment).
     pub fn certain(&self, generation: (u64, u64)) -> Vec<bool> {
-        let g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
-        g.iter().map(|&(g, exact)| exact && g == generation).collect()
+        self.published.keys().iter().map(|&(g, exact)| exact && g == generation).collect()
     }
 
     /// Every snapshot, by number, the last one last, taken out (none is
     /// published any more): once no handler can run.
     pub fn take_all(&self) -> Vec<Box<Snapshot>> {
-        let last = self.current.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        let mut used = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
-        if !last.is_null() {
-            // SAFETY: the last published snapshot, no longer reachable.
-            used.push(unsafe { Box::from_raw(last) });
-        }
-        // Published in order of their numbers: each is at its number.
-        used.sort_by_key(|u| u.index);
-        used.into_iter().map(|u| u.snapshot).collect()
-    }
-}
-
-impl Drop for Snapshots {
-    fn drop(&mut self) {
-        let last = self.current.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        if !last.is_null() {
-            // SAFETY: the published snapshot, owned by `self`; nothing reads
-            // it once `self` is dropped (the session is retracted first).
-            drop(unsafe { Box::from_raw(last) });
-        }
+        // SAFETY: called when the session has stopped: it is withdrawn
+        // from the handlers and none runs (see `active`), so no reader
+        // holds a snapshot or takes one.
+        unsafe { self.published.take_all() }.into_iter().map(|e| e.value).collect()
     }
 }
 

@@ -1,7 +1,8 @@
 //! Threads started while a profile of every thread runs, seen from their
 //! first instruction: every loaded module's GOT slots of `pthread_create`
-//! point to [`hooked_create`] for the profile's duration (as throw capture
-//! hooks the unwinder), which starts the thread in [`launch`]; there the new
+//! point to [`hooked_create`] for the profile's duration (a family of the
+//! GOT hook set, `got::hookset`, as throw capture's is), which starts the
+//! thread in [`launch`]; there the new
 //! thread arms its own sampling timer before its start routine runs, and
 //! hands the timer to the collector (see `threads`). Polling
 //! `/proc/self/task` finds the threads started some other way (`clone`
@@ -16,8 +17,7 @@
 //! a parent's thread may have held.
 
 use super::clock::{self, Clock};
-use crate::got::{self, Patched, Wanted};
-use crate::modules::ModuleMap;
+use crate::got::hookset::{Family, Find, Hook, Options};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -29,15 +29,16 @@ type Create = unsafe extern "C" fn(
     *mut libc::c_void,
 ) -> libc::c_int;
 
-/// `pthread_create` of glibc 2.34 on (in libc) and of older glibcs (in
-/// libpthread): modules built against either call it.
-const WANTED: [Wanted<'static>; 2] = [
-    Wanted { name: "pthread_create", version: "GLIBC_2.34" },
-    Wanted { name: "pthread_create", version: "GLIBC_2.2.5" },
-];
-
 /// The real `pthread_create`.
 static REAL: AtomicUsize = AtomicUsize::new(0);
+
+/// `pthread_create` of glibc 2.34 on (in libc) and of older glibcs (in
+/// libpthread): modules built against either call it.
+static HOOKS: [Hook; 2] = [
+    Hook::new("pthread_create", "GLIBC_2.34", hooked_create as *const (), &REAL),
+    Hook::new("pthread_create", "GLIBC_2.2.5", hooked_create as *const (), &REAL),
+];
+static FAMILY: Family = Family::new("new threads", &HOOKS, Find::Global);
 /// Whether new threads arm a timer (a profile of every thread runs).
 static ON: AtomicBool = AtomicBool::new(false);
 /// Whether this process installed the hook (and must take it out).
@@ -66,21 +67,8 @@ struct Registry {
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry { open: None, new: Vec::new(), creators: Vec::new() });
 
-/// The slots patched, and the modules scanned (path, bias).
-#[derive(Default)]
-struct Hooked {
-    patched: Vec<Patched>,
-    scanned: Vec<(String, usize)>,
-}
-
-static HOOKED: Mutex<Option<Hooked>> = Mutex::new(None);
-
 fn registry() -> std::sync::MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn hooked() -> std::sync::MutexGuard<'static, Option<Hooked>> {
-    HOOKED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 struct Launch {
@@ -102,7 +90,8 @@ unsafe extern "C" fn hooked_create(
     arg: *mut libc::c_void,
 ) -> libc::c_int {
     // SAFETY: REAL holds the real pthread_create before any slot points
-    // here (set in `install`, never cleared).
+    // here (filled by the hook set before it rewrites a slot, never
+    // cleared).
     let real: Create = unsafe { std::mem::transmute::<usize, Create>(REAL.load(Ordering::Acquire)) };
     if !ON.load(Ordering::Acquire) {
         // SAFETY: the caller's arguments, unchanged.
@@ -162,10 +151,11 @@ fn arm_self(creator: usize) {
     }
 }
 
-/// Hooks `pthread_create` in every loaded module but winch's own and the C
-/// library's, and opens the registry. Returns the slots patched.
-/// `context_addr` is `&R_GlobalContext`, `main_tid` R's main thread's
-/// kernel id.
+/// Hooks `pthread_create` in every loaded module (the hook set's rule:
+/// not winch's own, not the C library's) and opens the registry. Returns
+/// the slots patched. `context_addr` is `&R_GlobalContext`, `main_tid` R's
+/// main thread's kernel id. Modules loaded later are hooked when the
+/// collector (or anyone) tells the hook set (`hookset::modules_changed`).
 pub fn install(
     signal: libc::c_int,
     clock: Clock,
@@ -175,55 +165,22 @@ pub fn install(
 ) -> usize {
     CONTEXT_ADDR.store(context_addr, Ordering::Release);
     MAIN_TID.store(main_tid, Ordering::Release);
+    FAMILY.resolve();
     if REAL.load(Ordering::Acquire) == 0 {
-        let real = got::versioned_symbol("pthread_create", WANTED[0].version)
-            .or_else(|| got::versioned_symbol("pthread_create", WANTED[1].version))
-            .or_else(|| got::versioned_symbol("pthread_create", ""));
-        match real {
-            Some(a) => REAL.store(a, Ordering::Release),
-            None => return 0,
-        }
+        return 0;
     }
     // In a fork() child, a lock may be held by a thread of the parent that
     // does not exist here: then threads are found by listing only.
-    let (Ok(mut r), Ok(mut h)) = (REGISTRY.try_lock(), HOOKED.try_lock()) else { return 0 };
-    r.open = Some((signal, clock, interval_ns));
-    r.new.clear();
-    r.creators.clear();
-    *h = Some(Hooked::default());
-    drop((r, h));
-    INSTALLED.store(true, Ordering::Release);
-    ON.store(true, Ordering::Release);
-    rescan(&crate::modules::current())
-}
-
-/// Hooks the modules loaded since the last scan (the collector calls it
-/// when the loader's counters moved). Returns the slots patched in all.
-pub fn rescan(map: &ModuleMap) -> usize {
-    let mut guard = hooked();
-    let Some(h) = guard.as_mut() else { return 0 };
-    let real = REAL.load(Ordering::Acquire);
-    let targets = [
-        got::versioned_symbol("pthread_create", WANTED[0].version).unwrap_or(real),
-        got::versioned_symbol("pthread_create", WANTED[1].version).unwrap_or(real),
-    ];
-    let value = hooked_create as Create as usize;
-    let own = map.module_of(value);
-    let libc_module = map.module_of(real);
-    let maps = crate::got::Protections::read();
-    h.scanned.retain(|k| map.modules().iter().any(|m| m.path == k.0 && m.bias == k.1));
-    for (i, m) in map.modules().iter().enumerate() {
-        let key = (m.path.clone(), m.bias);
-        if h.scanned.contains(&key) {
-            continue;
-        }
-        h.scanned.push(key);
-        if Some(i) == own || Some(i) == libc_module || !m.has_file {
-            continue;
-        }
-        h.patched.extend(got::patch_module(m, &WANTED, &targets, &[value, value], &maps));
-    }
-    h.patched.len()
+    let Ok(mut r) = REGISTRY.try_lock() else { return 0 };
+    let open = move || {
+        r.open = Some((signal, clock, interval_ns));
+        r.new.clear();
+        r.creators.clear();
+        drop(r);
+        INSTALLED.store(true, Ordering::Release);
+        ON.store(true, Ordering::Release);
+    };
+    FAMILY.try_install(Options::default(), open).unwrap_or(0)
 }
 
 /// The R call (its context record) that started each thread R's main
@@ -244,10 +201,7 @@ pub fn uninstall() -> Vec<(i32, Timer)> {
     if !INSTALLED.swap(false, Ordering::AcqRel) {
         return Vec::new();
     }
-    if let Some(h) = hooked().take() {
-        let maps = crate::got::Protections::read();
-        got::restore(&h.patched, &crate::modules::current(), &maps);
-    }
+    FAMILY.uninstall();
     let mut r = registry();
     r.open = None;
     std::mem::take(&mut r.new)
@@ -258,6 +212,7 @@ pub fn uninstall() -> Vec<(i32, Timer)> {
 pub fn forget_in_child() {
     ON.store(false, Ordering::Release);
     INSTALLED.store(false, Ordering::Release);
+    FAMILY.forget_in_child();
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -267,7 +222,8 @@ mod tests {
     #[test]
     fn threads_started_through_the_hook_run_and_arm_a_timer() {
         // The hook function itself, called as a module's slot would.
-        REAL.store(got::versioned_symbol("pthread_create", "").unwrap(), Ordering::Release);
+        FAMILY.resolve();
+        assert_eq!(REAL.load(Ordering::Acquire), crate::got::versioned_symbol("pthread_create", "").unwrap());
         {
             let mut r = registry();
             // A signal nobody sends; a timer that never fires in the test.

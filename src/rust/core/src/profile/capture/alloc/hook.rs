@@ -1,14 +1,16 @@
 //! The allocation functions of every loaded module, seen while a memory
 //! profile runs: their GOT slots of `malloc`, `calloc`, `realloc`,
 //! `reallocarray`, `free`, `posix_memalign`, `aligned_alloc` and `memalign`
-//! point to the functions here (as `spawn` hooks `pthread_create`), which
+//! point to the functions here (a family of the GOT hook set,
+//! `got::hookset`, as `spawn`'s `pthread_create` is), which
 //! call the C library's own and count the bytes (see `poisson`): about one
 //! allocation per `mean` bytes is handed to the profile's sampler, and the
 //! blocks sampled are kept in a table until freed (see `live`).
 //!
 //! Only slots bound to the C library's functions are rewritten: a library
 //! with an allocator of its own keeps it. The C library's own calls, the
-//! dynamic loader's and winch's go straight to the C library. Nothing is
+//! dynamic loader's and winch's go straight to the C library (the hook
+//! set's rule for every family). Nothing is
 //! added to a block, so a block allocated while hooked may be freed after
 //! (and the other way round). The fast path of an allocation is a
 //! subtraction in the thread's state (R's main thread: a static found by
@@ -24,11 +26,10 @@
 
 use super::super::super::poisson::after_gap;
 use super::live::Live;
-use crate::got::{self, Patched, Wanted};
-use crate::modules::ModuleMap;
+use crate::got::hookset::{Family, Find, Hook, Options};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 type Malloc = unsafe extern "C" fn(usize) -> *mut libc::c_void;
 type Calloc = unsafe extern "C" fn(usize, usize) -> *mut libc::c_void;
@@ -38,20 +39,22 @@ type Free = unsafe extern "C" fn(*mut libc::c_void);
 type PosixMemalign = unsafe extern "C" fn(*mut *mut libc::c_void, usize, usize) -> libc::c_int;
 type AlignedAlloc = unsafe extern "C" fn(usize, usize) -> *mut libc::c_void;
 
-/// The functions hooked, as the C library versions them on x86_64.
-const WANTED: [Wanted<'static>; 8] = [
-    Wanted { name: "malloc", version: "GLIBC_2.2.5" },
-    Wanted { name: "calloc", version: "GLIBC_2.2.5" },
-    Wanted { name: "realloc", version: "GLIBC_2.2.5" },
-    Wanted { name: "reallocarray", version: "GLIBC_2.26" },
-    Wanted { name: "free", version: "GLIBC_2.2.5" },
-    Wanted { name: "posix_memalign", version: "GLIBC_2.2.5" },
-    Wanted { name: "aligned_alloc", version: "GLIBC_2.16" },
-    Wanted { name: "memalign", version: "GLIBC_2.2.5" },
-];
-
-/// The C library's functions, in `WANTED`'s order (0: not found).
+/// The C library's functions, in `HOOKS`' order (0: not found).
 static REAL: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+
+/// The functions hooked, as the C library versions them on x86_64 (the
+/// fast path of each reads its `REAL` cell by index).
+static HOOKS: [Hook; 8] = [
+    Hook::new("malloc", "GLIBC_2.2.5", hooked_malloc as *const (), &REAL[0]),
+    Hook::new("calloc", "GLIBC_2.2.5", hooked_calloc as *const (), &REAL[1]),
+    Hook::new("realloc", "GLIBC_2.2.5", hooked_realloc as *const (), &REAL[2]),
+    Hook::new("reallocarray", "GLIBC_2.26", hooked_reallocarray as *const (), &REAL[3]),
+    Hook::new("free", "GLIBC_2.2.5", hooked_free as *const (), &REAL[4]),
+    Hook::new("posix_memalign", "GLIBC_2.2.5", hooked_posix_memalign as *const (), &REAL[5]),
+    Hook::new("aligned_alloc", "GLIBC_2.16", hooked_aligned_alloc as *const (), &REAL[6]),
+    Hook::new("memalign", "GLIBC_2.2.5", hooked_memalign as *const (), &REAL[7]),
+];
+static FAMILY: Family = Family::new("allocations", &HOOKS, Find::Global);
 /// Whether allocations are counted (a memory profile runs).
 static ON: AtomicBool = AtomicBool::new(false);
 /// The mean gap between sampled bytes, and the number of the memory
@@ -145,10 +148,6 @@ fn state<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {
     }
     STATE.try_with(f).ok()
 }
-
-/// The slots patched, and the modules scanned (path, bias).
-type Hooked = (Vec<Patched>, Vec<(String, usize)>);
-static PATCHED: Mutex<Option<Hooked>> = Mutex::new(None);
 
 fn real(i: usize) -> usize {
     REAL[i].load(Ordering::Acquire)
@@ -319,7 +318,8 @@ fn forget(block: *mut libc::c_void) -> Option<u64> {
 
 unsafe extern "C" fn hooked_malloc(size: usize) -> *mut libc::c_void {
     // SAFETY: REAL[0] holds the C library's malloc before any slot points
-    // here (set in `install`, never cleared).
+    // here (filled by the hook set before it rewrites a slot, never
+    // cleared).
     let f = unsafe { std::mem::transmute::<usize, Malloc>(real(0)) };
     // SAFETY: as above.
     allocate(size, move || unsafe { f(size) })
@@ -431,36 +431,21 @@ unsafe extern "C" fn hooked_memalign(align: usize, size: usize) -> *mut libc::c_
     allocate(size, move || unsafe { f(align, size) })
 }
 
-/// The hooks, in `WANTED`'s order.
-fn hooks() -> [usize; 8] {
-    [
-        hooked_malloc as Malloc as usize,
-        hooked_calloc as Calloc as usize,
-        hooked_realloc as Realloc as usize,
-        hooked_reallocarray as ReallocArray as usize,
-        hooked_free as Free as usize,
-        hooked_posix_memalign as PosixMemalign as usize,
-        hooked_aligned_alloc as AlignedAlloc as usize,
-        hooked_memalign as AlignedAlloc as usize,
-    ]
-}
-
-/// Finds the C library's functions; false if one of the essential ones
-/// (`malloc`, `calloc`, `realloc`, `free`) is missing.
+/// Finds the C library's functions (the version wanted, else the default
+/// one); false if one of the essential ones (`malloc`, `calloc`,
+/// `realloc`, `free`) is missing. (Functions the C library lacks are left
+/// alone: no slot is bound to them.)
 fn find_real() -> bool {
-    for (i, w) in WANTED.iter().enumerate() {
-        if real(i) == 0 {
-            let a = got::versioned_symbol(w.name, w.version).or_else(|| got::versioned_symbol(w.name, ""));
-            REAL[i].store(a.unwrap_or(0), Ordering::Release);
-        }
-    }
+    FAMILY.resolve();
     [0, 1, 2, 4].iter().all(|&i| real(i) != 0)
 }
 
 /// Starts counting allocations, one sample per `mean` bytes on average,
-/// each handed to `on_sample`, and hooks every loaded module but winch's
-/// own, the C library and the dynamic loader. Returns the slots patched
-/// (0 where the C library's functions are not found: nothing is counted).
+/// each handed to `on_sample`, and hooks every loaded module (the hook
+/// set's rule: not winch's own, the C library or the dynamic loader).
+/// Returns the slots patched (0 where the C library's functions are not
+/// found: nothing is counted). Modules loaded later are hooked when the
+/// collector (or anyone) tells the hook set (`hookset::modules_changed`).
 pub fn install(mean: u64, on_sample: OnSample) -> usize {
     if !find_real() {
         return 0;
@@ -479,43 +464,9 @@ pub fn install(mean: u64, on_sample: OnSample) -> usize {
     ALLOCATIONS.store(0, Ordering::Release);
     SAMPLED.store(0, Ordering::Release);
     table.lost.store(0, Ordering::Release);
-    let Ok(mut p) = PATCHED.try_lock() else { return 0 };
-    *p = Some((Vec::new(), Vec::new()));
-    drop(p);
-    ON.store(true, Ordering::Release);
-    rescan(&crate::modules::current())
-}
-
-/// Hooks the modules loaded since the last scan. Returns the slots
-/// patched in all.
-pub fn rescan(map: &ModuleMap) -> usize {
-    let mut guard = PATCHED.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((patched, scanned)) = guard.as_mut() else { return 0 };
-    let targets: Vec<usize> = (0..WANTED.len()).map(real).collect();
-    let values = hooks();
-    let own = map.module_of(values[0]);
-    let libc_module = map.module_of(real(0));
-    let maps = crate::got::Protections::read();
-    scanned.retain(|k| map.modules().iter().any(|m| m.path == k.0 && m.bias == k.1));
-    for (i, m) in map.modules().iter().enumerate() {
-        let key = (m.path.clone(), m.bias);
-        if scanned.contains(&key) {
-            continue;
-        }
-        scanned.push(key);
-        let loader = m.basename().starts_with("ld-linux");
-        if Some(i) == own || Some(i) == libc_module || loader || !m.has_file {
-            continue;
-        }
-        // (Functions the C library lacks are left alone: their slots are
-        // not bound to a real function of ours.)
-        let wanted: Vec<usize> = (0..WANTED.len()).filter(|&k| targets[k] != 0).collect();
-        let w: Vec<Wanted> = wanted.iter().map(|&k| WANTED[k]).collect();
-        let t: Vec<usize> = wanted.iter().map(|&k| targets[k]).collect();
-        let v: Vec<usize> = wanted.iter().map(|&k| values[k]).collect();
-        patched.extend(got::patch_module(m, &w, &t, &v, &maps));
-    }
-    patched.len()
+    // (In a fork() child the lock may be held by a thread of the parent:
+    // then nothing is hooked.)
+    FAMILY.try_install(Options::default(), || ON.store(true, Ordering::Release)).unwrap_or(0)
 }
 
 /// Stops counting and gives every slot back its value. Returns the slots
@@ -523,16 +474,14 @@ pub fn rescan(map: &ModuleMap) -> usize {
 /// [`live`]).
 pub fn uninstall() -> usize {
     ON.store(false, Ordering::Release);
-    let taken = PATCHED.lock().unwrap_or_else(|e| e.into_inner()).take();
-    let Some((patched, _)) = taken else { return 0 };
-    let maps = crate::got::Protections::read();
-    got::restore(&patched, &crate::modules::current(), &maps)
+    FAMILY.uninstall()
 }
 
 /// In a `fork()` child: nothing is counted (its slots still point to the
 /// hooks, which then only call the C library's functions).
 pub fn forget_in_child() {
     ON.store(false, Ordering::Release);
+    FAMILY.forget_in_child();
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -589,10 +538,10 @@ mod tests {
     #[test]
     fn the_c_librarys_functions_are_found_and_hooks_differ_from_them() {
         assert!(find_real());
-        let h = hooks();
-        for (i, w) in WANTED.iter().enumerate() {
-            assert_ne!(real(i), h[i], "{}", w.name);
+        for (i, h) in HOOKS.iter().enumerate() {
+            assert!(std::ptr::eq(h.real, &REAL[i]), "{}: its own cell", h.name);
+            assert_ne!(real(i), h.replacement as usize, "{}", h.name);
         }
-        assert_eq!(real(0), got::versioned_symbol("malloc", "").unwrap());
+        assert_eq!(real(0), crate::got::versioned_symbol("malloc", "").unwrap());
     }
 }
