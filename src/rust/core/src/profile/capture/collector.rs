@@ -6,7 +6,7 @@
 //! session stops.
 
 use super::clock;
-use super::session::{Session, Trigger};
+use super::shared::{Session, Trigger};
 use super::threads::Threads;
 use crate::profile::collect::Thread;
 use crate::profile::record;

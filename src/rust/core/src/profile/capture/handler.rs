@@ -14,7 +14,7 @@ use super::super::record::{self, Entry, Flags, PREFIX};
 use super::active::Active;
 use super::clock::{gettid, now_ns, MIN_INTERVAL_NS};
 use super::sample::{sample, Tick};
-use super::session::Session;
+use super::shared::Session;
 use super::worker::{sample_worker, Extra, ThreadId};
 use crate::memory::Memory;
 use crate::unwind::walk::Snapshot;

@@ -21,6 +21,7 @@ pub mod handler;
 pub mod ring;
 pub mod sample;
 pub mod session;
+pub mod shared;
 pub mod signal;
 pub mod slots;
 pub mod snapshots;
