@@ -479,13 +479,11 @@ pub fn rs_set_registered_dlls(infos: Arg) -> Result<RValue> {
     for info in infos.elements()? {
         ptrs.push(info.external_addr()?);
     }
-    let map = winch_core::modules::current();
-    let mem = winch_core::memory::Paged::new(winch_core::memory::Own);
     let mut all = Vec::new();
     let mut counts = Vec::with_capacity(ptrs.len());
-    for p in ptrs {
-        match (p != 0).then(|| winch_core::outside::registration::dll_routines(&mem, &map, p)).flatten() {
-            Some((_, routines)) => {
+    for routines in winch_core::outside::registration::routines_of_this_process(&ptrs) {
+        match routines {
+            Some(routines) => {
                 counts.push(Some(routines.len() as i32));
                 all.extend(routines);
             }

@@ -187,6 +187,28 @@ pub fn validate_chain(facts: &Facts, frames: &[usize], calls: &[usize]) -> Resul
     contexts(facts, std::hint::black_box(&local) as *const u8 as usize, frames, calls).map(|_| ())
 }
 
+/// Checks the layout of R objects before the profiler reads them: the label
+/// read here of each call in `probes` (live calls) must be the one in
+/// `expected` (as `Rprof()` writes it, computed by R for the same call).
+pub fn validate_labels(facts: &Facts, probes: &[usize], expected: &[Option<String>]) -> Result<()> {
+    for (call, want) in probes.iter().zip(expected) {
+        let mut buf = heap::Buf::default();
+        let head = match heap::call_head(&Objects, *call) {
+            Some(Head::Symbol(s)) | Some(Head::Other(s)) => s,
+            None => return Err(Error::Inconsistent("a probe call could not be read".into())),
+        };
+        heap::label(&Objects, &facts.symbols, head, &mut buf);
+        if Some(String::from_utf8_lossy(buf.as_bytes()).as_ref()) != want.as_deref() {
+            return Err(Error::Inconsistent(format!(
+                "R objects are laid out differently than winch expects (label {:?}, expected {:?})",
+                String::from_utf8_lossy(buf.as_bytes()),
+                want
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The best unwinding backend here, for the learning probes.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn best_backend() -> Result<Backend> {

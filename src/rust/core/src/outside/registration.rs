@@ -154,6 +154,16 @@ pub fn dll_routines(
     Some((path, out))
 }
 
+/// The registered routines (address, name) of this process's libraries,
+/// one per `DllInfo` record address in `infos` (the addresses R hands out),
+/// read as [`dll_routines`] reads them; None for a null address or a record
+/// that does not check out.
+pub fn routines_of_this_process(infos: &[usize]) -> Vec<Option<Vec<(usize, String)>>> {
+    let map = crate::modules::current();
+    let mem = crate::memory::Paged::new(crate::memory::Own);
+    infos.iter().map(|&p| (p != 0).then(|| dll_routines(&mem, &map, p)).flatten().map(|(_, r)| r)).collect()
+}
+
 /// The strings at `addrs`, as [`c_string`] reads them, with the first
 /// chunk of every one read in one go (R copies routine names to the heap:
 /// read one at a time, each was a system call, 2 ms for R's 700).

@@ -87,6 +87,36 @@ impl Facts {
         Live::new(here, always, Vec::new())
     }
 
+    /// R's node stack in this process, given its end (R's
+    /// `R_BCNodeStackEnd`; 0: none): the mapping that holds its last
+    /// element, up to that end. R allocates the node stack once at start-up
+    /// and never frees it, so this stays readable.
+    pub fn node_stack_ending_at(end: usize) -> Option<(usize, usize)> {
+        if end == 0 {
+            return None;
+        }
+        let (start, map_end) = crate::memory::mapping_containing(end - 1)?;
+        (end <= map_end).then_some((start, end))
+    }
+
+    /// The writable data segments (read and write) of the module of this
+    /// process that holds `addr` (R's library), packed as [`Facts::data`]
+    /// holds them; none if no module holds it.
+    pub fn writable_data_of(addr: usize) -> [(usize, usize); 4] {
+        let map = crate::modules::current();
+        let ranges: Vec<(usize, usize)> = match map.module_of(addr) {
+            Some(m) => map
+                .module(m)
+                .segments
+                .iter()
+                .filter(|s| s.read && s.write)
+                .map(|s| (s.start, s.end))
+                .collect(),
+            None => Vec::new(),
+        };
+        Facts::pack_data(ranges)
+    }
+
     /// The layout of writable data segments, packed into the fixed slots.
     pub fn pack_data(ranges: impl IntoIterator<Item = (usize, usize)>) -> [(usize, usize); 4] {
         let mut data = [(0, 0); 4];

@@ -135,6 +135,11 @@ pub fn ops() -> Option<&'static OpTable> {
     OPS.get()
 }
 
+/// Whether R's instructions were learnt.
+pub fn ops_known() -> bool {
+    ops().is_some()
+}
+
 /// Whether loops can be named by kind (everything learnt).
 pub fn loops_known() -> bool {
     loops().is_some() && bc_frames().is_some() && ops().is_some()

@@ -28,10 +28,10 @@
 
 use super::super::collect::{AllocFigures, Collected, Finished, Thread};
 use super::super::compose::{RFacts, Scratch};
-pub use super::shared::{Session, Trigger};
 use super::clock::{self, Clock, MIN_INTERVAL_NS};
 use super::handler::{on_allocation, on_signal, ACTIVE};
 use super::ring::Ring;
+pub use super::shared::{Session, Trigger};
 use super::slots::Slots;
 use super::snapshots::{self, Snapshots};
 use super::{collector, fork, signal};

@@ -111,4 +111,3 @@ impl Session {
         self.snapshots.current()
     }
 }
-

@@ -2,9 +2,11 @@
 //! assembly ([`RFacts::assemble`]) from the pieces that differ between the
 //! profiler in this process and the recorder of another one: where R's
 //! records may be read, what was learnt about R by watching it, where its
-//! garbage collector starts, and the profile's options.
+//! garbage collector starts, and the profile's options; and that of this
+//! process's R ([`RFacts::of_this_process`]).
 
 use super::Region;
+use crate::error::{Error, Result};
 use crate::memory::Ranges;
 use crate::r::bcode::{BcSymbols, OpTable};
 use crate::r::learn::{LoopStarts, Moved};
@@ -116,6 +118,17 @@ impl RFacts {
             gc_start,
             region: options.region,
         }
+    }
+
+    /// The facts this process's R is sampled with, called on R's main
+    /// thread: its records read in place on the calling thread's stack,
+    /// with what was learnt about it, the profile's `options`, and the
+    /// start of R's garbage collector if `gc` (for `<GC>` frames).
+    pub fn of_this_process(base: Facts, options: Options, gc: bool) -> Result<RFacts> {
+        let stack = crate::stack::thread_stack_bounds()
+            .ok_or_else(|| Error::Unavailable("the bounds of R's stack are unknown".into()))?;
+        let gc_start = if gc { crate::r::gc::own_gc_start(&base).unwrap_or(0) } else { 0 };
+        Ok(RFacts::assemble(base, base.ranges(stack), crate::r::learn::moved(0), gc_start, options))
     }
 }
 
