@@ -565,7 +565,7 @@ pub fn rs_debuginfod_info() -> Result<RValue> {
     use winch_core::debuginfod::Outcome;
     let (fetches, mut tried) = symbolizer::with_global(|s| match s.debuginfod() {
         Some(d) => {
-            (d.fetches, d.tried().map(|(id, o)| (winch_core::debugfile::hex(id), o.clone())).collect())
+            (d.fetches, d.tried().map(|(id, o)| (winch_core::debuginfod::hex(id), o.clone())).collect())
         }
         None => (0, Vec::new()),
     })

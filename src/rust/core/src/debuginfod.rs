@@ -10,6 +10,8 @@
 //! to keep is decided here, behind [`Fetcher`], so it is tested without a
 //! network.
 
+/// A build-id as the hex digits debug files are named by.
+pub use crate::debugfile::hex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

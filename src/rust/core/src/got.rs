@@ -20,7 +20,7 @@ pub use elf::{find_slots, Kind, RelocTypes, Slot, Wanted};
 
 /// The protection of the page holding `addr` (`PROT_*` bits), from the
 /// text of `/proc/self/maps`.
-#[cfg(unix)]
+#[cfg(all(unix, test))]
 pub fn page_protection(maps: &str, addr: usize) -> Option<i32> {
     Protections::parse(maps).of(addr)
 }
@@ -58,7 +58,7 @@ impl Protections {
 /// # Safety
 /// `addr` must be a mapped, 8-byte aligned GOT slot of a loaded module, and
 /// `value` an address callers of that slot may jump to.
-#[cfg(unix)]
+#[cfg(all(unix, test))]
 pub unsafe fn write_slot(addr: usize, value: usize, prot: i32) -> crate::error::Result<()> {
     // SAFETY: the caller's contract, for one slot.
     match unsafe { write_slots(&[(addr, value, prot)]) }.pop() {

@@ -136,6 +136,7 @@ pub struct RFrameAt {
 impl RFrameAt {
     /// A record made by a C function, on the C stack (or one whose runner is
     /// unknown).
+    #[cfg(test)]
     pub fn on_stack(ctx: usize) -> RFrameAt {
         RFrameAt { ctx, runner: None }
     }

@@ -8,7 +8,7 @@
 //! chain is read as seen from the capturing frame ([`Facts::live_memory`]).
 
 use crate::error::{Error, Result};
-use crate::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
+use crate::interleave::{self, NFrame, NativeStack, RFrameAt};
 use crate::memory::Objects;
 use crate::r::context::{self as rcontext, RContext};
 use crate::r::heap::{self, Head};
@@ -18,6 +18,9 @@ use crate::r::{layout as rlayout, Facts};
 use crate::trace::{self, NativeTrace};
 use crate::unwind::Backend;
 use crate::view::{self, Class, Known};
+
+/// Where the native frames sit among R's frames (see [`Joint::placement`]).
+pub use crate::interleave::Placement;
 
 /// A native stack with its frames classified, and the live part of the C
 /// stack as seen from the capturing frame.

@@ -31,33 +31,36 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod crash;
-pub mod debugfile;
+mod debugfile;
 pub mod debuginfo;
 pub mod debuginfod;
-pub mod dwarf;
-pub mod elfread;
+mod dwarf;
+mod elfread;
 pub mod error;
-pub mod fasthash;
-pub mod got;
-pub mod interleave;
+mod fasthash;
+mod got;
+mod interleave;
 pub mod joint;
-pub mod loadhook;
-pub mod memory;
+mod loadhook;
+mod memory;
 pub mod modules;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub mod outside;
-pub mod plt;
-pub mod procfs;
+mod plt;
+mod procfs;
 pub mod profile;
-pub mod published;
+mod published;
 pub mod r;
-pub mod reentry;
-pub mod scopes;
+mod reentry;
+mod scopes;
 pub mod splice;
-pub mod stack;
+mod stack;
 pub mod symbolizer;
-pub mod symbols;
+mod symbols;
 pub mod throws;
 pub mod trace;
 pub mod unwind;
 pub mod view;
+
+pub use fasthash::FastMap;
+pub use loadhook::pin_self;

@@ -20,12 +20,12 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
+#[cfg(test)]
 mod image;
 mod paged;
 mod sources;
 #[cfg(test)]
-pub use image::Counted;
-pub use image::Image;
+pub use image::{Counted, Image};
 pub use paged::Paged;
 pub use sources::{stack_word, Live, Objects, Own, Process, Ranges};
 

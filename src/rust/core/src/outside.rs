@@ -22,3 +22,9 @@ pub mod recorder;
 pub mod registration;
 mod running;
 pub mod target;
+
+/// What process `pid` has used so far (CPU times, memory, faults,
+/// switches), from `/proc`.
+pub fn usage(pid: i32) -> crate::procfs::Usage {
+    crate::procfs::usage(crate::procfs::Proc::Pid(pid))
+}

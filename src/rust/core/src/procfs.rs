@@ -123,7 +123,7 @@ impl<'a> MapsLine<'a> {
     }
 
     /// This line, owning its path.
-    pub fn to_mapping(&self) -> Mapping {
+    pub fn to_mapping(self) -> Mapping {
         Mapping {
             start: self.start,
             end: self.end,

@@ -7,7 +7,7 @@
 //! garbage collector. Then come three words whose meaning depends on the
 //! type (a node's `CAR`, `CDR` and `TAG`; a closure's formals, body and
 //! environment; ...), or, for vectors, the length, the true length and the
-//! data. This has been so since R 3.5; the glue checks it against R's API
+//! data. This has been so since R 3.5; it is checked against R's API
 //! before sampling (labels read here must match those R computes).
 //!
 //! Every read goes through a [`Memory`] and may fail (None): in a signal
