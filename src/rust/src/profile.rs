@@ -14,10 +14,10 @@ use winch_core::error::{Error, Result};
 use winch_core::joint;
 use winch_core::profile::build::{self, Stats};
 use winch_core::profile::capture::{self as session, Clock, Running, Trigger};
-use winch_core::profile::compose::{LineFacts, LoopSymbols, Options, RFacts, Region};
 use winch_core::profile::model::{
     Bytes, Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo,
 };
+use winch_core::profile::{LineFacts, LoopSymbols, Options, RFacts, Region};
 use winch_core::r::learn::{self, LoopKind};
 
 /// The running session, with what `stop` needs to know.

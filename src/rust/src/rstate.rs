@@ -6,9 +6,7 @@ use crate::rapi;
 use std::sync::OnceLock;
 use winch_core::error::{Error, Result};
 use winch_core::modules::ModuleMap;
-use winch_core::r::heap::Symbols;
-use winch_core::r::layout::{Layout, RVersion};
-use winch_core::r::Facts;
+use winch_core::r::{Facts, Layout, RVersion, Symbols};
 use winch_core::view::Known;
 
 static MAIN_THREAD: OnceLock<std::thread::ThreadId> = OnceLock::new();

@@ -14,14 +14,14 @@
 //! faults, and the report's layout ([`report`]). Which native frame each R
 //! context belongs to is placement's ([`crate::interleave::owners`]).
 
-pub mod report;
+pub(crate) mod report;
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod handler;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod signals;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub use handler::{disable, enable, handlers, rearm, refresh, status};
+pub use handler::{disable, enable, handlers, rearm, status};
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 mod unsupported {
@@ -34,7 +34,6 @@ mod unsupported {
     pub fn disable() -> Result<Status> {
         Ok(Status::default())
     }
-    pub fn refresh() {}
     pub fn rearm() {}
     pub fn status() -> Status {
         Status::default()
@@ -44,7 +43,7 @@ mod unsupported {
     }
 }
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-pub use unsupported::{disable, enable, handlers, rearm, refresh, status};
+pub use unsupported::{disable, enable, handlers, rearm, status};
 
 #[cfg(unix)]
 use libc::SIGBUS;
@@ -53,7 +52,7 @@ use libc::SIGBUS;
 const SIGBUS: i32 = -1;
 
 /// The signals reported, in this order everywhere.
-pub const SIGNALS: [i32; 5] = [libc::SIGSEGV, SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT];
+pub(crate) const SIGNALS: [i32; 5] = [libc::SIGSEGV, SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT];
 
 /// What enabling needs to know (from R, on its main thread).
 #[derive(Clone, Copy, Debug, Default)]
@@ -127,7 +126,7 @@ pub struct CStack {
 /// stack overflow (and recovers from by jumping to top level): an address
 /// beyond the stack's start, within its limit plus 16 MB. The report stays
 /// silent then, so that R's recovery goes on as without winch.
-pub fn is_c_stack_overflow(addr: usize, stack: CStack) -> bool {
+pub(crate) fn is_c_stack_overflow(addr: usize, stack: CStack) -> bool {
     if stack.start == usize::MAX {
         return false;
     }

@@ -109,7 +109,7 @@ pub fn capture(
 }
 
 /// The modules that decide what views show: winch's own and R's.
-pub fn known(facts: &Facts) -> impl Fn(&crate::modules::ModuleMap) -> Known + '_ {
+pub(crate) fn known(facts: &Facts) -> impl Fn(&crate::modules::ModuleMap) -> Known + '_ {
     |map| Known::at(map, facts.own_addr, facts.interpreter_addr)
 }
 
@@ -126,7 +126,7 @@ fn read_chain(facts: &Facts, stack_lo: usize) -> Result<Vec<RContext>> {
 /// record (address, environment) of `contexts` with a non-zero address
 /// (false when the chain cannot be read).
 #[inline(never)]
-pub fn chain_holds(facts: &Facts, contexts: &[(usize, usize)]) -> bool {
+pub(crate) fn chain_holds(facts: &Facts, contexts: &[(usize, usize)]) -> bool {
     let local = 0u8;
     match read_chain(facts, std::hint::black_box(&local) as *const u8 as usize) {
         Ok(chain) => contexts

@@ -14,14 +14,14 @@
 //!   which threads each tick samples);
 //! * [`registration`]: R's table of registered native routines there.
 
-pub mod core_file;
-pub mod deparse;
+pub(crate) mod core_file;
+pub(crate) mod deparse;
 pub mod dump;
-pub mod ptrace;
+pub(crate) mod ptrace;
 pub mod recorder;
 pub mod registration;
 mod running;
-pub mod target;
+pub(crate) mod target;
 
 /// What process `pid` has used so far (CPU times, memory, faults,
 /// switches), from `/proc`.

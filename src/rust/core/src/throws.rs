@@ -32,16 +32,16 @@ use crate::memory::Memory;
 use crate::r::ChainAt;
 
 /// Records kept.
-pub const RING: usize = 16;
+pub(crate) const RING: usize = 16;
 /// Frames a record holds at most.
-pub const MAX_FRAMES: usize = 256;
+pub(crate) const MAX_FRAMES: usize = 256;
 
 /// `exception_class` of libstdc++'s exceptions ("GNUCC++\0"), of its
 /// dependent exceptions (`std::rethrow_exception`, "GNUCC++\x01"), and of
 /// Rust panics (`panic_unwind`: "MOZ\0RUST" in native byte order).
-pub const CLASS_GNU_CXX: u64 = 0x474e_5543_432b_2b00;
-pub const CLASS_GNU_CXX_DEPENDENT: u64 = 0x474e_5543_432b_2b01;
-pub const CLASS_RUST: u64 = u64::from_ne_bytes(*b"MOZ\0RUST");
+pub(crate) const CLASS_GNU_CXX: u64 = 0x474e_5543_432b_2b00;
+pub(crate) const CLASS_GNU_CXX_DEPENDENT: u64 = 0x474e_5543_432b_2b01;
+pub(crate) const CLASS_RUST: u64 = u64::from_ne_bytes(*b"MOZ\0RUST");
 
 /// Itanium C++ ABI as libstdc++ lays it out on 64-bit targets: the
 /// `_Unwind_Exception` is the last member of `__cxa_exception` (112 bytes),
@@ -87,7 +87,7 @@ pub struct Identity {
 
 /// Identifies the exception whose `_Unwind_Exception` is at `exc`, reading
 /// words with `word`.
-pub fn identify(exc: usize, word: impl Fn(usize) -> Option<usize>) -> Identity {
+pub(crate) fn identify(exc: usize, word: impl Fn(usize) -> Option<usize>) -> Identity {
     let unknown = Identity { kind: ThrowKind::Foreign, key: exc, type_info: 0, dependent: false };
     let Some(class) = word(exc) else { return unknown };
     match class as u64 {
@@ -160,13 +160,13 @@ impl Default for Throw {
 }
 
 impl Throw {
-    pub fn frames(&self) -> &[(usize, usize)] {
+    pub(crate) fn frames(&self) -> &[(usize, usize)] {
         &self.frames[..self.n.min(MAX_FRAMES)]
     }
 }
 
 /// The throws recorded on R's main thread, in a ring.
-pub struct Ring {
+pub(crate) struct Ring {
     throws: Box<[Throw]>,
     next: usize,
     seq: u64,
@@ -202,7 +202,7 @@ impl Ring {
     }
 
     /// Copies of the throws recorded, newest first.
-    pub fn newest_first(&self) -> Vec<Throw> {
+    pub(crate) fn newest_first(&self) -> Vec<Throw> {
         let mut v: Vec<Throw> = self.throws.iter().filter(|r| r.seq != 0).copied().collect();
         v.sort_by_key(|r| std::cmp::Reverse(r.seq));
         v
@@ -212,7 +212,7 @@ impl Ring {
 /// Enters a throw into `ring`: a rethrow (or a dependent exception) of an
 /// exception already recorded keeps that record; anything else gets a new
 /// record, which `fill` writes. Returns whether a new record was made.
-pub fn enter(ring: &mut Ring, id: Identity, rethrow: bool, fill: impl FnOnce(&mut Throw)) -> bool {
+pub(crate) fn enter(ring: &mut Ring, id: Identity, rethrow: bool, fill: impl FnOnce(&mut Throw)) -> bool {
     if rethrow || id.dependent {
         if let Some(r) = ring.find(id.key) {
             r.rethrows = r.rethrows.saturating_add(1);
@@ -238,7 +238,7 @@ const ACTIVATION_DEPTH: usize = 64;
 /// is new for every call, so a record whose closure context is no longer
 /// in R's chain with the same environment belongs to an activation that
 /// has ended.
-pub fn r_activation(mem: &impl Memory, chain: &ChainAt) -> [(usize, usize); 2] {
+pub(crate) fn r_activation(mem: &impl Memory, chain: &ChainAt) -> [(usize, usize); 2] {
     let mut out = [(0, 0); 2];
     for (k, c) in chain.read(mem, ACTIVATION_DEPTH).map_while(|c| c.ok()).enumerate() {
         if k == 0 {
@@ -254,7 +254,7 @@ pub fn r_activation(mem: &impl Memory, chain: &ChainAt) -> [(usize, usize); 2] {
 
 /// What a frame is, for the walk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FrameClass {
+pub(crate) enum FrameClass {
     /// winch's trampoline: it and every frame inside it (the recording
     /// itself) are not recorded.
     Marker,
@@ -337,7 +337,7 @@ pub(crate) fn walk<T: crate::unwind::rules::Source>(
 
 /// Where a recorded throw was caught, in a stack captured later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Catch {
+pub(crate) struct Catch {
     /// The catching frame's index in the record (innermost first).
     pub in_record: usize,
     /// Its index in the current stack (innermost first).
@@ -358,7 +358,7 @@ pub struct Catch {
 /// instead the frame at that stack address runs another function, or is
 /// not at that stack address, the catching activation has returned: no
 /// match.
-pub fn find_catch(
+pub(crate) fn find_catch(
     record: &[(usize, usize)],
     current: &[(usize, usize)],
     same_function: impl Fn(usize, usize) -> bool,
@@ -395,18 +395,20 @@ pub fn next_epoch() {
 }
 
 /// The current epoch.
-pub fn epoch() -> u64 {
+pub(crate) fn epoch() -> u64 {
     EPOCH.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 mod names;
 pub mod shown;
-pub use names::{base_function_name, demangle_type, is_r_unwind_carrier, is_throw_machinery};
+pub(crate) use names::{base_function_name, demangle_type, is_r_unwind_carrier, is_throw_machinery};
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod hook;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub use hook::{installed, map_of, recorded, rescan, rescan_if_changed, status, uninstall};
+pub use hook::{installed, rescan_if_changed, status, uninstall};
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) use hook::{map_of, recorded};
 
 /// Turns capture on (see `hook`), and has the loader hook refresh its walk
 /// table when R loads libraries (the GOT hook set hooks them).
@@ -478,7 +480,6 @@ mod unsupported {
     pub fn installed() -> bool {
         false
     }
-    pub fn rescan() {}
     pub fn rescan_if_changed() {}
     pub fn status() -> Status {
         Status::default()
@@ -491,7 +492,9 @@ mod unsupported {
     }
 }
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-pub use unsupported::{install, installed, map_of, recorded, rescan, rescan_if_changed, status, uninstall};
+pub use unsupported::{install, installed, rescan_if_changed, status, uninstall};
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+pub(crate) use unsupported::{map_of, recorded};
 
 #[cfg(test)]
 mod tests {

@@ -22,7 +22,7 @@ pub struct Class {
 impl Class {
     /// Code that R's evaluation called: what joint views place among R
     /// frames.
-    pub fn is_code(&self) -> bool {
+    pub(crate) fn is_code(&self) -> bool {
         !self.capture && !self.interpreter && !self.host
     }
 }
@@ -46,7 +46,7 @@ impl Known {
 }
 
 /// R's executable, as R installs it (`bin/exec/R`, or `Rterm` on Windows).
-pub fn is_r_executable(m: &Module) -> bool {
+pub(crate) fn is_r_executable(m: &Module) -> bool {
     m.is_main && (m.path.ends_with("/bin/exec/R") || m.path.ends_with("/bin/exec/Rterm"))
 }
 
@@ -134,7 +134,7 @@ pub fn write_unnamed_label(start: Option<usize>, offset: usize, mut out: impl Fn
 }
 
 /// [`write_unnamed_label`] as a string.
-pub fn unnamed_label(start: Option<usize>, offset: usize) -> String {
+pub(crate) fn unnamed_label(start: Option<usize>, offset: usize) -> String {
     let mut s = String::new();
     write_unnamed_label(start, offset, |b| s.push_str(std::str::from_utf8(b).unwrap_or("")));
     s

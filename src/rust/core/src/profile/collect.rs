@@ -299,7 +299,9 @@ pub struct Finished {
     pub collected: Collected,
     pub labels: super::labels::Labels,
     /// Every snapshot used, by number (the samples name theirs), the last
-    /// one last: for placing addresses in modules and function starts.
+    /// one last: for placing addresses in modules and function starts
+    /// (boxed: each stays where it was published until it is recycled).
+    #[allow(clippy::vec_box)]
     pub snapshots: Vec<Box<Snapshot>>,
     pub handler_runs: u64,
     pub dropped: u64,

@@ -15,12 +15,15 @@ pub mod build;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub mod capture;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub mod collect;
+pub(crate) mod collect;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub mod compose;
-pub mod labels;
+pub(crate) mod compose;
+pub(crate) mod labels;
 pub mod model;
-pub mod poisson;
+pub(crate) mod poisson;
 pub mod pprof;
-pub mod record;
+pub(crate) mod record;
 pub mod rprof;
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub use compose::{LineFacts, LoopSymbols, Options, RFacts, Region};

@@ -38,9 +38,6 @@ extern "C" {
     fn winch_rcontext_layout(variant: std::ffi::c_int, out: *mut usize) -> std::ffi::c_int;
 }
 
-/// The newest R version whose `RCNTXT` winch knows.
-pub const NEWEST_KNOWN: RVersion = (4, 6);
-
 impl Layout {
     /// The layout of `RCNTXT` in R `version` for this platform's C ABI, or
     /// None where it is not known (R before 4.0, or no shim here). Versions

@@ -11,17 +11,19 @@
 //! Nothing here calls R: what needs R's API (the addresses of its variables)
 //! is filled in once by the glue when winch loads.
 
-pub mod bcode;
-pub mod context;
-pub mod facts;
+pub(crate) mod bcode;
+pub(crate) mod context;
+pub(crate) mod facts;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub mod gc;
-pub mod heap;
-pub mod layout;
+pub(crate) mod gc;
+pub(crate) mod heap;
+pub(crate) mod layout;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub mod learn;
-pub mod sexp;
+pub(crate) mod sexp;
 
-pub use context::{Chain, RContext};
-pub use facts::{ChainAt, Facts};
+pub(crate) use context::Chain;
+pub(crate) use facts::ChainAt;
+pub use facts::Facts;
+pub use heap::Symbols;
 pub use layout::{Layout, RVersion};

@@ -11,23 +11,23 @@
 //! process unsampled. Nothing here names a frame: that is the reporting
 //! side's work, after the session.
 
-pub mod active;
-pub mod alloc;
-pub mod clock;
-pub mod collector;
-pub mod cost;
-pub mod fork;
-pub mod handler;
-pub mod ring;
-pub mod sample;
-pub mod session;
-pub mod shared;
-pub mod signal;
-pub mod slots;
-pub mod snapshots;
-pub mod spawn;
-pub mod threads;
-pub mod worker;
+pub(crate) mod active;
+pub(crate) mod alloc;
+pub(crate) mod clock;
+pub(crate) mod collector;
+pub(crate) mod cost;
+pub(crate) mod fork;
+pub(crate) mod handler;
+pub(crate) mod ring;
+pub(crate) mod sample;
+pub(crate) mod session;
+pub(crate) mod shared;
+pub(crate) mod signal;
+pub(crate) mod slots;
+pub(crate) mod snapshots;
+pub(crate) mod spawn;
+pub(crate) mod threads;
+pub(crate) mod worker;
 
 pub use clock::Clock;
 pub use cost::sample_cost;

@@ -93,7 +93,13 @@ impl RFacts {
     /// the start of R's garbage collector (0: not shown) and the profile's
     /// `options`. Byte code's positions are read where both the options ask
     /// for them and the interpreter loop's frames were learnt.
-    pub fn assemble(base: Facts, ranges: Ranges, learnt: Moved, gc_start: usize, options: Options) -> RFacts {
+    pub(crate) fn assemble(
+        base: Facts,
+        ranges: Ranges,
+        learnt: Moved,
+        gc_start: usize,
+        options: Options,
+    ) -> RFacts {
         let bc = match (options.loop_symbols, learnt.bc_frames) {
             (Some(s), Some(loop_frames)) => Some(BcFacts {
                 syms: BcSymbols {
