@@ -58,17 +58,17 @@ pub(crate) const SIGNALS: [i32; 5] = [libc::SIGSEGV, SIGBUS, libc::SIGILL, libc:
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HandlerSetup {
     /// R's main thread (`pthread_self()` there).
-    pub main_thread: usize,
+    pub(crate) main_thread: usize,
     /// An address inside R's interpreter (libR, or the R executable).
-    pub interpreter_addr: usize,
+    pub(crate) interpreter_addr: usize,
     /// Where R's context chain is (None: the report shows no R calls).
-    pub chain: Option<crate::r::ChainAt>,
-    pub cstack: CStack,
+    pub(crate) chain: Option<crate::r::ChainAt>,
+    pub(crate) cstack: CStack,
     /// Where R keeps them (`R_CStackStart`, `R_CStackLimit`, `R_CStackDir`;
     /// 0: unknown): read when a signal comes, as R's handler does, since
     /// code that embeds R or starts threads may change them later.
-    pub cstack_vars: [usize; 3],
-    pub symbols: crate::r::heap::Symbols,
+    pub(crate) cstack_vars: [usize; 3],
+    pub(crate) symbols: crate::r::heap::Symbols,
 }
 
 impl HandlerSetup {

@@ -27,8 +27,8 @@ pub use crate::interleave::Placement;
 pub struct Native {
     pub trace: NativeTrace,
     pub classes: Vec<Class>,
-    pub stack_lo: usize,
-    pub stack_hi: usize,
+    pub(crate) stack_lo: usize,
+    pub(crate) stack_hi: usize,
 }
 
 /// Captures and classifies the native stack. `here` is the address of a

@@ -12,19 +12,19 @@ use std::sync::Arc;
 
 /// One `PT_LOAD` segment, in absolute addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Segment {
-    pub start: usize,
-    pub end: usize,
-    pub exec: bool,
-    pub read: bool,
-    pub write: bool,
+pub(crate) struct Segment {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) exec: bool,
+    pub(crate) read: bool,
+    pub(crate) write: bool,
 }
 
 /// The file a module was mapped from, as `/proc/self/maps` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct MappedFile {
-    pub dev: u64,
-    pub ino: u64,
+pub(crate) struct MappedFile {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
 }
 
 /// A loaded module.
@@ -35,18 +35,18 @@ pub struct Module {
     pub path: String,
     /// Load bias: file virtual address + bias = runtime address.
     pub bias: usize,
-    pub segments: Vec<Segment>,
+    pub(crate) segments: Vec<Segment>,
     /// GNU build-id read from the loaded image.
     pub build_id: Option<Vec<u8>>,
-    pub is_main: bool,
+    pub(crate) is_main: bool,
     /// Whether `path` names a file (false for the vDSO).
-    pub has_file: bool,
+    pub(crate) has_file: bool,
     /// Device and inode of the mapping, used to notice a file replaced on disk.
-    pub mapped: Option<MappedFile>,
+    pub(crate) mapped: Option<MappedFile>,
     /// Address and size of the loaded `.eh_frame_hdr` (PT_GNU_EH_FRAME).
-    pub eh_frame_hdr: Option<(usize, usize)>,
+    pub(crate) eh_frame_hdr: Option<(usize, usize)>,
     /// Address of the loaded dynamic section (PT_DYNAMIC).
-    pub dynamic: Option<usize>,
+    pub(crate) dynamic: Option<usize>,
 }
 
 impl Module {

@@ -180,7 +180,7 @@ pub struct Symbolizer {
     map_seen: u64,
     by_index: Vec<Option<u32>>,
     /// Files read so far (a test hook for "the second capture reads nothing").
-    pub files_loaded: u64,
+    pub(crate) files_loaded: u64,
     /// The bytes modules may hold together ([`CACHE_BUDGET`]), when each
     /// was last used (a tick), and how many were forgotten for room.
     budget: usize,

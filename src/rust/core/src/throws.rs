@@ -73,16 +73,16 @@ impl ThrowKind {
 
 /// How an exception is identified.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Identity {
-    pub kind: ThrowKind,
+pub(crate) struct Identity {
+    pub(crate) kind: ThrowKind,
     /// The thrown object (C++: the object itself, also for a dependent
     /// exception, which refers to its primary one; otherwise the
     /// `_Unwind_Exception`).
-    pub key: usize,
+    pub(crate) key: usize,
     /// The C++ `std::type_info` of the thrown object (0 when unknown).
-    pub type_info: usize,
+    pub(crate) type_info: usize,
     /// A dependent exception (`std::rethrow_exception`).
-    pub dependent: bool,
+    pub(crate) dependent: bool,
 }
 
 /// Identifies the exception whose `_Unwind_Exception` is at `exc`, reading
@@ -115,31 +115,31 @@ pub(crate) fn identify(exc: usize, word: impl Fn(usize) -> Option<usize>) -> Ide
 
 /// One recorded throw.
 #[derive(Clone, Copy, Debug)]
-pub struct Throw {
+pub(crate) struct Throw {
     /// Order of recording (0: an empty slot).
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// The top-level epoch when it was recorded (see [`next_epoch`]).
-    pub epoch: u64,
-    pub id: Identity,
+    pub(crate) epoch: u64,
+    pub(crate) id: Identity,
     /// R's innermost context then and its innermost function context, each
     /// as (address, environment); see [`r_activation`].
-    pub r_contexts: [(usize, usize); 2],
+    pub(crate) r_contexts: [(usize, usize); 2],
     /// Times it was rethrown since.
-    pub rethrows: u32,
+    pub(crate) rethrows: u32,
     /// The loader's generation when the frames were walked: their
     /// addresses are named with the modules of that generation (see
     /// `shown`), never with modules loaded at those addresses since.
-    pub generation: Option<(u64, u64)>,
+    pub(crate) generation: Option<(u64, u64)>,
     /// The walk reached a frame of R's interpreter (and stopped there).
-    pub reached_r: bool,
+    pub(crate) reached_r: bool,
     /// The walk stopped before the end of the stack for another reason
     /// (frame limit, a frame it could not unwind).
-    pub truncated: bool,
-    pub n: usize,
+    pub(crate) truncated: bool,
+    pub(crate) n: usize,
     /// (instruction pointer, stack pointer) of each frame, innermost first,
     /// from the thrower's frame (`__cxa_throw`, Rust's panic runtime) on;
     /// every instruction pointer is a return address.
-    pub frames: [(usize, usize); MAX_FRAMES],
+    pub(crate) frames: [(usize, usize); MAX_FRAMES],
 }
 
 impl Default for Throw {
@@ -429,18 +429,18 @@ pub fn supported() -> bool {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HookSetup {
     /// R's main thread (`pthread_self()` there); the caller of `install`.
-    pub main_thread: usize,
+    pub(crate) main_thread: usize,
     /// An address inside R's interpreter (libR, or the R executable).
-    pub interpreter_addr: usize,
+    pub(crate) interpreter_addr: usize,
     /// Where R's context chain is (None: throws are recorded without R's
     /// activation).
-    pub chain: Option<ChainAt>,
+    pub(crate) chain: Option<ChainAt>,
     /// Hook winch's own module too (tests of the hook inside a test binary,
     /// where winch's code and the code that panics share a module).
-    pub patch_own: bool,
+    pub(crate) patch_own: bool,
     /// The functions hooked slots lead to; None: libgcc's (tests run where
     /// another unwinder provides them).
-    pub targets: Option<[usize; 2]>,
+    pub(crate) targets: Option<[usize; 2]>,
 }
 
 impl HookSetup {

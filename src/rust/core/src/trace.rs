@@ -13,12 +13,12 @@ use std::sync::Arc;
 pub struct NativeFrame {
     pub ip: usize,
     /// Low end of the frame's stack memory.
-    pub lo: usize,
+    pub(crate) lo: usize,
     /// Index into the trace's module map.
     pub module: Option<usize>,
     /// The address symbols are looked up at: `ip - 1` for return addresses,
     /// so a call at the very end of a function resolves to that function.
-    pub probe: usize,
+    pub(crate) probe: usize,
 }
 
 impl NativeFrame {

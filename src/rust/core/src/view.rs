@@ -10,13 +10,13 @@ pub struct Class {
     /// winch's own capture machinery (the unwinder and winch's frames up to
     /// the end of the innermost run of frames in winch's library): never
     /// shown.
-    pub capture: bool,
+    pub(crate) capture: bool,
     /// R's interpreter: R's shared library or R's executable (`is_libr`).
     pub interpreter: bool,
     /// The program that runs R, further out than the interpreter's outermost
     /// frame (its `main()`, the C library's start code). Only known on a
     /// stack unwound to its end.
-    pub host: bool,
+    pub(crate) host: bool,
 }
 
 impl Class {
@@ -31,10 +31,10 @@ impl Class {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Known {
     /// winch's own shared library.
-    pub own: Option<usize>,
+    pub(crate) own: Option<usize>,
     /// The module holding R's interpreter (libR.so, or the executable when R
     /// is linked statically).
-    pub interpreter: Option<usize>,
+    pub(crate) interpreter: Option<usize>,
 }
 
 impl Known {

@@ -62,18 +62,18 @@ pub struct Facts {
 
 impl Facts {
     /// Where the context chain is.
-    pub fn chain(&self) -> ChainAt {
+    pub(crate) fn chain(&self) -> ChainAt {
         ChainAt { global_context: self.global_context, layout: self.layout }
     }
 
     /// The ranges where R's context records may be read in place from a
     /// signal handler, given the main thread's stack.
-    pub fn ranges(&self, stack: (usize, usize)) -> Ranges {
+    pub(crate) fn ranges(&self, stack: (usize, usize)) -> Ranges {
         Ranges { stack, node_stack: self.node_stack.unwrap_or((0, 0)), data: self.data }
     }
 
     /// The data segments as a list.
-    pub fn data_ranges(&self) -> Vec<(usize, usize)> {
+    pub(crate) fn data_ranges(&self) -> Vec<(usize, usize)> {
         self.data.iter().copied().filter(|&(lo, hi)| lo < hi).collect()
     }
 
@@ -81,7 +81,7 @@ impl Facts {
     /// from address `here` in the caller's frame: R's node stack and R's
     /// writable data (`R_GlobalContext`, the top-level record) stay mapped
     /// while R runs, so they are read in place, as the live stack is.
-    pub fn live_memory(&self, here: usize) -> Live {
+    pub(crate) fn live_memory(&self, here: usize) -> Live {
         let mut always: Vec<(usize, usize)> = self.node_stack.into_iter().collect();
         always.extend(self.data_ranges());
         Live::new(here, always, Vec::new())
@@ -118,7 +118,7 @@ impl Facts {
     }
 
     /// The layout of writable data segments, packed into the fixed slots.
-    pub fn pack_data(ranges: impl IntoIterator<Item = (usize, usize)>) -> [(usize, usize); 4] {
+    pub(crate) fn pack_data(ranges: impl IntoIterator<Item = (usize, usize)>) -> [(usize, usize); 4] {
         let mut data = [(0, 0); 4];
         for (slot, range) in data.iter_mut().zip(ranges) {
             *slot = range;

@@ -18,10 +18,10 @@ use std::sync::{Mutex, OnceLock};
 /// The function starts of R's AST loops (`do_for`, `do_while`,
 /// `do_repeat`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LoopStarts {
-    pub for_: usize,
-    pub while_: usize,
-    pub repeat: usize,
+pub(crate) struct LoopStarts {
+    pub(crate) for_: usize,
+    pub(crate) while_: usize,
+    pub(crate) repeat: usize,
 }
 
 /// An AST loop's kind.

@@ -113,7 +113,7 @@ pub(crate) struct RawFrame {
 
 /// Why a walk ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StackEnd {
+pub(crate) enum StackEnd {
     /// The unwinder reached a frame it considers outermost.
     Outermost,
     /// The unwinder reported an error.
@@ -137,12 +137,12 @@ pub(crate) enum StackValue {
 pub struct Frame {
     /// Instruction pointer: a return address, except for signal frames and the
     /// innermost frame.
-    pub ip: usize,
+    pub(crate) ip: usize,
     /// Low end of the frame's stack memory (0 when unknown).
-    pub lo: usize,
+    pub(crate) lo: usize,
     /// `ip` is exact (innermost frame or interrupted by a signal), so symbol
     /// lookups must not use `ip - 1`.
-    pub exact_ip: bool,
+    pub(crate) exact_ip: bool,
 }
 
 /// A captured stack, innermost frame first.
@@ -150,7 +150,7 @@ pub struct Frame {
 pub struct Stack {
     pub backend: Backend,
     pub frames: Vec<Frame>,
-    pub end: StackEnd,
+    pub(crate) end: StackEnd,
 }
 
 extern "C" {

@@ -63,7 +63,7 @@ pub struct Running {
     /// R's main thread's CPU clock at the start.
     main_cpu_start: u64,
     pub trigger: Trigger,
-    pub started: std::time::SystemTime,
+    pub(crate) started: std::time::SystemTime,
     started_mono: std::time::Instant,
     /// The process that started the session (a fork child has another).
     pid: libc::pid_t,

@@ -37,26 +37,26 @@ pub struct LineFacts {
 #[derive(Clone, Copy, Debug)]
 pub struct RFacts {
     /// The facts about the running R (where its chain is, its symbols).
-    pub base: Facts,
+    pub(crate) base: Facts,
     /// Where R's context records may be read in place.
-    pub ranges: Ranges,
-    pub loops: Option<LoopStarts>,
+    pub(crate) ranges: Ranges,
+    pub(crate) loops: Option<LoopStarts>,
     /// How to find byte-code positions (None: byte code's loops and lines
     /// are not known).
-    pub bc: Option<BcFacts>,
+    pub(crate) bc: Option<BcFacts>,
     /// Record R frames' source positions (None: no).
-    pub lines: Option<LineFacts>,
+    pub(crate) lines: Option<LineFacts>,
     /// Show loops as frames.
-    pub with_loops: bool,
+    pub(crate) with_loops: bool,
     /// Keep the frames of R's own library (`build` leaves out those of its
     /// interpreter: the R frames stand for them).
-    pub keep_libr: bool,
+    pub(crate) keep_libr: bool,
     /// The start of R's garbage collector: a sample inside it has a `<GC>`
     /// frame instead of the collector's own frames (0: folded into the
     /// code that allocated).
-    pub gc_start: usize,
+    pub(crate) gc_start: usize,
     /// The profiled code's samples and frames: not the profiler's own.
-    pub region: Region,
+    pub(crate) region: Region,
 }
 
 /// R's symbols `for`, `while` and `repeat`, which tell byte code's loops
