@@ -151,7 +151,7 @@ pub fn rs_profile_stop() -> Result<RValue> {
     let period = running.trigger.period();
     let finished = running.stop();
     let (profile, stats) = build::build(&finished, event, period);
-    session::recycle(finished.snapshots);
+    session::recycle(finished);
     Ok(to_r(&profile, &stats))
 }
 
@@ -163,8 +163,7 @@ pub fn rs_profile_discard() -> Result<RValue> {
     let Some(Current { running, .. }) = current().take() else {
         return Ok(false.into());
     };
-    let finished = running.stop();
-    session::recycle(finished.snapshots);
+    session::recycle(running.stop());
     Ok(true.into())
 }
 

@@ -11,7 +11,7 @@
 use crate::debugfile::{self, Candidate, Hints};
 use crate::modules::Module;
 use crate::scopes;
-use crate::symbols::{demangle, Source, Symbol, SymbolTable, RANK_DYNSYM, RANK_MINIDEBUGINFO, RANK_SYMTAB};
+use crate::symbols::{demangle, Symbol, SymbolTable, RANK_DYNSYM, RANK_MINIDEBUGINFO, RANK_SYMTAB};
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 use std::fs::File;
 use std::io::Read;
@@ -20,6 +20,8 @@ use std::sync::Arc;
 
 use crate::dwarf::{LazyDwarf, Section};
 pub(crate) use crate::dwarf::{Reader, SectionData};
+/// Where a frame's name came from.
+pub use crate::symbols::Source;
 
 /// What happened when the module's file was read.
 #[derive(Clone, Debug, PartialEq, Eq)]

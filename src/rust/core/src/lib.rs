@@ -62,5 +62,5 @@ pub mod trace;
 pub mod unwind;
 pub mod view;
 
-pub use fasthash::FastMap;
+pub use fasthash::{FastHasher, FastMap};
 pub use loadhook::pin_self;

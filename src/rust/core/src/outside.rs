@@ -23,8 +23,10 @@ pub mod registration;
 mod running;
 pub(crate) mod target;
 
+pub use crate::procfs::Usage;
+
 /// What process `pid` has used so far (CPU times, memory, faults,
 /// switches), from `/proc`.
-pub fn usage(pid: i32) -> crate::procfs::Usage {
+pub fn usage(pid: i32) -> Usage {
     crate::procfs::usage(crate::procfs::Proc::Pid(pid))
 }

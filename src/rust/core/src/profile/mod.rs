@@ -26,4 +26,6 @@ pub(crate) mod record;
 pub mod rprof;
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub use collect::Finished;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub use compose::{LineFacts, LoopSymbols, Options, RFacts, Region};

@@ -30,5 +30,5 @@ pub(crate) mod threads;
 pub(crate) mod worker;
 
 pub use clock::Clock;
-pub use cost::sample_cost;
+pub use cost::{sample_cost, Cost};
 pub use session::{active, recycle, start, Running, Trigger};

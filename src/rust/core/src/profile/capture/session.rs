@@ -36,7 +36,6 @@ use super::slots::Slots;
 use super::snapshots::{self, Snapshots};
 use super::{collector, fork, signal};
 use crate::error::{Error, Result};
-use crate::unwind::walk::Snapshot;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -92,9 +91,10 @@ fn spare_scratch() -> Box<Scratch> {
     }
 }
 
-/// Keeps a finished session's last snapshot for the next session.
-pub fn recycle(snapshots: Vec<Box<Snapshot>>) {
-    snapshots::recycle(snapshots)
+/// Keeps a finished session's last snapshot for the next session (once
+/// its profile is built).
+pub fn recycle(finished: Finished) {
+    snapshots::recycle(finished.snapshots)
 }
 
 /// A session not yet published.
