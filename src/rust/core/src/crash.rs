@@ -4,15 +4,15 @@
 //! dies as it would have (Python's faulthandler is the model).
 //!
 //! Everything the signal handler uses is prepared beforehand, outside it
-//! ([`handler`]): a snapshot of the loaded modules with their unwind tables
+//! (`handler`): a snapshot of the loaded modules with their unwind tables
 //! and symbol tables, refreshed when libraries load. The handler itself
 //! only reads memory, formats into fixed buffers and calls `write(2)`,
 //! `sigaction(2)` and `tgkill(2)`.
 //!
 //! This module holds the parts that do not touch signals, tested on
 //! synthetic data: the rule R uses to tell a C stack overflow from other
-//! faults, and the report's layout ([`report`]). Which native frame each R
-//! context belongs to is placement's ([`crate::interleave::owners`]).
+//! faults, and the report's layout (`report`). Which native frame each R
+//! context belongs to is placement's (`crate::interleave::owners`).
 
 pub(crate) mod report;
 

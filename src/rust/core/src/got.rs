@@ -7,7 +7,7 @@
 //! one machinery every family of GOT hooks installs through.
 //!
 //! With full RELRO the slots lie in pages the loader made read-only after
-//! relocating; [`write_slot`] makes such a page writable for the one write
+//! relocating; [`write_slots`] makes such a page writable for the writes
 //! and restores its protection.
 
 use crate::memory::Memory;
@@ -67,13 +67,14 @@ pub unsafe fn write_slot(addr: usize, value: usize, prot: i32) -> crate::error::
     }
 }
 
-/// [`write_slot`] for each of `writes` (slot, value, protection of its
-/// page), one result each: slots sharing a read-only page are written
-/// while the page is made writable once (two system calls a page, not a
-/// slot).
+/// Writes each of `writes` (slot, value, protection of its page) as
+/// `write_slot` (tests) writes one, one result each: slots sharing a
+/// read-only page are written while the page is made writable once (two
+/// system calls a page, not a slot).
 ///
 /// # Safety
-/// As [`write_slot`], for every entry.
+/// Every slot must be a mapped, 8-byte aligned GOT slot of a loaded module,
+/// and its value an address callers of that slot may jump to.
 #[cfg(unix)]
 pub unsafe fn write_slots(writes: &[(usize, usize, i32)]) -> Vec<crate::error::Result<()>> {
     use crate::error::Error;

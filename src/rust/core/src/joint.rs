@@ -5,7 +5,7 @@
 //! Every function here is called on R's main thread by the glue, which
 //! passes the [`Facts`] gathered when winch loaded and, where the chain is
 //! validated, `sys.frames()`/`sys.calls()` of an R caller further out. The
-//! chain is read as seen from the capturing frame ([`Facts::live_memory`]).
+//! chain is read as seen from the capturing frame (`Facts::live_memory`).
 
 use crate::error::{Error, Result};
 use crate::interleave::{self, NFrame, NativeStack, RFrameAt};
@@ -220,7 +220,7 @@ fn best_backend() -> Result<Backend> {
 
 /// Learns which native function of R runs an AST loop of `kind`: called
 /// from inside such a loop, it finds the frame that holds the loop's record
-/// (see [`learn::learn_loop`]).
+/// (see `learn::learn_loop`).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub fn learn_loop(facts: &Facts, kind: learn::LoopKind) -> Result<()> {
     let ip = innermost_loop_owner(facts, best_backend()?)?;
@@ -231,7 +231,7 @@ pub fn learn_loop(facts: &Facts, kind: learn::LoopKind) -> Result<()> {
 /// and where R's byte-code interpreter loop keeps its program counter:
 /// called from byte code, it looks at the records made while byte code ran
 /// and at the native frames holding their loop slots (see
-/// [`learn::learn_bc_frames`]).
+/// `learn::learn_bc_frames`).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub fn learn_bc(facts: &Facts, opcodes: Option<learn::Opcodes>) -> Result<()> {
     learn::learn_ops(opcodes)?;

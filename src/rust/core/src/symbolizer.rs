@@ -6,7 +6,7 @@
 //! of its mapping: a library unloaded and loaded again after a rebuild gets a
 //! fresh entry instead of its predecessor's names.
 //!
-//! What reads a module's files is a parameter ([`Loader`]), so the caching
+//! What reads a module's files is a parameter (`Loader`), so the caching
 //! is tested without files.
 //!
 //! Two things come from the loaded image rather than the files: the start
@@ -298,7 +298,7 @@ impl Symbolizer {
 
     /// Directories searched for separate debug files; changing them empties the cache.
     /// Sets the directories searched for debug files (the first
-    /// [`crate::debugfile::MAX_ROOTS`] distinct ones).
+    /// `crate::debugfile::MAX_ROOTS` distinct ones).
     pub fn set_debug_roots(&mut self, roots: Vec<PathBuf>) {
         let roots = crate::debugfile::roots(roots);
         if roots != self.roots {

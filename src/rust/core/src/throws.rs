@@ -20,7 +20,7 @@
 //! object, so a rethrow keeps the original throw site.
 //!
 //! Whether a record belongs to an R error is decided later, by
-//! [`find_catch`]: the record's outer frames must still be on the stack, the
+//! `find_catch`: the record's outer frames must still be on the stack, the
 //! frame that caught the exception at the same place running the same
 //! function (see that function for the exact rule).
 //!

@@ -156,7 +156,7 @@ pub(crate) fn dll_routines(
 
 /// The registered routines (address, name) of this process's libraries,
 /// one per `DllInfo` record address in `infos` (the addresses R hands out),
-/// read as [`dll_routines`] reads them; None for a null address or a record
+/// read as `dll_routines` reads them; None for a null address or a record
 /// that does not check out.
 pub fn routines_of_this_process(infos: &[usize]) -> Vec<Option<Vec<(usize, String)>>> {
     let map = crate::modules::current();

@@ -1,10 +1,10 @@
 //! Everything winch knows about R's process, in one place: the layout of
-//! R's context records per R version ([`layout`]), the context chain read
-//! through any [`crate::memory::Memory`] ([`context`]), the layout of R's
-//! objects and their readers ([`sexp`]), the labels of R frames ([`heap`])
-//! and byte code ([`bcode`]), and the [`Facts`] about the running
+//! R's context records per R version (`layout`), the context chain read
+//! through any `crate::memory::Memory` (`context`), the layout of R's
+//! objects and their readers (`sexp`), the labels of R frames (`heap`)
+//! and byte code (`bcode`), and the [`Facts`] about the running
 //! R that joint traces, the profiler, throw capture and the crash report
-//! share ([`facts`]), where R's garbage collector starts (`gc`), and what
+//! share (`facts`), where R's garbage collector starts (`gc`), and what
 //! winch learns by watching R run (`learn`: loop functions, the
 //! interpreter loop's counter, instructions).
 //!

@@ -9,7 +9,7 @@
 //! "the low end of the frame": the owner of a stack address `a` is the frame
 //! `i` with `lo[i] <= a < lo[i + 1]`.
 //!
-//! [`walk`] is the one walker for signal handlers and hooks (the profiler,
+//! `walk` is the one walker for signal handlers and hooks (the profiler,
 //! throw capture, the crash report): rules prepared beforehand, no
 //! allocation, no lock.
 

@@ -1,13 +1,13 @@
 //! The in-process side of the profiler: what runs in the signal handler
-//! and around it. A [`session`] arms the timers ([`clock`]) and installs
-//! the handler ([`signal`]); at each tick the [`handler`] takes one sample
-//! of R's main thread ([`sample`]) or of another thread ([`worker`], into
-//! one of the [`slots`]) into a [`ring`], with the modules of the current
-//! [`snapshots`]; threads are found as they start ([`spawn`]) or by
-//! listing them ([`threads`]); a memory profile samples allocations
-//! instead ([`alloc`]). The [`collector`] thread empties the rings into
-//! [`collect`](super::collect). [`active`] is the protocol that lets a
-//! session end while handlers run; [`fork`] keeps a child of a profiled
+//! and around it. A `session` arms the timers (`clock`) and installs
+//! the handler (`signal`); at each tick the `handler` takes one sample
+//! of R's main thread (`sample`) or of another thread (`worker`, into
+//! one of the `slots`) into a `ring`, with the modules of the current
+//! `snapshots`; threads are found as they start (`spawn`) or by
+//! listing them (`threads`); a memory profile samples allocations
+//! instead (`alloc`). The `collector` thread empties the rings into
+//! `collect`. `active` is the protocol that lets a
+//! session end while handlers run; `fork` keeps a child of a profiled
 //! process unsampled. Nothing here names a frame: that is the reporting
 //! side's work, after the session.
 
