@@ -479,13 +479,11 @@ pub fn rs_set_registered_dlls(infos: Arg) -> Result<RValue> {
     for info in infos.elements()? {
         ptrs.push(info.external_addr()?);
     }
-    let map = winch_core::modules::current();
-    let mem = winch_core::memory::Paged::new(winch_core::memory::Own);
     let mut all = Vec::new();
     let mut counts = Vec::with_capacity(ptrs.len());
-    for p in ptrs {
-        match (p != 0).then(|| winch_core::outside::registration::dll_routines(&mem, &map, p)).flatten() {
-            Some((_, routines)) => {
+    for routines in winch_core::outside::registration::routines_of_this_process(&ptrs) {
+        match routines {
+            Some(routines) => {
                 counts.push(Some(routines.len() as i32));
                 all.extend(routines);
             }
@@ -567,7 +565,7 @@ pub fn rs_debuginfod_info() -> Result<RValue> {
     use winch_core::debuginfod::Outcome;
     let (fetches, mut tried) = symbolizer::with_global(|s| match s.debuginfod() {
         Some(d) => {
-            (d.fetches, d.tried().map(|(id, o)| (winch_core::debugfile::hex(id), o.clone())).collect())
+            (d.fetches, d.tried().map(|(id, o)| (winch_core::debuginfod::hex(id), o.clone())).collect())
         }
         None => (0, Vec::new()),
     })

@@ -13,7 +13,7 @@ use crate::value::{
 use std::ffi::CStr;
 use std::sync::Arc;
 use winch_core::debuginfo::Resolved;
-use winch_core::interleave::Placement;
+use winch_core::joint::Placement;
 use winch_core::splice::expand_inlined;
 use winch_core::trace::NativeTrace;
 use winch_core::view::Class;

@@ -106,7 +106,7 @@ pub unsafe fn shared(rows: &FrameRows) -> Option<Sexp> {
     // The columns' methods and the pointer's finalizer are code of this
     // library: it stays mapped even if something unloads it while they
     // live (`dyn.unload()`; winch's own unload keeps it loaded then).
-    winch_core::loadhook::pin_self();
+    winch_core::pin_self();
     let n = rows.len();
     let shared = Box::new(rows.clone());
     let p = Box::into_raw(shared) as *mut c_void;

@@ -89,7 +89,7 @@ fn dump_value(d: &winch_core::outside::dump::Dump, libr: bool) -> RValue {
             ("frames", RValue::Built(Box::new(table))),
         ]));
     }
-    let version = d.r.as_ref().map(|r| format!("{}.{}", r.version.0, r.version.1));
+    let version = d.r_version().map(|v| format!("{}.{}", v.0, v.1));
     RValue::List(vec![
         ("pid", d.pid.into()),
         ("r_version", version.into()),
@@ -181,8 +181,7 @@ pub fn rs_record_discard() -> Result<RValue> {
 /// What process `pid` has used so far, as `rs_resource_usage()` tells of
 /// this process (NA where `/proc` has nothing: block I/O always).
 pub fn rs_target_usage(pid: Arg) -> Result<RValue> {
-    use winch_core::procfs::{self, Proc};
-    let u = procfs::usage(Proc::Pid(pid.int()?));
+    let u = winch_core::outside::usage(pid.int()?);
     // SAFETY: R's NA_real_, set when R starts, read on R's main thread.
     let na = unsafe { crate::rapi::R_NaReal };
     let v = |x: Option<f64>| RValue::Dbl(vec![x.unwrap_or(na)]);

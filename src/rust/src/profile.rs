@@ -12,15 +12,12 @@ use crate::ProfileStartArgs;
 use std::sync::{Mutex, MutexGuard};
 use winch_core::error::{Error, Result};
 use winch_core::joint;
-use winch_core::memory::Objects;
 use winch_core::profile::build::{self, Stats};
 use winch_core::profile::capture::{self as session, Clock, Running, Trigger};
-use winch_core::profile::compose::{LineFacts, LoopSymbols, Options, RFacts, Region};
 use winch_core::profile::model::{
     Bytes, Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo,
 };
-use winch_core::r::gc;
-use winch_core::r::heap as rheap;
+use winch_core::profile::{LineFacts, LoopSymbols, Options, RFacts, Region};
 use winch_core::r::learn::{self, LoopKind};
 
 /// The running session, with what `stop` needs to know.
@@ -44,42 +41,13 @@ fn current() -> MutexGuard<'static, Option<Current>> {
     current
 }
 
-/// What the handler needs to know about R: this process's R, read in place
-/// on R's stack, with what was learnt about it, the profile's `options`,
-/// and the start of R's garbage collector if `gc` (for `<GC>` frames).
-fn facts(options: Options, gc: bool) -> Result<RFacts> {
-    let base = *rstate::facts()?;
-    let stack = winch_core::stack::thread_stack_bounds()
-        .ok_or_else(|| Error::Unavailable("the bounds of R's stack are unknown".into()))?;
-    let gc_start = if gc { gc::own_gc_start(&base).unwrap_or(0) } else { 0 };
-    Ok(RFacts::assemble(base, base.ranges(stack), learn::moved(0), gc_start, options))
-}
-
 /// Checks, before sampling, that what the handler will read is read right:
 /// the context chain against `sys.frames()`/`sys.calls()`, and the layout
 /// of R objects against labels R computed (`probes`: calls, `expected`:
 /// their labels as `Rprof()` writes them).
 fn check(frames: &Arg, calls: &Arg, probes: &Arg, expected: &Arg) -> Result<()> {
     joint::validate_chain(rstate::facts()?, &frames.element_addrs()?, &calls.element_addrs()?)?;
-    let probes = probes.element_addrs()?;
-    let expected = expected.strings()?;
-    let syms = rstate::facts()?.symbols;
-    for (call, want) in probes.iter().zip(&expected) {
-        let mut buf = rheap::Buf::default();
-        let head = match rheap::call_head(&Objects, *call) {
-            Some(rheap::Head::Symbol(s)) | Some(rheap::Head::Other(s)) => s,
-            None => return Err(Error::Inconsistent("a probe call could not be read".into())),
-        };
-        rheap::label(&Objects, &syms, head, &mut buf);
-        if Some(String::from_utf8_lossy(buf.as_bytes()).as_ref()) != want.as_deref() {
-            return Err(Error::Inconsistent(format!(
-                "R objects are laid out differently than winch expects (label {:?}, expected {:?})",
-                String::from_utf8_lossy(buf.as_bytes()),
-                want
-            )));
-        }
-    }
-    Ok(())
+    joint::validate_labels(rstate::facts()?, &probes.element_addrs()?, &expected.strings()?)
 }
 
 /// Starts a session.
@@ -138,7 +106,7 @@ pub fn rs_profile_start(args: ProfileStartArgs) -> Result<RValue> {
         keep_libr: options.field("libr")?.flag()?,
         region,
     };
-    let facts = facts(shown, options.field("gc")?.flag()?)?;
+    let facts = RFacts::of_this_process(*rstate::facts()?, shown, options.field("gc")?.flag()?)?;
     let running = if event == Event::Alloc {
         // `list(..., sample_bytes = )`: the mean bytes between samples.
         let mean = options.field("sample_bytes")?.number()?;
@@ -183,7 +151,7 @@ pub fn rs_profile_stop() -> Result<RValue> {
     let period = running.trigger.period();
     let finished = running.stop();
     let (profile, stats) = build::build(&finished, event, period);
-    session::recycle(finished.snapshots);
+    session::recycle(finished);
     Ok(to_r(&profile, &stats))
 }
 
@@ -195,8 +163,7 @@ pub fn rs_profile_discard() -> Result<RValue> {
     let Some(Current { running, .. }) = current().take() else {
         return Ok(false.into());
     };
-    let finished = running.stop();
-    session::recycle(finished.snapshots);
+    session::recycle(running.stop());
     Ok(true.into())
 }
 
@@ -219,7 +186,7 @@ pub fn rs_profile_learn_loop(kind: Arg) -> Result<RValue> {
 /// body whose code is every opcode in order, the operand counts, and the
 /// opcodes of `GOTO` and `STEPFOR` (NULL: not known).
 pub fn rs_profile_learn_bc(opcodes: Arg) -> Result<RValue> {
-    let opcodes = if learn::ops().is_none() && !opcodes.is_null() {
+    let opcodes = if !learn::ops_known() && !opcodes.is_null() {
         let parts = opcodes.elements()?;
         let addrs = opcodes.element_addrs()?;
         let (Some(&body), [_, argc, goto, stepfor]) = (addrs.first(), parts.as_slice()) else {
@@ -248,7 +215,11 @@ pub fn rs_profile_sample_cost(n: Arg, thrash: Arg) -> Result<RValue> {
         return Err(Error::WrongThread);
     }
     let n = n.int()?.clamp(1, 1_000_000) as usize;
-    let facts = facts(Options { with_loops: true, ..Options::default() }, false)?;
+    let facts = RFacts::of_this_process(
+        *rstate::facts()?,
+        Options { with_loops: true, ..Options::default() },
+        false,
+    )?;
     let c = session::sample_cost(&facts, n, thrash.int()?.max(0) as usize);
     Ok(RValue::List(vec![
         ("median_ns", c.median_ns.into()),

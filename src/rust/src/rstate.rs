@@ -6,9 +6,7 @@ use crate::rapi;
 use std::sync::OnceLock;
 use winch_core::error::{Error, Result};
 use winch_core::modules::ModuleMap;
-use winch_core::r::heap::Symbols;
-use winch_core::r::layout::{Layout, RVersion};
-use winch_core::r::Facts;
+use winch_core::r::{Facts, Layout, RVersion, Symbols};
 use winch_core::view::Known;
 
 static MAIN_THREAD: OnceLock<std::thread::ThreadId> = OnceLock::new();
@@ -76,7 +74,7 @@ fn gather(version: RVersion, layout: Layout) -> Facts {
                 std::ptr::addr_of!(rapi::R_CStackDir) as usize,
             ],
             node_stack: node_stack_range(),
-            data: Facts::pack_data(libr_data_ranges()),
+            data: Facts::writable_data_of(libr_addr()),
             symbols: Symbols {
                 double_colon: rapi::R_DoubleColonSymbol as usize,
                 triple_colon: rapi::R_TripleColonSymbol as usize,
@@ -140,26 +138,10 @@ pub fn known_modules(map: &ModuleMap) -> Known {
     Known::at(map, self_addr(), libr_addr())
 }
 
-/// The memory that holds R's node stack, `[start, end)`: the mapping that
-/// holds its last element, up to its end. R allocates the node stack once at
-/// start-up and never frees it, so this stays readable.
+/// The memory that holds R's node stack, `[start, end)` (see
+/// `Facts::node_stack_ending_at`).
 fn node_stack_range() -> Option<(usize, usize)> {
     // SAFETY: reading an exported pointer variable of libR, set at start-up.
     let end = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(rapi::R_BCNodeStackEnd)) } as usize;
-    if end == 0 {
-        return None;
-    }
-    let (start, map_end) = winch_core::memory::mapping_containing(end - 1)?;
-    (end <= map_end).then_some((start, end))
-}
-
-/// Writable data of R's library (where R keeps its top-level context).
-fn libr_data_ranges() -> Vec<(usize, usize)> {
-    let map = winch_core::modules::current();
-    match map.module_of(libr_addr()) {
-        Some(m) => {
-            map.module(m).segments.iter().filter(|s| s.read && s.write).map(|s| (s.start, s.end)).collect()
-        }
-        None => Vec::new(),
-    }
+    Facts::node_stack_ending_at(end)
 }

@@ -7,7 +7,7 @@
 
 use crate::rapi::{self, Sexp};
 use std::sync::{Arc, Mutex, MutexGuard};
-use winch_core::fasthash::FastMap;
+use winch_core::FastMap;
 
 /// Slots of the pool's vector.
 const SLOTS: usize = 1 << 14;

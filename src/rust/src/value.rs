@@ -14,8 +14,8 @@ use crate::string_pool::{self, Key, Pool};
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 use std::sync::MutexGuard;
-use winch_core::fasthash::FastMap;
 use winch_core::modules::ModuleMap;
+use winch_core::FastMap;
 
 /// An R value to be made.
 pub enum RValue {

@@ -4,24 +4,24 @@
 //! dies as it would have (Python's faulthandler is the model).
 //!
 //! Everything the signal handler uses is prepared beforehand, outside it
-//! ([`handler`]): a snapshot of the loaded modules with their unwind tables
+//! (`handler`): a snapshot of the loaded modules with their unwind tables
 //! and symbol tables, refreshed when libraries load. The handler itself
 //! only reads memory, formats into fixed buffers and calls `write(2)`,
 //! `sigaction(2)` and `tgkill(2)`.
 //!
 //! This module holds the parts that do not touch signals, tested on
 //! synthetic data: the rule R uses to tell a C stack overflow from other
-//! faults, and the report's layout ([`report`]). Which native frame each R
-//! context belongs to is placement's ([`crate::interleave::owners`]).
+//! faults, and the report's layout (`report`). Which native frame each R
+//! context belongs to is placement's (`crate::interleave::owners`).
 
-pub mod report;
+pub(crate) mod report;
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod handler;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod signals;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub use handler::{disable, enable, handlers, rearm, refresh, status};
+pub use handler::{disable, enable, handlers, rearm, status};
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 mod unsupported {
@@ -34,7 +34,6 @@ mod unsupported {
     pub fn disable() -> Result<Status> {
         Ok(Status::default())
     }
-    pub fn refresh() {}
     pub fn rearm() {}
     pub fn status() -> Status {
         Status::default()
@@ -44,7 +43,7 @@ mod unsupported {
     }
 }
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-pub use unsupported::{disable, enable, handlers, rearm, refresh, status};
+pub use unsupported::{disable, enable, handlers, rearm, status};
 
 #[cfg(unix)]
 use libc::SIGBUS;
@@ -53,23 +52,23 @@ use libc::SIGBUS;
 const SIGBUS: i32 = -1;
 
 /// The signals reported, in this order everywhere.
-pub const SIGNALS: [i32; 5] = [libc::SIGSEGV, SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT];
+pub(crate) const SIGNALS: [i32; 5] = [libc::SIGSEGV, SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT];
 
 /// What enabling needs to know (from R, on its main thread).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HandlerSetup {
     /// R's main thread (`pthread_self()` there).
-    pub main_thread: usize,
+    pub(crate) main_thread: usize,
     /// An address inside R's interpreter (libR, or the R executable).
-    pub interpreter_addr: usize,
+    pub(crate) interpreter_addr: usize,
     /// Where R's context chain is (None: the report shows no R calls).
-    pub chain: Option<crate::r::ChainAt>,
-    pub cstack: CStack,
+    pub(crate) chain: Option<crate::r::ChainAt>,
+    pub(crate) cstack: CStack,
     /// Where R keeps them (`R_CStackStart`, `R_CStackLimit`, `R_CStackDir`;
     /// 0: unknown): read when a signal comes, as R's handler does, since
     /// code that embeds R or starts threads may change them later.
-    pub cstack_vars: [usize; 3],
-    pub symbols: crate::r::heap::Symbols,
+    pub(crate) cstack_vars: [usize; 3],
+    pub(crate) symbols: crate::r::heap::Symbols,
 }
 
 impl HandlerSetup {
@@ -127,7 +126,7 @@ pub struct CStack {
 /// stack overflow (and recovers from by jumping to top level): an address
 /// beyond the stack's start, within its limit plus 16 MB. The report stays
 /// silent then, so that R's recovery goes on as without winch.
-pub fn is_c_stack_overflow(addr: usize, stack: CStack) -> bool {
+pub(crate) fn is_c_stack_overflow(addr: usize, stack: CStack) -> bool {
     if stack.start == usize::MAX {
         return false;
     }

@@ -11,7 +11,7 @@
 use crate::debugfile::{self, Candidate, Hints};
 use crate::modules::Module;
 use crate::scopes;
-use crate::symbols::{demangle, Source, Symbol, SymbolTable, RANK_DYNSYM, RANK_MINIDEBUGINFO, RANK_SYMTAB};
+use crate::symbols::{demangle, Symbol, SymbolTable, RANK_DYNSYM, RANK_MINIDEBUGINFO, RANK_SYMTAB};
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 use std::fs::File;
 use std::io::Read;
@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::dwarf::{LazyDwarf, Section};
-pub use crate::dwarf::{Reader, SectionData};
+pub(crate) use crate::dwarf::{Reader, SectionData};
+/// Where a frame's name came from.
+pub use crate::symbols::Source;
 
 /// What happened when the module's file was read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,7 +55,7 @@ pub struct Resolved {
 
 impl Resolved {
     /// A frame about which nothing is known.
-    pub fn unnamed() -> Resolved {
+    pub(crate) fn unnamed() -> Resolved {
         Resolved {
             func: None,
             file: None,
@@ -66,7 +68,7 @@ impl Resolved {
     }
 }
 
-pub struct ModuleInfo {
+pub(crate) struct ModuleInfo {
     pub status: Status,
     pub symbols: SymbolTable,
     /// The separate debug file that was used, if any.
@@ -94,50 +96,51 @@ impl ModuleInfo {
     }
 
     /// A module known by its symbols only (tests of the caches).
-    pub fn from_symbols(symbols: Vec<Symbol>) -> ModuleInfo {
+    #[cfg(test)]
+    pub(crate) fn from_symbols(symbols: Vec<Symbol>) -> ModuleInfo {
         ModuleInfo { symbols: SymbolTable::new(symbols), ..ModuleInfo::empty(Status::Ok) }
     }
 
-    pub fn unreadable(why: String) -> ModuleInfo {
+    pub(crate) fn unreadable(why: String) -> ModuleInfo {
         ModuleInfo::empty(Status::Unreadable(why))
     }
 
-    pub fn has_dwarf(&self) -> bool {
+    pub(crate) fn has_dwarf(&self) -> bool {
         self.dwarf.is_some()
     }
 
     /// Heap bytes held: as measured when the symbolizer read the module
     /// and resolved addresses in it, at least the symbol tables and DWARF
     /// sections it keeps.
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.held.max(self.known_bytes())
     }
 
     /// The bytes known without measuring: the symbol tables, and the DWARF
     /// sections as read (decompressed).
-    pub fn known_bytes(&self) -> usize {
+    pub(crate) fn known_bytes(&self) -> usize {
         self.symbols.heap_bytes() + self.dwarf_section_bytes()
     }
 
     /// Bytes of DWARF sections held (inflated, and compressed where they
     /// are inflated only in part).
-    pub fn dwarf_section_bytes(&self) -> usize {
+    pub(crate) fn dwarf_section_bytes(&self) -> usize {
         self.dwarf.as_ref().map_or(0, LazyDwarf::section_bytes)
     }
 
     /// What the DWARF reader has read so far (None without DWARF).
-    pub fn dwarf_counts(&self) -> Option<crate::dwarf::Counts> {
+    pub(crate) fn dwarf_counts(&self) -> Option<crate::dwarf::Counts> {
         self.dwarf.as_ref().map(LazyDwarf::counts)
     }
 
     /// Adds `delta` (measured) to the bytes held.
-    pub fn add_held(&mut self, delta: isize) {
+    pub(crate) fn add_held(&mut self, delta: isize) {
         self.held = self.held.saturating_add_signed(delta);
     }
 
     /// Resolves a file-relative address (already adjusted for return
     /// addresses). Never fails: what cannot be known is `None`.
-    pub fn resolve(&mut self, probe: u64) -> Vec<Resolved> {
+    pub(crate) fn resolve(&mut self, probe: u64) -> Vec<Resolved> {
         let mut out = Vec::new();
         if let Some(dwarf) = &mut self.dwarf {
             for frame in dwarf.frames(probe) {
@@ -203,7 +206,7 @@ fn demangle_in(raw: &str, lang: Option<gimli::DwLang>) -> String {
 /// Adds the separate debug file at `path` (fetched from a debuginfod
 /// server) to what is known of `module`, if it is the module's debug file:
 /// its build-id must be the module's. Otherwise returns why not.
-pub fn add_debug_file(
+pub(crate) fn add_debug_file(
     info: &mut ModuleInfo,
     module: &Module,
     path: &Path,
@@ -226,7 +229,7 @@ pub fn add_debug_file(
 
 /// Reads what winch needs from `module`'s file, looking for separate debug
 /// files under `debug_roots` (normally `/usr/lib/debug`).
-pub fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {
+pub(crate) fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {
     if !module.has_file {
         // The vDSO has no file, but its image is this process's own vDSO
         // where the build-ids agree (one kernel: every process's is the
@@ -442,7 +445,7 @@ fn collect_minidebuginfo<'a, R: object::ReadRef<'a>>(obj: &object::File<'a, R>, 
 
 /// The contents of an xz stream, if it decodes whole (checksum included)
 /// to at most `limit` bytes.
-pub fn unxz(data: &[u8], limit: u64) -> Option<Vec<u8>> {
+pub(crate) fn unxz(data: &[u8], limit: u64) -> Option<Vec<u8>> {
     use std::io::Read as _;
     let reader = lzma_rust2::XzReader::new_mem_limit(data, false, 256 << 10);
     let mut out = Vec::new();

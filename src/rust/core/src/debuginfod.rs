@@ -10,13 +10,15 @@
 //! to keep is decided here, behind [`Fetcher`], so it is tested without a
 //! network.
 
+/// A build-id as the hex digits debug files are named by.
+pub use crate::debugfile::hex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// What the environment says about debuginfod.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Config {
+pub(crate) struct Config {
     /// `DEBUGINFOD_URLS` (space-separated server URLs), as set.
     pub urls: String,
     /// Time one fetch may take: `DEBUGINFOD_TIMEOUT` seconds, else
@@ -32,11 +34,11 @@ pub struct Config {
 
 /// Default time one fetch may take (libdebuginfod's own default is 90 s:
 /// far too long to hold up an error message).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Config {
     /// The configuration read through `var` (the environment, in use).
-    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Config {
+    pub(crate) fn from_vars(var: impl Fn(&str) -> Option<String>) -> Config {
         let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
         let timeout = set("DEBUGINFOD_TIMEOUT")
             .and_then(|t| t.trim().parse::<u64>().ok())
@@ -54,18 +56,18 @@ impl Config {
         Config { urls: set("DEBUGINFOD_URLS").unwrap_or_default().trim().to_string(), timeout, cache }
     }
 
-    pub fn from_env() -> Config {
+    pub(crate) fn from_env() -> Config {
         Config::from_vars(|name| std::env::var(name).ok())
     }
 
-    pub fn has_servers(&self) -> bool {
+    pub(crate) fn has_servers(&self) -> bool {
         !self.urls.is_empty()
     }
 
     /// Time all fetches of one capture may take together: one fetch's
     /// timeout and a little more, so a capture with a dead or slow server
     /// still returns promptly.
-    pub fn capture_budget(&self) -> Duration {
+    pub(crate) fn capture_budget(&self) -> Duration {
         self.timeout + Duration::from_secs(1)
     }
 }
@@ -107,12 +109,12 @@ pub struct Debuginfod {
 }
 
 impl Debuginfod {
-    pub fn new(fetcher: Box<dyn Fetcher>) -> Debuginfod {
+    pub(crate) fn new(fetcher: Box<dyn Fetcher>) -> Debuginfod {
         Debuginfod { fetcher, tried: HashMap::new(), urls: String::new(), deadline: None, fetches: 0 }
     }
 
     /// A new capture starts: it gets a budget of its own.
-    pub fn start_capture(&mut self) {
+    pub(crate) fn start_capture(&mut self) {
         self.deadline = None;
     }
 
@@ -122,14 +124,14 @@ impl Debuginfod {
     }
 
     /// What is known about `build_id` this session, if anything.
-    pub fn outcome(&self, build_id: &[u8]) -> Option<&Outcome> {
+    pub(crate) fn outcome(&self, build_id: &[u8]) -> Option<&Outcome> {
         self.tried.get(build_id)
     }
 
     /// The debug file of `build_id`: from this session's memory, or fetched
     /// (once per session) within the capture's budget. None when there is
     /// none, or no time is left (then a later capture may try).
-    pub fn debug_file(&mut self, build_id: &[u8], config: &Config, now: Instant) -> Option<PathBuf> {
+    pub(crate) fn debug_file(&mut self, build_id: &[u8], config: &Config, now: Instant) -> Option<PathBuf> {
         if config.urls != self.urls {
             // Other servers: what the old ones said no longer holds.
             self.tried.clear();
@@ -163,7 +165,7 @@ impl Debuginfod {
     /// The file fetched for `build_id` is not its debug file: it is never
     /// used, and removed from the client cache (only from there) so that no
     /// other client uses it either.
-    pub fn reject(&mut self, build_id: &[u8], config: &Config, why: &str) {
+    pub(crate) fn reject(&mut self, build_id: &[u8], config: &Config, why: &str) {
         if let Some(Outcome::Found(path)) = self.tried.get(build_id) {
             if config.cache.as_ref().is_some_and(|c| path.starts_with(c)) {
                 let _ = std::fs::remove_file(path);
@@ -174,7 +176,8 @@ impl Debuginfod {
 }
 
 /// The debug file of `build_id` under `cache`, as libdebuginfod stores it.
-pub fn cache_path(cache: &Path, build_id: &[u8]) -> PathBuf {
+#[cfg(test)]
+pub(crate) fn cache_path(cache: &Path, build_id: &[u8]) -> PathBuf {
     cache.join(crate::debugfile::hex(build_id)).join("debuginfo")
 }
 
@@ -203,7 +206,7 @@ pub mod client {
     static API: OnceLock<Result<Api, String>> = OnceLock::new();
 
     /// The library's name, as Debian's libdebuginfod1 installs it.
-    pub const LIBRARY: &str = "libdebuginfod.so.1";
+    pub(crate) const LIBRARY: &str = "libdebuginfod.so.1";
 
     fn api() -> Result<&'static Api, String> {
         API.get_or_init(load).as_ref().map_err(|e| e.clone())

@@ -7,7 +7,7 @@
 //! one machinery every family of GOT hooks installs through.
 //!
 //! With full RELRO the slots lie in pages the loader made read-only after
-//! relocating; [`write_slot`] makes such a page writable for the one write
+//! relocating; [`write_slots`] makes such a page writable for the writes
 //! and restores its protection.
 
 use crate::memory::Memory;
@@ -20,7 +20,7 @@ pub use elf::{find_slots, Kind, RelocTypes, Slot, Wanted};
 
 /// The protection of the page holding `addr` (`PROT_*` bits), from the
 /// text of `/proc/self/maps`.
-#[cfg(unix)]
+#[cfg(all(unix, test))]
 pub fn page_protection(maps: &str, addr: usize) -> Option<i32> {
     Protections::parse(maps).of(addr)
 }
@@ -58,7 +58,7 @@ impl Protections {
 /// # Safety
 /// `addr` must be a mapped, 8-byte aligned GOT slot of a loaded module, and
 /// `value` an address callers of that slot may jump to.
-#[cfg(unix)]
+#[cfg(all(unix, test))]
 pub unsafe fn write_slot(addr: usize, value: usize, prot: i32) -> crate::error::Result<()> {
     // SAFETY: the caller's contract, for one slot.
     match unsafe { write_slots(&[(addr, value, prot)]) }.pop() {
@@ -67,13 +67,14 @@ pub unsafe fn write_slot(addr: usize, value: usize, prot: i32) -> crate::error::
     }
 }
 
-/// [`write_slot`] for each of `writes` (slot, value, protection of its
-/// page), one result each: slots sharing a read-only page are written
-/// while the page is made writable once (two system calls a page, not a
-/// slot).
+/// Writes each of `writes` (slot, value, protection of its page) as
+/// `write_slot` (tests) writes one, one result each: slots sharing a
+/// read-only page are written while the page is made writable once (two
+/// system calls a page, not a slot).
 ///
 /// # Safety
-/// As [`write_slot`], for every entry.
+/// Every slot must be a mapped, 8-byte aligned GOT slot of a loaded module,
+/// and its value an address callers of that slot may jump to.
 #[cfg(unix)]
 pub unsafe fn write_slots(writes: &[(usize, usize, i32)]) -> Vec<crate::error::Result<()>> {
     use crate::error::Error;

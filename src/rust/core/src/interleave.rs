@@ -93,8 +93,8 @@ pub struct Placement {
     /// R frames whose context is not on the C stack; of those, the ones
     /// anchored by their interpreter loop's frame; R frames beyond a
     /// truncated stack.
-    pub off_stack: usize,
-    pub by_runner: usize,
+    pub(crate) off_stack: usize,
+    pub(crate) by_runner: usize,
     pub beyond_end: usize,
 }
 
@@ -136,6 +136,7 @@ pub struct RFrameAt {
 impl RFrameAt {
     /// A record made by a C function, on the C stack (or one whose runner is
     /// unknown).
+    #[cfg(test)]
     pub fn on_stack(ctx: usize) -> RFrameAt {
         RFrameAt { ctx, runner: None }
     }

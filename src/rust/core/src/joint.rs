@@ -5,10 +5,10 @@
 //! Every function here is called on R's main thread by the glue, which
 //! passes the [`Facts`] gathered when winch loaded and, where the chain is
 //! validated, `sys.frames()`/`sys.calls()` of an R caller further out. The
-//! chain is read as seen from the capturing frame ([`Facts::live_memory`]).
+//! chain is read as seen from the capturing frame (`Facts::live_memory`).
 
 use crate::error::{Error, Result};
-use crate::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
+use crate::interleave::{self, NFrame, NativeStack, RFrameAt};
 use crate::memory::Objects;
 use crate::r::context::{self as rcontext, RContext};
 use crate::r::heap::{self, Head};
@@ -19,13 +19,16 @@ use crate::trace::{self, NativeTrace};
 use crate::unwind::Backend;
 use crate::view::{self, Class, Known};
 
+/// Where the native frames sit among R's frames (see [`Joint::placement`]).
+pub use crate::interleave::Placement;
+
 /// A native stack with its frames classified, and the live part of the C
 /// stack as seen from the capturing frame.
 pub struct Native {
     pub trace: NativeTrace,
     pub classes: Vec<Class>,
-    pub stack_lo: usize,
-    pub stack_hi: usize,
+    pub(crate) stack_lo: usize,
+    pub(crate) stack_hi: usize,
 }
 
 /// Captures and classifies the native stack. `here` is the address of a
@@ -106,7 +109,7 @@ pub fn capture(
 }
 
 /// The modules that decide what views show: winch's own and R's.
-pub fn known(facts: &Facts) -> impl Fn(&crate::modules::ModuleMap) -> Known + '_ {
+pub(crate) fn known(facts: &Facts) -> impl Fn(&crate::modules::ModuleMap) -> Known + '_ {
     |map| Known::at(map, facts.own_addr, facts.interpreter_addr)
 }
 
@@ -123,7 +126,7 @@ fn read_chain(facts: &Facts, stack_lo: usize) -> Result<Vec<RContext>> {
 /// record (address, environment) of `contexts` with a non-zero address
 /// (false when the chain cannot be read).
 #[inline(never)]
-pub fn chain_holds(facts: &Facts, contexts: &[(usize, usize)]) -> bool {
+pub(crate) fn chain_holds(facts: &Facts, contexts: &[(usize, usize)]) -> bool {
     let local = 0u8;
     match read_chain(facts, std::hint::black_box(&local) as *const u8 as usize) {
         Ok(chain) => contexts
@@ -187,6 +190,28 @@ pub fn validate_chain(facts: &Facts, frames: &[usize], calls: &[usize]) -> Resul
     contexts(facts, std::hint::black_box(&local) as *const u8 as usize, frames, calls).map(|_| ())
 }
 
+/// Checks the layout of R objects before the profiler reads them: the label
+/// read here of each call in `probes` (live calls) must be the one in
+/// `expected` (as `Rprof()` writes it, computed by R for the same call).
+pub fn validate_labels(facts: &Facts, probes: &[usize], expected: &[Option<String>]) -> Result<()> {
+    for (call, want) in probes.iter().zip(expected) {
+        let mut buf = heap::Buf::default();
+        let head = match heap::call_head(&Objects, *call) {
+            Some(Head::Symbol(s)) | Some(Head::Other(s)) => s,
+            None => return Err(Error::Inconsistent("a probe call could not be read".into())),
+        };
+        heap::label(&Objects, &facts.symbols, head, &mut buf);
+        if Some(String::from_utf8_lossy(buf.as_bytes()).as_ref()) != want.as_deref() {
+            return Err(Error::Inconsistent(format!(
+                "R objects are laid out differently than winch expects (label {:?}, expected {:?})",
+                String::from_utf8_lossy(buf.as_bytes()),
+                want
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The best unwinding backend here, for the learning probes.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn best_backend() -> Result<Backend> {
@@ -195,7 +220,7 @@ fn best_backend() -> Result<Backend> {
 
 /// Learns which native function of R runs an AST loop of `kind`: called
 /// from inside such a loop, it finds the frame that holds the loop's record
-/// (see [`learn::learn_loop`]).
+/// (see `learn::learn_loop`).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub fn learn_loop(facts: &Facts, kind: learn::LoopKind) -> Result<()> {
     let ip = innermost_loop_owner(facts, best_backend()?)?;
@@ -206,7 +231,7 @@ pub fn learn_loop(facts: &Facts, kind: learn::LoopKind) -> Result<()> {
 /// and where R's byte-code interpreter loop keeps its program counter:
 /// called from byte code, it looks at the records made while byte code ran
 /// and at the native frames holding their loop slots (see
-/// [`learn::learn_bc_frames`]).
+/// `learn::learn_bc_frames`).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub fn learn_bc(facts: &Facts, opcodes: Option<learn::Opcodes>) -> Result<()> {
     learn::learn_ops(opcodes)?;

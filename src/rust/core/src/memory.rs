@@ -9,8 +9,8 @@
 //!   ranges checked beforehand (no allocation, no system call);
 //! * [`Objects`]: R objects of this process, in place (live objects only);
 //! * [`Process`]: another process, through `process_vm_readv`;
-//! * [`Image`]: bytes at addresses held in memory: synthetic images for
-//!   tests, and the segments of a core file.
+//! * `Image` (tests): bytes at addresses held in memory, the synthetic
+//!   images tests build.
 //!
 //! Loaded images are file-backed mappings: if a library's file is truncated
 //! on disk, touching a page past the new end raises SIGBUS, even for pages R
@@ -20,12 +20,12 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
+#[cfg(test)]
 mod image;
 mod paged;
 mod sources;
 #[cfg(test)]
-pub use image::Counted;
-pub use image::Image;
+pub use image::{Counted, Image};
 pub use paged::Paged;
 pub use sources::{stack_word, Live, Objects, Own, Process, Ranges};
 

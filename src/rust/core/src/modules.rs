@@ -12,19 +12,19 @@ use std::sync::Arc;
 
 /// One `PT_LOAD` segment, in absolute addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Segment {
-    pub start: usize,
-    pub end: usize,
-    pub exec: bool,
-    pub read: bool,
-    pub write: bool,
+pub(crate) struct Segment {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) exec: bool,
+    pub(crate) read: bool,
+    pub(crate) write: bool,
 }
 
 /// The file a module was mapped from, as `/proc/self/maps` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct MappedFile {
-    pub dev: u64,
-    pub ino: u64,
+pub(crate) struct MappedFile {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
 }
 
 /// A loaded module.
@@ -35,24 +35,25 @@ pub struct Module {
     pub path: String,
     /// Load bias: file virtual address + bias = runtime address.
     pub bias: usize,
-    pub segments: Vec<Segment>,
+    pub(crate) segments: Vec<Segment>,
     /// GNU build-id read from the loaded image.
     pub build_id: Option<Vec<u8>>,
-    pub is_main: bool,
+    pub(crate) is_main: bool,
     /// Whether `path` names a file (false for the vDSO).
-    pub has_file: bool,
+    pub(crate) has_file: bool,
     /// Device and inode of the mapping, used to notice a file replaced on disk.
-    pub mapped: Option<MappedFile>,
+    pub(crate) mapped: Option<MappedFile>,
     /// Address and size of the loaded `.eh_frame_hdr` (PT_GNU_EH_FRAME).
-    pub eh_frame_hdr: Option<(usize, usize)>,
+    pub(crate) eh_frame_hdr: Option<(usize, usize)>,
     /// Address of the loaded dynamic section (PT_DYNAMIC).
-    pub dynamic: Option<usize>,
+    pub(crate) dynamic: Option<usize>,
 }
 
 impl Module {
     /// A module with one executable segment `[start, end)` and no build-id
     /// (tests build synthetic module maps from these).
-    pub fn synthetic(path: &str, start: usize, end: usize, is_main: bool) -> Module {
+    #[cfg(test)]
+    pub(crate) fn synthetic(path: &str, start: usize, end: usize, is_main: bool) -> Module {
         Module {
             path: path.into(),
             bias: start,
@@ -67,11 +68,11 @@ impl Module {
     }
 
     /// The last path component.
-    pub fn basename(&self) -> &str {
+    pub(crate) fn basename(&self) -> &str {
         self.path.rsplit('/').next().unwrap_or(&self.path)
     }
 
-    pub fn contains(&self, addr: usize) -> bool {
+    pub(crate) fn contains(&self, addr: usize) -> bool {
         self.segments.iter().any(|s| s.start <= addr && addr < s.end)
     }
 }
@@ -91,14 +92,14 @@ pub struct ModuleMap {
 
 /// Where an address falls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hit {
+pub(crate) struct Hit {
     pub module: usize,
     /// Inside an executable segment.
     pub exec: bool,
 }
 
 impl ModuleMap {
-    pub fn new(modules: Vec<Module>) -> ModuleMap {
+    pub(crate) fn new(modules: Vec<Module>) -> ModuleMap {
         let mut index: Vec<(usize, usize, usize, bool)> = modules
             .iter()
             .enumerate()
@@ -114,22 +115,22 @@ impl ModuleMap {
 
     /// The map of another process's (or a core file's) modules: see
     /// [`ModuleMap::is_foreign`].
-    pub fn of_other_process(modules: Vec<Module>) -> ModuleMap {
+    pub(crate) fn of_other_process(modules: Vec<Module>) -> ModuleMap {
         ModuleMap { foreign: true, ..ModuleMap::new(modules) }
     }
 
     /// Whether the modules are another process's: what is read of them
     /// comes from their files, never from this process's memory at their
     /// addresses.
-    pub fn is_foreign(&self) -> bool {
+    pub(crate) fn is_foreign(&self) -> bool {
         self.foreign
     }
 
-    pub fn serial(&self) -> u64 {
+    pub(crate) fn serial(&self) -> u64 {
         self.serial
     }
 
-    pub fn modules(&self) -> &[Module] {
+    pub(crate) fn modules(&self) -> &[Module] {
         &self.modules
     }
 
@@ -157,14 +158,14 @@ impl ModuleMap {
         Some(format!("{:x}/{id}", m.bias))
     }
 
-    pub fn lookup(&self, addr: usize) -> Option<Hit> {
+    pub(crate) fn lookup(&self, addr: usize) -> Option<Hit> {
         self.lookup_segment(addr).map(|(_, hit)| hit)
     }
 
     /// As [`ModuleMap::lookup`], with addresses around `addr` that have
     /// the same answer: the segment found, cut to where the search would
     /// go the same way (callers walking a stack try it first).
-    pub fn lookup_segment(&self, addr: usize) -> Option<(std::ops::Range<usize>, Hit)> {
+    pub(crate) fn lookup_segment(&self, addr: usize) -> Option<(std::ops::Range<usize>, Hit)> {
         let i = self.index.partition_point(|&(start, _, _, _)| start <= addr);
         // Segments do not overlap, but scan back a little in case a broken
         // module list makes them: the first containing segment wins.
@@ -186,7 +187,7 @@ impl ModuleMap {
     }
 
     /// The module containing `addr`, if any.
-    pub fn module_of(&self, addr: usize) -> Option<usize> {
+    pub(crate) fn module_of(&self, addr: usize) -> Option<usize> {
         self.lookup(addr).map(|h| h.module)
     }
 
@@ -195,7 +196,7 @@ impl ModuleMap {
     /// inode) at the same place (bias and segments). None when it is not
     /// loaded in `other`: an address of this module in `other` may belong
     /// to another library loaded there since.
-    pub fn same_load(&self, index: usize, other: &ModuleMap) -> Option<usize> {
+    pub(crate) fn same_load(&self, index: usize, other: &ModuleMap) -> Option<usize> {
         let m = self.modules.get(index)?;
         if std::ptr::eq(self, other) {
             return Some(index);
@@ -218,7 +219,7 @@ impl Module {
     /// A copy of a module that is no longer loaded, to show where a frame
     /// was (its path and load bias): without segments (no address finds
     /// it) and without anything read from its image or its file.
-    pub fn unloaded(&self) -> Module {
+    pub(crate) fn unloaded(&self) -> Module {
         Module {
             path: self.path.clone(),
             bias: self.bias,
@@ -255,7 +256,7 @@ pub fn loader_generation() -> (u64, u64) {
 
 /// The loaded modules (none: only Linux is supported).
 #[cfg(not(target_os = "linux"))]
-pub fn read_loaded_modules() -> Vec<Module> {
+pub(crate) fn read_loaded_modules() -> Vec<Module> {
     Vec::new()
 }
 
@@ -292,7 +293,7 @@ pub fn loader_generation() -> (u64, u64) {
 /// copies: an image whose file was truncated on disk would raise SIGBUS
 /// (see `memory`).
 #[cfg(target_os = "linux")]
-pub fn read_loaded_modules() -> Vec<Module> {
+pub(crate) fn read_loaded_modules() -> Vec<Module> {
     /// dl_iterate_phdr's callback: appends the module `info` describes to
     /// the `Vec<Module>` at `data`.
     unsafe extern "C" fn each(
@@ -430,7 +431,7 @@ fn finish_module(m: &mut Module, maps: &[MapsLine]) {
 }
 
 /// Extracts the GNU build-id from the bytes of an ELF note segment.
-pub fn gnu_build_id(notes: &[u8], align: usize) -> Option<Vec<u8>> {
+pub(crate) fn gnu_build_id(notes: &[u8], align: usize) -> Option<Vec<u8>> {
     let align = if align == 8 { 8 } else { 4 };
     let round = |n: usize| n.div_ceil(align) * align;
     let word = |b: &[u8], at: usize| -> Option<usize> {
@@ -458,7 +459,7 @@ pub fn gnu_build_id(notes: &[u8], align: usize) -> Option<Vec<u8>> {
 /// The loaded modules at one moment, and which of the loader's
 /// generations they are.
 #[derive(Clone, Debug)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     /// The loader's counters read before the modules were listed.
     pub generation: (u64, u64),
     /// Whether the counters were the same after the modules were listed:
@@ -470,7 +471,7 @@ pub struct Loaded {
 
 impl Loaded {
     /// The generation `map` holds exactly, if it is known.
-    pub fn exact_generation(&self) -> Option<(u64, u64)> {
+    pub(crate) fn exact_generation(&self) -> Option<(u64, u64)> {
         self.exact.then_some(self.generation)
     }
 }
@@ -484,7 +485,7 @@ pub fn current() -> Arc<ModuleMap> {
 }
 
 /// [`current`], with the loader's generation it belongs to.
-pub fn current_at() -> Loaded {
+pub(crate) fn current_at() -> Loaded {
     let generation = loader_generation();
     let known = generation != (u64::MAX, u64::MAX);
     let fresh = || {

@@ -2,23 +2,31 @@
 //! loaded winch, read through `ptrace` and `process_vm_readv` while it is
 //! stopped for a moment.
 //!
-//! * [`ptrace`]: stopping every thread and letting it go on, on every way
+//! * `ptrace`: stopping every thread and letting it go on, on every way
 //!   out;
-//! * [`target`]: what the process has loaded (from `/proc/PID/maps` and the
+//! * `target`: what the process has loaded (from `/proc/PID/maps` and the
 //!   loaded images' headers in its memory) and where its R keeps its state;
-//! * [`core_file`]: a core file read as the process it was made of;
-//! * [`deparse`]: R calls read from its memory as R source;
+//! * `core_file`: a core file read as the process it was made of;
+//! * `deparse`: R calls read from its memory as R source;
 //! * [`dump`]: every thread's native frames and R's frames placed among
 //!   them;
 //! * [`recorder`]: sampling it, into the profiler's sample records (`running`:
 //!   which threads each tick samples);
 //! * [`registration`]: R's table of registered native routines there.
 
-pub mod core_file;
-pub mod deparse;
+pub(crate) mod core_file;
+pub(crate) mod deparse;
 pub mod dump;
-pub mod ptrace;
+pub(crate) mod ptrace;
 pub mod recorder;
 pub mod registration;
 mod running;
-pub mod target;
+pub(crate) mod target;
+
+pub use crate::procfs::Usage;
+
+/// What process `pid` has used so far (CPU times, memory, faults,
+/// switches), from `/proc`.
+pub fn usage(pid: i32) -> Usage {
+    crate::procfs::usage(crate::procfs::Proc::Pid(pid))
+}

@@ -123,7 +123,7 @@ impl<'a> MapsLine<'a> {
     }
 
     /// This line, owning its path.
-    pub fn to_mapping(&self) -> Mapping {
+    pub fn to_mapping(self) -> Mapping {
         Mapping {
             start: self.start,
             end: self.end,
@@ -335,7 +335,7 @@ pub struct Usage {
 
 impl Usage {
     /// From the text of `stat` and `status` (either may be missing).
-    pub fn parse(stat: Option<&str>, status: Option<&str>) -> Usage {
+    pub(crate) fn parse(stat: Option<&str>, status: Option<&str>) -> Usage {
         let stat = stat.and_then(Stat::parse);
         let ticks = clock_ticks() as f64;
         let field = |name: &str| status.and_then(|s| status_number(s, name)).map(|v| v as f64);

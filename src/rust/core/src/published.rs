@@ -118,6 +118,7 @@ impl<T> Published<T> {
     }
 
     /// Editions retired and not freed yet.
+    #[cfg(test)]
     pub fn retired(&self) -> usize {
         lock(&self.retired).len()
     }

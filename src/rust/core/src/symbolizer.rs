@@ -6,7 +6,7 @@
 //! of its mapping: a library unloaded and loaded again after a rebuild gets a
 //! fresh entry instead of its predecessor's names.
 //!
-//! What reads a module's files is a parameter ([`Loader`]), so the caching
+//! What reads a module's files is a parameter (`Loader`), so the caching
 //! is tested without files.
 //!
 //! Two things come from the loaded image rather than the files: the start
@@ -51,12 +51,12 @@ pub const CACHE_BUDGET: usize = 64 << 20;
 /// per thread, the bytes allocated and not yet freed, so the bytes that
 /// reading a module's files (or resolving an address in it) leaves behind
 /// are known exactly, including what the DWARF parsers keep.
-pub mod heap {
+pub(crate) mod heap {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
 
     /// The system allocator, counting.
-    pub struct Counting;
+    pub(crate) struct Counting;
 
     thread_local! {
         static NET: Cell<isize> = const { Cell::new(0) };
@@ -68,7 +68,7 @@ pub mod heap {
     /// The memory a request of `size` bytes takes from the C library's
     /// malloc: glibc adds an 8-byte header, rounds to 16 bytes and gives at
     /// least 32.
-    pub fn chunk(size: usize) -> usize {
+    pub(crate) fn chunk(size: usize) -> usize {
         (size.saturating_add(8 + 15) & !15).max(32)
     }
 
@@ -117,13 +117,13 @@ pub mod heap {
 
     /// Bytes this thread has allocated and not freed (freed by another
     /// thread counts there): only differences mean anything.
-    pub fn net() -> isize {
+    pub(crate) fn net() -> isize {
         NET.try_with(|n| n.get()).unwrap_or(0)
     }
 
     /// Runs `f`; also returns the bytes it left allocated (negative if it
     /// freed more than it allocated).
-    pub fn measure<T>(f: impl FnOnce() -> T) -> (T, isize) {
+    pub(crate) fn measure<T>(f: impl FnOnce() -> T) -> (T, isize) {
         let before = net();
         let out = f();
         (out, net().wrapping_sub(before))
@@ -131,7 +131,7 @@ pub mod heap {
 
     /// Bytes of a hash map's table with `capacity` entries of `entry` bytes
     /// (hashbrown: buckets of 8/7 the capacity, a control byte each).
-    pub fn table(capacity: usize, entry: usize) -> usize {
+    pub(crate) fn table(capacity: usize, entry: usize) -> usize {
         if capacity == 0 {
             0
         } else {
@@ -142,7 +142,7 @@ pub mod heap {
 
     /// Bytes of an `Arc<str>` that `s` alone holds (shared ones are
     /// counted where they came from).
-    pub fn unique_str(s: &Option<std::sync::Arc<str>>) -> usize {
+    pub(crate) fn unique_str(s: &Option<std::sync::Arc<str>>) -> usize {
         match s {
             Some(a) if std::sync::Arc::strong_count(a) == 1 => chunk(16 + a.len()),
             _ => 0,
@@ -152,7 +152,7 @@ pub mod heap {
 
 /// Reads what the symbolizer needs from a module's files, looking for
 /// separate debug files under the given roots.
-pub type Loader = Box<dyn Fn(&Module, &[PathBuf]) -> ModuleInfo + Send>;
+pub(crate) type Loader = Box<dyn Fn(&Module, &[PathBuf]) -> ModuleInfo + Send>;
 
 pub struct Symbolizer {
     loader: Loader,
@@ -180,7 +180,7 @@ pub struct Symbolizer {
     map_seen: u64,
     by_index: Vec<Option<u32>>,
     /// Files read so far (a test hook for "the second capture reads nothing").
-    pub files_loaded: u64,
+    pub(crate) files_loaded: u64,
     /// The bytes modules may hold together ([`CACHE_BUDGET`]), when each
     /// was last used (a tick), and how many were forgotten for room.
     budget: usize,
@@ -223,7 +223,7 @@ impl Default for Symbolizer {
 }
 
 impl Symbolizer {
-    pub fn new(loader: Loader, roots: Vec<PathBuf>) -> Symbolizer {
+    pub(crate) fn new(loader: Loader, roots: Vec<PathBuf>) -> Symbolizer {
         Symbolizer {
             loader,
             roots,
@@ -248,7 +248,8 @@ impl Symbolizer {
     }
 
     /// Sets the bytes modules may hold together (tests).
-    pub fn set_budget(&mut self, bytes: usize) {
+    #[cfg(test)]
+    pub(crate) fn set_budget(&mut self, bytes: usize) {
         self.budget = bytes;
     }
 
@@ -297,7 +298,7 @@ impl Symbolizer {
 
     /// Directories searched for separate debug files; changing them empties the cache.
     /// Sets the directories searched for debug files (the first
-    /// [`crate::debugfile::MAX_ROOTS`] distinct ones).
+    /// `crate::debugfile::MAX_ROOTS` distinct ones).
     pub fn set_debug_roots(&mut self, roots: Vec<PathBuf>) {
         let roots = crate::debugfile::roots(roots);
         if roots != self.roots {
@@ -357,14 +358,14 @@ impl Symbolizer {
     }
 
     /// A capture starts: fetches it needs get a time budget of their own.
-    pub fn start_capture(&mut self) {
+    pub(crate) fn start_capture(&mut self) {
         if let Some(d) = self.debuginfod.as_mut() {
             d.start_capture();
         }
     }
 
     /// Whether module `index` of `map` was read with DWARF (None: not read).
-    pub fn module_has_dwarf(&self, map: &ModuleMap, index: usize) -> Option<bool> {
+    pub(crate) fn module_has_dwarf(&self, map: &ModuleMap, index: usize) -> Option<bool> {
         let id = self.ids.get(&ModuleKey::of(map.module(index)))?;
         Some(self.infos.get(id)?.has_dwarf())
     }
@@ -405,11 +406,12 @@ impl Symbolizer {
         }
     }
 
-    pub fn registered_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn registered_count(&self) -> usize {
         self.registered.len()
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.ids.clear();
         self.infos.clear();
         self.starts.clear();
@@ -452,7 +454,7 @@ impl Symbolizer {
     }
 
     /// Forgets modules that are no longer loaded.
-    pub fn retain_loaded(&mut self, map: &ModuleMap) {
+    pub(crate) fn retain_loaded(&mut self, map: &ModuleMap) {
         let live: HashSet<ModuleKey> = map.modules().iter().map(ModuleKey::of).collect();
         let before = self.ids.len();
         self.ids.retain(|k, _| live.contains(k));
@@ -486,7 +488,7 @@ impl Symbolizer {
     }
 
     /// Resolves the file-relative address `probe` in module `index` of `map`.
-    pub fn resolve_in(&mut self, map: &ModuleMap, index: usize, probe: u64) -> Arc<[Resolved]> {
+    pub(crate) fn resolve_in(&mut self, map: &ModuleMap, index: usize, probe: u64) -> Arc<[Resolved]> {
         let id = self.id_in(map, index);
         if self.pending.contains(&id) {
             self.try_debuginfod(id, map.module(index));
@@ -533,7 +535,7 @@ impl Symbolizer {
 
     /// The symbol table of module `index` of `map` (read on first use), as
     /// a copy that shares the names.
-    pub fn symbol_table(&mut self, map: &ModuleMap, index: usize) -> crate::symbols::SymbolTable {
+    pub(crate) fn symbol_table(&mut self, map: &ModuleMap, index: usize) -> crate::symbols::SymbolTable {
         let id = self.id_in(map, index);
         self.infos[&id].symbols.clone()
     }
@@ -641,6 +643,7 @@ impl Routines {
         self.0.get(&(module.bias, start)).filter(|(path, _)| **path == *module.path).map(|(_, name)| name)
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.0.len()
     }

@@ -107,6 +107,7 @@ impl SymbolTable {
         self.syms.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.syms.is_empty()
     }

@@ -20,7 +20,7 @@
 //! object, so a rethrow keeps the original throw site.
 //!
 //! Whether a record belongs to an R error is decided later, by
-//! [`find_catch`]: the record's outer frames must still be on the stack, the
+//! `find_catch`: the record's outer frames must still be on the stack, the
 //! frame that caught the exception at the same place running the same
 //! function (see that function for the exact rule).
 //!
@@ -32,16 +32,16 @@ use crate::memory::Memory;
 use crate::r::ChainAt;
 
 /// Records kept.
-pub const RING: usize = 16;
+pub(crate) const RING: usize = 16;
 /// Frames a record holds at most.
-pub const MAX_FRAMES: usize = 256;
+pub(crate) const MAX_FRAMES: usize = 256;
 
 /// `exception_class` of libstdc++'s exceptions ("GNUCC++\0"), of its
 /// dependent exceptions (`std::rethrow_exception`, "GNUCC++\x01"), and of
 /// Rust panics (`panic_unwind`: "MOZ\0RUST" in native byte order).
-pub const CLASS_GNU_CXX: u64 = 0x474e_5543_432b_2b00;
-pub const CLASS_GNU_CXX_DEPENDENT: u64 = 0x474e_5543_432b_2b01;
-pub const CLASS_RUST: u64 = u64::from_ne_bytes(*b"MOZ\0RUST");
+pub(crate) const CLASS_GNU_CXX: u64 = 0x474e_5543_432b_2b00;
+pub(crate) const CLASS_GNU_CXX_DEPENDENT: u64 = 0x474e_5543_432b_2b01;
+pub(crate) const CLASS_RUST: u64 = u64::from_ne_bytes(*b"MOZ\0RUST");
 
 /// Itanium C++ ABI as libstdc++ lays it out on 64-bit targets: the
 /// `_Unwind_Exception` is the last member of `__cxa_exception` (112 bytes),
@@ -73,21 +73,21 @@ impl ThrowKind {
 
 /// How an exception is identified.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Identity {
-    pub kind: ThrowKind,
+pub(crate) struct Identity {
+    pub(crate) kind: ThrowKind,
     /// The thrown object (C++: the object itself, also for a dependent
     /// exception, which refers to its primary one; otherwise the
     /// `_Unwind_Exception`).
-    pub key: usize,
+    pub(crate) key: usize,
     /// The C++ `std::type_info` of the thrown object (0 when unknown).
-    pub type_info: usize,
+    pub(crate) type_info: usize,
     /// A dependent exception (`std::rethrow_exception`).
-    pub dependent: bool,
+    pub(crate) dependent: bool,
 }
 
 /// Identifies the exception whose `_Unwind_Exception` is at `exc`, reading
 /// words with `word`.
-pub fn identify(exc: usize, word: impl Fn(usize) -> Option<usize>) -> Identity {
+pub(crate) fn identify(exc: usize, word: impl Fn(usize) -> Option<usize>) -> Identity {
     let unknown = Identity { kind: ThrowKind::Foreign, key: exc, type_info: 0, dependent: false };
     let Some(class) = word(exc) else { return unknown };
     match class as u64 {
@@ -115,31 +115,31 @@ pub fn identify(exc: usize, word: impl Fn(usize) -> Option<usize>) -> Identity {
 
 /// One recorded throw.
 #[derive(Clone, Copy, Debug)]
-pub struct Throw {
+pub(crate) struct Throw {
     /// Order of recording (0: an empty slot).
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// The top-level epoch when it was recorded (see [`next_epoch`]).
-    pub epoch: u64,
-    pub id: Identity,
+    pub(crate) epoch: u64,
+    pub(crate) id: Identity,
     /// R's innermost context then and its innermost function context, each
     /// as (address, environment); see [`r_activation`].
-    pub r_contexts: [(usize, usize); 2],
+    pub(crate) r_contexts: [(usize, usize); 2],
     /// Times it was rethrown since.
-    pub rethrows: u32,
+    pub(crate) rethrows: u32,
     /// The loader's generation when the frames were walked: their
     /// addresses are named with the modules of that generation (see
     /// `shown`), never with modules loaded at those addresses since.
-    pub generation: Option<(u64, u64)>,
+    pub(crate) generation: Option<(u64, u64)>,
     /// The walk reached a frame of R's interpreter (and stopped there).
-    pub reached_r: bool,
+    pub(crate) reached_r: bool,
     /// The walk stopped before the end of the stack for another reason
     /// (frame limit, a frame it could not unwind).
-    pub truncated: bool,
-    pub n: usize,
+    pub(crate) truncated: bool,
+    pub(crate) n: usize,
     /// (instruction pointer, stack pointer) of each frame, innermost first,
     /// from the thrower's frame (`__cxa_throw`, Rust's panic runtime) on;
     /// every instruction pointer is a return address.
-    pub frames: [(usize, usize); MAX_FRAMES],
+    pub(crate) frames: [(usize, usize); MAX_FRAMES],
 }
 
 impl Default for Throw {
@@ -160,13 +160,13 @@ impl Default for Throw {
 }
 
 impl Throw {
-    pub fn frames(&self) -> &[(usize, usize)] {
+    pub(crate) fn frames(&self) -> &[(usize, usize)] {
         &self.frames[..self.n.min(MAX_FRAMES)]
     }
 }
 
 /// The throws recorded on R's main thread, in a ring.
-pub struct Ring {
+pub(crate) struct Ring {
     throws: Box<[Throw]>,
     next: usize,
     seq: u64,
@@ -202,7 +202,7 @@ impl Ring {
     }
 
     /// Copies of the throws recorded, newest first.
-    pub fn newest_first(&self) -> Vec<Throw> {
+    pub(crate) fn newest_first(&self) -> Vec<Throw> {
         let mut v: Vec<Throw> = self.throws.iter().filter(|r| r.seq != 0).copied().collect();
         v.sort_by_key(|r| std::cmp::Reverse(r.seq));
         v
@@ -212,7 +212,7 @@ impl Ring {
 /// Enters a throw into `ring`: a rethrow (or a dependent exception) of an
 /// exception already recorded keeps that record; anything else gets a new
 /// record, which `fill` writes. Returns whether a new record was made.
-pub fn enter(ring: &mut Ring, id: Identity, rethrow: bool, fill: impl FnOnce(&mut Throw)) -> bool {
+pub(crate) fn enter(ring: &mut Ring, id: Identity, rethrow: bool, fill: impl FnOnce(&mut Throw)) -> bool {
     if rethrow || id.dependent {
         if let Some(r) = ring.find(id.key) {
             r.rethrows = r.rethrows.saturating_add(1);
@@ -238,7 +238,7 @@ const ACTIVATION_DEPTH: usize = 64;
 /// is new for every call, so a record whose closure context is no longer
 /// in R's chain with the same environment belongs to an activation that
 /// has ended.
-pub fn r_activation(mem: &impl Memory, chain: &ChainAt) -> [(usize, usize); 2] {
+pub(crate) fn r_activation(mem: &impl Memory, chain: &ChainAt) -> [(usize, usize); 2] {
     let mut out = [(0, 0); 2];
     for (k, c) in chain.read(mem, ACTIVATION_DEPTH).map_while(|c| c.ok()).enumerate() {
         if k == 0 {
@@ -254,7 +254,7 @@ pub fn r_activation(mem: &impl Memory, chain: &ChainAt) -> [(usize, usize); 2] {
 
 /// What a frame is, for the walk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FrameClass {
+pub(crate) enum FrameClass {
     /// winch's trampoline: it and every frame inside it (the recording
     /// itself) are not recorded.
     Marker,
@@ -337,7 +337,7 @@ pub(crate) fn walk<T: crate::unwind::rules::Source>(
 
 /// Where a recorded throw was caught, in a stack captured later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Catch {
+pub(crate) struct Catch {
     /// The catching frame's index in the record (innermost first).
     pub in_record: usize,
     /// Its index in the current stack (innermost first).
@@ -358,7 +358,7 @@ pub struct Catch {
 /// instead the frame at that stack address runs another function, or is
 /// not at that stack address, the catching activation has returned: no
 /// match.
-pub fn find_catch(
+pub(crate) fn find_catch(
     record: &[(usize, usize)],
     current: &[(usize, usize)],
     same_function: impl Fn(usize, usize) -> bool,
@@ -395,18 +395,20 @@ pub fn next_epoch() {
 }
 
 /// The current epoch.
-pub fn epoch() -> u64 {
+pub(crate) fn epoch() -> u64 {
     EPOCH.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 mod names;
 pub mod shown;
-pub use names::{base_function_name, demangle_type, is_r_unwind_carrier, is_throw_machinery};
+pub(crate) use names::{base_function_name, demangle_type, is_r_unwind_carrier, is_throw_machinery};
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod hook;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub use hook::{installed, map_of, recorded, rescan, rescan_if_changed, status, uninstall};
+pub use hook::{installed, rescan_if_changed, status, uninstall};
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) use hook::{map_of, recorded};
 
 /// Turns capture on (see `hook`), and has the loader hook refresh its walk
 /// table when R loads libraries (the GOT hook set hooks them).
@@ -427,18 +429,18 @@ pub fn supported() -> bool {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HookSetup {
     /// R's main thread (`pthread_self()` there); the caller of `install`.
-    pub main_thread: usize,
+    pub(crate) main_thread: usize,
     /// An address inside R's interpreter (libR, or the R executable).
-    pub interpreter_addr: usize,
+    pub(crate) interpreter_addr: usize,
     /// Where R's context chain is (None: throws are recorded without R's
     /// activation).
-    pub chain: Option<ChainAt>,
+    pub(crate) chain: Option<ChainAt>,
     /// Hook winch's own module too (tests of the hook inside a test binary,
     /// where winch's code and the code that panics share a module).
-    pub patch_own: bool,
+    pub(crate) patch_own: bool,
     /// The functions hooked slots lead to; None: libgcc's (tests run where
     /// another unwinder provides them).
-    pub targets: Option<[usize; 2]>,
+    pub(crate) targets: Option<[usize; 2]>,
 }
 
 impl HookSetup {
@@ -478,7 +480,6 @@ mod unsupported {
     pub fn installed() -> bool {
         false
     }
-    pub fn rescan() {}
     pub fn rescan_if_changed() {}
     pub fn status() -> Status {
         Status::default()
@@ -491,7 +492,9 @@ mod unsupported {
     }
 }
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-pub use unsupported::{install, installed, map_of, recorded, rescan, rescan_if_changed, status, uninstall};
+pub use unsupported::{install, installed, rescan_if_changed, status, uninstall};
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+pub(crate) use unsupported::{map_of, recorded};
 
 #[cfg(test)]
 mod tests {

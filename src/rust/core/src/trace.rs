@@ -13,17 +13,17 @@ use std::sync::Arc;
 pub struct NativeFrame {
     pub ip: usize,
     /// Low end of the frame's stack memory.
-    pub lo: usize,
+    pub(crate) lo: usize,
     /// Index into the trace's module map.
     pub module: Option<usize>,
     /// The address symbols are looked up at: `ip - 1` for return addresses,
     /// so a call at the very end of a function resolves to that function.
-    pub probe: usize,
+    pub(crate) probe: usize,
 }
 
 impl NativeFrame {
     /// `probe` as a file-relative address of its module.
-    pub fn file_probe(&self, map: &ModuleMap) -> Option<u64> {
+    pub(crate) fn file_probe(&self, map: &ModuleMap) -> Option<u64> {
         self.module.map(|m| self.probe.wrapping_sub(map.module(m).bias) as u64)
     }
 }
@@ -48,7 +48,7 @@ pub fn capture(backend: Backend) -> crate::error::Result<NativeTrace> {
 
 /// Turns raw frames into a trace (pure apart from its inputs: used by tests
 /// with synthetic maps).
-pub fn assemble(
+pub(crate) fn assemble(
     backend: Backend,
     map: Arc<ModuleMap>,
     frames: Vec<unwind::Frame>,

@@ -10,19 +10,19 @@ pub struct Class {
     /// winch's own capture machinery (the unwinder and winch's frames up to
     /// the end of the innermost run of frames in winch's library): never
     /// shown.
-    pub capture: bool,
+    pub(crate) capture: bool,
     /// R's interpreter: R's shared library or R's executable (`is_libr`).
     pub interpreter: bool,
     /// The program that runs R, further out than the interpreter's outermost
     /// frame (its `main()`, the C library's start code). Only known on a
     /// stack unwound to its end.
-    pub host: bool,
+    pub(crate) host: bool,
 }
 
 impl Class {
     /// Code that R's evaluation called: what joint views place among R
     /// frames.
-    pub fn is_code(&self) -> bool {
+    pub(crate) fn is_code(&self) -> bool {
         !self.capture && !self.interpreter && !self.host
     }
 }
@@ -31,10 +31,10 @@ impl Class {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Known {
     /// winch's own shared library.
-    pub own: Option<usize>,
+    pub(crate) own: Option<usize>,
     /// The module holding R's interpreter (libR.so, or the executable when R
     /// is linked statically).
-    pub interpreter: Option<usize>,
+    pub(crate) interpreter: Option<usize>,
 }
 
 impl Known {
@@ -46,7 +46,7 @@ impl Known {
 }
 
 /// R's executable, as R installs it (`bin/exec/R`, or `Rterm` on Windows).
-pub fn is_r_executable(m: &Module) -> bool {
+pub(crate) fn is_r_executable(m: &Module) -> bool {
     m.is_main && (m.path.ends_with("/bin/exec/R") || m.path.ends_with("/bin/exec/Rterm"))
 }
 
@@ -134,7 +134,7 @@ pub fn write_unnamed_label(start: Option<usize>, offset: usize, mut out: impl Fn
 }
 
 /// [`write_unnamed_label`] as a string.
-pub fn unnamed_label(start: Option<usize>, offset: usize) -> String {
+pub(crate) fn unnamed_label(start: Option<usize>, offset: usize) -> String {
     let mut s = String::new();
     write_unnamed_label(start, offset, |b| s.push_str(std::str::from_utf8(b).unwrap_or("")));
     s

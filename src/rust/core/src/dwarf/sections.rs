@@ -96,6 +96,7 @@ impl Section {
         self.inflating.as_ref().map_or(self.data.len(), |i| i.size)
     }
 
+    #[cfg(test)]
     pub fn is_complete(&self) -> bool {
         self.inflating.is_none()
     }
@@ -147,6 +148,7 @@ impl Section {
     }
 
     /// Inflates the whole section.
+    #[cfg(test)]
     pub fn complete(&mut self) -> bool {
         self.grow_to(usize::MAX)
     }

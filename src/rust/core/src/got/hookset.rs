@@ -231,6 +231,9 @@ struct State {
 
 /// A family of GOT hooks: its list, and what installing it did.
 pub struct Family {
+    /// What the family hooks, in words: it names the family where it is
+    /// defined (nothing reads it at run time).
+    #[allow(dead_code)]
     name: &'static str,
     hooks: &'static [Hook],
     find: Find,
@@ -261,14 +264,6 @@ impl Family {
             installed: AtomicBool::new(false),
             again: AtomicBool::new(false),
         }
-    }
-
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    pub fn hooks(&self) -> &'static [Hook] {
-        self.hooks
     }
 
     /// Fills the empty real cells (see the module comment) and returns

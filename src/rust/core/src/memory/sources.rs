@@ -127,13 +127,6 @@ impl Ranges {
     pub fn on_stack(&self, addr: usize) -> bool {
         addr >= self.stack.0 && addr < self.stack.1
     }
-
-    /// An aligned word of the main thread's stack.
-    #[inline]
-    pub fn stack_word(&self, addr: usize) -> Option<usize> {
-        // SAFETY: the main thread's stack, mapped for the life of the thread.
-        unsafe { stack_word(self.stack, addr) }
-    }
 }
 
 impl Memory for Ranges {

@@ -54,13 +54,20 @@ pub struct RFrames {
 pub struct Dump {
     pub pid: i32,
     pub map: Arc<ModuleMap>,
-    pub r: Option<TargetR>,
+    pub(crate) r: Option<TargetR>,
     /// Why R's frames are not shown, for an R process whose R could not
     /// be read.
     pub note: Option<String>,
     pub threads: Vec<ThreadDump>,
     /// R's registered native routines there (absolute address, name).
     pub routines: Vec<(usize, String)>,
+}
+
+impl Dump {
+    /// The version of the target's R, if it was read.
+    pub fn r_version(&self) -> Option<crate::r::RVersion> {
+        self.r.as_ref().map(|r| r.version)
+    }
 }
 
 /// Dumps process `pid`: stops it, reads every thread, lets it go on.

@@ -72,7 +72,7 @@ impl Recorder {
     /// Starts recording process `pid`: its threads' stacks (all, or R's
     /// main thread only); with `idle`, threads that are not running too; loops as frames with `with_loops`, source positions
     /// with `lines`. `own_r`: an address in this session's R (see
-    /// [`learn::moved`]), 0 for none.
+    /// `learn::moved`), 0 for none.
     pub fn start(
         pid: i32,
         (all_threads, idle): (bool, bool),

@@ -38,7 +38,7 @@ const TABLES: [(usize, usize, usize); 4] = [(28, 32, 32), (40, 48, 24), (56, 64,
 /// `R_getEmbeddingDllInfo` there (0: unknown), `libr` the index of R's
 /// module in `map`. Empty where the table cannot be found or does not
 /// check out.
-pub fn routines(
+pub(crate) fn routines(
     mem: &impl Memory,
     map: &ModuleMap,
     libr: usize,
@@ -72,7 +72,7 @@ pub fn routines(
 /// `movslq`, with or without a REX prefix) at each byte of `code` (at
 /// `addr`) read from. Some are not instructions at all (decoded from the
 /// middle of one): the caller checks what it finds there.
-pub fn rip_relative_loads(addr: usize, code: &[u8]) -> Vec<usize> {
+pub(crate) fn rip_relative_loads(addr: usize, code: &[u8]) -> Vec<usize> {
     let mut out = Vec::new();
     for i in 0..code.len() {
         let rex = (0x40..=0x4f).contains(&code[i]);
@@ -121,7 +121,7 @@ fn table_at(
 /// registered routines (address, name) whose addresses are code of a
 /// loaded module of `map`; `None` if the record does not check out
 /// (unreadable path or name, tables of insane sizes or unreadable).
-pub fn dll_routines(
+pub(crate) fn dll_routines(
     mem: &impl Memory,
     map: &ModuleMap,
     info: usize,
@@ -152,6 +152,16 @@ pub fn dll_routines(
         }
     }
     Some((path, out))
+}
+
+/// The registered routines (address, name) of this process's libraries,
+/// one per `DllInfo` record address in `infos` (the addresses R hands out),
+/// read as `dll_routines` reads them; None for a null address or a record
+/// that does not check out.
+pub fn routines_of_this_process(infos: &[usize]) -> Vec<Option<Vec<(usize, String)>>> {
+    let map = crate::modules::current();
+    let mem = crate::memory::Paged::new(crate::memory::Own);
+    infos.iter().map(|&p| (p != 0).then(|| dll_routines(&mem, &map, p)).flatten().map(|(_, r)| r)).collect()
 }
 
 /// The strings at `addrs`, as [`c_string`] reads them, with the first

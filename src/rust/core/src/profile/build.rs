@@ -13,8 +13,6 @@ use std::collections::HashMap;
 mod names;
 mod stacks;
 
-pub use names::native_label;
-
 /// Figures about the run, for `summary()`.
 #[derive(Clone, Debug, Default)]
 pub struct Stats {

@@ -289,6 +289,7 @@ impl Collected {
     }
 
     /// The counts of a stack (tests).
+    #[cfg(test)]
     pub fn counts(&self, key: &[u64]) -> Option<Counts> {
         self.index.get(key).map(|&i| self.stacks[i].1)
     }
@@ -296,36 +297,40 @@ impl Collected {
 
 /// What a finished session hands back.
 pub struct Finished {
-    pub collected: Collected,
-    pub labels: super::labels::Labels,
+    pub(crate) collected: Collected,
+    pub(crate) labels: super::labels::Labels,
     /// Every snapshot used, by number (the samples name theirs), the last
-    /// one last: for placing addresses in modules and function starts.
-    pub snapshots: Vec<Box<Snapshot>>,
-    pub handler_runs: u64,
-    pub dropped: u64,
-    pub outside: u64,
-    pub duration_ns: u64,
-    pub started: std::time::SystemTime,
+    /// one last: for placing addresses in modules and function starts
+    /// (boxed: each stays where it was published until it is recycled).
+    #[allow(clippy::vec_box)]
+    pub(crate) snapshots: Vec<Box<Snapshot>>,
+    /// (Counted, and read by nothing yet.)
+    #[allow(dead_code)]
+    pub(crate) handler_runs: u64,
+    pub(crate) dropped: u64,
+    pub(crate) outside: u64,
+    pub(crate) duration_ns: u64,
+    pub(crate) started: std::time::SystemTime,
     /// Whether the other threads were sampled, and what is known of them
     /// (in the order they were found); R's main thread's kernel id and
     /// the CPU time it used.
-    pub all_threads: bool,
-    pub threads: Vec<Thread>,
-    pub main_tid: i32,
+    pub(crate) all_threads: bool,
+    pub(crate) threads: Vec<Thread>,
+    pub(crate) main_tid: i32,
     /// Its name (`comm`).
-    pub main_name: String,
-    pub main_cpu_ns: u64,
+    pub(crate) main_name: String,
+    pub(crate) main_cpu_ns: u64,
     /// Other threads' samples lost.
-    pub thread_dropped: u64,
+    pub(crate) thread_dropped: u64,
     /// A memory profile's figures (None: a time profile).
-    pub alloc: Option<AllocFigures>,
+    pub(crate) alloc: Option<AllocFigures>,
     /// The modules addresses are named through: None for this process's
     /// loaded now; another process's (a recording from outside) as last
     /// seen.
     pub modules_now: Option<Arc<crate::modules::ModuleMap>>,
     /// The module whose code starts the threads a profile saw start (its
     /// frames at the bottom of their stacks are plumbing, left out).
-    pub launch_module: Option<String>,
+    pub(crate) launch_module: Option<String>,
 }
 
 /// What a memory profile adds to a finished session.

@@ -155,10 +155,6 @@ impl Labels {
         self.count as usize
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
     /// Whether it holds only the labels every table starts with (a new
     /// table's state).
     pub fn is_new(&self) -> bool {

@@ -193,7 +193,7 @@ pub struct Profile {
 
 impl Profile {
     /// The number of samples.
-    pub fn samples(&self) -> u64 {
+    pub(crate) fn samples(&self) -> u64 {
         self.stacks.iter().fold(0u64, |n, s| n.saturating_add(s.count))
     }
 
@@ -249,7 +249,7 @@ impl Profile {
 
     /// The entries of a stack flattened, innermost first: every line of
     /// every location.
-    pub fn flat_lines<'a>(&'a self, stack: &'a Stack) -> impl Iterator<Item = &'a Line> + 'a {
+    pub(crate) fn flat_lines<'a>(&'a self, stack: &'a Stack) -> impl Iterator<Item = &'a Line> + 'a {
         stack.locations.iter().flat_map(move |&l| self.locations[l].lines.iter())
     }
 }
@@ -257,7 +257,7 @@ impl Profile {
 /// `name` without a trailing parameter list: the last top-level `(...)`
 /// group that is not part of the name itself (`operator()` and
 /// `(anonymous namespace)` are kept).
-pub fn strip_parameters(name: &str) -> &str {
+pub(crate) fn strip_parameters(name: &str) -> &str {
     let bytes = name.as_bytes();
     // Find the opening paren that matches the last closing one, scanning
     // from the end, ignoring what a template's angle brackets enclose.

@@ -9,6 +9,7 @@
 /// state (0 before its first allocation). The allocation hook keeps the
 /// two in thread-local cells and runs the same steps: the fast path
 /// subtracts, [`after_gap`] does the rest.
+#[cfg(test)]
 #[derive(Clone, Copy, Debug)]
 pub struct Countdown {
     left: i64,
@@ -16,6 +17,7 @@ pub struct Countdown {
     seed: u64,
 }
 
+#[cfg(test)]
 impl Countdown {
     /// A countdown seeded with `seed` (any value; distinct per thread).
     pub fn new(seed: u64) -> Countdown {

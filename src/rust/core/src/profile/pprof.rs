@@ -159,7 +159,7 @@ fn message(p: &Profile) -> Vec<u8> {
 
 /// A thread's `thread` label: `main` for R's main thread, `thread N` for
 /// the others, with its name.
-pub fn thread_label(t: &super::model::ThreadInfo) -> String {
+pub(crate) fn thread_label(t: &super::model::ThreadInfo) -> String {
     match (t.number, t.name.is_empty()) {
         (0, _) => "main".to_string(),
         (n, true) => format!("thread {n}"),

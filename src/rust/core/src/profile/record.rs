@@ -303,6 +303,7 @@ impl Entry {
     }
 
     /// The word.
+    #[cfg(test)]
     #[inline]
     pub const fn encode(self) -> u64 {
         match self {
@@ -453,6 +454,7 @@ impl<'a> Writer<'a> {
     }
 
     /// Continues a record of `len` words already in `buf`.
+    #[cfg(test)]
     #[inline]
     pub fn resume(buf: &'a mut [u64], len: usize) -> Writer<'a> {
         let len = len.clamp(PREFIX.min(buf.len()), buf.len());
@@ -480,14 +482,10 @@ impl<'a> Writer<'a> {
     }
 
     /// Entries written so far.
+    #[cfg(test)]
     #[inline]
     pub fn entries(&self) -> usize {
         self.len.saturating_sub(PREFIX)
-    }
-
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.entries() == 0
     }
 
     /// Writes the prefix; the whole record.

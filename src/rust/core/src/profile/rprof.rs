@@ -54,7 +54,8 @@ pub fn write(p: &Profile, lines: bool, out: &mut impl Write) -> io::Result<()> {
 }
 
 /// [`write`] into a `String` (tests, small profiles).
-pub fn to_string(p: &Profile, lines: bool) -> String {
+#[cfg(test)]
+pub(crate) fn to_string(p: &Profile, lines: bool) -> String {
     let mut buf = Vec::new();
     write(p, lines, &mut buf).expect("writing to a Vec cannot fail");
     String::from_utf8(buf).expect("labels and paths are UTF-8")

@@ -62,18 +62,18 @@ pub struct Facts {
 
 impl Facts {
     /// Where the context chain is.
-    pub fn chain(&self) -> ChainAt {
+    pub(crate) fn chain(&self) -> ChainAt {
         ChainAt { global_context: self.global_context, layout: self.layout }
     }
 
     /// The ranges where R's context records may be read in place from a
     /// signal handler, given the main thread's stack.
-    pub fn ranges(&self, stack: (usize, usize)) -> Ranges {
+    pub(crate) fn ranges(&self, stack: (usize, usize)) -> Ranges {
         Ranges { stack, node_stack: self.node_stack.unwrap_or((0, 0)), data: self.data }
     }
 
     /// The data segments as a list.
-    pub fn data_ranges(&self) -> Vec<(usize, usize)> {
+    pub(crate) fn data_ranges(&self) -> Vec<(usize, usize)> {
         self.data.iter().copied().filter(|&(lo, hi)| lo < hi).collect()
     }
 
@@ -81,14 +81,44 @@ impl Facts {
     /// from address `here` in the caller's frame: R's node stack and R's
     /// writable data (`R_GlobalContext`, the top-level record) stay mapped
     /// while R runs, so they are read in place, as the live stack is.
-    pub fn live_memory(&self, here: usize) -> Live {
+    pub(crate) fn live_memory(&self, here: usize) -> Live {
         let mut always: Vec<(usize, usize)> = self.node_stack.into_iter().collect();
         always.extend(self.data_ranges());
         Live::new(here, always, Vec::new())
     }
 
+    /// R's node stack in this process, given its end (R's
+    /// `R_BCNodeStackEnd`; 0: none): the mapping that holds its last
+    /// element, up to that end. R allocates the node stack once at start-up
+    /// and never frees it, so this stays readable.
+    pub fn node_stack_ending_at(end: usize) -> Option<(usize, usize)> {
+        if end == 0 {
+            return None;
+        }
+        let (start, map_end) = crate::memory::mapping_containing(end - 1)?;
+        (end <= map_end).then_some((start, end))
+    }
+
+    /// The writable data segments (read and write) of the module of this
+    /// process that holds `addr` (R's library), packed as [`Facts::data`]
+    /// holds them; none if no module holds it.
+    pub fn writable_data_of(addr: usize) -> [(usize, usize); 4] {
+        let map = crate::modules::current();
+        let ranges: Vec<(usize, usize)> = match map.module_of(addr) {
+            Some(m) => map
+                .module(m)
+                .segments
+                .iter()
+                .filter(|s| s.read && s.write)
+                .map(|s| (s.start, s.end))
+                .collect(),
+            None => Vec::new(),
+        };
+        Facts::pack_data(ranges)
+    }
+
     /// The layout of writable data segments, packed into the fixed slots.
-    pub fn pack_data(ranges: impl IntoIterator<Item = (usize, usize)>) -> [(usize, usize); 4] {
+    pub(crate) fn pack_data(ranges: impl IntoIterator<Item = (usize, usize)>) -> [(usize, usize); 4] {
         let mut data = [(0, 0); 4];
         for (slot, range) in data.iter_mut().zip(ranges) {
             *slot = range;

@@ -6,7 +6,7 @@
 //! symbols and strings reachable from the context records of R's current
 //! evaluation (R's own profiler reads the same objects from its handler).
 //! R never moves objects, so such a read sees a whole object. Before
-//! sampling starts, the glue checks labels read here against those R
+//! sampling starts, labels read here are checked against those R
 //! computes for the same calls.
 //!
 //! Every read goes through a [`Memory`]: in a signal handler

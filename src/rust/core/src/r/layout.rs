@@ -17,29 +17,26 @@ pub type RVersion = (u32, u32);
 /// Byte offsets of the fields read, and the size of the part read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    pub next: usize,
-    pub callflag: usize,
-    pub evaldepth: usize,
-    pub callfun: usize,
-    pub sysparent: usize,
-    pub call: usize,
-    pub cloenv: usize,
-    pub bcintactive: usize,
-    pub bcbody: usize,
-    pub bcpc: usize,
+    pub(crate) next: usize,
+    pub(crate) callflag: usize,
+    pub(crate) evaldepth: usize,
+    pub(crate) callfun: usize,
+    pub(crate) sysparent: usize,
+    pub(crate) call: usize,
+    pub(crate) cloenv: usize,
+    pub(crate) bcintactive: usize,
+    pub(crate) bcbody: usize,
+    pub(crate) bcpc: usize,
     /// R >= 4.4 only.
-    pub relpc: Option<usize>,
-    pub srcref: usize,
-    pub size: usize,
+    pub(crate) relpc: Option<usize>,
+    pub(crate) srcref: usize,
+    pub(crate) size: usize,
 }
 
 #[cfg(target_os = "linux")]
 extern "C" {
     fn winch_rcontext_layout(variant: std::ffi::c_int, out: *mut usize) -> std::ffi::c_int;
 }
-
-/// The newest R version whose `RCNTXT` winch knows.
-pub const NEWEST_KNOWN: RVersion = (4, 6);
 
 impl Layout {
     /// The layout of `RCNTXT` in R `version` for this platform's C ABI, or

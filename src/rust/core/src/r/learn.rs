@@ -18,10 +18,10 @@ use std::sync::{Mutex, OnceLock};
 /// The function starts of R's AST loops (`do_for`, `do_while`,
 /// `do_repeat`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LoopStarts {
-    pub for_: usize,
-    pub while_: usize,
-    pub repeat: usize,
+pub(crate) struct LoopStarts {
+    pub(crate) for_: usize,
+    pub(crate) while_: usize,
+    pub(crate) repeat: usize,
 }
 
 /// An AST loop's kind.
@@ -50,7 +50,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// `owner_ip`, a return address in the native frame that holds the record
 /// of a loop of that kind running now (the caller finds it on the stack).
 /// Once all three are known and distinct, samples name AST loops by kind.
-pub fn learn_loop(facts: &Facts, kind: LoopKind, owner_ip: usize) -> Result<()> {
+pub(crate) fn learn_loop(facts: &Facts, kind: LoopKind, owner_ip: usize) -> Result<()> {
     let snap = Snapshot::take(facts.interpreter_addr);
     let start = snap
         .function_start(owner_ip - 1)
@@ -78,7 +78,7 @@ pub struct Opcodes {
 }
 
 /// Learns R's instructions from `opcodes` the first time they are given.
-pub fn learn_ops(opcodes: Option<Opcodes>) -> Result<()> {
+pub(crate) fn learn_ops(opcodes: Option<Opcodes>) -> Result<()> {
     if let (None, Some(o)) = (OPS.get(), opcodes) {
         let table = OpTable::learn(&Objects, o.body, &o.argc, o.goto, o.stepfor)
             .ok_or_else(|| Error::Inconsistent("R's byte code is not laid out as winch expects".into()))?;
@@ -92,7 +92,7 @@ pub fn learn_ops(opcodes: Option<Opcodes>) -> Result<()> {
 /// is on the C stack, the start of the native function holding the slot
 /// and how far below that frame's CFA the slot is (the caller reads them
 /// from the stack, called from byte code).
-pub fn learn_bc_frames(seen: &[(usize, usize)]) -> Result<()> {
+pub(crate) fn learn_bc_frames(seen: &[(usize, usize)]) -> Result<()> {
     *lock(&BC_FRAMES) = Some(interpreter_frames(seen)?);
     Ok(())
 }
@@ -121,18 +121,23 @@ fn interpreter_frames(seen: &[(usize, usize)]) -> Result<[(usize, usize); 2]> {
 }
 
 /// The AST loops' functions, if learnt.
-pub fn loops() -> Option<LoopStarts> {
+pub(crate) fn loops() -> Option<LoopStarts> {
     *lock(&LOOPS)
 }
 
 /// The interpreter loop frames, if learnt.
-pub fn bc_frames() -> Option<[(usize, usize); 2]> {
+pub(crate) fn bc_frames() -> Option<[(usize, usize); 2]> {
     *lock(&BC_FRAMES)
 }
 
 /// R's instructions, if learnt.
-pub fn ops() -> Option<&'static OpTable> {
+pub(crate) fn ops() -> Option<&'static OpTable> {
     OPS.get()
+}
+
+/// Whether R's instructions were learnt.
+pub fn ops_known() -> bool {
+    ops().is_some()
 }
 
 /// Whether loops can be named by kind (everything learnt).
@@ -145,7 +150,7 @@ pub fn loops_known() -> bool {
 /// the functions and the instructions' words are addresses in R's code,
 /// and the slots' offsets are the same. Nothing that is not learnt here.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Moved {
+pub(crate) struct Moved {
     pub loops: Option<LoopStarts>,
     pub bc_frames: Option<[(usize, usize); 2]>,
     pub ops: Option<&'static OpTable>,
@@ -158,7 +163,7 @@ static MOVED_OPS: Mutex<Vec<(usize, &'static OpTable)>> = Mutex::new(Vec::new())
 const MAX_MOVED: usize = 32;
 
 /// See [`Moved`].
-pub fn moved(delta: usize) -> Moved {
+pub(crate) fn moved(delta: usize) -> Moved {
     let shift = |a: usize| if a == 0 { 0 } else { a.wrapping_add(delta) };
     let loops =
         loops().map(|l| LoopStarts { for_: shift(l.for_), while_: shift(l.while_), repeat: shift(l.repeat) });

@@ -7,7 +7,7 @@
 //! garbage collector. Then come three words whose meaning depends on the
 //! type (a node's `CAR`, `CDR` and `TAG`; a closure's formals, body and
 //! environment; ...), or, for vectors, the length, the true length and the
-//! data. This has been so since R 3.5; the glue checks it against R's API
+//! data. This has been so since R 3.5; it is checked against R's API
 //! before sampling (labels read here must match those R computes).
 //!
 //! Every read goes through a [`Memory`] and may fail (None): in a signal
@@ -41,7 +41,9 @@ const TYPE_MASK: usize = 0x1f;
 const ALTREP_BIT: usize = 1 << 7;
 
 /// Offsets of an object's fields: the header's, then, after it, those of
-/// each kind of object.
+/// each kind of object. The layout is written whole: some offsets are
+/// only used by the tests' synthetic objects.
+#[cfg_attr(not(test), allow(dead_code))]
 pub mod offset {
     /// The header: `sxpinfo` and the attributes (then the collector's two
     /// links, never read).
@@ -75,9 +77,11 @@ pub mod offset {
 use offset::*;
 
 /// Sizes of a vector's elements: a pointer (lists, character vectors), an
-/// integer or logical, a double.
+/// integer or logical, a double (written for the whole layout; nothing
+/// reads doubles by index yet).
 pub const POINTER_SIZE: usize = 8;
 pub const INT_SIZE: usize = 4;
+#[allow(dead_code)]
 pub const DOUBLE_SIZE: usize = 8;
 
 /// R's missing values: `NA_integer_` and `NA` (logical) are the smallest

@@ -154,7 +154,7 @@ fn read_c_string(mem: &impl Memory, addr: usize) -> Option<String> {
 
 /// The C++ type of a recorded exception (from its `std::type_info`: a
 /// vtable pointer, then the mangled name).
-pub fn type_name(r: &Throw) -> Option<String> {
+pub(crate) fn type_name(r: &Throw) -> Option<String> {
     if r.id.kind != ThrowKind::Cpp || r.id.type_info == 0 || !crate::memory::available() {
         return None;
     }

@@ -9,20 +9,20 @@
 //! "the low end of the frame": the owner of a stack address `a` is the frame
 //! `i` with `lo[i] <= a < lo[i + 1]`.
 //!
-//! [`walk`] is the one walker for signal handlers and hooks (the profiler,
+//! `walk` is the one walker for signal handlers and hooks (the profiler,
 //! throw capture, the crash report): rules prepared beforehand, no
 //! allocation, no lock.
 
 mod backtrace;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod cfi;
-pub mod ehframe;
+pub(crate) mod ehframe;
 #[cfg(winch_libunwind)]
 mod libunwind;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub(crate) mod rules;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub mod walk;
+pub(crate) mod walk;
 
 use std::sync::OnceLock;
 
@@ -30,7 +30,7 @@ use std::sync::OnceLock;
 /// Inlined, so that they are the caller's own.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub fn registers() -> (usize, usize, usize) {
+pub(crate) fn registers() -> (usize, usize, usize) {
     let (ip, sp, bp): (usize, usize, usize);
     // SAFETY: reads three registers; touches no memory.
     unsafe {
@@ -100,7 +100,7 @@ fn compiled_in(backend: Backend) -> bool {
 
 /// One frame as a backend reports it.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct RawFrame {
+pub(crate) struct RawFrame {
     pub ip: usize,
     /// The backend's stack value: see [`StackValue`].
     pub stack: usize,
@@ -113,7 +113,7 @@ pub struct RawFrame {
 
 /// Why a walk ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StackEnd {
+pub(crate) enum StackEnd {
     /// The unwinder reached a frame it considers outermost.
     Outermost,
     /// The unwinder reported an error.
@@ -124,7 +124,7 @@ pub enum StackEnd {
 
 /// What a backend's stack value means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StackValue {
+pub(crate) enum StackValue {
     /// The frame's stack pointer: the low end of its frame.
     Sp,
     /// The canonical frame address: the caller's stack pointer before the
@@ -137,12 +137,12 @@ pub enum StackValue {
 pub struct Frame {
     /// Instruction pointer: a return address, except for signal frames and the
     /// innermost frame.
-    pub ip: usize,
+    pub(crate) ip: usize,
     /// Low end of the frame's stack memory (0 when unknown).
-    pub lo: usize,
+    pub(crate) lo: usize,
     /// `ip` is exact (innermost frame or interrupted by a signal), so symbol
     /// lookups must not use `ip - 1`.
-    pub exact_ip: bool,
+    pub(crate) exact_ip: bool,
 }
 
 /// A captured stack, innermost frame first.
@@ -150,7 +150,7 @@ pub struct Frame {
 pub struct Stack {
     pub backend: Backend,
     pub frames: Vec<Frame>,
-    pub end: StackEnd,
+    pub(crate) end: StackEnd,
 }
 
 extern "C" {
@@ -159,7 +159,7 @@ extern "C" {
 
 /// The start of the function containing `pc`, from the unwind tables of the
 /// loaded modules (the unwinder's own lookup; not for signal handlers).
-pub fn function_start(pc: usize) -> Option<usize> {
+pub(crate) fn function_start(pc: usize) -> Option<usize> {
     if pc == 0 || !compiled_in(Backend::Backtrace) {
         return None;
     }
@@ -170,7 +170,7 @@ pub fn function_start(pc: usize) -> Option<usize> {
 }
 
 /// Hard limit on frames: far beyond what R's C stack limit allows.
-pub const MAX_FRAMES: usize = 1 << 20;
+pub(crate) const MAX_FRAMES: usize = 1 << 20;
 
 /// Walks the stack with `backend`. `frames` is reused as the buffer.
 fn raw_walk(backend: Backend, frames: &mut Vec<RawFrame>, want_start: bool) -> StackEnd {
@@ -251,7 +251,7 @@ fn is_unsupported(end: &StackEnd) -> bool {
 }
 
 /// Converts backend stack values to frame low ends.
-pub fn normalize(raw: &[RawFrame], kind: StackValue) -> Vec<Frame> {
+pub(crate) fn normalize(raw: &[RawFrame], kind: StackValue) -> Vec<Frame> {
     raw.iter()
         .enumerate()
         .map(|(i, f)| Frame {
@@ -270,7 +270,7 @@ pub fn normalize(raw: &[RawFrame], kind: StackValue) -> Vec<Frame> {
 
 /// How `backend` reports stack values, determined once by capturing from a
 /// function with a local variable at a known address.
-pub fn calibration(backend: Backend) -> Option<StackValue> {
+pub(crate) fn calibration(backend: Backend) -> Option<StackValue> {
     static CFI: OnceLock<Option<StackValue>> = OnceLock::new();
     static LIBUNWIND: OnceLock<Option<StackValue>> = OnceLock::new();
     static BACKTRACE: OnceLock<Option<StackValue>> = OnceLock::new();
@@ -299,7 +299,7 @@ fn calibrate(backend: Backend) -> Option<StackValue> {
 
 /// Given that frame `c` owns the local at `addr`, which stack-value meaning is
 /// consistent with the reported values?
-pub fn classify(raw: &[RawFrame], c: usize, addr: usize) -> Option<StackValue> {
+pub(crate) fn classify(raw: &[RawFrame], c: usize, addr: usize) -> Option<StackValue> {
     let v = |i: usize| raw.get(i).map(|f| f.stack);
     if let (Some(lo), Some(hi)) = (v(c), v(c + 1)) {
         if lo <= addr && addr < hi {

@@ -28,15 +28,14 @@
 
 use super::super::collect::{AllocFigures, Collected, Finished, Thread};
 use super::super::compose::{RFacts, Scratch};
-pub use super::shared::{Session, Trigger};
 use super::clock::{self, Clock, MIN_INTERVAL_NS};
 use super::handler::{on_allocation, on_signal, ACTIVE};
 use super::ring::Ring;
+pub use super::shared::{Session, Trigger};
 use super::slots::Slots;
 use super::snapshots::{self, Snapshots};
 use super::{collector, fork, signal};
 use crate::error::{Error, Result};
-use crate::unwind::walk::Snapshot;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -63,7 +62,7 @@ pub struct Running {
     /// R's main thread's CPU clock at the start.
     main_cpu_start: u64,
     pub trigger: Trigger,
-    pub started: std::time::SystemTime,
+    pub(crate) started: std::time::SystemTime,
     started_mono: std::time::Instant,
     /// The process that started the session (a fork child has another).
     pid: libc::pid_t,
@@ -92,9 +91,10 @@ fn spare_scratch() -> Box<Scratch> {
     }
 }
 
-/// Keeps a finished session's last snapshot for the next session.
-pub fn recycle(snapshots: Vec<Box<Snapshot>>) {
-    snapshots::recycle(snapshots)
+/// Keeps a finished session's last snapshot for the next session (once
+/// its profile is built).
+pub fn recycle(finished: Finished) {
+    snapshots::recycle(finished.snapshots)
 }
 
 /// A session not yet published.

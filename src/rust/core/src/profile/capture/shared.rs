@@ -24,14 +24,14 @@ pub enum Trigger {
 
 impl Trigger {
     /// The timers' interval (None: no timer).
-    pub fn interval_ns(self) -> Option<u64> {
+    pub(crate) fn interval_ns(self) -> Option<u64> {
         match self {
             Trigger::Timer { interval_ns, .. } => Some(interval_ns),
             Trigger::Allocations { .. } => None,
         }
     }
 
-    pub fn is_allocations(self) -> bool {
+    pub(crate) fn is_allocations(self) -> bool {
         matches!(self, Trigger::Allocations { .. })
     }
 
@@ -111,4 +111,3 @@ impl Session {
         self.snapshots.current()
     }
 }
-

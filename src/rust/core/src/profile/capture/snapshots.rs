@@ -62,7 +62,9 @@ impl Snapshots {
     }
 
     /// Every snapshot, by number, the last one last, taken out (none is
-    /// published any more): once no handler can run.
+    /// published any more): once no handler can run. (Boxed: a snapshot
+    /// stays where it was published, from then until it is recycled.)
+    #[allow(clippy::vec_box)]
     pub fn take_all(&self) -> Vec<Box<Snapshot>> {
         // SAFETY: called when the session has stopped: it is withdrawn
         // from the handlers and none runs (see `active`), so no reader
@@ -77,6 +79,7 @@ impl Snapshots {
 static SPARE: Mutex<Option<Box<Snapshot>>> = Mutex::new(None);
 
 /// Keeps a finished session's last snapshot for the next session.
+#[allow(clippy::vec_box)] // (boxed as `take_all` hands them over)
 pub fn recycle(mut snapshots: Vec<Box<Snapshot>>) {
     if let Some(last) = snapshots.pop() {
         *SPARE.lock().unwrap_or_else(|e| e.into_inner()) = Some(last);

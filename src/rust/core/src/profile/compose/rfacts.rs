@@ -2,9 +2,11 @@
 //! assembly ([`RFacts::assemble`]) from the pieces that differ between the
 //! profiler in this process and the recorder of another one: where R's
 //! records may be read, what was learnt about R by watching it, where its
-//! garbage collector starts, and the profile's options.
+//! garbage collector starts, and the profile's options; and that of this
+//! process's R ([`RFacts::of_this_process`]).
 
 use super::Region;
+use crate::error::{Error, Result};
 use crate::memory::Ranges;
 use crate::r::bcode::{BcSymbols, OpTable};
 use crate::r::learn::{LoopStarts, Moved};
@@ -35,26 +37,26 @@ pub struct LineFacts {
 #[derive(Clone, Copy, Debug)]
 pub struct RFacts {
     /// The facts about the running R (where its chain is, its symbols).
-    pub base: Facts,
+    pub(crate) base: Facts,
     /// Where R's context records may be read in place.
-    pub ranges: Ranges,
-    pub loops: Option<LoopStarts>,
+    pub(crate) ranges: Ranges,
+    pub(crate) loops: Option<LoopStarts>,
     /// How to find byte-code positions (None: byte code's loops and lines
     /// are not known).
-    pub bc: Option<BcFacts>,
+    pub(crate) bc: Option<BcFacts>,
     /// Record R frames' source positions (None: no).
-    pub lines: Option<LineFacts>,
+    pub(crate) lines: Option<LineFacts>,
     /// Show loops as frames.
-    pub with_loops: bool,
+    pub(crate) with_loops: bool,
     /// Keep the frames of R's own library (`build` leaves out those of its
     /// interpreter: the R frames stand for them).
-    pub keep_libr: bool,
+    pub(crate) keep_libr: bool,
     /// The start of R's garbage collector: a sample inside it has a `<GC>`
     /// frame instead of the collector's own frames (0: folded into the
     /// code that allocated).
-    pub gc_start: usize,
+    pub(crate) gc_start: usize,
     /// The profiled code's samples and frames: not the profiler's own.
-    pub region: Region,
+    pub(crate) region: Region,
 }
 
 /// R's symbols `for`, `while` and `repeat`, which tell byte code's loops
@@ -91,7 +93,13 @@ impl RFacts {
     /// the start of R's garbage collector (0: not shown) and the profile's
     /// `options`. Byte code's positions are read where both the options ask
     /// for them and the interpreter loop's frames were learnt.
-    pub fn assemble(base: Facts, ranges: Ranges, learnt: Moved, gc_start: usize, options: Options) -> RFacts {
+    pub(crate) fn assemble(
+        base: Facts,
+        ranges: Ranges,
+        learnt: Moved,
+        gc_start: usize,
+        options: Options,
+    ) -> RFacts {
         let bc = match (options.loop_symbols, learnt.bc_frames) {
             (Some(s), Some(loop_frames)) => Some(BcFacts {
                 syms: BcSymbols {
@@ -116,6 +124,17 @@ impl RFacts {
             gc_start,
             region: options.region,
         }
+    }
+
+    /// The facts this process's R is sampled with, called on R's main
+    /// thread: its records read in place on the calling thread's stack,
+    /// with what was learnt about it, the profile's `options`, and the
+    /// start of R's garbage collector if `gc` (for `<GC>` frames).
+    pub fn of_this_process(base: Facts, options: Options, gc: bool) -> Result<RFacts> {
+        let stack = crate::stack::thread_stack_bounds()
+            .ok_or_else(|| Error::Unavailable("the bounds of R's stack are unknown".into()))?;
+        let gc_start = if gc { crate::r::gc::own_gc_start(&base).unwrap_or(0) } else { 0 };
+        Ok(RFacts::assemble(base, base.ranges(stack), crate::r::learn::moved(0), gc_start, options))
     }
 }
 

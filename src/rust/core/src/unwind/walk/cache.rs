@@ -394,6 +394,7 @@ impl Caches {
     }
 
     /// Approximate bytes held.
+    #[cfg(test)]
     pub fn heap_bytes(&self) -> usize {
         use std::mem::size_of_val;
         size_of_val(&*self.slots)
