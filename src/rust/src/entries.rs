@@ -5,7 +5,6 @@
 use crate::args::Arg;
 use crate::frame_rows::OtherMap;
 use crate::frames::{FrameTable, PlacementInfo, PlacementMode};
-use crate::in_step::LoaderGeneration;
 use crate::rstate;
 use crate::spliced;
 use crate::value::RValue;
@@ -15,6 +14,7 @@ use std::sync::Arc;
 use winch_core::debuginfo::Resolved;
 use winch_core::error::{Error, Result};
 use winch_core::joint;
+use winch_core::modules::{loader_generation, Generation};
 use winch_core::symbolizer;
 use winch_core::trace::{self, NativeTrace};
 use winch_core::unwind::Backend;
@@ -500,7 +500,7 @@ pub fn rs_set_registered_dlls(infos: Arg) -> Result<RValue> {
 /// from it): R's registration table is read again only when they change.
 pub fn rs_loader_state(paths: Arg) -> Result<RValue> {
     let paths = paths.strings()?;
-    let LoaderGeneration { adds, subs } = LoaderGeneration::now();
+    let Generation { adds, subs } = loader_generation();
     let identity: Vec<Option<String>> = if paths.is_empty() {
         Vec::new()
     } else {
@@ -521,7 +521,7 @@ pub fn rs_set_in_step(debug_dirs: Arg, debuginfod: Arg, generation: Arg) -> Resu
     let [adds, subs] = g[..] else {
         return Err(Error::BadArgument("`generation` must be two numbers".into()));
     };
-    crate::in_step::set(&debug_dirs, &debuginfod, LoaderGeneration { adds: adds as u64, subs: subs as u64 });
+    crate::in_step::set(&debug_dirs, &debuginfod, Generation { adds: adds as u64, subs: subs as u64 });
     Ok(RValue::from(true))
 }
 

@@ -5,6 +5,7 @@
 use crate::args::Arg;
 use crate::rapi::{self, Sexp};
 use std::sync::{Mutex, OnceLock};
+use winch_core::modules::{loader_generation, Generation};
 
 /// An option's value as far as the comparison needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,26 +18,10 @@ enum Value {
     Other,
 }
 
-/// The dynamic loader's counters of loads and unloads: they change
-/// whenever a module is loaded or unloaded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LoaderGeneration {
-    pub adds: u64,
-    pub subs: u64,
-}
-
-impl LoaderGeneration {
-    /// The loader's counters now.
-    pub fn now() -> LoaderGeneration {
-        let (adds, subs) = winch_core::modules::loader_generation();
-        LoaderGeneration { adds, subs }
-    }
-}
-
 struct Synced {
     debug_dirs: Value,
     debuginfod: Value,
-    generation: LoaderGeneration,
+    generation: Generation,
 }
 
 static SYNCED: Mutex<Option<Synced>> = Mutex::new(None);
@@ -91,7 +76,7 @@ fn symbol(name: &std::ffi::CStr) -> Sexp {
 
 /// Remembers the options' raw values (`getOption()` without defaults) and
 /// the loader generation R synced the core with.
-pub fn set(debug_dirs: &Arg, debuginfod: &Arg, generation: LoaderGeneration) {
+pub fn set(debug_dirs: &Arg, debuginfod: &Arg, generation: Generation) {
     let s = Synced {
         debug_dirs: value_of(debug_dirs.sexp()),
         debuginfod: value_of(debuginfod.sexp()),
@@ -106,7 +91,7 @@ pub fn set(debug_dirs: &Arg, debuginfod: &Arg, generation: LoaderGeneration) {
 pub fn check() -> bool {
     let Ok(g) = SYNCED.lock() else { return false };
     let Some(s) = g.as_ref() else { return false };
-    s.generation == LoaderGeneration::now()
+    s.generation == loader_generation()
         && !matches!(s.debug_dirs, Value::Other)
         && !matches!(s.debuginfod, Value::Other)
         && option(c"winch.debug_dirs") == s.debug_dirs

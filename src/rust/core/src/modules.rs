@@ -247,11 +247,29 @@ fn file_stamp(_path: &str) -> Option<String> {
     None
 }
 
-/// The loader's (adds, subs) counters: they change whenever a module is
-/// loaded or unloaded.
+/// The dynamic loader's counters of modules loaded (`adds`) and unloaded
+/// (`subs`): one pair per set of loaded modules, so a change of either
+/// says that modules changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Generation {
+    pub adds: u64,
+    pub subs: u64,
+}
+
+impl Generation {
+    /// What an old loader, whose callback gets no counters, gives.
+    pub const UNKNOWN: Generation = Generation { adds: u64::MAX, subs: u64::MAX };
+
+    /// Whether the counters are known.
+    pub fn is_known(self) -> bool {
+        self != Generation::UNKNOWN
+    }
+}
+
+/// The loader's generation now.
 #[cfg(not(target_os = "linux"))]
-pub fn loader_generation() -> (u64, u64) {
-    (0, 0)
+pub fn loader_generation() -> Generation {
+    Generation::default()
 }
 
 /// The loaded modules (none: only Linux is supported).
@@ -260,26 +278,30 @@ pub(crate) fn read_loaded_modules() -> Vec<Module> {
     Vec::new()
 }
 
-/// The loader's (adds, subs) counters: they change whenever a module is
-/// loaded or unloaded.
+/// The loader's generation now (see [`Generation`]).
 #[cfg(target_os = "linux")]
-pub fn loader_generation() -> (u64, u64) {
+pub fn loader_generation() -> Generation {
     /// dl_iterate_phdr's callback: reads the counters from the first module
-    /// into the `(u64, u64)` at `data`, then stops the iteration.
+    /// into the `Generation` at `data`, then stops the iteration.
     unsafe extern "C" fn first(
         info: *mut libc::dl_phdr_info,
         size: libc::size_t,
         data: *mut libc::c_void,
     ) -> libc::c_int {
         // SAFETY: the loader passes a valid `info` of `size` bytes for the
-        // duration of the call; `data` is the tuple `loader_generation` passed.
-        let (info, out) = unsafe { (&*info, &mut *(data as *mut (u64, u64))) };
+        // duration of the call; `data` is the `Generation` that
+        // `loader_generation` passed.
+        let (info, out) = unsafe { (&*info, &mut *(data as *mut Generation)) };
         // Old loaders pass a shorter struct without the counters.
         let need = std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>();
-        *out = if size >= need { (info.dlpi_adds, info.dlpi_subs) } else { (u64::MAX, u64::MAX) };
+        *out = if size >= need {
+            Generation { adds: info.dlpi_adds, subs: info.dlpi_subs }
+        } else {
+            Generation::UNKNOWN
+        };
         1
     }
-    let mut out = (0u64, 0u64);
+    let mut out = Generation::default();
     // SAFETY: `first` has the callback's type and only uses `out`, which
     // outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(first), &mut out as *mut _ as *mut libc::c_void) };
@@ -461,7 +483,7 @@ pub(crate) fn gnu_build_id(notes: &[u8], align: usize) -> Option<Vec<u8>> {
 #[derive(Clone, Debug)]
 pub(crate) struct Loaded {
     /// The loader's counters read before the modules were listed.
-    pub generation: (u64, u64),
+    pub generation: Generation,
     /// Whether the counters were the same after the modules were listed:
     /// `map` is then exactly the modules of `generation` (otherwise a
     /// module was loaded or unloaded meanwhile, and `map` may be newer).
@@ -471,7 +493,7 @@ pub(crate) struct Loaded {
 
 impl Loaded {
     /// The generation `map` holds exactly, if it is known.
-    pub(crate) fn exact_generation(&self) -> Option<(u64, u64)> {
+    pub(crate) fn exact_generation(&self) -> Option<Generation> {
         self.exact.then_some(self.generation)
     }
 }
@@ -487,7 +509,7 @@ pub fn current() -> Arc<ModuleMap> {
 /// [`current`], with the loader's generation it belongs to.
 pub(crate) fn current_at() -> Loaded {
     let generation = loader_generation();
-    let known = generation != (u64::MAX, u64::MAX);
+    let known = generation.is_known();
     let fresh = || {
         let map = Arc::new(ModuleMap::new(read_loaded_modules()));
         let exact = known && loader_generation() == generation;

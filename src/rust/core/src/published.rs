@@ -21,6 +21,7 @@
 //! Reading is safe; freeing is `unsafe`, with the promise that no reader
 //! still holds what is freed.
 
+use crate::modules::Generation;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -31,7 +32,7 @@ pub struct Edition<T> {
     pub value: T,
     /// The loader's generation (see `modules::loader_generation`) when the
     /// value was built.
-    pub generation: (u64, u64),
+    pub generation: Generation,
     /// Whether the value holds exactly the modules of `generation` (see
     /// `modules::Loaded`).
     pub exact: bool,
@@ -42,7 +43,7 @@ pub struct Edition<T> {
 
 impl<T> Edition<T> {
     /// Whether it was built for the loader's generation `now`, exactly.
-    pub fn exactly_at(&self, now: (u64, u64)) -> bool {
+    pub fn exactly_at(&self, now: Generation) -> bool {
         self.exact && self.generation == now
     }
 }
@@ -56,7 +57,7 @@ pub struct Published<T> {
     #[allow(clippy::vec_box)]
     retired: Mutex<Vec<Box<Edition<T>>>>,
     /// (generation, exact) of every edition published, by number.
-    keys: Mutex<Vec<((u64, u64), bool)>>,
+    keys: Mutex<Vec<(Generation, bool)>>,
     /// Readers share `&T` across threads, and editions are freed on any
     /// thread: `Published<T>` is `Sync` only if `T` is `Send + Sync`.
     _values: PhantomData<T>,
@@ -98,7 +99,7 @@ impl<T> Published<T> {
     /// Returns the new edition's number. (The swap is sequentially
     /// consistent: an owner may pair it with a reader's flag, see the crash
     /// report.)
-    pub fn publish(&self, value: T, generation: (u64, u64), exact: bool) -> u32 {
+    pub fn publish(&self, value: T, generation: Generation, exact: bool) -> u32 {
         let mut keys = lock(&self.keys);
         let number = keys.len() as u32;
         keys.push((generation, exact));
@@ -113,7 +114,7 @@ impl<T> Published<T> {
     }
 
     /// (generation, exact) of every edition published, by number.
-    pub fn keys(&self) -> Vec<((u64, u64), bool)> {
+    pub fn keys(&self) -> Vec<(Generation, bool)> {
         lock(&self.keys).clone()
     }
 
@@ -173,6 +174,10 @@ impl<T> Drop for Published<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn g(adds: u64, subs: u64) -> Generation {
+        Generation { adds, subs }
+    }
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
 
@@ -195,15 +200,15 @@ mod tests {
         let alive = Arc::new(AtomicUsize::new(0));
         let p: Published<Counted> = Published::new();
         assert!(p.current().is_none());
-        assert_eq!(p.publish(Counted::new(10, &alive), (3, 1), true), 0);
+        assert_eq!(p.publish(Counted::new(10, &alive), g(3, 1), true), 0);
         let first: *const Edition<Counted> = p.current().unwrap();
-        assert_eq!(p.publish(Counted::new(11, &alive), (4, 1), false), 1);
+        assert_eq!(p.publish(Counted::new(11, &alive), g(4, 1), false), 1);
         // The first is retired, not freed: a reader holding it reads on.
         // SAFETY: retired editions are alive until freed below.
         assert_eq!(unsafe { &*first }.value.0, 10);
         assert_eq!((p.retired(), alive.load(Ordering::SeqCst)), (1, 2));
         let now = p.current().unwrap();
-        assert_eq!((now.value.0, now.number, now.generation, now.exact), (11, 1, (4, 1), false));
+        assert_eq!((now.value.0, now.number, now.generation, now.exact), (11, 1, g(4, 1), false));
         // SAFETY: nothing reads the retired edition any more.
         unsafe { p.free_retired() };
         assert_eq!((p.retired(), alive.load(Ordering::SeqCst)), (0, 1));
@@ -216,33 +221,33 @@ mod tests {
     fn every_edition_is_kept_by_number_and_taken_in_order() {
         let p: Published<u32> = Published::new();
         for k in 0..4 {
-            p.publish(100 + k, (k as u64, 0), k != 2);
+            p.publish(100 + k, g(k as u64, 0), k != 2);
         }
-        assert_eq!(p.keys(), vec![((0, 0), true), ((1, 0), true), ((2, 0), false), ((3, 0), true)]);
+        assert_eq!(p.keys(), vec![(g(0, 0), true), (g(1, 0), true), (g(2, 0), false), (g(3, 0), true)]);
         // SAFETY: no reader in this test.
         let all = unsafe { p.take_all() };
         let got: Vec<(u32, u32)> = all.iter().map(|e| (e.number, e.value)).collect();
         assert_eq!(got, vec![(0, 100), (1, 101), (2, 102), (3, 103)]);
         assert!(p.current().is_none() && p.keys().is_empty() && p.retired() == 0);
         // Numbering starts again.
-        assert_eq!(p.publish(7, (9, 9), true), 0);
+        assert_eq!(p.publish(7, g(9, 9), true), 0);
     }
 
     #[test]
     fn editions_say_which_generation_they_hold() {
         let p: Published<()> = Published::new();
-        p.publish((), (5, 2), true);
+        p.publish((), g(5, 2), true);
         let e = p.current().unwrap();
-        assert!(e.exactly_at((5, 2)));
-        assert!(!e.exactly_at((6, 2)), "modules loaded since");
-        p.publish((), (6, 2), false);
-        assert!(!p.current().unwrap().exactly_at((6, 2)), "not exactly that generation's modules");
+        assert!(e.exactly_at(g(5, 2)));
+        assert!(!e.exactly_at(g(6, 2)), "modules loaded since");
+        p.publish((), g(6, 2), false);
+        assert!(!p.current().unwrap().exactly_at(g(6, 2)), "not exactly that generation's modules");
     }
 
     #[test]
     fn a_reader_on_another_thread_always_finds_a_whole_edition() {
         let p = Arc::new(Published::<[u64; 8]>::new());
-        p.publish([0; 8], (0, 0), true);
+        p.publish([0; 8], g(0, 0), true);
         let reads = Arc::new(AtomicUsize::new(0));
         let reader = {
             let (p, reads) = (p.clone(), reads.clone());
@@ -257,7 +262,7 @@ mod tests {
         };
         let mut k = 1u64;
         while reads.load(Ordering::Acquire) < 1000 {
-            p.publish([k; 8], (k, 0), true);
+            p.publish([k; 8], g(k, 0), true);
             k += 1;
         }
         reader.join().unwrap();

@@ -27,8 +27,9 @@
 //! Only x86_64 Linux has the trampolines; elsewhere [`supported`] is false
 //! and nothing is patched.
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 use crate::memory::Memory;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+use crate::modules::Generation;
 use crate::r::ChainAt;
 
 /// Records kept.
@@ -129,7 +130,7 @@ pub(crate) struct Throw {
     /// The loader's generation when the frames were walked: their
     /// addresses are named with the modules of that generation (see
     /// `shown`), never with modules loaded at those addresses since.
-    pub(crate) generation: Option<(u64, u64)>,
+    pub(crate) generation: Option<Generation>,
     /// The walk reached a frame of R's interpreter (and stopped there).
     pub(crate) reached_r: bool,
     /// The walk stopped before the end of the stack for another reason
@@ -487,7 +488,9 @@ mod unsupported {
     pub fn recorded() -> Vec<Throw> {
         Vec::new()
     }
-    pub fn map_of(_generation: Option<(u64, u64)>) -> Option<std::sync::Arc<crate::modules::ModuleMap>> {
+    pub fn map_of(
+        _generation: Option<crate::modules::Generation>,
+    ) -> Option<std::sync::Arc<crate::modules::ModuleMap>> {
         None
     }
 }

@@ -469,11 +469,9 @@ fn report(header: Header, uc: *mut libc::c_void) {
     report::write(
         &mut out,
         header,
-        &s.ips[..n],
-        (counted_all, m < CONTEXTS),
-        stopped,
+        report::NativeFrames { ips: &s.ips[..n], counted_all, stopped },
         |i, out| describe(p, &frames[i], i == 0, out),
-        &s.owners[..m],
+        report::RCalls { owners: &s.owners[..m], counted_all: m < CONTEXTS },
         |k, out| {
             let mut buf = rheap::Buf::default();
             match sexp::car(&Own, calls[k]) {

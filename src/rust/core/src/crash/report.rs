@@ -115,22 +115,39 @@ pub struct Header {
     pub main_thread: bool,
 }
 
+/// The native frames a report shows: their instruction pointers,
+/// innermost first, whether the walk counted every frame (it fills its
+/// buffer, then stops counting), and why it ended early.
+#[derive(Clone, Copy, Debug)]
+pub struct NativeFrames<'a> {
+    pub ips: &'a [usize],
+    pub counted_all: bool,
+    pub stopped: Option<&'a str>,
+}
+
+/// The R calls a report shows: the native frame that owns each
+/// (`owners[k]` for call `k`, innermost first), and whether every call was
+/// counted.
+#[derive(Clone, Copy, Debug)]
+pub struct RCalls<'a> {
+    pub owners: &'a [usize],
+    pub counted_all: bool,
+}
+
 /// Writes the report: the header, then the native frames innermost first
 /// (`describe(i, out)` writes frame `i`'s module, function and offset),
-/// each followed by the R calls whose contexts it owns (`owners[k]` for
-/// call `k`, innermost first; `label(k, out)` writes its label). `frames`
-/// is how many frames were walked, `stopped` why the walk ended early.
-#[allow(clippy::too_many_arguments)]
+/// each followed by the R calls whose contexts it owns (`label(k, out)`
+/// writes call `k`'s label).
 pub fn write<W: FnMut(&[u8])>(
     out: &mut Out<W>,
     header: Header,
-    ips: &[usize],
-    counted_all: (bool, bool),
-    stopped: Option<&str>,
+    native: NativeFrames,
     mut describe: impl FnMut(usize, &mut Out<W>),
-    owners: &[usize],
+    r: RCalls,
     mut label: impl FnMut(usize, &mut Out<W>),
 ) {
+    let NativeFrames { ips, counted_all: all_native, stopped } = native;
+    let RCalls { owners, counted_all: all_r } = r;
     let (name, what) = super::signal_name(header.signal);
     out.text("\n*** winch: ");
     out.text(name);
@@ -181,14 +198,14 @@ pub fn write<W: FnMut(&[u8])>(
     }
     if ips.len() > shown {
         // A walk that filled its buffer counted only that many.
-        out.text(if counted_all.0 { "  [" } else { "  [at least " });
+        out.text(if all_native { "  [" } else { "  [at least " });
         out.dec(ips.len() - shown);
         out.text(" more native frames not shown]\n");
     }
     // R calls owned by frames not shown (or when the walk found none).
     r_calls(&mut k, usize::MAX, out);
     if k > MAX_R {
-        out.text(if counted_all.1 { "  [" } else { "  [at least " });
+        out.text(if all_r { "  [" } else { "  [at least " });
         out.dec(k - MAX_R);
         out.text(" more R calls not shown]\n");
     }
@@ -250,11 +267,9 @@ mod tests {
             write(
                 o,
                 Header { signal: libc::SIGSEGV, address: Some(0), main_thread: true },
-                &ips,
-                (true, true),
-                None,
+                NativeFrames { ips: &ips, counted_all: true, stopped: None },
                 |i, o| o.text(["crash.so  deref + 0x4", "crash.so  caller + 0x9", "libR.so  +0x100"][i]),
-                &[1, 2, 2],
+                RCalls { owners: &[1, 2, 2], counted_all: true },
                 |k, o| o.text([".Call()", "g()", "f()"][k]),
             )
         });
@@ -280,11 +295,9 @@ mod tests {
             write(
                 o,
                 Header { signal: libc::SIGABRT, address: None, main_thread: true },
-                &ips,
-                (true, true),
-                Some("no unwind information"),
+                NativeFrames { ips: &ips, counted_all: true, stopped: Some("no unwind information") },
                 |_, o| o.text("f"),
-                &owners,
+                RCalls { owners: &owners, counted_all: true },
                 |_, o| o.text("g()"),
             )
         });
@@ -298,11 +311,9 @@ mod tests {
             write(
                 o,
                 Header { signal: libc::SIGFPE, address: Some(0x40), main_thread: false },
-                &[0x1],
-                (true, true),
-                None,
+                NativeFrames { ips: &[0x1], counted_all: true, stopped: None },
                 |_, o| o.text("f"),
-                &[],
+                RCalls { owners: &[], counted_all: true },
                 |_, _| {},
             )
         });
@@ -313,11 +324,9 @@ mod tests {
             write(
                 o,
                 Header { signal: libc::SIGSEGV, address: None, main_thread: true },
-                &ips,
-                (false, false),
-                None,
+                NativeFrames { ips: &ips, counted_all: false, stopped: None },
                 |_, o| o.text("f"),
-                &owners,
+                RCalls { owners: &owners, counted_all: false },
                 |_, o| o.text("g()"),
             )
         });

@@ -559,23 +559,25 @@ mod tests {
     }
 
     /// Writes a record; returns its address.
-    #[allow(clippy::too_many_arguments)]
-    fn record(
-        m: &mut Image,
-        l: &Layout,
+    /// A context record of the synthetic R: where it is, the next one
+    /// out, its kind and function, and for a byte-code call the loop slot
+    /// holding its program counter.
+    struct Rec {
         addr: usize,
         next: usize,
         flag: i32,
         callfun: usize,
-        bc: (i32, usize),
-    ) {
-        m.put(addr, vec![0; l.size]);
-        m.put_word(addr + l.next, next);
-        m.put_bytes(addr + l.callflag, &flag.to_ne_bytes());
-        m.put_word(addr + l.callfun, callfun);
-        m.put_word(addr + l.sysparent, 0xe0);
-        m.put_bytes(addr + l.bcintactive, &bc.0.to_ne_bytes());
-        m.put_word(addr + l.bcpc, bc.1);
+        bcpc: Option<usize>,
+    }
+
+    fn record(m: &mut Image, l: &Layout, r: Rec) {
+        m.put(r.addr, vec![0; l.size]);
+        m.put_word(r.addr + l.next, r.next);
+        m.put_bytes(r.addr + l.callflag, &r.flag.to_ne_bytes());
+        m.put_word(r.addr + l.callfun, r.callfun);
+        m.put_word(r.addr + l.sysparent, 0xe0);
+        m.put_bytes(r.addr + l.bcintactive, &(r.bcpc.is_some() as i32).to_ne_bytes());
+        m.put_word(r.addr + l.bcpc, r.bcpc.unwrap_or(0));
     }
 
     /// R's stack, innermost first: a byte-code call on the node stack run
@@ -584,10 +586,11 @@ mod tests {
     fn chain(l: &Layout) -> Image {
         let mut m = Image::new();
         m.put_word(0x100, 0x20040);
-        record(&mut m, l, 0x20040, 0x7400, CTXT_FUNCTION, 0xf2, (1, 0x7810));
-        record(&mut m, l, 0x7400, 0x7c00, CTXT_BUILTIN, 0, (0, 0));
-        record(&mut m, l, 0x7c00, 0x8800, CTXT_FUNCTION, 0xf1, (0, 0));
-        record(&mut m, l, 0x8800, 0, CTXT_TOPLEVEL, 0, (0, 0));
+        let r = |addr, next, flag, callfun| Rec { addr, next, flag, callfun, bcpc: None };
+        record(&mut m, l, Rec { bcpc: Some(0x7810), ..r(0x20040, 0x7400, CTXT_FUNCTION, 0xf2) });
+        record(&mut m, l, r(0x7400, 0x7c00, CTXT_BUILTIN, 0));
+        record(&mut m, l, r(0x7c00, 0x8800, CTXT_FUNCTION, 0xf1));
+        record(&mut m, l, r(0x8800, 0, CTXT_TOPLEVEL, 0));
         m
     }
 

@@ -11,6 +11,7 @@
 use super::{enter, identify, walk, FrameClass, HookSetup, Ring, Status, Throw, WalkEnd, MAX_FRAMES};
 use crate::error::{Error, Result};
 use crate::got::hookset::{self, Family, Find, Hook, Options};
+use crate::modules::Generation;
 use crate::modules::{self, ModuleMap};
 use crate::published::Published;
 use crate::unwind::rules::{InPlace, Regs, Tables};
@@ -215,7 +216,7 @@ fn fill_frames(inputs: &HookInputs, scratch: &mut Caches, r: &mut Throw) {
     // The frames are in modules loaded now (their code is running): named
     // later with the modules of this generation.
     let generation = modules::loader_generation();
-    r.generation = Some(generation).filter(|&g| g != (u64::MAX, u64::MAX));
+    r.generation = Some(generation).filter(|g| g.is_known());
     let current = table.filter(|t| t.generation == generation);
     if let (Some(table), true) = (current.map(|t| &t.value), lo <= sp && sp < hi) {
         // SAFETY: this thread's stack, mapped while it runs.
@@ -367,7 +368,7 @@ fn publish_table(setup: &HookSetup) {
 static MAPS: Mutex<Vec<GenerationMap>> = Mutex::new(Vec::new());
 
 /// The loader's generation and its modules.
-type GenerationMap = ((u64, u64), Arc<ModuleMap>);
+type GenerationMap = (Generation, Arc<ModuleMap>);
 
 /// Maps kept at most when the ring cannot be read (not on R's main thread).
 const MAX_MAPS: usize = 64;
@@ -379,14 +380,14 @@ fn maps() -> std::sync::MutexGuard<'static, Vec<GenerationMap>> {
 /// Keeps `map`, the modules of `generation` exactly; forgets those no
 /// record refers to any more (on R's main thread, which alone reads the
 /// ring outside the hook).
-fn keep_map(generation: (u64, u64), map: &Arc<ModuleMap>, main_thread: usize) {
+fn keep_map(generation: Generation, map: &Arc<ModuleMap>, main_thread: usize) {
     let mut kept = maps();
     if !kept.iter().any(|(g, _)| *g == generation) {
         kept.push((generation, map.clone()));
     }
     // SAFETY: pthread_self reads the thread pointer.
     if unsafe { libc::pthread_self() } as usize == main_thread {
-        let used: Vec<Option<(u64, u64)>> = recorded().iter().map(|r| r.generation).collect();
+        let used: Vec<Option<Generation>> = recorded().iter().map(|r| r.generation).collect();
         kept.retain(|(g, _)| *g == generation || used.contains(&Some(*g)));
     } else if kept.len() > MAX_MAPS {
         let extra = kept.len() - MAX_MAPS;
@@ -396,7 +397,7 @@ fn keep_map(generation: (u64, u64), map: &Arc<ModuleMap>, main_thread: usize) {
 
 /// The modules of the loader's `generation` exactly (a record's), if they
 /// are known: kept from when they were loaded, or loaded now.
-pub fn map_of(generation: Option<(u64, u64)>) -> Option<Arc<ModuleMap>> {
+pub fn map_of(generation: Option<Generation>) -> Option<Arc<ModuleMap>> {
     let generation = generation?;
     if let Some((_, m)) = maps().iter().find(|(g, _)| *g == generation) {
         return Some(m.clone());
@@ -554,7 +555,7 @@ mod tests {
     /// it (figures printed; run alone, in release:
     /// `cargo test --release -- --ignored --nocapture --test-threads=1 walk_state`).
     #[test]
-    #[ignore]
+    #[ignore = "a measurement, not a test: run by hand"]
     fn walk_state_costs() {
         let map = modules::current();
         let r0 = resident_kib();

@@ -20,6 +20,7 @@ pub(crate) mod synthetic;
 
 pub use cache::{Caches, Sizes};
 
+use crate::modules::Generation;
 use crate::modules::{self, Module, ModuleMap};
 use crate::unwind::rules::{self, Regs, Source, Step, Tables};
 use std::cell::UnsafeCell;
@@ -32,7 +33,7 @@ use std::sync::Arc;
 pub struct Modules<T = Tables> {
     pub map: Arc<ModuleMap>,
     /// The loader's counters when the modules were listed.
-    pub generation: (u64, u64),
+    pub generation: Generation,
     /// Whether `map` is exactly the modules of `generation` (see
     /// [`modules::Loaded`]).
     pub exact: bool,
@@ -90,7 +91,7 @@ impl Modules<Tables> {
         interpreter_addr: usize,
         mem: &impl crate::memory::Memory,
     ) -> Modules {
-        let loaded = modules::Loaded { generation: (0, 0), exact: true, map };
+        let loaded = modules::Loaded { generation: Generation::default(), exact: true, map };
         Modules::build(loaded, interpreter_addr, |m| Tables::of_memory(m, mem))
     }
 }
@@ -433,7 +434,7 @@ mod tests {
     }
 
     #[test]
-    #[ignore]
+    #[ignore = "a measurement, not a test: run by hand"]
     fn bench_profiler_walk() {
         let snap = Snapshot::take(0);
         bench_nested(30, &snap, 1000);

@@ -8,6 +8,7 @@
 use super::clock;
 use super::shared::{Session, Trigger};
 use super::threads::Threads;
+use crate::modules::Generation;
 use crate::profile::collect::Thread;
 use crate::profile::record;
 use std::sync::atomic::Ordering;
@@ -50,14 +51,14 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Vec<Threa
 /// A new snapshot if modules were loaded or unloaded (the loader's
 /// generation is now `generation`), and the GOT hooks told (new modules'
 /// threads and allocations hooked, see `got::hookset`).
-fn refresh(s: &Session, generation: (u64, u64)) {
+fn refresh(s: &Session, generation: Generation) {
     let Some(map) = s.snapshots.refresh(generation) else { return };
     crate::got::hookset::modules_changed(&map);
 }
 
 /// Takes the samples written so far, each marked certain or not (see
 /// `snapshots`); returns the loader's generation read.
-pub fn collect(s: &Session, buf: &mut Vec<u64>) -> (u64, u64) {
+pub fn collect(s: &Session, buf: &mut Vec<u64>) -> Generation {
     // Every sample written before the heads read here was taken before the
     // generation is read.
     let head = s.ring.head();

@@ -11,6 +11,7 @@
 //! taken with it are named with it. Every snapshot used stays until the
 //! profile is built, at its number.
 
+use crate::modules::Generation;
 use crate::published::Published;
 use crate::unwind::walk::Snapshot;
 use std::sync::Mutex;
@@ -43,7 +44,7 @@ impl Snapshots {
     /// Takes a new snapshot if modules were loaded or unloaded (the
     /// loader's generation is now `generation`) and publishes it; its
     /// module map, for hooking the new modules (collector thread).
-    pub fn refresh(&self, generation: (u64, u64)) -> Option<std::sync::Arc<crate::modules::ModuleMap>> {
+    pub fn refresh(&self, generation: Generation) -> Option<std::sync::Arc<crate::modules::ModuleMap>> {
         if self.published.current()?.exactly_at(generation) {
             return None;
         }
@@ -57,7 +58,7 @@ impl Snapshots {
 
     /// Whether the samples of each snapshot, by number, are certain when
     /// the loader's generation is `generation` (see the module's comment).
-    pub fn certain(&self, generation: (u64, u64)) -> Vec<bool> {
+    pub fn certain(&self, generation: Generation) -> Vec<bool> {
         self.published.keys().iter().map(|&(g, exact)| exact && g == generation).collect()
     }
 
@@ -111,7 +112,7 @@ mod tests {
         }
         // Another generation than the snapshot's: a new one is published
         // and numbered; the first is kept.
-        let other = (now.0.wrapping_add(1), now.1);
+        let other = Generation { adds: now.adds.wrapping_add(1), ..now };
         assert!(s.refresh(other).is_some());
         assert_eq!(s.current().unwrap().1, 1);
         assert!(!s.certain(other)[0], "samples of the old snapshot are uncertain now");

@@ -87,7 +87,8 @@ impl<T> Modules<T> {
         let map = Arc::new(ModuleMap::new(list));
         let addr = interpreter.map_or(0, |m| map.module(m).segments[0].start);
         let tables = std::cell::RefCell::new(tables.into_iter());
-        let loaded = crate::modules::Loaded { generation: (0, 0), exact: true, map };
+        let loaded =
+            crate::modules::Loaded { generation: crate::modules::Generation::default(), exact: true, map };
         Modules::build(loaded, addr, |_| tables.borrow_mut().next().flatten())
     }
 }
