@@ -459,11 +459,13 @@ impl Family {
 /// Scans that hold a family's lock, kept out of `fork()` (see the module's
 /// comment).
 mod fork_guard {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// Scans under way, and a fork being prepared.
+    /// Scans under way, and forks being prepared (several threads may fork
+    /// at once: a count, so that one fork's end does not let scans start
+    /// while another's child is being made).
     static SCANNING: AtomicUsize = AtomicUsize::new(0);
-    static FORKING: AtomicBool = AtomicBool::new(false);
+    static FORKING: AtomicUsize = AtomicUsize::new(0);
 
     /// A scan under way (none while a fork is prepared).
     pub(super) struct Scanning(());
@@ -476,7 +478,7 @@ mod fork_guard {
             // before it reads the count (both SeqCst): a scan either sees
             // the fork coming or is waited for.
             SCANNING.fetch_add(1, Ordering::SeqCst);
-            if FORKING.load(Ordering::SeqCst) {
+            if FORKING.load(Ordering::SeqCst) != 0 {
                 SCANNING.fetch_sub(1, Ordering::SeqCst);
                 return None;
             }
@@ -491,7 +493,7 @@ mod fork_guard {
     }
 
     extern "C" fn prepare() {
-        FORKING.store(true, Ordering::SeqCst);
+        FORKING.fetch_add(1, Ordering::SeqCst);
         // A scan waits for no lock the forking thread holds: it ends.
         while SCANNING.load(Ordering::SeqCst) != 0 {
             std::thread::yield_now();
@@ -499,12 +501,13 @@ mod fork_guard {
     }
 
     extern "C" fn parent() {
-        FORKING.store(false, Ordering::SeqCst);
+        FORKING.fetch_sub(1, Ordering::SeqCst);
     }
 
     extern "C" fn child() {
+        // The child's one thread: no scan, no other fork under way.
         SCANNING.store(0, Ordering::SeqCst);
-        FORKING.store(false, Ordering::SeqCst);
+        FORKING.store(0, Ordering::SeqCst);
     }
 
     extern "C" {
@@ -527,7 +530,11 @@ mod fork_guard {
 
     #[cfg(test)]
     pub(super) fn prepared(on: bool) {
-        FORKING.store(on, Ordering::SeqCst);
+        if on {
+            FORKING.fetch_add(1, Ordering::SeqCst);
+        } else {
+            FORKING.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
