@@ -247,6 +247,40 @@ test_that("forked children allocate freely while the parent profiles", {
   expect_true(malloc_is_libc())
 })
 
+test_that("a forked child profiles its own memory while its parent profiles", {
+  skip_on_os("windows")
+  # The child inherits the parent's hooked slots: it takes them over, and
+  # its own profile sees its own allocations (numeric(100) is 848 bytes).
+  child <- function(i) {
+    tryCatch(
+      {
+        q <- winch_profile(x <- lapply(1:2e4, function(i) numeric(100)), event = "alloc")
+        c(ok = 1, bytes = sum(as.data.frame(q)$alloc_bytes), pid = Sys.getpid())
+      },
+      error = function(e) c(ok = 0, bytes = NA, pid = Sys.getpid())
+    )
+  }
+  res <- NULL
+  p <- winch_profile(
+    {
+      res <- parallel::mclapply(1:2, child, mc.cores = 2)
+      y <- lapply(1:2e4, function(i) numeric(100))
+    },
+    event = "alloc"
+  )
+  expect_length(res, 2L)
+  for (r in res) {
+    expect_identical(unname(r[["ok"]]), 1, info = "the child's profile started")
+    expect_false(r[["pid"]] == Sys.getpid())
+    # 2e4 vectors of 848 bytes, and the calls' own environments, as
+    # sampled; not the parent's allocations as well (twice as much).
+    expect_gt(r[["bytes"]], 2e4 * 848 * 2 / 3)
+    expect_lt(r[["bytes"]], 2e4 * 848 * 1.8)
+  }
+  expect_gt(sum(as.data.frame(p)$alloc_bytes), 2e4 * 848 * 2 / 3)
+  expect_true(malloc_is_libc())
+})
+
 test_that("bad arguments to a memory profile are refused before expr runs", {
   ran <- FALSE
   for (b in list(0, -1, NA, "1", c(1, 2), Inf)) {
