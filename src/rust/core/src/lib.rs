@@ -63,6 +63,8 @@ mod dwarf;
 mod elfread;
 pub mod error;
 mod fasthash;
+#[cfg(target_os = "linux")]
+mod fork;
 mod got;
 mod interleave;
 pub mod joint;

@@ -510,22 +510,10 @@ mod fork_guard {
         FORKING.store(0, Ordering::SeqCst);
     }
 
-    extern "C" {
-        fn pthread_atfork(
-            prepare: Option<extern "C" fn()>,
-            parent: Option<extern "C" fn()>,
-            child: Option<extern "C" fn()>,
-        ) -> libc::c_int;
-    }
-
     /// Registers the handlers, once per process.
     pub(super) fn register() {
         static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            // SAFETY: registers handlers that only touch atomics (and
-            // yield); glibc removes them if winch's library is unloaded.
-            unsafe { pthread_atfork(Some(prepare), Some(parent), Some(child)) };
-        });
+        crate::fork::register_once(&ONCE, Some(prepare), Some(parent), Some(child));
     }
 
     #[cfg(test)]

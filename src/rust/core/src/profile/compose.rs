@@ -527,8 +527,9 @@ mod tests {
     use crate::r::layout::{Layout, CTXT_BUILTIN, CTXT_FUNCTION, CTXT_TOPLEVEL};
 
     /// A synthetic R: a main stack at 0x7000..0x9000, a node stack at
-    /// 0x20000.., R_GlobalContext at 0x100.
-    fn facts(layout: Layout, region: Region) -> RFacts {
+    /// 0x20000.., R_GlobalContext at 0x100 (the tests of `describe` fill
+    /// in its symbols).
+    pub(super) fn facts(layout: Layout, region: Region) -> RFacts {
         let base = crate::r::Facts {
             version: (4, 5),
             layout,

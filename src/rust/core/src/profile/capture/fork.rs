@@ -8,14 +8,6 @@
 
 use super::handler::ACTIVE;
 
-extern "C" {
-    fn pthread_atfork(
-        prepare: Option<extern "C" fn()>,
-        parent: Option<extern "C" fn()>,
-        child: Option<extern "C" fn()>,
-    ) -> libc::c_int;
-}
-
 extern "C" fn in_child() {
     // No session, no handler running (the child's one thread called fork()
     // outside any handler), and the hooks forget the parent's state.
@@ -27,9 +19,5 @@ extern "C" fn in_child() {
 /// Registers the child's handler, once per process.
 pub fn register() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: registers a handler that only stores atomics; glibc
-        // removes it if winch's library is unloaded.
-        unsafe { pthread_atfork(None, None, Some(in_child)) };
-    });
+    crate::fork::register_once(&ONCE, None, None, Some(in_child));
 }

@@ -99,19 +99,7 @@ impl Threads {
             if timer.is_none() && read_clock(clock).is_some() {
                 self.failed += 1;
             }
-            self.by_tid.insert(tid, self.known.len());
-            self.known.push(Known {
-                thread: Thread {
-                    tid,
-                    name: procfs::comm(Proc::This, tid),
-                    cpu_ns: 0,
-                    started: !first,
-                    ended: false,
-                },
-                timer,
-                clock,
-                cpu_first,
-            });
+            self.know(tid, timer, !first, cpu_first);
         }
         for k in self.known.iter_mut().filter(|k| !k.thread.ended) {
             match read_clock(k.clock) {
@@ -137,6 +125,14 @@ impl Threads {
         }
     }
 
+    /// Starts keeping track of thread `tid`, sampled by `timer`: `started`
+    /// while the profile ran, its CPU clock counted from `cpu_first`.
+    fn know(&mut self, tid: i32, timer: Option<libc::timer_t>, started: bool, cpu_first: u64) {
+        self.by_tid.insert(tid, self.known.len());
+        let thread = Thread { tid, name: procfs::comm(Proc::This, tid), cpu_ns: 0, started, ended: false };
+        self.known.push(Known { thread, timer, clock: cpu_clock(tid), cpu_first });
+    }
+
     /// Takes on a thread that armed its own timer as it started (see
     /// `spawn`). A thread found by listing first keeps that timer: two
     /// would sample it twice.
@@ -148,19 +144,7 @@ impl Threads {
             return;
         }
         let clock = cpu_clock(tid);
-        self.by_tid.insert(tid, self.known.len());
-        self.known.push(Known {
-            thread: Thread {
-                tid,
-                name: procfs::comm(Proc::This, tid),
-                cpu_ns: 0,
-                started: true,
-                ended: false,
-            },
-            timer: Some(timer),
-            clock,
-            cpu_first: 0,
-        });
+        self.know(tid, Some(timer), true, 0);
         if read_clock(clock).is_none() {
             // Ended already: its timer goes at the next scan.
             self.count = 0;

@@ -409,33 +409,14 @@ mod tests {
             dollar: f.h.symbol("$"),
             bracket2: f.h.symbol("[["),
         };
-        let base = crate::r::Facts {
-            version: (4, 5),
-            layout: Layout::for_r((4, 5)).unwrap(),
-            main_thread: 0,
-            interpreter_addr: 0,
-            own_addr: 0,
-            global_context: 0x100,
-            cstack_vars: [0; 3],
-            node_stack: Some((0x20000, 0x30000)),
-            data: [(0, 0); 4],
-            symbols,
-            nil: NIL,
-            srcref_var: SRCREF_VAR,
-            in_bc: IN_BC,
-            class_symbol: f.syms.class,
-        };
-        let r = RFacts {
-            base,
-            ranges: base.ranges((0x7000, 0x9000)),
-            loops: None,
-            bc: None,
-            lines: None,
-            with_loops: true,
-            keep_libr: false,
-            gc_start: 0,
-            region: Region::All,
-        };
+        let mut r = super::super::tests::facts(Layout::for_r((4, 5)).unwrap(), Region::All);
+        r.base.data = [(0, 0); 4];
+        r.base.symbols = symbols;
+        r.base.nil = NIL;
+        r.base.srcref_var = SRCREF_VAR;
+        r.base.in_bc = IN_BC;
+        r.base.class_symbol = f.syms.class;
+        r.ranges = r.base.ranges((0x7000, 0x9000));
         let mut stack = Image::new();
         stack.put(0x7000, vec![0; 0x2000]);
         let srcfile_sym = f.h.symbol("srcfile");
