@@ -41,7 +41,13 @@
 #' read from the files the process had mapped, as the core lists them, so
 #' they must still be there, unchanged (a library whose build-id differs
 #' from the loaded image's is not used for R's state). `exe` is the program
-#' the process ran, when it is no longer where the core says.
+#' the process ran, when it is no longer where the core says. A core cut
+#' short (a copy that stopped, a full disk) is read as far as it goes and
+#' its `note` says how much is missing (gdb's `gcore` writes the threads'
+#' registers last: a `gcore` core cut short cannot be read, and is refused
+#' with the reason). A stack that is damaged (zeroed, overwritten) is
+#' unwound as far as it holds together, and the `note` says where it
+#' stopped.
 #'
 #' A core of an R process needs the kernel to write one: `ulimit -c
 #' unlimited` (or `prlimit --core=unlimited`) before R starts, and a
@@ -60,8 +66,13 @@
 #'   read from the process, native frames as `` `/module`::function() ``
 #'   calls). Attributes: `pid`, `r_version` (`"4.5"`, or `NA` when the
 #'   process is not R or its R could not be read), `tid` and
-#'   `thread_name` (per thread), `note` (why R's frames are missing, or
-#'   `NA`), `core` (the core file, or `NULL`).
+#'   `thread_name` (per thread), `note` (what could not be read and why, or
+#'   `NA`: a core file cut short, R's state or R's frames not read, a
+#'   thread's stack that did not unwind whole; several reasons are joined
+#'   by `"; "`), `core` (the core file, or `NULL`). A thread whose native
+#'   stack could not be unwound whole has attributes `truncated = TRUE`
+#'   and `truncation` (why); a thread whose native frames could not be
+#'   placed among R's has `fallback_reason`. `print()` shows them all.
 #' @examples
 #' \dontrun{
 #' # Another R session, busy: what is it doing?
@@ -109,7 +120,7 @@ winch_dump <- function(pid, libr = FALSE, core = NULL, exe = NULL) {
     r_version = res$r_version,
     tid = tids,
     thread_name = vapply(res$threads, function(t) t$name, ""),
-    note = res$note,
+    note = if (length(res$notes)) paste(res$notes, collapse = "; ") else NA_character_,
     core = core,
     class = "winch_dump"
   )
@@ -166,8 +177,8 @@ format.winch_dump <- function(x, ...) {
     if (is.null(attr(x, "core"))) "" else paste0(", from core file ", attr(x, "core"))
   )
   note <- attr(x, "note")
-  if (!is.null(note) && !is.na(note)) {
-    head <- c(head, paste("R's frames are not shown:", note))
+  if (length(note) == 1L && !is.na(note)) {
+    head <- c(head, strwrap(note, width = max(40L, getOption("width", 80L) - 2L), initial = "Note: ", prefix = "      "))
   }
   tids <- attr(x, "tid")
   names <- attr(x, "thread_name")
@@ -175,7 +186,13 @@ format.winch_dump <- function(x, ...) {
     title <- sprintf(
       "\n%s (tid %d, \"%s\")", if (names(x)[[i]] == "main") "Main thread" else "Thread", tids[[i]], names[[i]]
     )
-    lines <- if (length(x[[i]])) format(x[[i]]) else "  (no frames)"
+    lines <- if (length(x[[i]])) {
+      format(x[[i]])
+    } else if (isTRUE(attr(x[[i]], "truncated"))) {
+      paste0("  (no frames: ", attr(x[[i]], "truncation"), ")")
+    } else {
+      "  (no frames)"
+    }
     why <- attr(x[[i]], "fallback_reason")
     if (!is.null(why) && !is.na(why)) lines <- c(lines, paste("note:", why))
     c(title, lines)
