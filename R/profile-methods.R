@@ -248,6 +248,11 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'   the end), `r_heap` (R's heap in bytes as [gc()] tells it: `before`
 #'   and `after` the run, and `peak`, the most held at a collection during
 #'   it), `usage` and `cost`.
+#'
+#'   Figures a profile does not have (its `stats` removed) are `NA`. A
+#'   damaged profile (a field edited to something it cannot hold) is an
+#'   error of class `winch_error_bad_argument` that names the field, as for
+#'   `print()`, `plot()`, `as.data.frame()` and the writers.
 #' @export
 summary.winch_profile <- function(object, ...) {
   p <- check_profile(object)
@@ -301,7 +306,7 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
     format(x$truncated, big.mark = ","), format(x$dropped, big.mark = ","),
     format(x$distinct_stacks, big.mark = ",")
   ))
-  if (x$outside > 0) {
+  if (isTRUE(x$outside > 0)) {
     cat(sprintf("%s samples of the profiler starting or stopping left out\n", format(x$outside, big.mark = ",")))
   }
   if (!is.null(x$what)) {
@@ -416,7 +421,7 @@ plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL, what = c
   fill <- ifelse(f$kind == "loop", "grey88", ifelse(f$kind %in% c("thread", "wait"), "grey95", "grey72"))
   native <- !is.na(f$module) & f$module %in% modules
   fill[native] <- palette[match(f$module[native], modules)]
-  depth <- max(rects$depth) + 1
+  depth <- max(rects$depth, 0) + 1
   old_par <- graphics::par(mar = c(1, 1, 3, 1))
   on.exit(graphics::par(old_par), add = TRUE)
   graphics::plot.new()
@@ -493,28 +498,69 @@ module_colours <- function(names) {
 }
 
 # Rectangles of a flame graph: stacks (outermost first) merged by common
-# prefix, children ordered by label; x and width in samples.
+# prefix, children ordered by label; x and width in samples. Built in one
+# pass over the stacks sorted as a depth-first walk of the merged tree
+# would visit them (by each frame's rank: its label, then its function),
+# keeping the path of frames open at each depth: no recursion per frame,
+# so a stack as deep as a sample can be (tens of thousands of frames)
+# neither overflows R's C stack nor nests too deeply.
 flame_rects <- function(stacks, count, labels) {
+  empty <- data.frame(fn = integer(), depth = integer(), x = numeric(), width = numeric())
+  some <- lengths(stacks) > 0L
+  stacks <- stacks[some]
+  count <- count[some]
+  if (!length(stacks)) {
+    return(empty)
+  }
+  # Rank of each function among its siblings' order: label, then index.
+  rank <- integer(length(labels))
+  rank[order(labels, seq_along(labels))] <- seq_along(labels)
+  digits <- nchar(length(labels))
+  keys <- vapply(stacks, function(s) paste(formatC(rank[s], width = digits, flag = "0"), collapse = ""), "")
+  ord <- order(keys, method = "radix")
+  deepest <- max(lengths(stacks))
+  # The open path: per depth its function, x, width; where its next child
+  # starts.
+  open_fn <- integer(deepest)
+  open_x <- numeric(deepest)
+  open_w <- numeric(deepest)
+  next_x <- numeric(deepest)
+  top <- 0L # frames open
+  root_x <- 0
   out <- list()
-  walk <- function(idx, depth, x0) {
-    # Group the stacks that have a frame at this depth by that frame.
-    has <- idx[lengths(stacks[idx]) > depth]
-    if (!length(has)) {
-      return()
-    }
-    fn <- vapply(stacks[has], `[[`, 0L, depth + 1L)
-    groups <- split(has, fn)
-    keys <- as.integer(names(groups))
-    ord <- order(labels[keys])
-    x <- x0
-    for (g in ord) {
-      members <- groups[[g]]
-      w <- sum(count[members])
-      out[[length(out) + 1L]] <<- c(fn = keys[[g]], depth = depth, x = x, width = w)
-      walk(members, depth + 1L, x)
-      x <- x + w
+  close_to <- function(keep) {
+    # Closes the open frames deeper than `keep`; the parent of the
+    # shallowest closed one has its next child start after it.
+    if (top > keep) {
+      d <- (keep + 1L):top
+      out[[length(out) + 1L]] <<- list(fn = open_fn[d], depth = d - 1L, x = open_x[d], width = open_w[d])
+      if (keep > 0L) next_x[[keep]] <<- next_x[[keep]] + open_w[[keep + 1L]] else root_x <<- root_x + open_w[[1L]]
+      top <<- keep
     }
   }
-  walk(seq_along(stacks), 0L, 0)
-  as.data.frame(do.call(rbind, out))
+  for (i in ord) {
+    s <- stacks[[i]]
+    n <- length(s)
+    m <- min(n, top)
+    same <- if (m > 0L) s[seq_len(m)] == open_fn[seq_len(m)] else logical()
+    keep <- if (all(same)) m else which(!same)[[1L]] - 1L
+    close_to(keep)
+    if (n > keep) {
+      d <- (keep + 1L):n
+      x0 <- if (keep > 0L) next_x[[keep]] else root_x
+      open_fn[d] <- s[d]
+      open_x[d] <- x0
+      open_w[d] <- 0
+      next_x[d] <- x0
+      top <- n
+    }
+    open_w[seq_len(n)] <- open_w[seq_len(n)] + count[[i]]
+  }
+  close_to(0L)
+  rects <- data.frame(
+    fn = unlist(lapply(out, `[[`, "fn")), depth = unlist(lapply(out, `[[`, "depth")),
+    x = unlist(lapply(out, `[[`, "x")), width = unlist(lapply(out, `[[`, "width"))
+  )
+  # Outer frames first, left to right (the order a walk would draw them).
+  rects[order(rects$x, rects$depth), , drop = FALSE]
 }
