@@ -180,6 +180,16 @@ test_that("every output path refuses FIFOs, devices, directories and missing dir
   ), setup = sprintf("p <- readRDS(%s)", deparse(rds)))
   expect_identical(good$class, rep("ok", 4L), label = paste(good$message, collapse = "; "))
   expect_gt(file.size(f$empty), 0)
+  # The native writer refuses them too, when R's checks are bypassed (or
+  # the path changed since): it opens without blocking and looks again.
+  native <- "winch:::check_result(winch:::rs_profile_write(winch:::profile_parts(p), PATH, FORMAT, FALSE))"
+  for (format in c("rprof", "pprof")) {
+    refusals <- output_refusals[c("fifo", "fifo_link", "zero", "null", "directory")]
+    got <- run_calls(calls_for(sub("FORMAT", deparse(format), native, fixed = TRUE), f, refusals),
+      setup = sprintf("p <- readRDS(%s)", deparse(rds))
+    )
+    expect_refusals(got, refusals, paste("rs_profile_write", format))
+  }
 })
 
 test_that("the command line refuses a bad -o before recording", {
@@ -278,6 +288,14 @@ test_that("`exe` must be an x86_64 program, and the one the core's process ran",
     recorded = sprintf("winch_dump(core = %s)", deparse(c(core)))
   ))
   expect_refused(got[got$name == "ls", ], "winch_error_bad_argument", "not the program the core's process ran")
+  # The native side refuses them too, when R's checks are bypassed (or the
+  # path changed since): nothing waits for a writer or reads without end.
+  native <- sprintf("winch:::check_result(winch:::rs_dump_core(%s, PATH, FALSE))", deparse(c(core)))
+  refusals <- input_refusals[c("fifo", "fifo_link", "zero", "null", "directory", "missing_dir")]
+  got_native <- run_calls(calls_for(native, f, refusals))
+  expect_refusals(got_native, lapply(refusals, function(r) c(r[[1L]], paste0("executable.*", r[[2L]]))), "rs_dump_core exe")
+  got_native <- run_calls(calls_for("winch:::check_result(winch:::rs_dump_core(PATH, NULL, FALSE))", f, refusals))
+  expect_refusals(got_native, lapply(refusals, function(r) c(r[[1L]], paste0("core file.*", r[[2L]]))), "rs_dump_core core")
   expect_refused(got[got$name %in% c("random", "core_as_exe"), ], "winch_error_bad_argument", "not an x86_64 ELF program")
   # The right program, given or where the core says: the dump is made.
   expect_identical(got$class[got$name %in% c("right", "recorded")], c("ok", "ok"),
