@@ -83,6 +83,11 @@ cli_run <- function(args) {
       main <- cli_take(state, "--main", flag = TRUE)
       if (length(state$args) != 1L) cli_abort("record needs one PID")
       pid <- cli_number(state$args[[1L]], "PID")
+      if (!is.null(out)) {
+        # Before recording, not after: a FIFO or a directory is refused now.
+        check_output_file(out, "-o")
+        check_writable(out, "-o")
+      }
       p <- winch_record(pid, duration, interval = interval, threads = if (main) "main" else "all", idle = idle)
       if (is.null(out)) {
         print(summary(p))

@@ -56,9 +56,11 @@
 #'
 #' @param pid The process id: one positive whole number, not this R
 #'   process's own (use [winch_sys_calls()] for that).
-#' @param core Instead of `pid`, the path of a core file.
+#' @param core Instead of `pid`, the path of a core file (a regular file).
 #' @param exe With `core`: the path of the executable it ran, if not where
-#'   the core says (`NULL`).
+#'   the core says (`NULL`): a regular file of at most 4 GiB, an x86_64 ELF
+#'   program, the one the core's process ran (where the core records its
+#'   build-id, they must agree).
 #' @param libr Include frames of R's own library (the interpreter)?
 #' @return An object of class `winch_dump`: a list with one element per
 #'   thread, R's main thread first (named `"main"`, the others by thread
@@ -91,15 +93,9 @@ winch_dump <- function(pid, libr = FALSE, core = NULL, exe = NULL) {
     if (!missing(pid)) {
       abort_bad_argument("Give either `pid` or `core`, not both.")
     }
-    if (!is.character(core) || length(core) != 1L || is.na(core) || !nzchar(core)) {
-      abort_bad_argument("`core` must be the path of a core file (one string).")
-    }
-    if (!file.exists(core)) {
-      abort_bad_argument(sprintf("The core file `%s` does not exist.", core))
-    }
-    if (!is.null(exe) && (!is.character(exe) || length(exe) != 1L || is.na(exe) || !nzchar(exe))) {
-      abort_bad_argument("`exe` must be NULL or the path of an executable (one string).")
-    }
+    # A core is read in bounded parts: no bound on its size.
+    check_input_file(core, what = "a core file")
+    check_input_file(exe, max_bytes = elf_max_bytes, what = "an executable", null_ok = TRUE)
   }
   if (is.null(core) && !is.null(exe)) {
     abort_bad_argument("`exe` goes with `core`: a running process's executable is known.")
@@ -108,7 +104,7 @@ winch_dump <- function(pid, libr = FALSE, core = NULL, exe = NULL) {
   res <- if (is.null(core)) {
     check_result(rs_dump(pid, libr))
   } else {
-    check_result(rs_dump_core(normalizePath(core), if (!is.null(exe)) normalizePath(exe, mustWork = FALSE), libr))
+    check_result(rs_dump_core(normalizePath(core), if (!is.null(exe)) normalizePath(exe), libr))
   }
   pid <- res$pid
   threads <- lapply(res$threads, dump_thread)

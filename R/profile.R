@@ -112,10 +112,12 @@
 #' @param expr An expression to profile, evaluated in the caller's
 #'   environment. An error in it stops the profiler and propagates as is.
 #' @param file If not `NULL`, the profile is also written there in `Rprof()`'s
-#'   format (see [winch_write_rprof()]). Checked before `expr` runs: a file
-#'   that cannot be written (a directory, a read-only file system) is an
-#'   error of class `winch_error_io`. Should writing fail afterwards, the
-#'   profile is returned with a warning of class `winch_warning_io`.
+#'   format (see [winch_write_rprof()]): a regular file, or a new file in a
+#'   directory that exists. Checked before `expr` runs: anything else (a
+#'   directory, a FIFO, a device) or a file that cannot be written (a
+#'   read-only file system) is an error of class `winch_error_io`. Should
+#'   writing fail afterwards, the profile is returned with a warning of
+#'   class `winch_warning_io`.
 #' @param interval Seconds between samples, at least 0.001 and at most 3600.
 #' @param event `"cpu"` (CPU time of R's main thread), `"elapsed"`
 #'   (wall-clock time) or `"alloc"` (allocations: see the section "Memory").
@@ -312,7 +314,7 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
   if (length(threads) != 1L || !threads %in% c("all", "main")) {
     abort_bad_argument('`threads` must be "all" or "main".', call = call)
   }
-  check_path(file, null_ok = TRUE, call = call)
+  check_output_file(file, null_ok = TRUE, call = call)
   check_writable(file, call = call)
   if (!winch_available()) {
     abort_winch("Profiling needs native unwinding, which is not available on this platform.",
@@ -610,7 +612,9 @@ profile_threads <- function(p) {
 #' `winch_error_bad_argument`, and nothing is written.
 #'
 #' @param profile A `winch_profile`.
-#' @param path The file to write.
+#' @param path The file to write: a regular file (replaced) or a new file in
+#'   a directory that exists. Anything else (a directory, a FIFO, a device)
+#'   is an error of class `winch_error_io`, and nothing is written.
 #' @param lines Write source positions?
 #' @return `path`, invisibly.
 #' @export
@@ -624,7 +628,7 @@ profile_threads <- function(p) {
 #' }
 winch_write_rprof <- function(profile, path, lines = profile$options$lines) {
   check_profile(profile)
-  check_path(path)
+  check_output_file(path)
   check_flag(lines)
   check_result(rs_profile_write(profile_parts(profile), normalizePath(path, mustWork = FALSE), "rprof", lines))
   invisible(path)
@@ -634,7 +638,7 @@ winch_write_rprof <- function(profile, path, lines = profile$options$lines) {
 #' @export
 winch_write_pprof <- function(profile, path) {
   check_profile(profile)
-  check_path(path)
+  check_output_file(path)
   check_result(rs_profile_write(profile_parts(profile), normalizePath(path, mustWork = FALSE), "pprof", FALSE))
   invisible(path)
 }

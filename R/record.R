@@ -59,7 +59,8 @@
 #'   ends earlier if the process ends.
 #' @param interval Seconds between samples (at least 0.001).
 #' @param file `NULL`, or a file to write the profile to in `Rprof()`'s
-#'   format as well.
+#'   format as well; checked before the recording starts, as `file` in
+#'   [winch_profile()] is.
 #' @param threads `"all"` (default) or `"main"` (R's main thread only).
 #' @param idle Sample threads that are not running too?
 #' @param loops Show R's loops as frames (see [winch_profile()])?
@@ -96,7 +97,7 @@ winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = 
   check_flag(idle)
   check_flag(loops)
   check_flag(lines)
-  check_path(file, null_ok = TRUE)
+  check_output_file(file, null_ok = TRUE)
   check_writable(file)
   sync_options(capture_throws = FALSE)
   if (loops || lines) {

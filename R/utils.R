@@ -61,22 +61,6 @@ check_flag <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env()
   invisible(x)
 }
 
-# A file to write: one name, in a directory that exists (or NULL, with
-# `null_ok`).
-check_path <- function(path, arg = rlang::caller_arg(path), null_ok = FALSE, call = rlang::caller_env()) {
-  if (null_ok && is.null(path)) {
-    return(invisible(path))
-  }
-  if (!is.character(path) || length(path) != 1L || is.na(path) || !nzchar(path)) {
-    what <- if (null_ok) "`NULL` or a single file name" else "a single file name"
-    abort_bad_argument(sprintf("`%s` must be %s.", arg, what), call = call)
-  }
-  if (!dir.exists(dirname(path))) {
-    abort_bad_argument(sprintf("The directory of `%s` does not exist: %s", arg, dirname(path)), call = call)
-  }
-  invisible(path)
-}
-
 # Checks that `path` can be written now, as Rprof() does by opening its file
 # at the start, so that work is never done for a file that cannot take its
 # result: a directory, a read-only file system or file, no room. A file this
@@ -85,9 +69,7 @@ check_writable <- function(path, arg = rlang::caller_arg(path), call = rlang::ca
   if (is.null(path)) {
     return(invisible(path))
   }
-  if (dir.exists(path)) {
-    abort_io(sprintf("Cannot write `%s`: %s is a directory.", arg, path), call = call)
-  }
+  # (After check_output_file(): `path` is a regular file or a new one.)
   existed <- file.exists(path)
   why <- NULL
   refused <- function(cnd) {
@@ -125,6 +107,96 @@ write_profile_file <- function(p, file, lines) {
     winch_error_bad_argument = failed
   )
   p
+}
+
+# File arguments -----------------------------------------------------------
+
+# Every file argument of an exported function (and of the command line,
+# R/cli.R) is checked by check_input_file() or check_output_file() before
+# anything opens, reads or writes it: only regular files are read or
+# written. Opening a FIFO waits for its other end (R would hang, deaf to
+# interrupts), a device can be read without end (/dev/zero) or swallow
+# what is written, a directory is no file. The core checks again on the
+# descriptor it opens (winch_core::files, with O_NONBLOCK), so a file
+# swapped in between cannot block it either.
+
+# The largest ELF file (an executable, a library) winch reads: the core's
+# bound (winch_core::files::MAX_ELF), which it checks again.
+elf_max_bytes <- 4 * 1024^3
+
+# How messages name what a path is (the kinds of rs_file_kind()).
+file_kinds <- c(
+  directory = "a directory", fifo = "a FIFO (named pipe)", `character device` = "a character device",
+  `block device` = "a block device", socket = "a socket", other = "not a regular file"
+)
+
+# A file to read: one string naming an existing, non-empty regular file
+# (symbolic links followed) of at most `max_bytes` bytes; NULL too with
+# `null_ok`. `what` says what it should hold ("a core file"). Errors are of
+# class winch_error_bad_argument.
+check_input_file <- function(path, arg = rlang::caller_arg(path), max_bytes = Inf, what = "a file",
+                             null_ok = FALSE, call = rlang::caller_env()) {
+  if (null_ok && is.null(path)) {
+    return(invisible(path))
+  }
+  if (!is.character(path) || length(path) != 1L || is.na(path) || !nzchar(path)) {
+    abort_bad_argument(sprintf(
+      "`%s` must be %sthe path of %s (one string).", arg, if (null_ok) "`NULL` or " else "", what
+    ), call = call)
+  }
+  k <- rs_file_kind(path)
+  allowed <- sprintf("`%s` must be %s: an existing, non-empty regular file", arg, what)
+  if (identical(k$kind, "missing")) {
+    abort_bad_argument(sprintf("`%s` does not exist: %s", arg, path), call = call)
+  }
+  if (identical(k$kind, "unknown")) {
+    abort_bad_argument(sprintf("`%s` cannot be looked at (%s): %s", arg, k$why, path), call = call)
+  }
+  if (!identical(k$kind, "file")) {
+    abort_bad_argument(sprintf("%s; %s is %s.", allowed, path, file_kinds[[k$kind]]), call = call)
+  }
+  if (k$size == 0) {
+    abort_bad_argument(sprintf("%s; %s is empty.", allowed, path), call = call)
+  }
+  if (k$size > max_bytes) {
+    abort_bad_argument(sprintf(
+      "%s of at most %s; %s has %s bytes.", allowed, format_bytes(max_bytes), path,
+      format(k$size, big.mark = ",", scientific = FALSE)
+    ), call = call)
+  }
+  invisible(path)
+}
+
+# A file to write: one string naming a regular file (symbolic links
+# followed), or a new file in a directory that exists; NULL too with
+# `null_ok`. A directory, FIFO, device or socket is an error of class
+# winch_error_io (the class of every file winch cannot write), the rest
+# winch_error_bad_argument.
+check_output_file <- function(path, arg = rlang::caller_arg(path), null_ok = FALSE, call = rlang::caller_env()) {
+  if (null_ok && is.null(path)) {
+    return(invisible(path))
+  }
+  if (!is.character(path) || length(path) != 1L || is.na(path) || !nzchar(path)) {
+    what <- if (null_ok) "`NULL` or a single file name" else "a single file name"
+    abort_bad_argument(sprintf("`%s` must be %s.", arg, what), call = call)
+  }
+  k <- rs_file_kind(path)
+  if (identical(k$kind, "missing")) {
+    if (!dir.exists(dirname(path))) {
+      abort_bad_argument(sprintf("The directory of `%s` does not exist: %s", arg, dirname(path)), call = call)
+    }
+    return(invisible(path))
+  }
+  if (identical(k$kind, "unknown")) {
+    abort_io(sprintf("Cannot write `%s` (%s): %s", arg, path, k$why), call = call)
+  }
+  if (!identical(k$kind, "file")) {
+    abort_io(sprintf(
+      "Cannot write `%s`: %s is %s; it must be a regular file or a new file in an existing directory.",
+      arg, path, file_kinds[[k$kind]]
+    ), call = call)
+  }
+  invisible(path)
 }
 
 # Options ------------------------------------------------------------------

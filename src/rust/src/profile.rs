@@ -10,8 +10,11 @@ use crate::profile_form::{
 use crate::rstate;
 use crate::value::RValue;
 use crate::ProfileStartArgs;
+use std::io::Write;
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use winch_core::error::{Error, Result};
+use winch_core::files;
 use winch_core::joint;
 use winch_core::profile::build::{self, Stats};
 use winch_core::profile::capture::{self as session, Clock, Running, Trigger};
@@ -354,11 +357,16 @@ pub fn rs_profile_write(parts: Arg, path: Arg, format: Arg, lines: Arg) -> Resul
                 "Rprof's format holds samples of time, not bytes: write a memory profile with winch_write_pprof() or winch_write_collapsed()".into(),
             ))
         }
+        // A regular file or a new one only: nothing that could block (a
+        // FIFO) or never end (a device); see winch_core::files.
         "rprof" => {
-            let mut file = std::fs::File::create(&path).map_err(io)?;
+            let mut file = files::create_output(Path::new(&path))?;
             winch_core::profile::rprof::write(&p, lines.flag()?, &mut file).map_err(io)?;
         }
-        "pprof" => std::fs::write(&path, winch_core::profile::pprof::encode(&p)).map_err(io)?,
+        "pprof" => {
+            let mut file = files::create_output(Path::new(&path))?;
+            file.write_all(&winch_core::profile::pprof::encode(&p)).map_err(io)?;
+        }
         _ => return Err(Error::BadArgument("`format` must be \"rprof\" or \"pprof\"".into())),
     }
     Ok(true.into()) // NULL would read as "out of memory"

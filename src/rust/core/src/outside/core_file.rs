@@ -13,6 +13,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 
 const PT_LOAD: u32 = 1;
 const PT_NOTE: u32 = 4;
@@ -22,6 +23,10 @@ const NT_AUXV: u32 = 6;
 const NT_FILE: u32 = 0x4649_4c45;
 const AT_PHDR: u64 = 3;
 const AT_SYSINFO_EHDR: u64 = 33;
+/// Most bytes of notes read from a core (in all its `PT_NOTE` segments):
+/// a process's notes are a few KB per thread, and a damaged core cannot
+/// make the reading of its headers long.
+const MAX_NOTES: u64 = 64 << 20;
 
 /// A loadable segment of a core.
 #[derive(Clone, Copy, Debug)]
@@ -73,10 +78,12 @@ impl Load {
 
 impl Core {
     /// Opens the core file at `path`: a classed error when it is missing,
-    /// not an x86_64 ELF core, or cut short before its first thread.
+    /// not a regular file (see `crate::files`), not an x86_64 ELF core, or
+    /// cut short before its first thread. Its size is not bounded: it is
+    /// read in bounded parts (the headers, at most [`MAX_NOTES`] of notes,
+    /// then what a dump asks for).
     pub fn open(path: &str) -> Result<Core> {
-        let file =
-            File::open(path).map_err(|e| Error::BadArgument(format!("cannot open core file {path}: {e}")))?;
+        let file = crate::files::open_input(Path::new(path), "core file", u64::MAX)?.file;
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         let not_core = || Error::BadArgument(format!("{path} is not an ELF core file of an x86_64 process"));
         let cut = |what: &str, end: u64| {
@@ -120,6 +127,7 @@ impl Core {
             vdso: 0,
         };
         let mut notes_end = 0;
+        let mut notes_read = 0u64;
         for p in ph.chunks_exact(56) {
             let kind = u32_at(p, 0).unwrap_or(0);
             let (offset, vaddr, filesz, memsz) = (
@@ -135,7 +143,8 @@ impl Core {
                     offset,
                     file_size: filesz as usize,
                 }),
-                PT_NOTE if filesz <= 64 << 20 => {
+                PT_NOTE if filesz <= MAX_NOTES - notes_read => {
+                    notes_read += filesz;
                     // What the core holds of them: the notes whole in it are
                     // read, those cut are not.
                     let end = offset.saturating_add(filesz);
@@ -299,9 +308,14 @@ impl Core {
         self.files.iter().find(|f| f.0 <= self.phdr && self.phdr < f.1).map(|f| f.3.clone())
     }
 
+    /// Reads bytes of the file `path` the process had mapped: a regular
+    /// file only (see `crate::files`; the core names the paths, and a path
+    /// may be a FIFO or a device now), opened once.
     fn read_file(&self, path: &str, offset: u64, buf: &mut [u8]) -> bool {
         let mut opened = self.opened.borrow_mut();
-        let f = opened.entry(path.to_string()).or_insert_with(|| File::open(path).ok());
+        let f = opened.entry(path.to_string()).or_insert_with(|| {
+            crate::files::open_input(Path::new(path), "mapped file", u64::MAX).ok().map(|i| i.file)
+        });
         f.as_ref().is_some_and(|f| f.read_exact_at(buf, offset).is_ok())
     }
 }

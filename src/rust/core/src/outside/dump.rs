@@ -121,23 +121,48 @@ pub(super) fn check_target(pid: i32) -> Result<String> {
 /// executable when the core's own record of it is not where it was.
 pub fn dump_core(path: &str, exe: Option<&str>) -> Result<Dump> {
     let core = super::core_file::Core::open(path)?;
-    let exe = match exe {
-        Some(e) => e.to_string(),
-        None => core.exe().ok_or_else(|| {
-            Error::BadArgument(format!(
-                "the core file {path} does not say which executable it ran: give `exe`"
-            ))
-        })?,
+    let (exe, given) = match exe {
+        Some(e) => (e.to_string(), true),
+        None => (
+            core.exe().ok_or_else(|| {
+                Error::BadArgument(format!(
+                    "the core file {path} does not say which executable it ran: give `exe`"
+                ))
+            })?,
+            false,
+        ),
     };
-    if !std::path::Path::new(&exe).exists() {
+    if !given && !std::path::Path::new(&exe).exists() {
         return Err(Error::BadArgument(format!(
             "the executable of the core file ({exe}) is not there: give `exe`, the path of the program it ran"
         )));
     }
+    let on_disk = exe_build_id(&exe).map_err(|e| match e {
+        Error::BadArgument(m) if !given => Error::BadArgument(format!(
+            "{m} (the core file names it as its executable): give `exe`, the path of the program it ran"
+        )),
+        e => e,
+    })?;
     let mut maps = core.maps();
     // A program moved since: its mappings are read from `exe`.
     if let Some(old) = core.exe().filter(|o| *o != exe) {
         maps.iter_mut().filter(|m| m.path == old).for_each(|m| m.path = exe.clone());
+    }
+    if given {
+        // The program the process ran, as the core recorded it (its
+        // image's build-id note, from the core or from the file the core
+        // names): a given `exe` must be that program.
+        let ran =
+            target::modules(&maps, &core, &exe).into_iter().find(|m| m.is_main).and_then(|m| m.build_id);
+        if let (Some(ran), Some(on_disk)) = (ran, on_disk) {
+            if ran != on_disk {
+                return Err(Error::BadArgument(format!(
+                    "`exe` {exe} is not the program the core's process ran: its build-id is {}, the core's {}",
+                    hex(&on_disk),
+                    hex(&ran)
+                )));
+            }
+        }
     }
     let pid = core.pid;
     let mut threads = core.threads.clone();
@@ -151,6 +176,32 @@ pub fn dump_core(path: &str, exe: Option<&str>) -> Result<Dump> {
     // What is missing from the core first: it explains the rest.
     d.notes.splice(0..0, damage);
     Ok(d)
+}
+
+/// The build-id of the executable `exe` (None when it has none), after
+/// checking that it is an x86_64 ELF program: a regular file (see
+/// `crate::files`) of at most [`crate::files::MAX_ELF`] bytes whose header
+/// says so. Only its header and notes are read.
+fn exe_build_id(exe: &str) -> Result<Option<Vec<u8>>> {
+    use object::Object;
+    use std::os::unix::fs::FileExt;
+    let input = crate::files::open_input(std::path::Path::new(exe), "executable", crate::files::MAX_ELF)?;
+    let mut head = [0u8; 20];
+    let read = input.file.read_exact_at(&mut head, 0).is_ok();
+    let u16_at = |at: usize| u16::from_le_bytes([head[at], head[at + 1]]);
+    // ELF64, little-endian, x86_64 (62), an executable (2) or a
+    // position-independent one (3).
+    if !read || &head[..6] != b"\x7fELF\x02\x01" || u16_at(18) != 62 || !matches!(u16_at(16), 2 | 3) {
+        return Err(Error::BadArgument(format!("the executable {exe} is not an x86_64 ELF program")));
+    }
+    let cache = object::ReadCache::new(input.file);
+    let file = object::File::parse(&cache)
+        .map_err(|e| Error::BadArgument(format!("the executable {exe} is damaged: {e}")))?;
+    Ok(file.build_id().ok().flatten().map(<[u8]>::to_vec))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A process to read: stopped, or its core file.
@@ -563,6 +614,52 @@ mod tests {
         img.put(0x8000, vec![0; 0x40]);
         img.put_word(0x8008, 0x1020);
         assert_eq!(walk_made(&img), (vec![0x1010, 0x1020], End::Stopped(ZERO_RETURN)));
+    }
+
+    #[test]
+    fn a_core_and_an_executable_must_be_regular_files_and_an_executable_a_program() {
+        let dir = std::env::temp_dir().join(format!("winch-dump-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path only.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let random = dir.join("random");
+        std::fs::write(
+            &random,
+            (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        let refused = |r: Result<Dump>| match r {
+            Err(Error::BadArgument(m)) => m,
+            Err(e) => panic!("expected a BadArgument error, got {e:?}"),
+            Ok(_) => panic!("expected a BadArgument error, got a dump"),
+        };
+        // Nothing waits for a FIFO's writer, or reads a device without end.
+        for (path, says) in [
+            (fifo.to_str().unwrap(), "a FIFO"),
+            ("/dev/zero", "a character device"),
+            (dir.to_str().unwrap(), "a directory"),
+        ] {
+            let m = refused(dump_core(path, None));
+            assert!(m.contains("core file") && m.contains(says), "{m}");
+            let m = refused(dump_core(random.to_str().unwrap(), Some(path)));
+            assert!(m.contains("not an ELF core"), "the core is read first: {m}");
+            let m = exe_build_id(path).unwrap_err().to_string();
+            assert!(m.contains("executable") && m.contains(says), "{m}");
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "nothing waited");
+        let m = exe_build_id(random.to_str().unwrap()).unwrap_err().to_string();
+        assert!(m.contains("not an x86_64 ELF program"), "{m}");
+        let m = exe_build_id(dir.join("no").join("such").to_str().unwrap()).unwrap_err().to_string();
+        assert!(m.contains("does not exist"), "{m}");
+        // A program: its build-id (this test's own executable has one).
+        let me = std::env::current_exe().unwrap();
+        let id = exe_build_id(me.to_str().unwrap()).unwrap();
+        assert!(id.is_some_and(|id| id.len() >= 8));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
