@@ -110,7 +110,8 @@
 #' as `/?::+0x<address>?`.
 #'
 #' @param expr An expression to profile, evaluated in the caller's
-#'   environment. An error in it stops the profiler and propagates as is.
+#'   environment (required). An error in it stops the profiler and
+#'   propagates as is.
 #' @param file If not `NULL`, the profile is also written there in `Rprof()`'s
 #'   format (see [winch_write_rprof()]). Checked before `expr` runs: a file
 #'   that cannot be written (a directory, a read-only file system) is an
@@ -139,7 +140,7 @@
 #'   code. (winch finds R's collector from the code of R's `R_gc`; in an R
 #'   whose `R_gc` it cannot read, collections stay folded.)
 #' @param sample_bytes With `event = "alloc"`: the mean bytes allocated
-#'   between two samples (one number, at least 1).
+#'   between two samples (one number, at least 1 and at most 1e15).
 #' @return A `winch_profile` object: distinct stacks with their counts, the
 #'   functions, locations, files and modules they refer to, and figures about
 #'   the run (`summary()`), with `print()`, `summary()` and `plot()` methods.
@@ -154,7 +155,8 @@
 winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "elapsed", "alloc"),
                           loops = TRUE, lines = FALSE, ..., threads = c("all", "main"), libr = FALSE,
                           gc = TRUE, sample_bytes = 512 * 1024) {
-  rlang::check_dots_empty()
+  check_required(expr, what = "the code to profile")
+  check_no_dots(...)
   opts <- check_profile_args(file, interval, event, loops, lines, threads, libr, gc,
     sample_bytes = sample_bytes, alloc_ok = TRUE
   )
@@ -269,30 +271,11 @@ rprof_stop <- function(call = rlang::caller_env()) {
 check_profile_args <- function(file, interval, event, loops, lines, threads = "main", libr = FALSE,
                                gc = TRUE, sample_bytes = 512 * 1024, alloc_ok = FALSE,
                                call = rlang::caller_env()) {
-  events <- if (alloc_ok) c("cpu", "elapsed", "alloc") else c("cpu", "elapsed")
-  events_msg <- if (alloc_ok) '`event` must be "cpu", "elapsed" or "alloc".' else '`event` must be "cpu" or "elapsed".'
-  if (!is.numeric(interval) || length(interval) != 1L || is.na(interval) || !is.finite(interval)) {
-    abort_bad_argument("`interval` must be a single number of seconds.", call = call)
-  }
-  if (interval < 0.001) {
-    abort_bad_argument("`interval` must be at least 0.001 seconds (the timers cannot honour less).", call = call)
-  }
-  if (interval > 3600) {
-    abort_bad_argument("`interval` must be at most 3600 seconds (one sample an hour).", call = call)
-  }
-  if (!is.character(event) || !length(event) || anyNA(event)) {
-    abort_bad_argument(events_msg, call = call)
-  }
-  if (length(event) > 1L) {
-    event <- event[[1L]]
-  }
-  if (!event %in% events) {
-    abort_bad_argument(events_msg, call = call)
-  }
-  if (!is.numeric(sample_bytes) || length(sample_bytes) != 1L || is.na(sample_bytes) ||
-    !is.finite(sample_bytes) || sample_bytes < 1 || sample_bytes > 1e15) {
-    abort_bad_argument("`sample_bytes` must be one number of bytes, at least 1.", call = call)
-  }
+  check_number(interval, 0.001, 3600, unit = "seconds", why = " (the timers cannot honour less)", call = call)
+  event <- check_choice(event, if (alloc_ok) c("cpu", "elapsed", "alloc") else c("cpu", "elapsed"), call = call)
+  # (Also checked, with the same bounds, where the native side reads it:
+  # src/rust/src/profile.rs.)
+  check_number(sample_bytes, 1, 1e15, why = " (bytes)", call = call)
   if (event == "alloc" && !is.null(file)) {
     abort_bad_argument(
       "A memory profile cannot be written in `Rprof()`'s format: leave `file` NULL and use `winch_write_pprof()`.",
@@ -303,15 +286,7 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
   check_flag(lines, call = call)
   check_flag(libr, call = call)
   check_flag(gc, call = call)
-  if (!is.character(threads) || !length(threads) || anyNA(threads)) {
-    abort_bad_argument('`threads` must be "all" or "main".', call = call)
-  }
-  if (identical(threads, c("all", "main"))) {
-    threads <- "all"
-  }
-  if (length(threads) != 1L || !threads %in% c("all", "main")) {
-    abort_bad_argument('`threads` must be "all" or "main".', call = call)
-  }
+  threads <- check_choice(threads, c("all", "main"), call = call)
   check_path(file, null_ok = TRUE, call = call)
   check_writable(file, call = call)
   if (!winch_available()) {
@@ -461,8 +436,13 @@ rprof_running <- function() {
   isTRUE(res)
 }
 
+# (Exported for R's dispatch only: a probe is winch's own object, and
+# `probe + 0` the one operation it has.)
 #' @export
 Ops.winch_rprof_probe <- function(e1, e2) {
+  if (.Generic != "+" || missing(e2) || !identical(e2, 0)) {
+    abort_bad_argument("A `winch_rprof_probe` is winch's own probe of R's profiler: only `probe + 0` is defined.")
+  }
   check_result(rs_rprof_running(list(Ops.winch_rprof_probe)))
 }
 
@@ -623,6 +603,8 @@ profile_threads <- function(p) {
 #'   winch_write_pprof(p, tempfile(fileext = ".pb.gz"))
 #' }
 winch_write_rprof <- function(profile, path, lines = profile$options$lines) {
+  check_required(profile, what = "a `winch_profile`")
+  check_required(path, what = "the file to write")
   check_profile(profile)
   check_path(path)
   check_flag(lines)
@@ -633,6 +615,8 @@ winch_write_rprof <- function(profile, path, lines = profile$options$lines) {
 #' @rdname winch_write_rprof
 #' @export
 winch_write_pprof <- function(profile, path) {
+  check_required(profile, what = "a `winch_profile`")
+  check_required(path, what = "the file to write")
   check_profile(profile)
   check_path(path)
   check_result(rs_profile_write(profile_parts(profile), normalizePath(path, mustWork = FALSE), "pprof", FALSE))
