@@ -96,7 +96,9 @@
 #' `winch_error_busy`. An error or an interrupt in `expr`, or while the
 #' profiler starts, stops it. A process forked while a profile runs (by
 #' `parallel::mclapply()`) is not sampled and starts with no profile
-#' running: it can profile itself.
+#' running: it can profile itself. Unloading winch while `expr` runs stops
+#' the profile (nothing may point into winch's library once it is gone):
+#' the call then ends with an error of class `winch_error_profile_lost`.
 #'
 #' R frames are labelled as `Rprof()` labels them; native frames
 #' `/<module>::<function>` (C++ parameter lists dropped), and unnamed native
@@ -168,12 +170,29 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
   # landing anywhere after the start still stops it; it stops only the
   # session this call started (`token`, this call's environment).
   token <- environment()
-  on.exit(profile_abandon(token), add = TRUE)
+  # (Taken now: after an unload of winch in `expr`, a function of the
+  # namespace not used yet would be read from its lazy-load database, and
+  # that loads winch again.)
+  abandon <- profile_abandon
+  on.exit(abandon(token), add = TRUE)
   # A memory profile also tells what R's own heap held before and after,
   # and at most in between (R's figures, measured by collecting).
   heap_before <- if (opts$event == "alloc") r_heap(reset = TRUE)
   session <- profile_begin(opts, token, "profile")
   force(expr)
+  if (!identical(the$profile_session$token, token)) {
+    # Stopped meanwhile from outside this call (winch unloaded while `expr`
+    # ran: R/zzz.R): nothing is left to build a profile from. Winch's
+    # library may be gone, and functions of its namespace not used yet
+    # would load it again (see `abandon`), so only base R and rlang here.
+    lost <- the$profile_lost
+    the$profile_lost <- NULL
+    why <- if (identical(lost$token, token)) paste0(" (", lost$why, ")") else ""
+    rlang::abort(
+      sprintf("The profile was stopped before `expr` ended%s: its samples are lost.", why),
+      class = c("winch_error_profile_lost", "winch_error")
+    )
+  }
   p <- profile_end(session)
   if (!is.null(heap_before)) {
     p$stats$r_heap <- r_heap_change(heap_before, r_heap())
@@ -406,13 +425,15 @@ profile_abandon <- function(token) {
 }
 
 # Stops whatever session runs, and forgets R's entry for it: for an
-# orphaned session, and when winch is unloaded.
-profile_stop_discard <- function() {
+# orphaned session, and when winch is unloaded (`why`: what the
+# winch_profile() call whose session it was will say).
+profile_stop_discard <- function(why = NULL) {
   if (profile_active()) {
     rs_profile_discard()
   }
   session <- the$profile_session
   if (!is.null(session)) {
+    if (!is.null(why)) the$profile_lost <- list(token = session$token, why = why)
     profile_forget(session)
   }
   invisible()

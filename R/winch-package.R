@@ -52,6 +52,9 @@
 #' * `winch_error_io`: a file could not be written (the system's reason in
 #'   the message: a directory, no space left, a read-only file system).
 #' * `winch_error_out_of_memory`: R could not allocate the result.
+#' * `winch_error_profile_lost`: a profile was stopped from outside the
+#'   call that started it (winch was unloaded while [winch_profile()]'s
+#'   `expr` ran); its samples are lost.
 #' * `winch_error_internal`: a bug in winch (please report it).
 "_PACKAGE"
 
