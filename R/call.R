@@ -12,6 +12,7 @@
 #' @examples
 #' winch_call(function() "called from C")
 winch_call <- function(fun, env = parent.frame()) {
+  check_required(fun, what = "a function to call")
   if (!is.function(fun)) {
     abort_bad_argument("`fun` must be a function.")
   }
@@ -38,6 +39,7 @@ winch_call <- function(fun, env = parent.frame()) {
 #' @examples
 #' try(winch_stop("boom from C"))
 winch_stop <- function(message) {
+  check_required(message, what = "the error message")
   if (!is.character(message) || length(message) != 1L || is.na(message)) {
     abort_bad_argument("`message` must be a single string.")
   }

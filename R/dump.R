@@ -54,8 +54,9 @@
 #' `kernel.core_pattern` that writes a file (systemd's `coredumpctl dump`
 #' or `gcore PID` from gdb give one too).
 #'
-#' @param pid The process id: one positive whole number, not this R
-#'   process's own (use [winch_sys_calls()] for that).
+#' @param pid The process id: one positive whole number, at most
+#'   `.Machine$integer.max`, not this R process's own (use
+#'   [winch_sys_calls()] for that). Required unless `core` is given.
 #' @param core Instead of `pid`, the path of a core file (a regular file).
 #' @param exe With `core`: the path of the executable it ran, if not where
 #'   the core says (`NULL`): a regular file of at most 4 GiB, an x86_64 ELF
@@ -88,6 +89,7 @@
 winch_dump <- function(pid, libr = FALSE, core = NULL, exe = NULL) {
   check_flag(libr)
   if (is.null(core)) {
+    check_required(pid, what = "a process id, or `core`, the path of a core file")
     pid <- check_pid(pid)
   } else {
     if (!missing(pid)) {
@@ -127,7 +129,9 @@ check_pid <- function(pid, call = rlang::caller_env()) {
   ok <- is.numeric(pid) && length(pid) == 1L && !is.na(pid) && is.finite(pid) &&
     pid == round(pid) && pid >= 1 && pid <= .Machine$integer.max
   if (!ok) {
-    abort_bad_argument("`pid` must be one process id: a positive whole number.", call = call)
+    abort_bad_argument(sprintf(
+      "`pid` must be one process id: a whole number, at least 1 and at most %d.", .Machine$integer.max
+    ), call = call)
   }
   pid <- as.integer(pid)
   if (pid == Sys.getpid()) {
@@ -165,6 +169,7 @@ dump_call <- function(text, label) {
 
 #' @export
 format.winch_dump <- function(x, ...) {
+  check_dots_among(..., ignored = default_method_args(format.default), takes = "no argument of its own")
   pid <- attr(x, "pid")
   rv <- attr(x, "r_version")
   what <- if (is.na(rv)) "not R, or R not readable" else paste("R", rv)
@@ -198,6 +203,7 @@ format.winch_dump <- function(x, ...) {
 
 #' @export
 print.winch_dump <- function(x, ...) {
-  writeLines(format(x, ...))
+  check_dots_among(..., ignored = default_method_args(print.default), takes = "no argument of its own")
+  writeLines(format(x))
   invisible(x)
 }

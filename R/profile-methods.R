@@ -74,15 +74,21 @@ unseen_share <- function(p, threads = by_thread_table(p)) {
 #' than `width` are shortened in the middle (`summary()` has them whole).
 #'
 #' @param x A `winch_profile`.
-#' @param ... Not used.
-#' @param n How many functions to list.
-#' @param width Labels longer than this many characters are shortened
-#'   (by default, what leaves room for the other columns in
-#'   `getOption("width")`).
+#' @param ... Not used. Only the arguments of [print.default()] (which R
+#'   passes on when it prints a list holding the profile) are allowed, and
+#'   ignored; any other (a misspelled `n`) is an error.
+#' @param n How many functions to list: a whole number, 0 or more (`Inf`
+#'   lists all).
+#' @param width Labels longer than this many characters are shortened: a
+#'   whole number, at least 9 (`Inf`: never shortened); by default, what
+#'   leaves room for the other columns in `getOption("width")`.
 #' @return `x`, invisibly.
 #' @export
 print.winch_profile <- function(x, ..., n = 10L, width = NULL) {
-  width <- width %||% max(20L, getOption("width", 80L) - 42L)
+  check_dots_among(..., ignored = default_method_args(print.default), takes = "`n` and `width`")
+  check_count(n, 0, why = " (`Inf` lists all)")
+  check_count(width, 9, why = " (`Inf`: labels are never shortened)", null_ok = TRUE)
+  width <- min(width %||% max(20L, getOption("width", 80L) - 42L), .Machine$integer.max)
   check_profile(x)
   if (is_memory_profile(x)) {
     return(print_memory_profile(x, n, width))
@@ -213,7 +219,7 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #' Summarise a profile
 #'
 #' @param object A `winch_profile`.
-#' @param ... Not used.
+#' @param ... Not used; must be empty.
 #' @return An object of class `summary.winch_profile`, a list with
 #'   * `by_function`: self and total time per function (R, native and loops);
 #'   * `by_module`: self and total time per native module;
@@ -255,6 +261,7 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'   `print()`, `plot()`, `as.data.frame()` and the writers.
 #' @export
 summary.winch_profile <- function(object, ...) {
+  check_no_dots(...)
   p <- check_profile(object)
   if (is_memory_profile(p)) {
     return(summary_memory_profile(p))
@@ -296,6 +303,8 @@ summary.winch_profile <- function(object, ...) {
 
 #' @export
 print.summary.winch_profile <- function(x, ..., n = 15L) {
+  check_dots_among(..., ignored = default_method_args(print.default), takes = "`n`")
+  check_count(n, 0, why = " (`Inf` lists all)")
   if (identical(x$event, "alloc")) {
     return(print_memory_summary(x, n))
   }
@@ -372,13 +381,19 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
 #' `focus`, or list every stack with [as.data.frame()][as.data.frame.winch_profile].
 #'
 #' @param x A `winch_profile`.
-#' @param ... Passed to [graphics::plot.window()].
+#' @param ... Graphical parameters passed to [graphics::plot.window()] (named
+#'   as [graphics::par()] names them, or `asp`, `log`); any other argument
+#'   is an error (`xlim` and `ylim` are the flame graph's own).
 #' @param min_width Frames narrower than this share of the total are not
-#'   drawn.
+#'   drawn: a number from 0 to 1.
 #' @param focus `NULL`, or the label of a frame (as printed, e.g.
 #'   `"glm.fit"` or `"/stats.so::Cdqrls"`): only the samples with that
 #'   frame are drawn, from that frame up (its outermost occurrence in each
-#'   stack), so that what it calls fills the width.
+#'   stack), so that what it calls fills the width. A label that is no
+#'   frame of the profile is an error of class `winch_error_bad_argument`
+#'   (naming labels close to it); a frame whose samples weigh nothing
+#'   (`what = "inuse"` where nothing was still allocated under it) gives a
+#'   plot that says so.
 #' @param what For a memory profile (`event = "alloc"`): frames as wide as
 #'   the bytes allocated under them (`"alloc"`), or of those still
 #'   allocated when the profile ended (`"inuse"`).
@@ -389,15 +404,17 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
 #' plot(p, focus = "sort")
 #' @export
 plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL, what = c("alloc", "inuse")) {
+  check_number(min_width, 0, 1, why = " (a share of the total)")
+  what <- check_choice(what, c("alloc", "inuse"))
+  if (!is.null(focus) && (!is.character(focus) || length(focus) != 1L || is.na(focus))) {
+    abort_bad_argument("`focus` must be NULL or one frame label (a string).")
+  }
   p <- check_profile(x)
   stacks <- lapply(stack_functions(p), rev) # outermost first
   memory <- is_memory_profile(p)
-  what <- match.arg(what)
   count <- if (memory) stack_bytes(p, what) else p$stacks$count
   if (!is.null(focus)) {
-    if (!is.character(focus) || length(focus) != 1L || is.na(focus)) {
-      abort_bad_argument("`focus` must be NULL or one frame label (a string).")
-    }
+    check_focus(focus, p$functions$label)
     stacks <- lapply(stacks, function(s) {
       at <- match(focus, p$functions$label[s])
       if (is.na(at)) integer() else s[at:length(s)]
@@ -407,6 +424,7 @@ plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL, what = c
   total <- sum(count)
   if (!total) {
     graphics::plot.new()
+    check_plot_dots(...)
     graphics::title(main = if (is.null(focus)) "empty profile" else sprintf("no sample has a frame %s", focus))
     return(invisible(x))
   }
@@ -425,6 +443,7 @@ plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL, what = c
   old_par <- graphics::par(mar = c(1, 1, 3, 1))
   on.exit(graphics::par(old_par), add = TRUE)
   graphics::plot.new()
+  check_plot_dots(...)
   graphics::plot.window(xlim = c(0, total), ylim = c(0, depth), ...)
   # The legend goes inside the plot, above the frames: the window is made
   # taller by its height, measured at this device's size.
@@ -462,6 +481,38 @@ plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL, what = c
     )$rect
   }
   invisible(x)
+}
+
+# A `focus` that is a frame of the profile; else an error naming the labels
+# closest to it (those holding it, then those a few edits away).
+check_focus <- function(focus, labels, call = rlang::caller_env()) {
+  if (focus %in% labels) {
+    return(invisible(focus))
+  }
+  labels <- unique(labels)
+  near <- unique(c(
+    labels[grepl(focus, labels, fixed = TRUE)],
+    agrep(focus, labels, max.distance = 0.2, value = TRUE, fixed = TRUE)
+  ))
+  abort_bad_argument(c(
+    sprintf("`focus` must be the label of a frame of the profile; none is labelled \"%s\".", focus),
+    i = if (length(near)) {
+      sprintf("Close: %s.", paste0("\"", utils::head(near, 5L), "\"", collapse = ", "))
+    } else {
+      "The labels are those `as.data.frame()` joins into its stacks."
+    }
+  ), call = call)
+}
+
+# Graphical parameters for plot.window() only, so that a misspelled argument
+# of plot() is not taken for one (called once a device is open: par() names
+# them).
+check_plot_dots <- function(..., call = rlang::caller_env()) {
+  check_dots_among(...,
+    ignored = c(setdiff(names(graphics::par()), c("xlim", "ylim")), "asp", "log"),
+    takes = "`min_width`, `focus`, `what` and graphical parameters for `plot.window()` (see `?par`)",
+    call = call
+  )
 }
 
 # Labels that fit their frames' widths (in user coordinates): whole, else

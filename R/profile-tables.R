@@ -13,7 +13,10 @@
 #'
 #' @param x,profile A `winch_profile`.
 #' @param row.names,optional,... Not used (for compatibility with the
-#'   generic).
+#'   generic): `row.names` must be `NULL` (rows are the stacks, heaviest
+#'   first), `optional` `TRUE` or `FALSE`, and `...` may hold only
+#'   `stringsAsFactors` (which [data.frame()] passes on; no column is a
+#'   factor).
 #' @param path The file to write: a regular file (replaced) or a new file in
 #'   a directory that exists. Anything else (a directory, a FIFO, a device)
 #'   is an error of class `winch_error_io`, and nothing is written.
@@ -37,6 +40,11 @@
 #'   readLines(out, n = 3)
 #' }
 as.data.frame.winch_profile <- function(x, row.names = NULL, optional = FALSE, ...) {
+  if (!is.null(row.names)) {
+    abort_bad_argument("`row.names` must be `NULL`: the rows are the profile's stacks, heaviest first.")
+  }
+  check_flag(optional)
+  check_dots_among(..., ignored = "stringsAsFactors", takes = "no argument of its own")
   p <- check_profile(x)
   stacks <- stack_functions(p)
   labels <- gsub(";", "_", p$functions$label, fixed = TRUE)
@@ -75,6 +83,8 @@ as.data.frame.winch_profile <- function(x, row.names = NULL, optional = FALSE, .
 #' @rdname as.data.frame.winch_profile
 #' @export
 winch_write_collapsed <- function(profile, path) {
+  check_required(profile, what = "a `winch_profile`")
+  check_required(path, what = "the file to write")
   check_profile(profile)
   check_output_file(path)
   df <- as.data.frame(profile)

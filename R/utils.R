@@ -54,6 +54,113 @@ check_backend <- function(backend, call = rlang::caller_env()) {
   invisible(backend)
 }
 
+# Checks of single arguments ------------------------------------------------
+
+# Each refuses a value with an error of class winch_error_bad_argument whose
+# message says what is allowed, bounds included (issue 33: every argument of
+# every exported function and method is checked, none fails in R's own code
+# with an unclassed error, none is silently taken for something else).
+# `arg` is the argument's name as the user wrote it; `call` the user's call.
+
+# A bound as the messages show it (3600, 0.001, 1e+15).
+format_bound <- function(x) format(x, scientific = abs(x) >= 1e7)
+
+# An argument without a default that was not given (R's own error would be
+# unclassed: "argument "pid" is missing, with no default").
+check_required <- function(x, arg = rlang::caller_arg(x), what = "a value", call = rlang::caller_env()) {
+  if (missing(x)) {
+    abort_bad_argument(sprintf("`%s` is missing: give %s.", arg, what), call = call)
+  }
+  invisible()
+}
+
+# One number from `min` to `max` (more than `min` with `min_open`), in
+# `unit`s; `Inf` only where `max` is. `why` ends the message.
+check_number <- function(x, min, max, unit = "", min_open = FALSE, why = NULL,
+                         arg = rlang::caller_arg(x), call = rlang::caller_env()) {
+  ok <- is.numeric(x) && length(x) == 1L && !is.na(x) && x <= max && (if (min_open) x > min else x >= min)
+  if (!ok) {
+    u <- if (nzchar(unit)) paste0(" ", unit) else ""
+    low <- sprintf("%s %s%s", if (min_open) "more than" else "at least", format_bound(min), u)
+    high <- if (is.finite(max)) sprintf(" and at most %s%s", format_bound(max), u) else ""
+    abort_bad_argument(sprintf("`%s` must be one number, %s%s%s.", arg, low, high, why %||% ""), call = call)
+  }
+  invisible(x)
+}
+
+# One whole number from `min` to `max` (`Inf` allowed where `max` is, and
+# `why` then says what it means), or NULL with `null_ok`.
+check_count <- function(x, min, max = Inf, why = NULL, null_ok = FALSE, arg = rlang::caller_arg(x),
+                        call = rlang::caller_env()) {
+  if (null_ok && is.null(x)) {
+    return(invisible(x))
+  }
+  ok <- is.numeric(x) && length(x) == 1L && !is.na(x) && x == trunc(x) && x >= min && x <= max
+  if (!ok) {
+    high <- if (is.finite(max)) sprintf(" and at most %s", format_bound(max)) else ""
+    abort_bad_argument(sprintf(
+      "`%s` must be %sone whole number, at least %s%s%s.",
+      arg, if (null_ok) "`NULL` or " else "", format_bound(min), high, why %||% ""
+    ), call = call)
+  }
+  invisible(x)
+}
+
+# One of `choices` (a string). The whole vector `choices`, a function's
+# default as with match.arg(), stands for its first element. Returns the
+# choice.
+check_choice <- function(x, choices, arg = rlang::caller_arg(x), call = rlang::caller_env()) {
+  if (identical(x, choices)) {
+    return(choices[[1L]])
+  }
+  if (!is.character(x) || length(x) != 1L || is.na(x) || !x %in% choices) {
+    quoted <- paste0('"', choices, '"')
+    allowed <- if (length(quoted) == 1L) {
+      quoted
+    } else {
+      paste(paste(quoted[-length(quoted)], collapse = ", "), "or", quoted[[length(quoted)]])
+    }
+    abort_bad_argument(sprintf("`%s` must be %s.", arg, allowed), call = call)
+  }
+  x
+}
+
+# No arguments in `...` (rlang::check_dots_empty()'s errors are not
+# winch_error).
+check_no_dots <- function(..., call = rlang::caller_env()) {
+  if (...length()) {
+    named <- names(rlang::enquos(...))
+    what <- if (any(nzchar(named))) {
+      paste0("`", named[nzchar(named)], "`", collapse = ", ")
+    } else {
+      "an argument without a name"
+    }
+    abort_bad_argument(sprintf("`...` must be empty; %s was given (misspelled?).", what), call = call)
+  }
+  invisible()
+}
+
+# Only arguments named in `ignored` in `...`: those a generic's default
+# method takes, which R passes on to methods (print() of a list passes
+# `digits` and the like to its elements' print methods), and which a
+# method ignores. `takes` names the method's own, for the message.
+check_dots_among <- function(..., ignored, takes, call = rlang::caller_env()) {
+  if (!...length()) {
+    return(invisible())
+  }
+  named <- names(rlang::enquos(...))
+  bad <- !nzchar(named) | !named %in% ignored
+  if (any(bad)) {
+    what <- if (nzchar(named[bad][[1L]])) sprintf("`%s`", named[bad][[1L]]) else "an argument without a name"
+    abort_bad_argument(sprintf("Unknown argument %s: this method takes %s.", what, takes), call = call)
+  }
+  invisible()
+}
+
+# The arguments of a generic's default method, which its methods get passed
+# on from R's own code and ignore.
+default_method_args <- function(fun) setdiff(names(formals(fun)), c("x", "object", "..."))
+
 check_flag <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env()) {
   if (!is.logical(x) || length(x) != 1L || is.na(x)) {
     abort_bad_argument(sprintf("`%s` must be `TRUE` or `FALSE`.", arg), call = call)

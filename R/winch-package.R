@@ -59,6 +59,9 @@
 #'   files, so that no call waits for the other end of a FIFO or reads a
 #'   device without end.
 #' * `winch_error_out_of_memory`: R could not allocate the result.
+#' * `winch_error_profile_lost`: a profile was stopped from outside the
+#'   call that started it (winch was unloaded while [winch_profile()]'s
+#'   `expr` ran); its samples are lost.
 #' * `winch_error_internal`: a bug in winch (please report it).
 "_PACKAGE"
 

@@ -284,6 +284,30 @@ test_that("unloading winch stops a running winch_rprof(), and winch loaded again
   expect_line(out, "profile after reload: winch_profile")
 })
 
+test_that("unloading winch inside winch_profile() ends the call with winch_error_profile_lost, and loads nothing again", {
+  # The unload hook stops the profile; the call's exit path used to stop
+  # it again through functions read from the unloaded namespace's lazy-load
+  # database, which loaded winch again (whose stop found no profile:
+  # winch_error_bad_argument "no winch profile is running").
+  out <- run_rscript_timeout(c(
+    "library(winch)",
+    "e <- tryCatch(winch_profile({ unloadNamespace('winch'); x <- sort(runif(1e5)) }, interval = 0.002), error = function(e) e)",
+    "cat('class:', class(e)[[1L]], '\\n')",
+    "cat('winch_error:', inherits(e, 'winch_error'), '\\n')",
+    "cat('message:', conditionMessage(e), '\\n')",
+    "cat('loaded after:', 'winch' %in% loadedNamespaces(), '\\n')",
+    "library(winch)",
+    "p <- winch_profile(sort(runif(1e6)), interval = 0.002)",
+    "cat('profile after reload:', class(p)[[1L]], '\\n')"
+  ))
+  expect_identical(attr(out, "status"), 0L, info = paste(out, collapse = "\n"))
+  expect_line(out, "class: winch_error_profile_lost")
+  expect_line(out, "winch_error: TRUE")
+  expect_line(out, "message: The profile was stopped before `expr` ended (winch was unloaded while it ran): its samples are lost.")
+  expect_line(out, "loaded after: FALSE")
+  expect_line(out, "profile after reload: winch_profile")
+})
+
 test_that("a fork child (mclapply) starts with no session: it profiles itself; the parent's goes on", {
   skip_if_not_installed("parallel")
   loadNamespace("parallel")

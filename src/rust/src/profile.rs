@@ -115,7 +115,10 @@ pub fn rs_profile_start(args: ProfileStartArgs) -> Result<RValue> {
         // `list(..., sample_bytes = )`: the mean bytes between samples.
         let mean = options.field("sample_bytes")?.number()?;
         if !(1.0..=1e15).contains(&mean) {
-            return Err(Error::BadArgument("`sample_bytes` must be a number of bytes, at least 1".into()));
+            // (As R says it: check_profile_args() in R/profile.R.)
+            return Err(Error::BadArgument(
+                "`sample_bytes` must be one number, at least 1 and at most 1e+15 (bytes)".into(),
+            ));
         }
         let trigger = Trigger::Allocations { mean_bytes: mean.round() as u64 };
         session::start(facts, rstate::libr_addr(), trigger, all_threads)?
