@@ -216,8 +216,9 @@ test_that("`core` and `exe` of winch_dump() refuse every file that is not a regu
   got <- run_calls(calls_for(sprintf("winch_dump(core = %s, exe = PATH)", deparse(f$random)), f, exe_refusals))
   expect_refusals(got, exe_refusals, "exe")
   # The command line says the same.
+  # (A bad argument is the usage status, 2.)
   got <- run_calls(c(fifo = sprintf(
-    "{ s <- winch:::cli_main(c('dump', '--core', %s), quit = FALSE); if (s != 1L) stop('status ', s) }", deparse(f$fifo)
+    "{ s <- winch:::cli_main(c('dump', '--core', %s), quit = FALSE); if (s != 2L) stop('status ', s) }", deparse(f$fifo)
   )))
   expect_refused(got, "ok", "^$")
 })
