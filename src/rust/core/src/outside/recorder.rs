@@ -239,7 +239,7 @@ impl Recorder {
             let (kind, tid) = if main { (Flags::NONE, 0) } else { (Flags::WORKER, t.tid as u32) };
             let prefix = Prefix {
                 header: Header { flags: kind | truncated, weight, handler_ns: spent() },
-                origin: Origin { snapshot: index as u32, tid, uncertain: false },
+                origin: Origin::thread(index as u32, tid),
                 link: self.seq,
                 context: 0,
             };

@@ -376,7 +376,7 @@ mod tests {
 
     /// An origin word: snapshot `snapshot` of thread `tid`.
     fn origin(snapshot: u32, tid: u32) -> u64 {
-        Origin { snapshot, tid, uncertain: false }.encode()
+        Origin::thread(snapshot, tid).encode()
     }
 
     fn native(ip: usize) -> u64 {
@@ -458,12 +458,7 @@ mod tests {
         c.absorb_as(&rec, false);
         assert_eq!(c.stacks.len(), 2);
         assert_eq!(c.counts(&[origin(1, 0), native(0x1234)]).unwrap().samples, 2);
-        assert_eq!(
-            c.counts(&[Origin { snapshot: 1, tid: 0, uncertain: true }.encode(), native(0x1234)])
-                .unwrap()
-                .samples,
-            1
-        );
+        assert_eq!(c.counts(&[Origin::main(1).marked(true).encode(), native(0x1234)]).unwrap().samples, 1);
         assert_eq!(c.samples, 3);
     }
 

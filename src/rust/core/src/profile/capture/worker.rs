@@ -178,7 +178,7 @@ pub fn sample_worker(
         w.push(word);
     }
     let spent = now_ns().saturating_sub(tick.started_ns);
-    let origin = Origin { snapshot: index, tid: tid as u32, uncertain: false };
+    let origin = Origin::thread(index, tid as u32);
     let header = Header { flags, weight: tick.weight, handler_ns: spent };
     let pushed = ring.push(w.finish(Prefix { header, origin, link, context }));
     Outcome { flags, frames: n, pushed, outside: false }
@@ -246,7 +246,7 @@ mod tests {
         assert!(out.pushed && out.frames >= 3, "{out:?}");
         assert!(!out.flags.contains(Flags::TRUNCATED_NATIVE), "walked to the thread's start");
         let (prefix, entries) = crate::profile::record::split(&rec).unwrap();
-        assert_eq!(prefix.origin, Origin { snapshot: 3, tid: 77, uncertain: false });
+        assert_eq!(prefix.origin, Origin::thread(3, 77));
         assert_eq!((prefix.link, prefix.context), (5, 0x1000));
         assert!(prefix.header.flags.contains(Flags::WORKER));
         assert!(entries.iter().all(|&e| Entry::is_native(e)));
