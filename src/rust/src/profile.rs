@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 use winch_core::error::{Error, Result};
 use winch_core::joint;
 use winch_core::profile::build::{self, Stats};
-use winch_core::profile::capture::{self as session, Clock, Running, Trigger};
+use winch_core::profile::capture::{self as session, Clock, Running, Scope, Trigger};
 use winch_core::profile::model::{
     Bytes, Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo,
 };
@@ -107,6 +107,7 @@ pub fn rs_profile_start(args: ProfileStartArgs) -> Result<RValue> {
         region,
     };
     let facts = RFacts::of_this_process(*rstate::facts()?, shown, options.field("gc")?.flag()?)?;
+    let scope = Scope { threads: all_threads, processes: true };
     let running = if event == Event::Alloc {
         // `list(..., sample_bytes = )`: the mean bytes between samples.
         let mean = options.field("sample_bytes")?.number()?;
@@ -114,10 +115,10 @@ pub fn rs_profile_start(args: ProfileStartArgs) -> Result<RValue> {
             return Err(Error::BadArgument("`sample_bytes` must be a number of bytes, at least 1".into()));
         }
         let trigger = Trigger::Allocations { mean_bytes: mean.round() as u64 };
-        session::start(facts, rstate::libr_addr(), trigger, all_threads)?
+        session::start(facts, rstate::libr_addr(), trigger, scope)?
     } else {
         let trigger = Trigger::Timer { clock, interval_ns: interval_ns as u64 };
-        session::start(facts, rstate::libr_addr(), trigger, all_threads)?
+        session::start(facts, rstate::libr_addr(), trigger, scope)?
     };
     *current = Some(Current { running, event });
     Ok(true.into()) // NULL would read as "out of memory"
@@ -485,7 +486,7 @@ fn from_r(parts: &Arg) -> Result<Profile> {
             }),
             None => None,
         };
-        stacks.push(Stack { locations, count: *count as u64, thread, bytes });
+        stacks.push(Stack { locations, count: *count as u64, thread, process: 0, bytes });
     }
     let modules = (0..nm)
         .map(|i| {
@@ -516,6 +517,7 @@ fn from_r(parts: &Arg) -> Result<Profile> {
         files,
         modules,
         threads,
+        processes: Vec::new(),
     };
     profile.check().map_err(|why| Error::BadArgument(format!("`profile` is damaged: {why}")))?;
     Ok(profile)

@@ -229,6 +229,22 @@ pub fn comm(of: Proc, tid: i32) -> String {
         .unwrap_or_default()
 }
 
+/// A command line as `cmdline` holds it (arguments NUL-separated), as one
+/// line: arguments joined by spaces.
+pub fn parse_cmdline(bytes: &[u8]) -> String {
+    let args: Vec<String> = bytes
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    args.join(" ")
+}
+
+/// The command line of a process (empty if unreadable, or a kernel thread).
+pub fn cmdline(of: Proc) -> String {
+    std::fs::read(of.path(None, "cmdline")).map(|b| parse_cmdline(&b)).unwrap_or_default()
+}
+
 // ------------------------------------------------------ stat, schedstat
 
 /// What winch uses of a `stat` file.
@@ -500,6 +516,17 @@ mod tests {
         let by_pid = read_maps(Proc::Pid(std::process::id() as i32)).unwrap();
         assert!(maps_lines(&by_pid).any(|l| l.start == code.start && l.path == code.path));
         assert!(read_maps(Proc::Pid(i32::MAX)).is_err());
+    }
+
+    #[test]
+    fn command_lines() {
+        assert_eq!(
+            parse_cmdline(b"/usr/lib/R/bin/exec/R\0--no-echo\0-e\0f(1)\0"),
+            "/usr/lib/R/bin/exec/R --no-echo -e f(1)"
+        );
+        assert_eq!(parse_cmdline(b""), "");
+        assert!(!cmdline(Proc::This).is_empty());
+        assert_eq!(cmdline(Proc::Pid(i32::MAX)), "");
     }
 
     #[test]

@@ -224,7 +224,8 @@ impl Recorder {
                 let behind = Behind::new(&stack, &mem);
                 let context = behind.word(facts.base.global_context).unwrap_or(0) as u64;
                 let reads = Reads { heap: &behind, chain: &behind };
-                let at = Moment { snapshot: snap, index: index as u32, seq: self.seq, context };
+                let at =
+                    Moment { snapshot: snap, index: index as u32, seq: self.seq, context, fork_context: 0 };
                 let made = compose::compose(t.regs, Flags::NONE, at, facts, &reads, &mut self.scratch);
                 let rec = self.scratch.record(made.len);
                 record::write_prefix(rec, made.prefix(weight, spent()));
@@ -285,6 +286,8 @@ impl Recorder {
             .collect();
         let modules_now = self.snapshots.last().map(|s| s.map.clone());
         Finished {
+            pid: self.pid,
+            command: crate::procfs::cmdline(crate::procfs::Proc::Pid(self.pid)),
             modules_now,
             launch_module: None,
             collected: self.collected,

@@ -165,6 +165,9 @@ pub struct Moment<'a> {
     pub index: u32,
     pub seq: u64,
     pub context: u64,
+    /// In a forked child: the context record innermost at the fork (the
+    /// records from it outwards are the parent's, copied; 0: not a child).
+    pub fork_context: usize,
 }
 
 impl Composed {
@@ -191,7 +194,7 @@ pub fn compose<H: Memory, C: Memory>(
     mem: &Reads<H, C>,
     s: &mut Scratch,
 ) -> Composed {
-    let Moment { snapshot: snap, index, seq, context } = at;
+    let Moment { snapshot: snap, index, seq, context, fork_context } = at;
     let mut flags = flags;
     let origin = Origin::main(index);
     let nothing = |flags| Composed { flags, len: 0, outside: true, origin, link: seq, context };
@@ -210,28 +213,29 @@ pub fn compose<H: Memory, C: Memory>(
     for i in 0..n {
         s.sps[i] = s.frames[i].sp;
     }
-    let (nctx, cut) = match read_contexts(r, mem.chain, &s.sps[..n], complete, &mut s.ctx) {
-        Some(Chain { outside: true, .. }) => {
-            return nothing(flags);
-        }
-        Some(Chain { len: k, consistent, cut, outside: false }) => {
-            if !consistent {
-                flags |= Flags::TRUNCATED_R;
+    let (nctx, cut, fork_at) =
+        match read_contexts(r, mem.chain, &s.sps[..n], complete, fork_context, &mut s.ctx) {
+            Some(Chain { outside: true, .. }) => {
+                return nothing(flags);
             }
-            let mut d = Describe {
-                labels: &mut s.labels,
-                buf: &mut s.label,
-                bodies: &mut s.bodies,
-                files: &mut s.files,
-            };
-            describe_frames(r, mem, &s.frames[..n], &mut s.ctx[..k], &mut d, &mut s.memo);
-            (k, cut)
-        }
-        None => {
-            flags |= Flags::TRUNCATED_R;
-            (0, usize::MAX)
-        }
-    };
+            Some(Chain { len: k, consistent, cut, fork_at, outside: false }) => {
+                if !consistent {
+                    flags |= Flags::TRUNCATED_R;
+                }
+                let mut d = Describe {
+                    labels: &mut s.labels,
+                    buf: &mut s.label,
+                    bodies: &mut s.bodies,
+                    files: &mut s.files,
+                };
+                describe_frames(r, mem, &s.frames[..n], &mut s.ctx[..k], &mut d, &mut s.memo);
+                (k, cut, fork_at)
+            }
+            None => {
+                flags |= Flags::TRUNCATED_R;
+                (0, usize::MAX, usize::MAX)
+            }
+        };
 
     // Native frames of R's interpreter are left out (the R frames stand for
     // them), and so is the program around it: frames further out than the
@@ -252,6 +256,11 @@ pub fn compose<H: Memory, C: Memory>(
         while k < nctx && (s.ctx[k].anchor <= i || (i == n && s.ctx[k].anchor >= n)) {
             if k == cut {
                 break 'merge; // the frames of the profiler's caller
+            }
+            if k == fork_at {
+                // A forked child's own frames end here; the parent's
+                // (copied at the fork) follow.
+                w.push(Entry::r(labels::PROCESS));
             }
             let c = s.ctx[k];
             let label = if c.is_loop { loop_label(r, &s.frames, c.owner) } else { c.label };
@@ -320,6 +329,13 @@ impl Scratch {
     pub fn record(&mut self, len: usize) -> &mut [u64] {
         let len = len.min(self.record.len());
         &mut self.record[..len]
+    }
+
+    /// The record [`compose`] made, `len` words long, and the labels its R
+    /// entries name.
+    pub fn record_and_labels(&mut self, len: usize) -> (&mut [u64], &Labels) {
+        let len = len.min(self.record.len());
+        (&mut self.record[..len], &self.labels)
     }
 
     /// Made ready for another session: what it remembers of the last one's
@@ -420,6 +436,9 @@ struct Chain {
     /// The index of the record where the frames to leave out begin
     /// (`usize::MAX` for none; see [`Region`]).
     cut: usize,
+    /// The index of the first record of a forked child's parent
+    /// (`usize::MAX` for none; see [`Moment::fork_context`]).
+    fork_at: usize,
     /// The sample is not the profiled code's.
     outside: bool,
 }
@@ -434,11 +453,13 @@ fn read_contexts(
     mem: &impl Memory,
     sps: &[usize],
     complete: bool,
+    fork_context: usize,
     ctx: &mut [Ctx],
 ) -> Option<Chain> {
     let on_stack = |a: usize| r.ranges.on_stack(a);
     let mut n = 0;
     let mut cut = usize::MAX;
+    let mut fork_at = usize::MAX;
     let mut outside = matches!(r.region, Region::Under { .. });
     // The srcref saved by the last record read that is not a loop's.
     let mut newer_srcref = None;
@@ -449,6 +470,9 @@ fn read_contexts(
         if c.next == 0 {
             reached_top = true; // the top-level context
             break;
+        }
+        if fork_context != 0 && c.addr == fork_context && fork_at == usize::MAX {
+            fork_at = n; // the next record kept is the parent's
         }
         let function = c.is_function();
         let ast_loop = c.callflag == CTXT_LOOP && on_stack(c.addr);
@@ -517,7 +541,7 @@ fn read_contexts(
         return None; // a chain always ends at the top level
     }
     let consistent = interleave::settle_anchors(&mut ctx[..n], |c| &mut c.anchor);
-    Some(Chain { len: n, consistent, cut, outside })
+    Some(Chain { len: n, consistent, cut, fork_at, outside })
 }
 
 #[cfg(test)]
@@ -603,8 +627,15 @@ mod tests {
         // Native frames (innermost first) with their stack pointers.
         let sps = [0x7000, 0x7800, 0x7a00, 0x8000, 0x8c00];
         let mut ctx = vec![Ctx::default(); 8];
-        let c = read_contexts(&r, &m, &sps, true, &mut ctx).unwrap();
+        let c = read_contexts(&r, &m, &sps, true, 0, &mut ctx).unwrap();
         assert_eq!((c.len, c.consistent, c.cut, c.outside), (2, true, usize::MAX, false));
+        assert_eq!(c.fork_at, usize::MAX, "not a forked child");
+        // In a child forked from inside the builtin (0x7400), the records
+        // from the closure call further out are its parent's.
+        let c = read_contexts(&r, &m, &sps, true, 0x7400, &mut ctx).unwrap();
+        assert_eq!(c.fork_at, 1);
+        // Forked from inside the byte-code call: all of it the parent's.
+        assert_eq!(read_contexts(&r, &m, &sps, true, 0x20040, &mut ctx).unwrap().fork_at, 0);
         // The byte-code call goes with the loop frame holding its counter
         // (frame 1: 0x7800 <= 0x7810 < 0x7a00); the closure call with the
         // frame holding its record (frame 2: 0x7a00 <= 0x7c00 < 0x8000).
@@ -620,12 +651,12 @@ mod tests {
         let sps = [0x7000, 0x7800, 0x7a00, 0x8000, 0x8c00];
         let mut ctx = vec![Ctx::default(); 8];
         let under = facts(l, Region::Under { callfun: 0xf1, sysparent: 0xe0 });
-        let c = read_contexts(&under, &m, &sps, true, &mut ctx).unwrap();
+        let c = read_contexts(&under, &m, &sps, true, 0, &mut ctx).unwrap();
         assert_eq!((c.cut, c.outside), (1, false), "frames from the region's own record on are cut");
         let elsewhere = facts(l, Region::Under { callfun: 0xf9, sysparent: 0xe0 });
-        assert!(read_contexts(&elsewhere, &m, &sps, true, &mut ctx).unwrap().outside);
+        assert!(read_contexts(&elsewhere, &m, &sps, true, 0, &mut ctx).unwrap().outside);
         let outside = facts(l, Region::Outside { callfun: 0xf2 });
-        assert!(read_contexts(&outside, &m, &sps, true, &mut ctx).unwrap().outside);
+        assert!(read_contexts(&outside, &m, &sps, true, 0, &mut ctx).unwrap().outside);
     }
 
     #[test]
@@ -639,17 +670,17 @@ mod tests {
         // outside the memory: no R frames rather than wrong ones.
         let mut torn = chain(&l);
         torn.put_bytes(0x7400 + l.callflag, &0x7fff_0000i32.to_ne_bytes());
-        assert!(read_contexts(&r, &torn, &sps, true, &mut ctx).is_none());
+        assert!(read_contexts(&r, &torn, &sps, true, 0, &mut ctx).is_none());
         let mut unfinished = chain(&l);
         unfinished.put_word(0x7c00 + l.next, 0);
-        assert!(read_contexts(&r, &unfinished, &sps, true, &mut ctx).is_none());
+        assert!(read_contexts(&r, &unfinished, &sps, true, 0, &mut ctx).is_none());
         let mut dangling = chain(&l);
         dangling.put_word(0x7c00 + l.next, 0x5_0000);
-        assert!(read_contexts(&r, &dangling, &sps, true, &mut ctx).is_none());
+        assert!(read_contexts(&r, &dangling, &sps, true, 0, &mut ctx).is_none());
         // A record inside the capture itself (below the innermost frame) on
         // a complete stack is impossible: refused.
-        assert!(read_contexts(&r, &chain(&l), &[0x7d00, 0x8c00], true, &mut ctx).is_none());
+        assert!(read_contexts(&r, &chain(&l), &[0x7d00, 0x8c00], true, 0, &mut ctx).is_none());
         // More records than room: refused, not truncated.
-        assert!(read_contexts(&r, &chain(&l), &sps, true, &mut ctx[..1]).is_none());
+        assert!(read_contexts(&r, &chain(&l), &sps, true, 0, &mut ctx[..1]).is_none());
     }
 }

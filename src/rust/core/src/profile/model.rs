@@ -26,6 +26,8 @@ pub enum FrameKind {
     Thread,
     /// Time in a parallel runtime's own code (OpenMP, TBB): `[wait]`.
     Wait,
+    /// Where another process's own frames begin: `[process N]`.
+    Process,
 }
 
 impl FrameKind {
@@ -36,13 +38,21 @@ impl FrameKind {
             FrameKind::Loop => "loop",
             FrameKind::Thread => "thread",
             FrameKind::Wait => "wait",
+            FrameKind::Process => "process",
         }
     }
 
     pub fn from_name(name: &str) -> Option<FrameKind> {
-        [FrameKind::R, FrameKind::Native, FrameKind::Loop, FrameKind::Thread, FrameKind::Wait]
-            .into_iter()
-            .find(|k| k.name() == name)
+        [
+            FrameKind::R,
+            FrameKind::Native,
+            FrameKind::Loop,
+            FrameKind::Thread,
+            FrameKind::Wait,
+            FrameKind::Process,
+        ]
+        .into_iter()
+        .find(|k| k.name() == name)
     }
 }
 
@@ -109,6 +119,9 @@ pub struct Stack {
     /// The thread sampled: an index into `Profile::threads` (0: R's main
     /// thread).
     pub thread: usize,
+    /// The process sampled: an index into `Profile::processes` (0: the
+    /// profiled process itself).
+    pub process: usize,
     /// A memory profile's values (None in a time profile).
     pub bytes: Option<Bytes>,
 }
@@ -145,6 +158,22 @@ pub struct ThreadInfo {
     /// CPU time it used while the profile ran, from its own clock (None:
     /// not measured).
     pub cpu_ns: Option<u64>,
+}
+
+/// One process of a profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// 0 for the profiled process; others numbered from 1 in the order of
+    /// their first sample (the `N` of their `[process N]` frame).
+    pub number: u32,
+    pub pid: i64,
+    /// Its command line, and the machine it ran on.
+    pub command: String,
+    pub host: String,
+    /// CPU time it used while the profile ran (None: not measured), and
+    /// the samples taken of it.
+    pub cpu_ns: Option<u64>,
+    pub samples: u64,
 }
 
 /// What was sampled.
@@ -189,6 +218,9 @@ pub struct Profile {
     /// The threads sampled; the first is R's main thread. (Empty: R's main
     /// thread only, as profiles made before threads were sampled.)
     pub threads: Vec<ThreadInfo>,
+    /// The processes sampled; the first is the profiled process. (Empty:
+    /// that process only, as profiles made before processes were sampled.)
+    pub processes: Vec<ProcessInfo>,
 }
 
 impl Profile {
@@ -311,10 +343,11 @@ mod tests {
                 address: 0,
                 lines: vec![Line { function: 0, file: None, line: None }],
             }],
-            stacks: vec![Stack { locations: vec![0], count, thread: 0, bytes: None }],
+            stacks: vec![Stack { locations: vec![0], count, thread: 0, process: 0, bytes: None }],
             files: Vec::new(),
             modules: Vec::new(),
             threads: Vec::new(),
+            processes: Vec::new(),
         }
     }
 

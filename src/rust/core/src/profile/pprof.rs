@@ -631,12 +631,13 @@ mod tests {
                 },
             ],
             stacks: vec![
-                Stack { locations: vec![4, 3, 2, 1, 0], count: 5, thread: 0, bytes: None },
-                Stack { locations: vec![2, 1, 0], count: 3, thread: 0, bytes: None },
-                Stack { locations: vec![1, 0], count: 0, thread: 0, bytes: None },
-                Stack { locations: vec![3, 1, 0], count: 2, thread: 0, bytes: None },
+                Stack { locations: vec![4, 3, 2, 1, 0], count: 5, thread: 0, process: 0, bytes: None },
+                Stack { locations: vec![2, 1, 0], count: 3, thread: 0, process: 0, bytes: None },
+                Stack { locations: vec![1, 0], count: 0, thread: 0, process: 0, bytes: None },
+                Stack { locations: vec![3, 1, 0], count: 2, thread: 0, process: 0, bytes: None },
             ],
             threads: Vec::new(),
+            processes: Vec::new(),
         }
     }
 
@@ -652,6 +653,7 @@ mod tests {
             files: vec![],
             modules: vec![],
             threads: vec![],
+            processes: Vec::new(),
         }
     }
 
@@ -887,7 +889,7 @@ mod tests {
     #[test]
     fn huge_counts_saturate() {
         let mut p = empty();
-        p.stacks.push(Stack { locations: vec![], count: u64::MAX, thread: 0, bytes: None });
+        p.stacks.push(Stack { locations: vec![], count: u64::MAX, thread: 0, process: 0, bytes: None });
         let p = parse(&encode(&p));
         let max = i64::MAX as u64;
         assert_eq!(p.samples, [Sample { location_id: vec![], value: vec![max, max] }]);
