@@ -12,6 +12,7 @@
 #' @examples
 #' winch_call(function() "called from C")
 winch_call <- function(fun, env = parent.frame()) {
+  check_required(fun, what = "a function to call")
   if (!is.function(fun)) {
     abort_bad_argument("`fun` must be a function.")
   }
@@ -38,6 +39,7 @@ winch_call <- function(fun, env = parent.frame()) {
 #' @examples
 #' try(winch_stop("boom from C"))
 winch_stop <- function(message) {
+  check_required(message, what = "the error message")
   if (!is.character(message) || length(message) != 1L || is.na(message)) {
     abort_bad_argument("`message` must be a single string.")
   }
@@ -59,7 +61,7 @@ required_args <- function(fun) {
 #'
 #' In winch 0.1 this loaded the symbols of one library. Now every loaded
 #' module is covered automatically, so this function only checks that `path`
-#' exists.
+#' is an existing, non-empty regular file (of at most 4 GiB).
 #'
 #' @param path Path to a shared library, or `NULL`.
 #' @param force Kept for compatibility; must be `TRUE` or `FALSE`.
@@ -73,9 +75,7 @@ winch_init_library <- function(path = NULL, force = FALSE) {
     if (!is.character(path) || length(path) != 1L || is.na(path)) {
       abort_bad_argument("`path` must be `NULL` or a single string.")
     }
-    if (!file.exists(path)) {
-      abort_bad_argument(sprintf("`path` does not exist: %s", path))
-    }
+    check_input_file(path, max_bytes = elf_max_bytes, what = "a shared library")
   }
   invisible(path)
 }

@@ -1,6 +1,7 @@
 # The command line installed with the package (inst/bin/winch): parses its
 # arguments, runs winch_dump() or winch_record(), prints or writes the
-# result, and exits with a status (0 done, 1 an error, 2 bad usage).
+# result, and exits with a status (0 done, 1 an error, 2 bad usage: a
+# command line it cannot parse, or an argument winch refuses).
 
 cli_usage <- function() {
   c(
@@ -11,13 +12,19 @@ cli_usage <- function() {
     "                                          profile process PID for SECONDS (default 10);",
     "                                          FILE ending .pb.gz: pprof, .folded: collapsed stacks,",
     "                                          else Rprof's format; without -o, a summary is printed",
-    "  winch help"
+    "  winch help",
+    "Exit status: 0 done, 1 an error, 2 bad usage (a wrong or missing argument)."
   )
 }
 
 cli_main <- function(args, quit = TRUE) {
   status <- tryCatch(cli_run(args), winch_cli_usage = function(e) {
     writeLines(c(paste("winch:", conditionMessage(e)), cli_usage()), con = stderr())
+    2L
+  }, winch_error_bad_argument = function(e) {
+    # An argument the command line passed on and winch refused (a core
+    # file that is not one, an interval longer than the recording).
+    writeLines(c(paste("winch:", conditionMessage(e)), "Run 'winch help' for usage."), con = stderr())
     2L
   }, error = function(e) {
     writeLines(paste("winch:", conditionMessage(e)), con = stderr())
@@ -54,6 +61,21 @@ cli_number <- function(x, what) {
   v
 }
 
+# A positive number of seconds (-d, -i).
+cli_seconds <- function(x, what) {
+  v <- cli_number(x, what)
+  if (!is.finite(v) || v <= 0) cli_abort(sprintf("%s must be a positive number of seconds, not '%s'", what, x))
+  v
+}
+
+# A process id: digits only (`-5` is neither a pid nor an option).
+cli_pid <- function(x) {
+  if (!grepl("^[0-9]+$", x) || as.numeric(x) < 1 || as.numeric(x) > .Machine$integer.max) {
+    cli_abort(sprintf("PID must be a process id, a whole number from 1 to %d, not '%s'", .Machine$integer.max, x))
+  }
+  as.numeric(x)
+}
+
 cli_run <- function(args) {
   if (!length(args) || args[[1L]] %in% c("help", "--help", "-h")) {
     writeLines(cli_usage())
@@ -68,7 +90,7 @@ cli_run <- function(args) {
       exe <- cli_take(state, "--exe")
       if (is.null(core)) {
         if (length(state$args) != 1L) cli_abort("dump needs one PID (or --core FILE)")
-        print(winch_dump(cli_number(state$args[[1L]], "PID"), libr = libr))
+        print(winch_dump(cli_pid(state$args[[1L]]), libr = libr))
       } else {
         if (length(state$args)) cli_abort("dump --core takes no PID")
         print(winch_dump(core = core, exe = exe, libr = libr))
@@ -76,13 +98,18 @@ cli_run <- function(args) {
       0L
     },
     record = {
-      duration <- cli_number(cli_take(state, c("-d", "--duration"), "10"), "-d")
-      interval <- cli_number(cli_take(state, c("-i", "--interval"), "0.01"), "-i")
+      duration <- cli_seconds(cli_take(state, c("-d", "--duration"), "10"), "-d")
+      interval <- cli_seconds(cli_take(state, c("-i", "--interval"), "0.01"), "-i")
       out <- cli_take(state, c("-o", "--output"))
       idle <- cli_take(state, "--idle", flag = TRUE)
       main <- cli_take(state, "--main", flag = TRUE)
       if (length(state$args) != 1L) cli_abort("record needs one PID")
-      pid <- cli_number(state$args[[1L]], "PID")
+      pid <- cli_pid(state$args[[1L]])
+      if (!is.null(out)) {
+        # Before recording, not after: a FIFO or a directory is refused now.
+        check_output_file(out, "-o")
+        check_writable(out, "-o")
+      }
       p <- winch_record(pid, duration, interval = interval, threads = if (main) "main" else "all", idle = idle)
       if (is.null(out)) {
         print(summary(p))

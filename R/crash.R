@@ -50,6 +50,7 @@
 #' winch_crash_report(FALSE)
 #' }
 winch_crash_report <- function(enable) {
+  check_required(enable, what = "`TRUE` or `FALSE`")
   check_flag(enable)
   res <- check_result(rs_crash_set(enable))
   the$crash_on <- enable

@@ -41,18 +41,27 @@
 #' read from the files the process had mapped, as the core lists them, so
 #' they must still be there, unchanged (a library whose build-id differs
 #' from the loaded image's is not used for R's state). `exe` is the program
-#' the process ran, when it is no longer where the core says.
+#' the process ran, when it is no longer where the core says. A core cut
+#' short (a copy that stopped, a full disk) is read as far as it goes and
+#' its `note` says how much is missing (gdb's `gcore` writes the threads'
+#' registers last: a `gcore` core cut short cannot be read, and is refused
+#' with the reason). A stack that is damaged (zeroed, overwritten) is
+#' unwound as far as it holds together, and the `note` says where it
+#' stopped.
 #'
 #' A core of an R process needs the kernel to write one: `ulimit -c
 #' unlimited` (or `prlimit --core=unlimited`) before R starts, and a
 #' `kernel.core_pattern` that writes a file (systemd's `coredumpctl dump`
 #' or `gcore PID` from gdb give one too).
 #'
-#' @param pid The process id: one positive whole number, not this R
-#'   process's own (use [winch_sys_calls()] for that).
-#' @param core Instead of `pid`, the path of a core file.
+#' @param pid The process id: one positive whole number, at most
+#'   `.Machine$integer.max`, not this R process's own (use
+#'   [winch_sys_calls()] for that). Required unless `core` is given.
+#' @param core Instead of `pid`, the path of a core file (a regular file).
 #' @param exe With `core`: the path of the executable it ran, if not where
-#'   the core says (`NULL`).
+#'   the core says (`NULL`): a regular file of at most 4 GiB, an x86_64 ELF
+#'   program, the one the core's process ran (where the core records its
+#'   build-id, they must agree).
 #' @param libr Include frames of R's own library (the interpreter)?
 #' @return An object of class `winch_dump`: a list with one element per
 #'   thread, R's main thread first (named `"main"`, the others by thread
@@ -60,8 +69,13 @@
 #'   read from the process, native frames as `` `/module`::function() ``
 #'   calls). Attributes: `pid`, `r_version` (`"4.5"`, or `NA` when the
 #'   process is not R or its R could not be read), `tid` and
-#'   `thread_name` (per thread), `note` (why R's frames are missing, or
-#'   `NA`), `core` (the core file, or `NULL`).
+#'   `thread_name` (per thread), `note` (what could not be read and why, or
+#'   `NA`: a core file cut short, R's state or R's frames not read, a
+#'   thread's stack that did not unwind whole; several reasons are joined
+#'   by `"; "`), `core` (the core file, or `NULL`). A thread whose native
+#'   stack could not be unwound whole has attributes `truncated = TRUE`
+#'   and `truncation` (why); a thread whose native frames could not be
+#'   placed among R's has `fallback_reason`. `print()` shows them all.
 #' @examples
 #' \dontrun{
 #' # Another R session, busy: what is it doing?
@@ -75,20 +89,15 @@
 winch_dump <- function(pid, libr = FALSE, core = NULL, exe = NULL) {
   check_flag(libr)
   if (is.null(core)) {
+    check_required(pid, what = "a process id, or `core`, the path of a core file")
     pid <- check_pid(pid)
   } else {
     if (!missing(pid)) {
       abort_bad_argument("Give either `pid` or `core`, not both.")
     }
-    if (!is.character(core) || length(core) != 1L || is.na(core) || !nzchar(core)) {
-      abort_bad_argument("`core` must be the path of a core file (one string).")
-    }
-    if (!file.exists(core)) {
-      abort_bad_argument(sprintf("The core file `%s` does not exist.", core))
-    }
-    if (!is.null(exe) && (!is.character(exe) || length(exe) != 1L || is.na(exe) || !nzchar(exe))) {
-      abort_bad_argument("`exe` must be NULL or the path of an executable (one string).")
-    }
+    # A core is read in bounded parts: no bound on its size.
+    check_input_file(core, what = "a core file")
+    check_input_file(exe, max_bytes = elf_max_bytes, what = "an executable", null_ok = TRUE)
   }
   if (is.null(core) && !is.null(exe)) {
     abort_bad_argument("`exe` goes with `core`: a running process's executable is known.")
@@ -97,7 +106,7 @@ winch_dump <- function(pid, libr = FALSE, core = NULL, exe = NULL) {
   res <- if (is.null(core)) {
     check_result(rs_dump(pid, libr))
   } else {
-    check_result(rs_dump_core(normalizePath(core), if (!is.null(exe)) normalizePath(exe, mustWork = FALSE), libr))
+    check_result(rs_dump_core(normalizePath(core), if (!is.null(exe)) normalizePath(exe), libr))
   }
   pid <- res$pid
   threads <- lapply(res$threads, dump_thread)
@@ -109,7 +118,7 @@ winch_dump <- function(pid, libr = FALSE, core = NULL, exe = NULL) {
     r_version = res$r_version,
     tid = tids,
     thread_name = vapply(res$threads, function(t) t$name, ""),
-    note = res$note,
+    note = if (length(res$notes)) paste(res$notes, collapse = "; ") else NA_character_,
     core = core,
     class = "winch_dump"
   )
@@ -120,7 +129,9 @@ check_pid <- function(pid, call = rlang::caller_env()) {
   ok <- is.numeric(pid) && length(pid) == 1L && !is.na(pid) && is.finite(pid) &&
     pid == round(pid) && pid >= 1 && pid <= .Machine$integer.max
   if (!ok) {
-    abort_bad_argument("`pid` must be one process id: a positive whole number.", call = call)
+    abort_bad_argument(sprintf(
+      "`pid` must be one process id: a whole number, at least 1 and at most %d.", .Machine$integer.max
+    ), call = call)
   }
   pid <- as.integer(pid)
   if (pid == Sys.getpid()) {
@@ -158,6 +169,7 @@ dump_call <- function(text, label) {
 
 #' @export
 format.winch_dump <- function(x, ...) {
+  check_dots_among(..., ignored = default_method_args(format.default), takes = "no argument of its own")
   pid <- attr(x, "pid")
   rv <- attr(x, "r_version")
   what <- if (is.na(rv)) "not R, or R not readable" else paste("R", rv)
@@ -166,8 +178,8 @@ format.winch_dump <- function(x, ...) {
     if (is.null(attr(x, "core"))) "" else paste0(", from core file ", attr(x, "core"))
   )
   note <- attr(x, "note")
-  if (!is.null(note) && !is.na(note)) {
-    head <- c(head, paste("R's frames are not shown:", note))
+  if (length(note) == 1L && !is.na(note)) {
+    head <- c(head, strwrap(note, width = max(40L, getOption("width", 80L) - 2L), initial = "Note: ", prefix = "      "))
   }
   tids <- attr(x, "tid")
   names <- attr(x, "thread_name")
@@ -175,7 +187,13 @@ format.winch_dump <- function(x, ...) {
     title <- sprintf(
       "\n%s (tid %d, \"%s\")", if (names(x)[[i]] == "main") "Main thread" else "Thread", tids[[i]], names[[i]]
     )
-    lines <- if (length(x[[i]])) format(x[[i]]) else "  (no frames)"
+    lines <- if (length(x[[i]])) {
+      format(x[[i]])
+    } else if (isTRUE(attr(x[[i]], "truncated"))) {
+      paste0("  (no frames: ", attr(x[[i]], "truncation"), ")")
+    } else {
+      "  (no frames)"
+    }
     why <- attr(x[[i]], "fallback_reason")
     if (!is.null(why) && !is.na(why)) lines <- c(lines, paste("note:", why))
     c(title, lines)
@@ -185,6 +203,7 @@ format.winch_dump <- function(x, ...) {
 
 #' @export
 print.winch_dump <- function(x, ...) {
-  writeLines(format(x, ...))
+  check_dots_among(..., ignored = default_method_args(print.default), takes = "no argument of its own")
+  writeLines(format(x))
   invisible(x)
 }

@@ -74,15 +74,21 @@ unseen_share <- function(p, threads = by_thread_table(p)) {
 #' than `width` are shortened in the middle (`summary()` has them whole).
 #'
 #' @param x A `winch_profile`.
-#' @param ... Not used.
-#' @param n How many functions to list.
-#' @param width Labels longer than this many characters are shortened
-#'   (by default, what leaves room for the other columns in
-#'   `getOption("width")`).
+#' @param ... Not used. Only the arguments of [print.default()] (which R
+#'   passes on when it prints a list holding the profile) are allowed, and
+#'   ignored; any other (a misspelled `n`) is an error.
+#' @param n How many functions to list: a whole number, 0 or more (`Inf`
+#'   lists all).
+#' @param width Labels longer than this many characters are shortened: a
+#'   whole number, at least 9 (`Inf`: never shortened); by default, what
+#'   leaves room for the other columns in `getOption("width")`.
 #' @return `x`, invisibly.
 #' @export
 print.winch_profile <- function(x, ..., n = 10L, width = NULL) {
-  width <- width %||% max(20L, getOption("width", 80L) - 42L)
+  check_dots_among(..., ignored = default_method_args(print.default), takes = "`n` and `width`")
+  check_count(n, 0, why = " (`Inf` lists all)")
+  check_count(width, 9, why = " (`Inf`: labels are never shortened)", null_ok = TRUE)
+  width <- min(width %||% max(20L, getOption("width", 80L) - 42L), .Machine$integer.max)
   check_profile(x)
   if (is_memory_profile(x)) {
     return(print_memory_profile(x, n, width))
@@ -213,7 +219,7 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #' Summarise a profile
 #'
 #' @param object A `winch_profile`.
-#' @param ... Not used.
+#' @param ... Not used; must be empty.
 #' @return An object of class `summary.winch_profile`, a list with
 #'   * `by_function`: self and total time per function (R, native and loops);
 #'   * `by_module`: self and total time per native module;
@@ -248,8 +254,14 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'   the end), `r_heap` (R's heap in bytes as [gc()] tells it: `before`
 #'   and `after` the run, and `peak`, the most held at a collection during
 #'   it), `usage` and `cost`.
+#'
+#'   Figures a profile does not have (its `stats` removed) are `NA`. A
+#'   damaged profile (a field edited to something it cannot hold) is an
+#'   error of class `winch_error_bad_argument` that names the field, as for
+#'   `print()`, `plot()`, `as.data.frame()` and the writers.
 #' @export
 summary.winch_profile <- function(object, ...) {
+  check_no_dots(...)
   p <- check_profile(object)
   if (is_memory_profile(p)) {
     return(summary_memory_profile(p))
@@ -291,6 +303,8 @@ summary.winch_profile <- function(object, ...) {
 
 #' @export
 print.summary.winch_profile <- function(x, ..., n = 15L) {
+  check_dots_among(..., ignored = default_method_args(print.default), takes = "`n`")
+  check_count(n, 0, why = " (`Inf` lists all)")
   if (identical(x$event, "alloc")) {
     return(print_memory_summary(x, n))
   }
@@ -301,7 +315,7 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
     format(x$truncated, big.mark = ","), format(x$dropped, big.mark = ","),
     format(x$distinct_stacks, big.mark = ",")
   ))
-  if (x$outside > 0) {
+  if (isTRUE(x$outside > 0)) {
     cat(sprintf("%s samples of the profiler starting or stopping left out\n", format(x$outside, big.mark = ",")))
   }
   if (!is.null(x$what)) {
@@ -367,13 +381,19 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
 #' `focus`, or list every stack with [as.data.frame()][as.data.frame.winch_profile].
 #'
 #' @param x A `winch_profile`.
-#' @param ... Passed to [graphics::plot.window()].
+#' @param ... Graphical parameters passed to [graphics::plot.window()] (named
+#'   as [graphics::par()] names them, or `asp`, `log`); any other argument
+#'   is an error (`xlim` and `ylim` are the flame graph's own).
 #' @param min_width Frames narrower than this share of the total are not
-#'   drawn.
+#'   drawn: a number from 0 to 1.
 #' @param focus `NULL`, or the label of a frame (as printed, e.g.
 #'   `"glm.fit"` or `"/stats.so::Cdqrls"`): only the samples with that
 #'   frame are drawn, from that frame up (its outermost occurrence in each
-#'   stack), so that what it calls fills the width.
+#'   stack), so that what it calls fills the width. A label that is no
+#'   frame of the profile is an error of class `winch_error_bad_argument`
+#'   (naming labels close to it); a frame whose samples weigh nothing
+#'   (`what = "inuse"` where nothing was still allocated under it) gives a
+#'   plot that says so.
 #' @param what For a memory profile (`event = "alloc"`): frames as wide as
 #'   the bytes allocated under them (`"alloc"`), or of those still
 #'   allocated when the profile ended (`"inuse"`).
@@ -384,15 +404,17 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
 #' plot(p, focus = "sort")
 #' @export
 plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL, what = c("alloc", "inuse")) {
+  check_number(min_width, 0, 1, why = " (a share of the total)")
+  what <- check_choice(what, c("alloc", "inuse"))
+  if (!is.null(focus) && (!is.character(focus) || length(focus) != 1L || is.na(focus))) {
+    abort_bad_argument("`focus` must be NULL or one frame label (a string).")
+  }
   p <- check_profile(x)
   stacks <- lapply(stack_functions(p), rev) # outermost first
   memory <- is_memory_profile(p)
-  what <- match.arg(what)
   count <- if (memory) stack_bytes(p, what) else p$stacks$count
   if (!is.null(focus)) {
-    if (!is.character(focus) || length(focus) != 1L || is.na(focus)) {
-      abort_bad_argument("`focus` must be NULL or one frame label (a string).")
-    }
+    check_focus(focus, p$functions$label)
     stacks <- lapply(stacks, function(s) {
       at <- match(focus, p$functions$label[s])
       if (is.na(at)) integer() else s[at:length(s)]
@@ -402,6 +424,7 @@ plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL, what = c
   total <- sum(count)
   if (!total) {
     graphics::plot.new()
+    check_plot_dots(...)
     graphics::title(main = if (is.null(focus)) "empty profile" else sprintf("no sample has a frame %s", focus))
     return(invisible(x))
   }
@@ -416,10 +439,11 @@ plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL, what = c
   fill <- ifelse(f$kind == "loop", "grey88", ifelse(f$kind %in% c("thread", "wait"), "grey95", "grey72"))
   native <- !is.na(f$module) & f$module %in% modules
   fill[native] <- palette[match(f$module[native], modules)]
-  depth <- max(rects$depth) + 1
+  depth <- max(rects$depth, 0) + 1
   old_par <- graphics::par(mar = c(1, 1, 3, 1))
   on.exit(graphics::par(old_par), add = TRUE)
   graphics::plot.new()
+  check_plot_dots(...)
   graphics::plot.window(xlim = c(0, total), ylim = c(0, depth), ...)
   # The legend goes inside the plot, above the frames: the window is made
   # taller by its height, measured at this device's size.
@@ -459,6 +483,38 @@ plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL, what = c
   invisible(x)
 }
 
+# A `focus` that is a frame of the profile; else an error naming the labels
+# closest to it (those holding it, then those a few edits away).
+check_focus <- function(focus, labels, call = rlang::caller_env()) {
+  if (focus %in% labels) {
+    return(invisible(focus))
+  }
+  labels <- unique(labels)
+  near <- unique(c(
+    labels[grepl(focus, labels, fixed = TRUE)],
+    agrep(focus, labels, max.distance = 0.2, value = TRUE, fixed = TRUE)
+  ))
+  abort_bad_argument(c(
+    sprintf("`focus` must be the label of a frame of the profile; none is labelled \"%s\".", focus),
+    i = if (length(near)) {
+      sprintf("Close: %s.", paste0("\"", utils::head(near, 5L), "\"", collapse = ", "))
+    } else {
+      "The labels are those `as.data.frame()` joins into its stacks."
+    }
+  ), call = call)
+}
+
+# Graphical parameters for plot.window() only, so that a misspelled argument
+# of plot() is not taken for one (called once a device is open: par() names
+# them).
+check_plot_dots <- function(..., call = rlang::caller_env()) {
+  check_dots_among(...,
+    ignored = c(setdiff(names(graphics::par()), c("xlim", "ylim")), "asp", "log"),
+    takes = "`min_width`, `focus`, `what` and graphical parameters for `plot.window()` (see `?par`)",
+    call = call
+  )
+}
+
 # Labels that fit their frames' widths (in user coordinates): whole, else
 # shortened in the middle to the most characters that fit (at least 6 of
 # the label's own), else "".
@@ -493,28 +549,69 @@ module_colours <- function(names) {
 }
 
 # Rectangles of a flame graph: stacks (outermost first) merged by common
-# prefix, children ordered by label; x and width in samples.
+# prefix, children ordered by label; x and width in samples. Built in one
+# pass over the stacks sorted as a depth-first walk of the merged tree
+# would visit them (by each frame's rank: its label, then its function),
+# keeping the path of frames open at each depth: no recursion per frame,
+# so a stack as deep as a sample can be (tens of thousands of frames)
+# neither overflows R's C stack nor nests too deeply.
 flame_rects <- function(stacks, count, labels) {
+  empty <- data.frame(fn = integer(), depth = integer(), x = numeric(), width = numeric())
+  some <- lengths(stacks) > 0L
+  stacks <- stacks[some]
+  count <- count[some]
+  if (!length(stacks)) {
+    return(empty)
+  }
+  # Rank of each function among its siblings' order: label, then index.
+  rank <- integer(length(labels))
+  rank[order(labels, seq_along(labels))] <- seq_along(labels)
+  digits <- nchar(length(labels))
+  keys <- vapply(stacks, function(s) paste(formatC(rank[s], width = digits, flag = "0"), collapse = ""), "")
+  ord <- order(keys, method = "radix")
+  deepest <- max(lengths(stacks))
+  # The open path: per depth its function, x, width; where its next child
+  # starts.
+  open_fn <- integer(deepest)
+  open_x <- numeric(deepest)
+  open_w <- numeric(deepest)
+  next_x <- numeric(deepest)
+  top <- 0L # frames open
+  root_x <- 0
   out <- list()
-  walk <- function(idx, depth, x0) {
-    # Group the stacks that have a frame at this depth by that frame.
-    has <- idx[lengths(stacks[idx]) > depth]
-    if (!length(has)) {
-      return()
-    }
-    fn <- vapply(stacks[has], `[[`, 0L, depth + 1L)
-    groups <- split(has, fn)
-    keys <- as.integer(names(groups))
-    ord <- order(labels[keys])
-    x <- x0
-    for (g in ord) {
-      members <- groups[[g]]
-      w <- sum(count[members])
-      out[[length(out) + 1L]] <<- c(fn = keys[[g]], depth = depth, x = x, width = w)
-      walk(members, depth + 1L, x)
-      x <- x + w
+  close_to <- function(keep) {
+    # Closes the open frames deeper than `keep`; the parent of the
+    # shallowest closed one has its next child start after it.
+    if (top > keep) {
+      d <- (keep + 1L):top
+      out[[length(out) + 1L]] <<- list(fn = open_fn[d], depth = d - 1L, x = open_x[d], width = open_w[d])
+      if (keep > 0L) next_x[[keep]] <<- next_x[[keep]] + open_w[[keep + 1L]] else root_x <<- root_x + open_w[[1L]]
+      top <<- keep
     }
   }
-  walk(seq_along(stacks), 0L, 0)
-  as.data.frame(do.call(rbind, out))
+  for (i in ord) {
+    s <- stacks[[i]]
+    n <- length(s)
+    m <- min(n, top)
+    same <- if (m > 0L) s[seq_len(m)] == open_fn[seq_len(m)] else logical()
+    keep <- if (all(same)) m else which(!same)[[1L]] - 1L
+    close_to(keep)
+    if (n > keep) {
+      d <- (keep + 1L):n
+      x0 <- if (keep > 0L) next_x[[keep]] else root_x
+      open_fn[d] <- s[d]
+      open_x[d] <- x0
+      open_w[d] <- 0
+      next_x[d] <- x0
+      top <- n
+    }
+    open_w[seq_len(n)] <- open_w[seq_len(n)] + count[[i]]
+  }
+  close_to(0L)
+  rects <- data.frame(
+    fn = unlist(lapply(out, `[[`, "fn")), depth = unlist(lapply(out, `[[`, "depth")),
+    x = unlist(lapply(out, `[[`, "x")), width = unlist(lapply(out, `[[`, "width"))
+  )
+  # Outer frames first, left to right (the order a walk would draw them).
+  rects[order(rects$x, rects$depth), , drop = FALSE]
 }

@@ -13,8 +13,13 @@
 #'
 #' @param x,profile A `winch_profile`.
 #' @param row.names,optional,... Not used (for compatibility with the
-#'   generic).
-#' @param path The file to write.
+#'   generic): `row.names` must be `NULL` (rows are the stacks, heaviest
+#'   first), `optional` `TRUE` or `FALSE`, and `...` may hold only
+#'   `stringsAsFactors` (which [data.frame()] passes on; no column is a
+#'   factor).
+#' @param path The file to write: a regular file (replaced) or a new file in
+#'   a directory that exists. Anything else (a directory, a FIFO, a device)
+#'   is an error of class `winch_error_io`, and nothing is written.
 #' @return `as.data.frame()`: a data frame with columns `stack` (character),
 #'   `samples` (integer-valued double), `time` (seconds) and `thread` (`"main"`,
 #'   or `"thread N"` for a stack of another thread), heaviest stack first.
@@ -35,6 +40,11 @@
 #'   readLines(out, n = 3)
 #' }
 as.data.frame.winch_profile <- function(x, row.names = NULL, optional = FALSE, ...) {
+  if (!is.null(row.names)) {
+    abort_bad_argument("`row.names` must be `NULL`: the rows are the profile's stacks, heaviest first.")
+  }
+  check_flag(optional)
+  check_dots_among(..., ignored = "stringsAsFactors", takes = "no argument of its own")
   p <- check_profile(x)
   stacks <- stack_functions(p)
   labels <- gsub(";", "_", p$functions$label, fixed = TRUE)
@@ -73,8 +83,10 @@ as.data.frame.winch_profile <- function(x, row.names = NULL, optional = FALSE, .
 #' @rdname as.data.frame.winch_profile
 #' @export
 winch_write_collapsed <- function(profile, path) {
+  check_required(profile, what = "a `winch_profile`")
+  check_required(path, what = "the file to write")
   check_profile(profile)
-  check_path(path)
+  check_output_file(path)
   df <- as.data.frame(profile)
   # (A memory profile's weights are the bytes allocated.)
   df$weight <- if (is_memory_profile(profile)) df$alloc_bytes else df$samples
@@ -82,10 +94,13 @@ winch_write_collapsed <- function(profile, path) {
   # One line per distinct stack (two threads' stacks can come out alike).
   counts <- tapply(df$weight, df$stack, sum)
   lines <- sprintf("%s %s", names(counts), format(as.vector(counts), scientific = FALSE, trim = TRUE))
+  # Looked at again just before R opens it (the table took time; R's
+  # connections cannot open without blocking).
+  check_output_file(path)
   check_writable(path)
-  tryCatch(
-    writeLines(lines, path),
-    error = function(e) abort_io(sprintf("Cannot write `%s`: %s", path, conditionMessage(e)))
-  )
+  # (R reports a write that failed when the file is closed, as a warning:
+  # the file is incomplete, which is an error here.)
+  failed <- function(e) abort_io(sprintf("Cannot write `%s`: %s", path, conditionMessage(e)))
+  tryCatch(writeLines(lines, path), error = failed, warning = failed)
   invisible(path)
 }

@@ -96,7 +96,9 @@
 #' `winch_error_busy`. An error or an interrupt in `expr`, or while the
 #' profiler starts, stops it. A process forked while a profile runs (by
 #' `parallel::mclapply()`) is not sampled and starts with no profile
-#' running: it can profile itself.
+#' running: it can profile itself. Unloading winch while `expr` runs stops
+#' the profile (nothing may point into winch's library once it is gone):
+#' the call then ends with an error of class `winch_error_profile_lost`.
 #'
 #' R frames are labelled as `Rprof()` labels them; native frames
 #' `/<module>::<function>` (C++ parameter lists dropped), and unnamed native
@@ -110,12 +112,15 @@
 #' as `/?::+0x<address>?`.
 #'
 #' @param expr An expression to profile, evaluated in the caller's
-#'   environment. An error in it stops the profiler and propagates as is.
+#'   environment (required). An error in it stops the profiler and
+#'   propagates as is.
 #' @param file If not `NULL`, the profile is also written there in `Rprof()`'s
-#'   format (see [winch_write_rprof()]). Checked before `expr` runs: a file
-#'   that cannot be written (a directory, a read-only file system) is an
-#'   error of class `winch_error_io`. Should writing fail afterwards, the
-#'   profile is returned with a warning of class `winch_warning_io`.
+#'   format (see [winch_write_rprof()]): a regular file, or a new file in a
+#'   directory that exists. Checked before `expr` runs: anything else (a
+#'   directory, a FIFO, a device) or a file that cannot be written (a
+#'   read-only file system) is an error of class `winch_error_io`. Should
+#'   writing fail afterwards, the profile is returned with a warning of
+#'   class `winch_warning_io`.
 #' @param interval Seconds between samples, at least 0.001 and at most 3600.
 #' @param event `"cpu"` (CPU time of R's main thread), `"elapsed"`
 #'   (wall-clock time) or `"alloc"` (allocations: see the section "Memory").
@@ -139,7 +144,7 @@
 #'   code. (winch finds R's collector from the code of R's `R_gc`; in an R
 #'   whose `R_gc` it cannot read, collections stay folded.)
 #' @param sample_bytes With `event = "alloc"`: the mean bytes allocated
-#'   between two samples (one number, at least 1).
+#'   between two samples (one number, at least 1 and at most 1e15).
 #' @return A `winch_profile` object: distinct stacks with their counts, the
 #'   functions, locations, files and modules they refer to, and figures about
 #'   the run (`summary()`), with `print()`, `summary()` and `plot()` methods.
@@ -154,7 +159,8 @@
 winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "elapsed", "alloc"),
                           loops = TRUE, lines = FALSE, ..., threads = c("all", "main"), libr = FALSE,
                           gc = TRUE, sample_bytes = 512 * 1024) {
-  rlang::check_dots_empty()
+  check_required(expr, what = "the code to profile")
+  check_no_dots(...)
   opts <- check_profile_args(file, interval, event, loops, lines, threads, libr, gc,
     sample_bytes = sample_bytes, alloc_ok = TRUE
   )
@@ -166,12 +172,29 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
   # landing anywhere after the start still stops it; it stops only the
   # session this call started (`token`, this call's environment).
   token <- environment()
-  on.exit(profile_abandon(token), add = TRUE)
+  # (Taken now: after an unload of winch in `expr`, a function of the
+  # namespace not used yet would be read from its lazy-load database, and
+  # that loads winch again.)
+  abandon <- profile_abandon
+  on.exit(abandon(token), add = TRUE)
   # A memory profile also tells what R's own heap held before and after,
   # and at most in between (R's figures, measured by collecting).
   heap_before <- if (opts$event == "alloc") r_heap(reset = TRUE)
   session <- profile_begin(opts, token, "profile")
   force(expr)
+  if (!identical(the$profile_session$token, token)) {
+    # Stopped meanwhile from outside this call (winch unloaded while `expr`
+    # ran: R/zzz.R): nothing is left to build a profile from. Winch's
+    # library may be gone, and functions of its namespace not used yet
+    # would load it again (see `abandon`), so only base R and rlang here.
+    lost <- the$profile_lost
+    the$profile_lost <- NULL
+    why <- if (identical(lost$token, token)) paste0(" (", lost$why, ")") else ""
+    rlang::abort(
+      sprintf("The profile was stopped before `expr` ended%s: its samples are lost.", why),
+      class = c("winch_error_profile_lost", "winch_error")
+    )
+  }
   p <- profile_end(session)
   if (!is.null(heap_before)) {
     p$stats$r_heap <- r_heap_change(heap_before, r_heap())
@@ -269,30 +292,11 @@ rprof_stop <- function(call = rlang::caller_env()) {
 check_profile_args <- function(file, interval, event, loops, lines, threads = "main", libr = FALSE,
                                gc = TRUE, sample_bytes = 512 * 1024, alloc_ok = FALSE,
                                call = rlang::caller_env()) {
-  events <- if (alloc_ok) c("cpu", "elapsed", "alloc") else c("cpu", "elapsed")
-  events_msg <- if (alloc_ok) '`event` must be "cpu", "elapsed" or "alloc".' else '`event` must be "cpu" or "elapsed".'
-  if (!is.numeric(interval) || length(interval) != 1L || is.na(interval) || !is.finite(interval)) {
-    abort_bad_argument("`interval` must be a single number of seconds.", call = call)
-  }
-  if (interval < 0.001) {
-    abort_bad_argument("`interval` must be at least 0.001 seconds (the timers cannot honour less).", call = call)
-  }
-  if (interval > 3600) {
-    abort_bad_argument("`interval` must be at most 3600 seconds (one sample an hour).", call = call)
-  }
-  if (!is.character(event) || !length(event) || anyNA(event)) {
-    abort_bad_argument(events_msg, call = call)
-  }
-  if (length(event) > 1L) {
-    event <- event[[1L]]
-  }
-  if (!event %in% events) {
-    abort_bad_argument(events_msg, call = call)
-  }
-  if (!is.numeric(sample_bytes) || length(sample_bytes) != 1L || is.na(sample_bytes) ||
-    !is.finite(sample_bytes) || sample_bytes < 1 || sample_bytes > 1e15) {
-    abort_bad_argument("`sample_bytes` must be one number of bytes, at least 1.", call = call)
-  }
+  check_number(interval, 0.001, 3600, unit = "seconds", why = " (the timers cannot honour less)", call = call)
+  event <- check_choice(event, if (alloc_ok) c("cpu", "elapsed", "alloc") else c("cpu", "elapsed"), call = call)
+  # (Also checked, with the same bounds, where the native side reads it:
+  # src/rust/src/profile.rs.)
+  check_number(sample_bytes, 1, 1e15, why = " (bytes)", call = call)
   if (event == "alloc" && !is.null(file)) {
     abort_bad_argument(
       "A memory profile cannot be written in `Rprof()`'s format: leave `file` NULL and use `winch_write_pprof()`.",
@@ -303,16 +307,8 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
   check_flag(lines, call = call)
   check_flag(libr, call = call)
   check_flag(gc, call = call)
-  if (!is.character(threads) || !length(threads) || anyNA(threads)) {
-    abort_bad_argument('`threads` must be "all" or "main".', call = call)
-  }
-  if (identical(threads, c("all", "main"))) {
-    threads <- "all"
-  }
-  if (length(threads) != 1L || !threads %in% c("all", "main")) {
-    abort_bad_argument('`threads` must be "all" or "main".', call = call)
-  }
-  check_path(file, null_ok = TRUE, call = call)
+  threads <- check_choice(threads, c("all", "main"), call = call)
+  check_output_file(file, null_ok = TRUE, call = call)
   check_writable(file, call = call)
   if (!winch_available()) {
     abort_winch("Profiling needs native unwinding, which is not available on this platform.",
@@ -431,13 +427,15 @@ profile_abandon <- function(token) {
 }
 
 # Stops whatever session runs, and forgets R's entry for it: for an
-# orphaned session, and when winch is unloaded.
-profile_stop_discard <- function() {
+# orphaned session, and when winch is unloaded (`why`: what the
+# winch_profile() call whose session it was will say).
+profile_stop_discard <- function(why = NULL) {
   if (profile_active()) {
     rs_profile_discard()
   }
   session <- the$profile_session
   if (!is.null(session)) {
+    if (!is.null(why)) the$profile_lost <- list(token = session$token, why = why)
     profile_forget(session)
   }
   invisible()
@@ -461,8 +459,13 @@ rprof_running <- function() {
   isTRUE(res)
 }
 
+# (Exported for R's dispatch only: a probe is winch's own object, and
+# `probe + 0` the one operation it has.)
 #' @export
 Ops.winch_rprof_probe <- function(e1, e2) {
+  if (.Generic != "+" || missing(e2) || !identical(e2, 0)) {
+    abort_bad_argument("A `winch_rprof_probe` is winch's own probe of R's profiler: only `probe + 0` is defined.")
+  }
   check_result(rs_rprof_running(list(Ops.winch_rprof_probe)))
 }
 
@@ -610,7 +613,9 @@ profile_threads <- function(p) {
 #' `winch_error_bad_argument`, and nothing is written.
 #'
 #' @param profile A `winch_profile`.
-#' @param path The file to write.
+#' @param path The file to write: a regular file (replaced) or a new file in
+#'   a directory that exists. Anything else (a directory, a FIFO, a device)
+#'   is an error of class `winch_error_io`, and nothing is written.
 #' @param lines Write source positions?
 #' @return `path`, invisibly.
 #' @export
@@ -623,8 +628,10 @@ profile_threads <- function(p) {
 #'   winch_write_pprof(p, tempfile(fileext = ".pb.gz"))
 #' }
 winch_write_rprof <- function(profile, path, lines = profile$options$lines) {
+  check_required(profile, what = "a `winch_profile`")
+  check_required(path, what = "the file to write")
   check_profile(profile)
-  check_path(path)
+  check_output_file(path)
   check_flag(lines)
   check_result(rs_profile_write(profile_parts(profile), normalizePath(path, mustWork = FALSE), "rprof", lines))
   invisible(path)
@@ -633,8 +640,10 @@ winch_write_rprof <- function(profile, path, lines = profile$options$lines) {
 #' @rdname winch_write_rprof
 #' @export
 winch_write_pprof <- function(profile, path) {
+  check_required(profile, what = "a `winch_profile`")
+  check_required(path, what = "the file to write")
   check_profile(profile)
-  check_path(path)
+  check_output_file(path)
   check_result(rs_profile_write(profile_parts(profile), normalizePath(path, mustWork = FALSE), "pprof", FALSE))
   invisible(path)
 }

@@ -53,13 +53,16 @@
 #' Totals (the time under each R call and native function) are not
 #' affected; self time at such call sites is.
 #'
-#' @param pid The process id: one positive whole number, not this R
-#'   process's own (use [winch_profile()] for that).
-#' @param duration Seconds to record: one positive number. The recording
-#'   ends earlier if the process ends.
-#' @param interval Seconds between samples (at least 0.001).
+#' @param pid The process id: one positive whole number, at most
+#'   `.Machine$integer.max`, not this R process's own (use
+#'   [winch_profile()] for that).
+#' @param duration Seconds to record: one number, more than 0 and at most
+#'   604800 (one week). The recording ends earlier if the process ends.
+#' @param interval Seconds between samples: at least 0.001 and at most
+#'   `duration`.
 #' @param file `NULL`, or a file to write the profile to in `Rprof()`'s
-#'   format as well.
+#'   format as well; checked before the recording starts, as `file` in
+#'   [winch_profile()] is.
 #' @param threads `"all"` (default) or `"main"` (R's main thread only).
 #' @param idle Sample threads that are not running too?
 #' @param loops Show R's loops as frames (see [winch_profile()])?
@@ -81,22 +84,16 @@
 #' @export
 winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = c("all", "main"), idle = FALSE,
                          loops = TRUE, lines = FALSE) {
+  check_required(pid, what = "a process id")
   pid <- check_pid(pid)
-  if (!is.numeric(duration) || length(duration) != 1L || is.na(duration) || !is.finite(duration) || duration <= 0) {
-    abort_bad_argument("`duration` must be one positive number of seconds.")
-  }
-  if (!is.numeric(interval) || length(interval) != 1L || is.na(interval) || !is.finite(interval) ||
-    interval < 0.001 || interval > duration) {
-    abort_bad_argument("`interval` must be a number of seconds, at least 0.001 and at most `duration`.")
-  }
-  if (!is.character(threads) || anyNA(threads) || !all(threads %in% c("all", "main"))) {
-    abort_bad_argument("`threads` must be \"all\" or \"main\".")
-  }
-  threads <- threads[[1L]]
+  check_required(duration, what = "the seconds to record")
+  check_number(duration, 0, max_record_seconds, unit = "seconds", min_open = TRUE, why = " (one week)")
+  check_number(interval, 0.001, duration, unit = "seconds", why = " (`duration`)")
+  threads <- check_choice(threads, c("all", "main"))
   check_flag(idle)
   check_flag(loops)
   check_flag(lines)
-  check_path(file, null_ok = TRUE)
+  check_output_file(file, null_ok = TRUE)
   check_writable(file)
   sync_options(capture_throws = FALSE)
   if (loops || lines) {
@@ -138,6 +135,10 @@ winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = 
   }
   p
 }
+
+# The longest recording: one week (a deadline that is never reached would
+# leave the recording to an interrupt).
+max_record_seconds <- 7 * 24 * 3600
 
 # What /proc tells of process `pid`'s resource use so far, as
 # resource_usage() describes this process's (NA where /proc has nothing).

@@ -95,6 +95,8 @@ winch_calls <- function(x, native, status, from) {
 
 #' @export
 format.winch_calls <- function(x, ...) {
+  check_dots_among(..., ignored = default_method_args(format.default), takes = "no argument of its own")
+  check_winch_calls(x)
   status <- attr(x, "status")
   text <- vapply(x, function(cl) paste(deparse(cl, width.cutoff = 500L), collapse = " "), "")
   text <- ifelse(nchar(text) > 120L, paste0(substr(text, 1L, 117L), "..."), text)
@@ -126,12 +128,53 @@ format.winch_calls <- function(x, ...) {
 
 #' @export
 print.winch_calls <- function(x, ...) {
-  writeLines(format(x, ...))
+  check_dots_among(..., ignored = default_method_args(print.default), takes = "no argument of its own")
+  writeLines(format(x))
   invisible(x)
 }
 
 #' @export
-`[.winch_calls` <- function(x, i) {
-  keep <- seq_along(x)[i]
+`[.winch_calls` <- function(x, i, ...) {
+  check_no_dots(...)
+  check_winch_calls(x)
+  keep <- if (missing(i)) seq_along(x) else check_entries(i, length(x))
   winch_calls(unclass(x)[keep], attr(x, "native")[keep], attr(x, "status")[keep], attributes(x))
+}
+
+# A winch_calls list as winch_calls() makes it: `native` and `status` one
+# per entry (a list given the class by hand, or one whose attributes were
+# dropped, is refused rather than printed or subset wrongly).
+check_winch_calls <- function(x, call = rlang::caller_env()) {
+  n <- length(x)
+  status <- attr(x, "status")
+  ok <- is.list(x) && is.logical(attr(x, "native")) && length(attr(x, "native")) == n &&
+    is.character(status) && length(status) == n && all(status %in% c("r", "exact", "approximate", "unplaced", "throw"))
+  if (!ok) {
+    abort_bad_argument(
+      "`x` must be a `winch_calls` list (from `winch_sys_calls()` or `winch_dump()`), with its attributes `native` and `status`.",
+      call = call
+    )
+  }
+  invisible(x)
+}
+
+# Which entries of a list of `n` to keep for `x[i]`: `i` whole numbers from
+# 1 to `n`, or from -`n` to -1 to leave entries out (zeros ignored, as R
+# does), or a logical vector no longer than `n` (recycled). Indices R would
+# turn into NULL entries (out of range, NA, names: the entries have none)
+# are refused.
+check_entries <- function(i, n, call = rlang::caller_env()) {
+  if (is.null(i)) {
+    return(integer())
+  }
+  if (is.logical(i) && !anyNA(i) && length(i) <= n) {
+    return(seq_len(n)[i])
+  }
+  if (is.numeric(i) && !anyNA(i) && all(i == trunc(i)) && all(abs(i) <= n) && (all(i >= 0) || all(i <= 0))) {
+    return(seq_len(n)[i])
+  }
+  abort_bad_argument(sprintf(
+    "`i` must pick entries of `x` (%d of them): whole numbers from 1 to %d, or from -%d to -1 to leave entries out, or a logical vector no longer than `x`, without `NA`.",
+    n, n, n
+  ), call = call)
 }

@@ -54,27 +54,118 @@ check_backend <- function(backend, call = rlang::caller_env()) {
   invisible(backend)
 }
 
+# Checks of single arguments ------------------------------------------------
+
+# Each refuses a value with an error of class winch_error_bad_argument whose
+# message says what is allowed, bounds included (issue 33: every argument of
+# every exported function and method is checked, none fails in R's own code
+# with an unclassed error, none is silently taken for something else).
+# `arg` is the argument's name as the user wrote it; `call` the user's call.
+
+# A bound as the messages show it (3600, 0.001, 1e+15).
+format_bound <- function(x) format(x, scientific = abs(x) >= 1e7)
+
+# An argument without a default that was not given (R's own error would be
+# unclassed: "argument "pid" is missing, with no default").
+check_required <- function(x, arg = rlang::caller_arg(x), what = "a value", call = rlang::caller_env()) {
+  if (missing(x)) {
+    abort_bad_argument(sprintf("`%s` is missing: give %s.", arg, what), call = call)
+  }
+  invisible()
+}
+
+# One number from `min` to `max` (more than `min` with `min_open`), in
+# `unit`s; `Inf` only where `max` is. `why` ends the message.
+check_number <- function(x, min, max, unit = "", min_open = FALSE, why = NULL,
+                         arg = rlang::caller_arg(x), call = rlang::caller_env()) {
+  ok <- is.numeric(x) && length(x) == 1L && !is.na(x) && x <= max && (if (min_open) x > min else x >= min)
+  if (!ok) {
+    u <- if (nzchar(unit)) paste0(" ", unit) else ""
+    low <- sprintf("%s %s%s", if (min_open) "more than" else "at least", format_bound(min), u)
+    high <- if (is.finite(max)) sprintf(" and at most %s%s", format_bound(max), u) else ""
+    abort_bad_argument(sprintf("`%s` must be one number, %s%s%s.", arg, low, high, why %||% ""), call = call)
+  }
+  invisible(x)
+}
+
+# One whole number from `min` to `max` (`Inf` allowed where `max` is, and
+# `why` then says what it means), or NULL with `null_ok`.
+check_count <- function(x, min, max = Inf, why = NULL, null_ok = FALSE, arg = rlang::caller_arg(x),
+                        call = rlang::caller_env()) {
+  if (null_ok && is.null(x)) {
+    return(invisible(x))
+  }
+  ok <- is.numeric(x) && length(x) == 1L && !is.na(x) && x == trunc(x) && x >= min && x <= max
+  if (!ok) {
+    high <- if (is.finite(max)) sprintf(" and at most %s", format_bound(max)) else ""
+    abort_bad_argument(sprintf(
+      "`%s` must be %sone whole number, at least %s%s%s.",
+      arg, if (null_ok) "`NULL` or " else "", format_bound(min), high, why %||% ""
+    ), call = call)
+  }
+  invisible(x)
+}
+
+# One of `choices` (a string). The whole vector `choices`, a function's
+# default as with match.arg(), stands for its first element. Returns the
+# choice.
+check_choice <- function(x, choices, arg = rlang::caller_arg(x), call = rlang::caller_env()) {
+  if (identical(x, choices)) {
+    return(choices[[1L]])
+  }
+  if (!is.character(x) || length(x) != 1L || is.na(x) || !x %in% choices) {
+    quoted <- paste0('"', choices, '"')
+    allowed <- if (length(quoted) == 1L) {
+      quoted
+    } else {
+      paste(paste(quoted[-length(quoted)], collapse = ", "), "or", quoted[[length(quoted)]])
+    }
+    abort_bad_argument(sprintf("`%s` must be %s.", arg, allowed), call = call)
+  }
+  x
+}
+
+# No arguments in `...` (rlang::check_dots_empty()'s errors are not
+# winch_error).
+check_no_dots <- function(..., call = rlang::caller_env()) {
+  if (...length()) {
+    named <- names(rlang::enquos(...))
+    what <- if (any(nzchar(named))) {
+      paste0("`", named[nzchar(named)], "`", collapse = ", ")
+    } else {
+      "an argument without a name"
+    }
+    abort_bad_argument(sprintf("`...` must be empty; %s was given (misspelled?).", what), call = call)
+  }
+  invisible()
+}
+
+# Only arguments named in `ignored` in `...`: those a generic's default
+# method takes, which R passes on to methods (print() of a list passes
+# `digits` and the like to its elements' print methods), and which a
+# method ignores. `takes` names the method's own, for the message.
+check_dots_among <- function(..., ignored, takes, call = rlang::caller_env()) {
+  if (!...length()) {
+    return(invisible())
+  }
+  named <- names(rlang::enquos(...))
+  bad <- !nzchar(named) | !named %in% ignored
+  if (any(bad)) {
+    what <- if (nzchar(named[bad][[1L]])) sprintf("`%s`", named[bad][[1L]]) else "an argument without a name"
+    abort_bad_argument(sprintf("Unknown argument %s: this method takes %s.", what, takes), call = call)
+  }
+  invisible()
+}
+
+# The arguments of a generic's default method, which its methods get passed
+# on from R's own code and ignore.
+default_method_args <- function(fun) setdiff(names(formals(fun)), c("x", "object", "..."))
+
 check_flag <- function(x, arg = rlang::caller_arg(x), call = rlang::caller_env()) {
   if (!is.logical(x) || length(x) != 1L || is.na(x)) {
     abort_bad_argument(sprintf("`%s` must be `TRUE` or `FALSE`.", arg), call = call)
   }
   invisible(x)
-}
-
-# A file to write: one name, in a directory that exists (or NULL, with
-# `null_ok`).
-check_path <- function(path, arg = rlang::caller_arg(path), null_ok = FALSE, call = rlang::caller_env()) {
-  if (null_ok && is.null(path)) {
-    return(invisible(path))
-  }
-  if (!is.character(path) || length(path) != 1L || is.na(path) || !nzchar(path)) {
-    what <- if (null_ok) "`NULL` or a single file name" else "a single file name"
-    abort_bad_argument(sprintf("`%s` must be %s.", arg, what), call = call)
-  }
-  if (!dir.exists(dirname(path))) {
-    abort_bad_argument(sprintf("The directory of `%s` does not exist: %s", arg, dirname(path)), call = call)
-  }
-  invisible(path)
 }
 
 # Checks that `path` can be written now, as Rprof() does by opening its file
@@ -85,9 +176,7 @@ check_writable <- function(path, arg = rlang::caller_arg(path), call = rlang::ca
   if (is.null(path)) {
     return(invisible(path))
   }
-  if (dir.exists(path)) {
-    abort_io(sprintf("Cannot write `%s`: %s is a directory.", arg, path), call = call)
-  }
+  # (After check_output_file(): `path` is a regular file or a new one.)
   existed <- file.exists(path)
   why <- NULL
   refused <- function(cnd) {
@@ -125,6 +214,96 @@ write_profile_file <- function(p, file, lines) {
     winch_error_bad_argument = failed
   )
   p
+}
+
+# File arguments -----------------------------------------------------------
+
+# Every file argument of an exported function (and of the command line,
+# R/cli.R) is checked by check_input_file() or check_output_file() before
+# anything opens, reads or writes it: only regular files are read or
+# written. Opening a FIFO waits for its other end (R would hang, deaf to
+# interrupts), a device can be read without end (/dev/zero) or swallow
+# what is written, a directory is no file. The core checks again on the
+# descriptor it opens (winch_core::files, with O_NONBLOCK), so a file
+# swapped in between cannot block it either.
+
+# The largest ELF file (an executable, a library) winch reads: the core's
+# bound (winch_core::files::MAX_ELF), which it checks again.
+elf_max_bytes <- 4 * 1024^3
+
+# How messages name what a path is (the kinds of rs_file_kind()).
+file_kinds <- c(
+  directory = "a directory", fifo = "a FIFO (named pipe)", `character device` = "a character device",
+  `block device` = "a block device", socket = "a socket", other = "not a regular file"
+)
+
+# A file to read: one string naming an existing, non-empty regular file
+# (symbolic links followed) of at most `max_bytes` bytes; NULL too with
+# `null_ok`. `what` says what it should hold ("a core file"). Errors are of
+# class winch_error_bad_argument.
+check_input_file <- function(path, arg = rlang::caller_arg(path), max_bytes = Inf, what = "a file",
+                             null_ok = FALSE, call = rlang::caller_env()) {
+  if (null_ok && is.null(path)) {
+    return(invisible(path))
+  }
+  if (!is.character(path) || length(path) != 1L || is.na(path) || !nzchar(path)) {
+    abort_bad_argument(sprintf(
+      "`%s` must be %sthe path of %s (one string).", arg, if (null_ok) "`NULL` or " else "", what
+    ), call = call)
+  }
+  k <- rs_file_kind(path)
+  allowed <- sprintf("`%s` must be %s: an existing, non-empty regular file", arg, what)
+  if (identical(k$kind, "missing")) {
+    abort_bad_argument(sprintf("`%s` does not exist: %s", arg, path), call = call)
+  }
+  if (identical(k$kind, "unknown")) {
+    abort_bad_argument(sprintf("`%s` cannot be looked at (%s): %s", arg, k$why, path), call = call)
+  }
+  if (!identical(k$kind, "file")) {
+    abort_bad_argument(sprintf("%s; %s is %s.", allowed, path, file_kinds[[k$kind]]), call = call)
+  }
+  if (k$size == 0) {
+    abort_bad_argument(sprintf("%s; %s is empty.", allowed, path), call = call)
+  }
+  if (k$size > max_bytes) {
+    abort_bad_argument(sprintf(
+      "%s of at most %s; %s has %s bytes.", allowed, format_bytes(max_bytes), path,
+      format(k$size, big.mark = ",", scientific = FALSE)
+    ), call = call)
+  }
+  invisible(path)
+}
+
+# A file to write: one string naming a regular file (symbolic links
+# followed), or a new file in a directory that exists; NULL too with
+# `null_ok`. A directory, FIFO, device or socket is an error of class
+# winch_error_io (the class of every file winch cannot write), the rest
+# winch_error_bad_argument.
+check_output_file <- function(path, arg = rlang::caller_arg(path), null_ok = FALSE, call = rlang::caller_env()) {
+  if (null_ok && is.null(path)) {
+    return(invisible(path))
+  }
+  if (!is.character(path) || length(path) != 1L || is.na(path) || !nzchar(path)) {
+    what <- if (null_ok) "`NULL` or a single file name" else "a single file name"
+    abort_bad_argument(sprintf("`%s` must be %s.", arg, what), call = call)
+  }
+  k <- rs_file_kind(path)
+  if (identical(k$kind, "missing")) {
+    if (!dir.exists(dirname(path))) {
+      abort_bad_argument(sprintf("The directory of `%s` does not exist: %s", arg, dirname(path)), call = call)
+    }
+    return(invisible(path))
+  }
+  if (identical(k$kind, "unknown")) {
+    abort_io(sprintf("Cannot write `%s` (%s): %s", arg, path, k$why), call = call)
+  }
+  if (!identical(k$kind, "file")) {
+    abort_io(sprintf(
+      "Cannot write `%s`: %s is %s; it must be a regular file or a new file in an existing directory.",
+      arg, path, file_kinds[[k$kind]]
+    ), call = call)
+  }
+  invisible(path)
 }
 
 # Options ------------------------------------------------------------------

@@ -39,7 +39,10 @@
 #' Errors raised by winch are rlang conditions of class `winch_error` and one
 #' more specific class, so they can be caught by kind:
 #' * `winch_error_bad_argument`: an argument is not acceptable (wrong type,
-#'   length, `NA`, a path that does not exist, an unknown backend name).
+#'   length, `NA`, a path that does not exist, an unknown backend name); a
+#'   file to read that is not a non-empty regular file (a directory, a
+#'   FIFO, a device), is larger than its kind of file can be, or is not
+#'   of that kind.
 #' * `winch_error_unavailable`: this platform or build cannot do it (no
 #'   unwinder works here, the backend asked for is not built in).
 #' * `winch_error_wrong_thread`: the call came from a thread other than R's
@@ -50,8 +53,15 @@
 #'   not be read, or what was read does not hold together. Captures never
 #'   raise these (they fall back, see `vignette("winch")`); diagnostics may.
 #' * `winch_error_io`: a file could not be written (the system's reason in
-#'   the message: a directory, no space left, a read-only file system).
+#'   the message: no space left, a read-only file system), or its path
+#'   names something other than a regular file (a directory, a FIFO, a
+#'   device). Files are only ever read and written if they are regular
+#'   files, so that no call waits for the other end of a FIFO or reads a
+#'   device without end.
 #' * `winch_error_out_of_memory`: R could not allocate the result.
+#' * `winch_error_profile_lost`: a profile was stopped from outside the
+#'   call that started it (winch was unloaded while [winch_profile()]'s
+#'   `expr` ran); its samples are lost.
 #' * `winch_error_internal`: a bug in winch (please report it).
 "_PACKAGE"
 

@@ -26,7 +26,7 @@
   # Nothing may point into winch's library once it is unloaded: a profile
   # still running is stopped (its timer, signal handler and collector
   # thread), GOT slots and signal handlers are given back first.
-  tryCatch(profile_stop_discard(), error = function(e) NULL)
+  tryCatch(profile_stop_discard(why = "winch was unloaded while it ran"), error = function(e) NULL)
   remove_task_callback()
   uninstall_capture_throws()
   crash_report_off_at_unload()

@@ -58,7 +58,8 @@
   X(rs_record_tick, 0)          \
   X(rs_record_stop, 0)          \
   X(rs_record_discard, 0)       \
-  X(rs_target_usage, 1)
+  X(rs_target_usage, 1)         \
+  X(rs_file_kind, 1)
 
 /* Prototypes by number of arguments. */
 #define WINCH_ARGS_0 void

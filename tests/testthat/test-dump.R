@@ -153,8 +153,9 @@ test_that("a process traced by another tracer is refused with a clear error", {
 
 # A core file of a child stuck as spin_child() is: the kernel's (when it
 # writes core files to the working directory), else gdb's gcore; NULL when
-# neither can make one here.
-core_of_spin_child <- function(frame = parent.frame()) {
+# neither can make one here. `how`: "kernel" or "gcore" for that one only.
+core_of_spin_child <- function(frame = parent.frame(), how = c("any", "kernel", "gcore")) {
+  how <- match.arg(how)
   dir <- tempfile("core-")
   dir.create(dir)
   withr::defer(unlink(dir, recursive = TRUE), envir = frame)
@@ -174,7 +175,7 @@ core_of_spin_child <- function(frame = parent.frame()) {
     shQuote(dir), shQuote(file.path(R.home("bin"), "Rscript")), shQuote(script)
   )
   child <- local_child_command(sprintf("sh -c %s", shQuote(cmd)), ready = ready, frame = frame)
-  if (!grepl("^[|/]", pattern) && nzchar(pattern)) {
+  if (how != "gcore" && !grepl("^[|/]", pattern) && nzchar(pattern)) {
     tools::pskill(child$pid, 6L) # SIGABRT
     wait_exit(child$pid)
     deadline <- Sys.time() + 20
@@ -191,7 +192,7 @@ core_of_spin_child <- function(frame = parent.frame()) {
       return(cores[[1L]])
     }
   }
-  if (nzchar(Sys.which("gcore")) && process_alive(child$pid)) {
+  if (how != "kernel" && nzchar(Sys.which("gcore")) && process_alive(child$pid)) {
     out <- file.path(dir, "gcore")
     suppressWarnings(system2("gcore", c("-o", shQuote(out), child$pid), stdout = FALSE, stderr = FALSE))
     made <- list.files(dir, pattern = "^gcore", full.names = TRUE)
@@ -262,6 +263,93 @@ test_that("a core file is dumped as the process was: R's calls with native frame
     "`/wtest_burn.so`::burn_b()"
   ))
   expect_match(format(d)[[1L]], "from core file", fixed = TRUE)
+})
+
+# The dump of a damaged core: a winch_dump or a classed error, never a
+# crash; and never silent: a main thread with no frames, its native stack
+# cut short, or R's frames (there were `r_calls`) missing or unplaced, has
+# its reason in the dump's note, which print() shows.
+expect_damage_said <- function(d, r_calls, label) {
+  if (inherits(d, "error")) {
+    expect_s3_class(d, "winch_error_bad_argument")
+    return(invisible())
+  }
+  expect_s3_class(d, "winch_dump")
+  main <- d[[1L]]
+  lost <- length(main) == 0L || sum(!attr(main, "native")) < r_calls || isTRUE(attr(main, "truncated")) ||
+    !is.na(attr(main, "fallback_reason") %||% NA)
+  note <- attr(d, "note")
+  expect_length(note, 1L)
+  if (lost) {
+    expect_false(is.na(note), label = label)
+    out <- capture.output(print(d))
+    expect_match(out[[2L]], "^Note: ", label = label)
+    expect_true(any(grepl(substr(note, 1L, 30L), out, fixed = TRUE)), label = label)
+  }
+  if (isTRUE(attr(main, "truncated"))) {
+    expect_false(is.na(attr(main, "truncation")), label = label)
+  }
+  invisible(lost)
+}
+
+damaged_dump <- function(core) tryCatch(winch_dump(core = core), winch_error = function(e) e)
+
+test_that("a kernel core cut short, or with its stack zeroed, looping or bit-flipped, says what is wrong", {
+  core <- core_of_spin_child(how = "kernel")
+  skip_if(is.null(core), "the kernel writes no core file here (core_pattern pipes to a program, or core files are off)")
+  whole <- winch_dump(core = core)
+  expect_true(is.na(attr(whole, "note")))
+  r_calls <- sum(!attr(whole$main, "native"))
+  expect_identical(r_calls, 3L)
+  # Cut short: every thread's stack is at its end.
+  for (share in c(0.1, 0.5, 0.9)) {
+    d <- damaged_dump(core_cut(core, share))
+    what <- paste0("cut to ", 100 * share, "%")
+    expect_s3_class(d, "winch_dump")
+    expect_match(attr(d, "note"), "^the core file is cut short: it has [0-9]+ bytes, its contents reach byte [0-9]+; [0-9]+% of the memory it holds is missing", label = what)
+    expect_true(expect_damage_said(d, r_calls, what))
+    out <- format(d)
+    expect_match(out[[2L]], "Note: the core file is cut short", fixed = TRUE)
+    if (!length(d$main)) expect_true(any(grepl("^  \\(no frames: .+\\)$", out)), label = what)
+  }
+  # The main thread's stack zeroed: one frame, then a return address 0.
+  d <- damaged_dump(core_zeroed_stack(core))
+  expect_true(isTRUE(attr(d$main, "truncated")))
+  expect_match(attr(d$main, "truncation"), "return address of 0", fixed = TRUE)
+  expect_match(attr(d, "note"), "the main thread's native stack is cut short", fixed = TRUE)
+  expect_match(attr(d, "note"), "R's frames are not shown: R's context chain could not be read", fixed = TRUE)
+  expect_true(expect_damage_said(d, r_calls, "zeroed"))
+  # Looping frames.
+  d <- damaged_dump(core_looping_stack(core))
+  expect_true(isTRUE(attr(d$main, "truncated")))
+  expect_true(expect_damage_said(d, r_calls, "looping"))
+  # Bits flipped: whatever is lost is said.
+  for (seed in 1:20) {
+    expect_damage_said(damaged_dump(core_bitflipped(core, seed)), r_calls, paste("bit flips, seed", seed))
+  }
+})
+
+test_that("a gcore core cut short is refused with the reason; its damaged stacks say what is wrong", {
+  skip_if(!nzchar(Sys.which("gcore")), "gdb's gcore is not installed")
+  core <- core_of_spin_child(how = "gcore")
+  skip_if(is.null(core), "gcore could not make a core file here")
+  r_calls <- sum(!attr(winch_dump(core = core)$main, "native"))
+  expect_identical(r_calls, 3L)
+  # gdb writes the notes (the threads' registers) last: a cut core has none.
+  for (share in c(0.1, 0.5, 0.9)) {
+    expect_error(
+      winch_dump(core = core_cut(core, share)),
+      "is cut short: it has [0-9]+ bytes, but its notes \\(which hold the threads' registers\\) reach byte",
+      class = "winch_error_bad_argument"
+    )
+  }
+  d <- damaged_dump(core_zeroed_stack(core))
+  expect_match(attr(d$main, "truncation"), "return address of 0", fixed = TRUE)
+  expect_true(expect_damage_said(d, r_calls, "zeroed"))
+  expect_true(expect_damage_said(damaged_dump(core_looping_stack(core)), r_calls, "looping"))
+  for (seed in 1:20) {
+    expect_damage_said(damaged_dump(core_bitflipped(core, seed)), r_calls, paste("bit flips, seed", seed))
+  }
 })
 
 test_that("bad core files are refused with classed errors", {

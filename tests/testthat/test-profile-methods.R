@@ -138,10 +138,13 @@ test_that("plot(focus =) draws the samples under one frame from that frame up; n
   expect_false(res$visible)
   # The focused frame is the bottom row, alone.
   expect_identical(drawn$label[drawn$depth == 0], target)
-  plot(p, focus = "no such frame")
   grDevices::dev.off()
   expect_error(plot(p, focus = 1), class = "winch_error_bad_argument")
   expect_error(plot(p, focus = c("a", "b")), class = "winch_error_bad_argument")
+  # A label that is no frame of the profile is refused (it drew an empty
+  # plot), naming the labels close to it.
+  expect_error(plot(p, focus = "no such frame"), "none is labelled \"no such frame\"", class = "winch_error_bad_argument")
+  expect_error(plot(p, focus = "compute"), "Close: \"/libx.so::compute\"", class = "winch_error_bad_argument")
 
   # Labels: whole where they fit, shortened in the middle, else none.
   grDevices::png(file, width = 700, height = 450)

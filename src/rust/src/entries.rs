@@ -603,6 +603,21 @@ pub fn rs_rprof_running(method: Arg) -> Result<RValue> {
     Ok(joint::r_profiling(rstate::facts()?, *fun)?.into())
 }
 
+/// What `path` names, for R's checks of file arguments (R/utils.R):
+/// `kind` ("file", "directory", "fifo", "character device", "block
+/// device", "socket", "other"; "missing"; "unknown" when it cannot be
+/// looked at, `why` says why), `size` in bytes (NA unless known).
+/// Symbolic links are followed; nothing is opened.
+pub fn rs_file_kind(path: Arg) -> Result<RValue> {
+    let path = path.string()?;
+    let (kind, size, why) = match winch_core::files::kind(std::path::Path::new(&path)) {
+        Ok((k, size)) => (k.name(), size as f64, None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => ("missing", f64::NAN, None),
+        Err(e) => ("unknown", f64::NAN, Some(e.to_string())),
+    };
+    Ok(RValue::List(vec![("kind", kind.to_string().into()), ("size", size.into()), ("why", why.into())]))
+}
+
 pub use crate::outside::{
     rs_dump, rs_dump_core, rs_record_discard, rs_record_start, rs_record_stop, rs_record_tick,
     rs_target_usage,

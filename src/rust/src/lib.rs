@@ -125,4 +125,5 @@ entry_points! {
     rs_record_stop();
     rs_record_discard();
     rs_target_usage(pid);
+    rs_file_kind(path);
 }

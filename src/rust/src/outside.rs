@@ -17,7 +17,7 @@ use winch_core::view::{self, View};
 /// The joint stack of every thread of process `pid`, read from outside
 /// (see winch_core::outside): per thread its id, name, native frames (a
 /// joint frame table) and, for R's main thread, R's calls as source text
-/// with their labels.
+/// with their labels, and `notes`: what could not be read and why.
 pub fn rs_dump(pid: Arg, libr: Arg) -> Result<RValue> {
     let pid = pid.int()?;
     let libr = libr.flag()?;
@@ -93,7 +93,7 @@ fn dump_value(d: &winch_core::outside::dump::Dump, libr: bool) -> RValue {
     RValue::List(vec![
         ("pid", d.pid.into()),
         ("r_version", version.into()),
-        ("note", d.note.clone().into()),
+        ("notes", RValue::Str(d.notes.iter().cloned().map(Some).collect())),
         ("threads", RValue::Unnamed(threads)),
     ])
 }

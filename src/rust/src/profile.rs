@@ -1,24 +1,28 @@
 //! The profiler's entry points: start and stop a session, and write a
-//! profile (from its R form) in Rprof's format or as pprof.
+//! profile (from its R form, read back and checked by `read`) in Rprof's
+//! format or as pprof.
 
 use crate::args::Arg;
 use crate::profile_form::{
-    self as form, At, Functions, Lines, Locations, Modules, NumberOrNan, Part, ProfileForm, Stacks, Threads,
+    self as form, Functions, Lines, Locations, Modules, NumberOrNan, Part, ProfileForm, Stacks, Threads,
     Unread,
 };
 use crate::rstate;
 use crate::value::RValue;
 use crate::ProfileStartArgs;
+use std::io::Write;
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use winch_core::error::{Error, Result};
+use winch_core::files;
 use winch_core::joint;
 use winch_core::profile::build::{self, Stats};
 use winch_core::profile::capture::{self as session, Clock, Running, Scope, Trigger};
-use winch_core::profile::model::{
-    Bytes, Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo,
-};
+use winch_core::profile::model::{Bytes, Event, Line, Profile};
 use winch_core::profile::{LineFacts, LoopSymbols, Options, RFacts, Region};
 use winch_core::r::learn::{self, LoopKind};
+
+mod read;
 
 /// The running session, with what `stop` needs to know.
 struct Current {
@@ -112,7 +116,10 @@ pub fn rs_profile_start(args: ProfileStartArgs) -> Result<RValue> {
         // `list(..., sample_bytes = )`: the mean bytes between samples.
         let mean = options.field("sample_bytes")?.number()?;
         if !(1.0..=1e15).contains(&mean) {
-            return Err(Error::BadArgument("`sample_bytes` must be a number of bytes, at least 1".into()));
+            // (As R says it: check_profile_args() in R/profile.R.)
+            return Err(Error::BadArgument(
+                "`sample_bytes` must be one number, at least 1 and at most 1e+15 (bytes)".into(),
+            ));
         }
         let trigger = Trigger::Allocations { mean_bytes: mean.round() as u64 };
         session::start(facts, rstate::libr_addr(), trigger, scope)?
@@ -336,203 +343,16 @@ pub(crate) fn to_r(p: &Profile, s: &Stats) -> RValue {
     to_form(p, s).into_r().unwrap_or(RValue::Null)
 }
 
-fn parse_hex(s: &Option<String>, what: &str) -> Result<u64> {
-    s.as_deref()
-        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
-        .ok_or_else(|| Error::BadArgument(format!("`profile` has an invalid {what}")))
-}
-
-fn one_based(v: Option<i32>, n: usize, what: &str) -> Result<Option<usize>> {
-    match v {
-        None => Ok(None),
-        Some(k) if k >= 1 && (k as usize) <= n => Ok(Some(k as usize - 1)),
-        Some(_) => Err(Error::BadArgument(format!("`profile` has an out-of-range {what}"))),
-    }
-}
-
-/// A profile from its R form: the named list of R/profile.R's
-/// `profile_parts()`, with the parts of [`ProfileForm`] (tables as lists of
-/// columns), each looked up by name, in any order (other fields are
-/// ignored); checked.
-fn from_r(parts: &Arg) -> Result<Profile> {
-    let p = parts.renamed("profile");
-    let form = ProfileForm::read(&p, At::Root)?;
-    let bad = |what: &str| Error::BadArgument(format!("`profile` has an invalid {what}"));
-    // (`number()`'s error for an NA where a number is needed.)
-    let number = |x: f64, name: &str| {
-        if x.is_nan() {
-            Err(Error::BadArgument(format!("`{name}` must be a single number")))
-        } else {
-            Ok(x)
-        }
-    };
-    let event = match form.event.as_str() {
-        "cpu" => Event::Cpu,
-        "elapsed" => Event::Elapsed,
-        "alloc" => Event::Alloc,
-        _ => return Err(bad("event")),
-    };
-    let ns = |x: f64| (x * 1e9).round().max(0.0) as u64;
-    let Functions { name: names, label: labels, kind: kinds, module: fmod, file: ffile } = form.functions;
-    let Locations { module: lmod, address: laddr } = form.locations;
-    let Lines { location: xloc, function: xfun, file: xfile, line: xline } = form.lines;
-    let Stacks {
-        count: scount,
-        thread: sthread,
-        locations: slocs,
-        alloc_bytes,
-        alloc_count,
-        inuse_bytes,
-        inuse_count,
-    } = form.stacks;
-    // A memory profile's values per stack.
-    let bytes_columns = match event {
-        Event::Alloc => {
-            let column =
-                |c: Option<Vec<f64>>, name: &str| c.ok_or_else(|| p.missing(format!("stacks${name}")));
-            Some([
-                column(alloc_bytes, "alloc_bytes")?,
-                column(alloc_count, "alloc_count")?,
-                column(inuse_bytes, "inuse_bytes")?,
-                column(inuse_count, "inuse_count")?,
-            ])
-        }
-        _ => None,
-    };
-    let Threads { number: tnumber, tid: ttid, name: tname, cpu: tcpu } = form.threads;
-    let nt = tnumber.len();
-    if [ttid.len(), tname.len(), tcpu.len()].iter().any(|&n| n != nt) || sthread.len() != scount.len() {
-        return Err(bad("table (columns of different lengths)"));
-    }
-    let threads = (0..nt)
-        .map(|i| {
-            let number = tnumber[i].filter(|&n| n >= 0).ok_or_else(|| bad("thread number"))? as u32;
-            let tid = ttid[i];
-            if !tid.is_finite() || tid < 0.0 || tid.fract() != 0.0 {
-                return Err(bad("thread id"));
-            }
-            let cpu = tcpu[i];
-            Ok(ThreadInfo {
-                number,
-                tid: tid as i64,
-                name: tname[i].clone().unwrap_or_default(),
-                cpu_ns: (cpu.is_finite() && cpu >= 0.0).then(|| (cpu * 1e9).round() as u64),
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let files: Vec<String> = form.files.into_iter().map(|f| f.unwrap_or_default()).collect();
-    let Modules { path: mpath, build_id: mbuild, start: mstart, limit: mlimit, offset: moffset } =
-        form.modules;
-    let nm = mpath.len();
-    let nf = names.len();
-    let nl = lmod.len();
-    if [labels.len(), kinds.len(), fmod.len(), ffile.len()].iter().any(|&n| n != nf)
-        || laddr.len() != nl
-        || [xfun.len(), xfile.len(), xline.len()].iter().any(|&n| n != xloc.len())
-        || slocs.len() != scount.len()
-        || [mbuild.len(), mstart.len(), mlimit.len(), moffset.len()].iter().any(|&n| n != nm)
-    {
-        return Err(bad("table (columns of different lengths)"));
-    }
-    let mut functions = Vec::with_capacity(nf);
-    for i in 0..nf {
-        functions.push(Function {
-            name: names[i].clone().ok_or_else(|| bad("function name"))?,
-            label: labels[i].clone().ok_or_else(|| bad("function label"))?,
-            kind: kinds[i].as_deref().and_then(FrameKind::from_name).ok_or_else(|| bad("function kind"))?,
-            module: one_based(fmod[i], nm, "module index")?,
-            file: one_based(ffile[i], files.len(), "file index")?,
-        });
-    }
-    let mut locations: Vec<Location> = (0..nl)
-        .map(|i| {
-            Ok(Location {
-                module: one_based(lmod[i], nm, "module index")?,
-                address: parse_hex(&laddr[i], "address")?,
-                lines: Vec::new(),
-            })
-        })
-        .collect::<Result<_>>()?;
-    for k in 0..xloc.len() {
-        let loc = one_based(xloc[k], nl, "location index")?.ok_or_else(|| bad("location index"))?;
-        let function = one_based(xfun[k], nf, "function index")?.ok_or_else(|| bad("function index"))?;
-        let line = xline[k].and_then(|v| u32::try_from(v).ok());
-        locations[loc].lines.push(Line {
-            function,
-            file: one_based(xfile[k], files.len(), "file index")?,
-            line,
-        });
-    }
-    if bytes_columns.as_ref().is_some_and(|c| c.iter().any(|v| v.len() != scount.len())) {
-        return Err(bad("table (columns of different lengths)"));
-    }
-    let whole = |x: f64| (x.is_finite() && x >= 0.0 && x.fract() == 0.0).then_some(x as u64);
-    let mut stacks = Vec::with_capacity(scount.len());
-    for (k, ((count, locs), thread)) in scount.iter().zip(&slocs).zip(&sthread).enumerate() {
-        let locations = locs
-            .iter()
-            .map(|&k| one_based(k, nl, "location index")?.ok_or_else(|| bad("location index")))
-            .collect::<Result<Vec<usize>>>()?;
-        if !count.is_finite() || *count < 0.0 || count.fract() != 0.0 {
-            return Err(bad("count"));
-        }
-        let thread = one_based(*thread, nt.max(1), "thread index")?.unwrap_or(0);
-        let bytes = match &bytes_columns {
-            Some([a, b, c, d]) => Some(Bytes {
-                alloc_bytes: whole(a[k]).ok_or_else(|| bad("byte count"))?,
-                alloc_count: whole(b[k]).ok_or_else(|| bad("allocation count"))?,
-                inuse_bytes: whole(c[k]).ok_or_else(|| bad("byte count"))?,
-                inuse_count: whole(d[k]).ok_or_else(|| bad("allocation count"))?,
-            }),
-            None => None,
-        };
-        stacks.push(Stack { locations, count: *count as u64, thread, process: 0, bytes });
-    }
-    let modules = (0..nm)
-        .map(|i| {
-            Ok(Module {
-                path: mpath[i].clone().ok_or_else(|| bad("module path"))?,
-                build_id: mbuild[i].clone(),
-                start: parse_hex(&mstart[i], "module start")?,
-                limit: parse_hex(&mlimit[i], "module limit")?,
-                offset: parse_hex(&moffset[i], "module offset")?,
-            })
-        })
-        .collect::<Result<_>>()?;
-    let period = match event {
-        Event::Alloc => {
-            let b = number(form.sample_bytes.0, "sample_bytes")?;
-            whole(b).filter(|&b| b > 0).ok_or_else(|| bad("sample_bytes"))?
-        }
-        _ => ns(number(form.interval.0, "interval")?),
-    };
-    let profile = Profile {
-        event,
-        period,
-        start_unix_ns: ns(form.start),
-        duration_ns: ns(form.duration),
-        functions,
-        locations,
-        stacks,
-        files,
-        modules,
-        threads,
-        processes: Vec::new(),
-    };
-    profile.check().map_err(|why| Error::BadArgument(format!("`profile` is damaged: {why}")))?;
-    Ok(profile)
-}
-
 /// Checks a profile (its R form) as the writers would read it: an error
 /// says what is wrong.
 pub fn rs_profile_check(parts: Arg) -> Result<RValue> {
-    from_r(&parts)?;
+    read::from_r(&parts)?;
     Ok(true.into()) // NULL would read as "out of memory"
 }
 
 /// Writes a profile to `path`: `format` "rprof" (with `lines`) or "pprof".
 pub fn rs_profile_write(parts: Arg, path: Arg, format: Arg, lines: Arg) -> Result<RValue> {
-    let p = from_r(&parts)?;
+    let p = read::from_r(&parts)?;
     let path = path.string()?;
     let io = |e: std::io::Error| Error::Io(format!("cannot write {path}: {e}"));
     match format.string()?.as_str() {
@@ -541,11 +361,16 @@ pub fn rs_profile_write(parts: Arg, path: Arg, format: Arg, lines: Arg) -> Resul
                 "Rprof's format holds samples of time, not bytes: write a memory profile with winch_write_pprof() or winch_write_collapsed()".into(),
             ))
         }
+        // A regular file or a new one only: nothing that could block (a
+        // FIFO) or never end (a device); see winch_core::files.
         "rprof" => {
-            let mut file = std::fs::File::create(&path).map_err(io)?;
+            let mut file = files::create_output(Path::new(&path))?;
             winch_core::profile::rprof::write(&p, lines.flag()?, &mut file).map_err(io)?;
         }
-        "pprof" => std::fs::write(&path, winch_core::profile::pprof::encode(&p)).map_err(io)?,
+        "pprof" => {
+            let mut file = files::create_output(Path::new(&path))?;
+            file.write_all(&winch_core::profile::pprof::encode(&p)).map_err(io)?;
+        }
         _ => return Err(Error::BadArgument("`format` must be \"rprof\" or \"pprof\"".into())),
     }
     Ok(true.into()) // NULL would read as "out of memory"

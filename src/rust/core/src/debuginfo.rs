@@ -14,7 +14,6 @@ use crate::scopes;
 use crate::symbols::{demangle, Symbol, SymbolTable, RANK_DYNSYM, RANK_MINIDEBUGINFO, RANK_SYMTAB};
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -245,28 +244,26 @@ pub(crate) fn load(module: &Module, debug_roots: &[PathBuf]) -> ModuleInfo {
         };
     }
     let path = Path::new(&module.path);
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) => return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),
+    // A regular file only (a module's path can name a FIFO or a device by
+    // now, or in a core's list of mappings): see `crate::files`.
+    let (file, size) = match crate::files::open_input(path, "module file", u64::MAX) {
+        Ok(i) => (i.file, i.size),
+        Err(e) => return ModuleInfo::empty(Status::Unreadable(e.to_string())),
     };
     let inode = file_id(&file).map(|(_, ino)| ino);
     // Files of ordinary size are read whole (far faster than many small reads
     // when walking symbol tables); huge ones through a cache of the parts
     // used. Either way the data is a private copy, never a mapping.
-    let size = file.metadata().map(|m| m.len()).ok().filter(|&n| n <= WHOLE_FILE_LIMIT);
-    if let Some(size) = size {
+    if size <= WHOLE_FILE_LIMIT {
         // The headers and the sections naming reads (not the code): see
-        // `elfread`; a file that is not plain ELF64 is read whole.
+        // `elfread`; a file that is not plain ELF64 is read whole (no
+        // further than its size when opened).
         let data = match crate::elfread::read_needed(&file, size) {
             Some(d) => d,
-            None => {
-                let mut data = Vec::new();
-                let mut file = file;
-                if let Err(e) = file.read_to_end(&mut data) {
-                    return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path)));
-                }
-                data
-            }
+            None => match crate::files::read_opened(file, size) {
+                Ok(d) => d,
+                Err(e) => return ModuleInfo::empty(Status::Unreadable(format!("{}: {e}", module.path))),
+            },
         };
         match object::File::parse(&data[..]) {
             Ok(obj) => load_parsed(module, debug_roots, obj, inode),
@@ -542,13 +539,14 @@ fn debug_candidates<'a, R: object::ReadRef<'a>>(
 /// Reads `candidate` if it is the module's debug file: its DWARF, and its
 /// symbols added to `syms`. None if it is not (or is damaged).
 fn open_debug_file(candidate: &Candidate, module: &Module, syms: &mut Vec<Symbol>) -> Option<LazyDwarf> {
-    let mut file = File::open(&candidate.path).ok()?;
+    // A regular file only, read no further than its size (`crate::files`).
+    let crate::files::Input { file, size } =
+        crate::files::open_input(&candidate.path, "debug file", u64::MAX).ok()?;
     // Identity: the build-ids must agree when the module has one (checked in
     // `finish_debug_file`); otherwise the debuglink CRC must match the file.
     let crc = candidate.crc.filter(|_| module.build_id.is_none());
-    if crc.is_some() || file.metadata().is_ok_and(|m| m.len() <= WHOLE_FILE_LIMIT) {
-        let mut data = Vec::new();
-        file.read_to_end(&mut data).ok()?;
+    if crc.is_some() || size <= WHOLE_FILE_LIMIT {
+        let data = crate::files::read_opened(file, size).ok()?;
         if crc.is_some_and(|crc| crc32fast::hash(&data) != crc) {
             return None;
         }
@@ -589,7 +587,9 @@ fn finish_debug_file<'b, S: object::ReadRef<'b>>(
         }
         _ => (None, Vec::new()),
     };
-    let sup_file = sup_path.and_then(|p| File::open(p).ok()).map(object::ReadCache::new);
+    let sup_file = sup_path
+        .and_then(|p| crate::files::open_input(&p, "debug file", u64::MAX).ok())
+        .map(|i| object::ReadCache::new(i.file));
     let sup_obj = sup_file
         .as_ref()
         .and_then(|c| object::File::parse(c).ok())

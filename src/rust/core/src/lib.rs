@@ -29,8 +29,10 @@
 //! * R facts: [`r::Facts`], filled in once by the glue from R's API (with
 //!   [`r::Facts::node_stack_ending_at`] and [`r::Facts::writable_data_of`]),
 //!   [`r::Layout`] and [`r::Symbols`];
-//! * and [`error`], [`FastMap`] (the glue's caches), [`pin_self`] (keeping
-//!   this library loaded while R holds its code).
+//! * and [`error`], [`files`] (what a path names; files opened so that
+//!   nothing blocks: only regular files are read or written), [`FastMap`]
+//!   (the glue's caches), [`pin_self`] (keeping this library loaded while
+//!   R holds its code).
 //!
 //! # Inside
 //! The parts the surface is built on, from the ground up, private to the
@@ -63,6 +65,7 @@ mod dwarf;
 mod elfread;
 pub mod error;
 mod fasthash;
+pub mod files;
 #[cfg(target_os = "linux")]
 mod fork;
 mod got;

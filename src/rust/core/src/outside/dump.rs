@@ -55,9 +55,12 @@ pub struct Dump {
     pub pid: i32,
     pub map: Arc<ModuleMap>,
     pub(crate) r: Option<TargetR>,
-    /// Why R's frames are not shown, for an R process whose R could not
-    /// be read.
-    pub note: Option<String>,
+    /// What the dump could not read, and why, in words for the user (none:
+    /// nothing is missing): a core file cut short, R's state that could not
+    /// be read, R's frames of the main thread not read or not placed, a
+    /// stack that did not unwind whole. Never silent: a thread without
+    /// frames, or R's frames missing, always has its reason here.
+    pub notes: Vec<String>,
     pub threads: Vec<ThreadDump>,
     /// R's registered native routines there (absolute address, name).
     pub routines: Vec<(usize, String)>,
@@ -118,23 +121,48 @@ pub(super) fn check_target(pid: i32) -> Result<String> {
 /// executable when the core's own record of it is not where it was.
 pub fn dump_core(path: &str, exe: Option<&str>) -> Result<Dump> {
     let core = super::core_file::Core::open(path)?;
-    let exe = match exe {
-        Some(e) => e.to_string(),
-        None => core.exe().ok_or_else(|| {
-            Error::BadArgument(format!(
-                "the core file {path} does not say which executable it ran: give `exe`"
-            ))
-        })?,
+    let (exe, given) = match exe {
+        Some(e) => (e.to_string(), true),
+        None => (
+            core.exe().ok_or_else(|| {
+                Error::BadArgument(format!(
+                    "the core file {path} does not say which executable it ran: give `exe`"
+                ))
+            })?,
+            false,
+        ),
     };
-    if !std::path::Path::new(&exe).exists() {
+    if !given && !std::path::Path::new(&exe).exists() {
         return Err(Error::BadArgument(format!(
             "the executable of the core file ({exe}) is not there: give `exe`, the path of the program it ran"
         )));
     }
+    let on_disk = exe_build_id(&exe).map_err(|e| match e {
+        Error::BadArgument(m) if !given => Error::BadArgument(format!(
+            "{m} (the core file names it as its executable): give `exe`, the path of the program it ran"
+        )),
+        e => e,
+    })?;
     let mut maps = core.maps();
     // A program moved since: its mappings are read from `exe`.
     if let Some(old) = core.exe().filter(|o| *o != exe) {
         maps.iter_mut().filter(|m| m.path == old).for_each(|m| m.path = exe.clone());
+    }
+    if given {
+        // The program the process ran, as the core recorded it (its
+        // image's build-id note, from the core or from the file the core
+        // names): a given `exe` must be that program.
+        let ran =
+            target::modules(&maps, &core, &exe).into_iter().find(|m| m.is_main).and_then(|m| m.build_id);
+        if let (Some(ran), Some(on_disk)) = (ran, on_disk) {
+            if ran != on_disk {
+                return Err(Error::BadArgument(format!(
+                    "`exe` {exe} is not the program the core's process ran: its build-id is {}, the core's {}",
+                    hex(&on_disk),
+                    hex(&ran)
+                )));
+            }
+        }
     }
     let pid = core.pid;
     let mut threads = core.threads.clone();
@@ -142,8 +170,38 @@ pub fn dump_core(path: &str, exe: Option<&str>) -> Result<Dump> {
         t.name = core.name.clone();
     }
     let ranges = core.ranges();
+    let damage = core.damage();
     let src = Source { pid, exe, maps, ranges, threads: &threads, mem: core, r_home: None };
-    Ok(read(&src))
+    let mut d = read(&src);
+    // What is missing from the core first: it explains the rest.
+    d.notes.splice(0..0, damage);
+    Ok(d)
+}
+
+/// The build-id of the executable `exe` (None when it has none), after
+/// checking that it is an x86_64 ELF program: a regular file (see
+/// `crate::files`) of at most [`crate::files::MAX_ELF`] bytes whose header
+/// says so. Only its header and notes are read.
+fn exe_build_id(exe: &str) -> Result<Option<Vec<u8>>> {
+    use object::Object;
+    use std::os::unix::fs::FileExt;
+    let input = crate::files::open_input(std::path::Path::new(exe), "executable", crate::files::MAX_ELF)?;
+    let mut head = [0u8; 20];
+    let read = input.file.read_exact_at(&mut head, 0).is_ok();
+    let u16_at = |at: usize| u16::from_le_bytes([head[at], head[at + 1]]);
+    // ELF64, little-endian, x86_64 (62), an executable (2) or a
+    // position-independent one (3).
+    if !read || &head[..6] != b"\x7fELF\x02\x01" || u16_at(18) != 62 || !matches!(u16_at(16), 2 | 3) {
+        return Err(Error::BadArgument(format!("the executable {exe} is not an x86_64 ELF program")));
+    }
+    let cache = object::ReadCache::new(input.file);
+    let file = object::File::parse(&cache)
+        .map_err(|e| Error::BadArgument(format!("the executable {exe} is damaged: {e}")))?;
+    Ok(file.build_id().ok().flatten().map(<[u8]>::to_vec))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A process to read: stopped, or its core file.
@@ -163,9 +221,13 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
     let (pid, mem) = (src.pid, &src.mem);
     let modules = target::modules(&src.maps, mem, &src.exe);
     let map = Arc::new(ModuleMap::of_other_process(modules));
-    let (r, note) = match target::find_r(map.modules(), src.r_home.as_deref()) {
-        Ok(r) => (r, None),
-        Err(e) => (None, Some(e.to_string())),
+    let mut notes = Vec::new();
+    let r = match target::find_r(map.modules(), src.r_home.as_deref()) {
+        Ok(r) => r,
+        Err(e) => {
+            notes.push(format!("R's frames are not shown: {e}"));
+            None
+        }
     };
     let interp =
         r.as_ref().and_then(|r| map.module(r.libr).segments.iter().find(|s| s.exec)).map_or(0, |s| s.start);
@@ -174,10 +236,11 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
     // R's main thread: the process's first (its tid is the pid).
     let main = src.threads.iter().position(|t| t.tid == pid).unwrap_or(0);
     let mut threads = Vec::new();
+    let mut others_cut = 0;
     for (k, t) in src.threads.iter().enumerate() {
         let stack = stack_of(&src.ranges, mem, t.regs.1);
         let (frames, end) = walk(&snap, t.regs, &stack);
-        let trace = native_trace(&map, &frames, end);
+        let trace = native_trace(&map, &frames, end, &stack, t.regs.1);
         let starts = frames.iter().take(trace.frames.len()).map(|f| f.start).collect();
         let modules: Vec<Option<usize>> = trace.frames.iter().map(|f| f.module).collect();
         let classes = view::classify(&map, &modules, known, trace.truncated.is_none());
@@ -185,7 +248,32 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
             Some(r) if k == main => Some(read_r(r, mem, &trace, &classes, &stack)),
             _ => None,
         };
+        // What is missing from this thread, said in the dump's note (the
+        // main thread's in full, others' counted unless they have nothing).
+        if let Some(why) = &trace.truncated {
+            match (k == main, trace.frames.is_empty()) {
+                (true, true) => notes.push(format!("the main thread has no frames: {why}")),
+                (true, false) => notes.push(format!("the main thread's native stack is cut short: {why}")),
+                (false, true) => notes.push(format!("thread {} has no frames: {why}", t.tid)),
+                (false, false) => others_cut += 1,
+            }
+        }
+        if let Some(rf) = &r_frames {
+            if let Some(why) = &rf.fallback {
+                let what = if rf.calls.is_empty() {
+                    "R's frames are not shown"
+                } else {
+                    "the main thread's native frames are listed after R's calls, unplaced"
+                };
+                notes.push(format!("{what}: {why}"));
+            }
+        }
         threads.push(ThreadDump { tid: t.tid, name: t.name.clone(), trace, starts, classes, r: r_frames });
+    }
+    if others_cut > 0 {
+        let s = if others_cut == 1 { "" } else { "s" };
+        notes
+            .push(format!("the native stacks of {others_cut} other thread{s} are cut short (each says why)"));
     }
     // The main thread first.
     if main != 0 && main < threads.len() {
@@ -196,7 +284,7 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
         .as_ref()
         .map(|r| super::registration::routines(mem, &map, r.libr, r.dll_info_fns))
         .unwrap_or_default();
-    Dump { pid, map, r, note, threads, routines }
+    Dump { pid, map, r, notes, threads, routines }
 }
 
 /// A copy of the stack a thread runs on: `[lo, hi)` and its bytes.
@@ -271,11 +359,46 @@ pub(super) fn stack_of(ranges: &[(usize, usize)], mem: &impl Memory, sp: usize) 
     Stack { lo, hi, bytes }
 }
 
+/// Why a walk that read a return address of 0 stopped. A complete stack
+/// ends at a frame whose unwind rule says it is the outermost (glibc's
+/// `_start` and the start of its threads): a 0 read where a caller's
+/// address should be is a stack that is zeroed or damaged.
+const ZERO_RETURN: &str =
+    "a return address of 0 was read where the stack should go on: the stack is zeroed or damaged there";
+
 fn walk(snap: &Snapshot, regs: (usize, usize, usize), stack: &Stack) -> (Vec<Frame>, End) {
     let mut frames = vec![Frame::default(); MAX_FRAMES];
-    let (n, end) = snap.walk(regs, |a| stack.word(a), &mut frames);
+    let (n, end) = judged(|read, out| snap.walk(regs, read, out), |a| stack.word(a), &mut frames);
     frames.truncate(n);
     (frames, end)
+}
+
+/// Runs `walk` (a walk reading the stack with the function it is given,
+/// writing frames to `out`) over `read`, and tells a walk that ended on a
+/// return address of 0 from one that reached the outermost frame.
+///
+/// The walk reads nothing to step from a frame whose rule makes it the
+/// outermost; to step from any other it reads that frame's return address,
+/// at or above the frame's stack pointer, while every word read to reach
+/// the frame lies below it.
+fn judged(
+    walk: impl FnOnce(&dyn Fn(usize) -> Option<usize>, &mut [Frame]) -> (usize, End),
+    read: impl Fn(usize) -> Option<usize>,
+    out: &mut [Frame],
+) -> (usize, End) {
+    let last_read = std::cell::Cell::new(None);
+    let (n, end) = walk(
+        &|a| {
+            last_read.set(Some(a));
+            read(a)
+        },
+        out,
+    );
+    let read_past_last = matches!((out[..n].last(), last_read.get()), (Some(f), Some(a)) if a >= f.sp);
+    if end == End::Outermost && read_past_last {
+        return (n, End::Stopped(ZERO_RETURN));
+    }
+    (n, end)
 }
 
 /// The frames walked from `regs` over `stack`, up to the first that is not
@@ -299,15 +422,19 @@ pub(super) fn native_walk(
     (frames, why)
 }
 
-fn native_trace(map: &Arc<ModuleMap>, frames: &[Frame], end: End) -> NativeTrace {
+/// The native frames of a walk from stack pointer `sp` over `stack`, up
+/// to the first that is not code of a module, and why the walk did not
+/// reach the outermost frame.
+fn native_trace(map: &Arc<ModuleMap>, frames: &[Frame], end: End, stack: &Stack, sp: usize) -> NativeTrace {
     let mut out = Vec::with_capacity(frames.len());
     let mut truncated = None;
     for (i, f) in frames.iter().enumerate() {
         if !map.lookup(f.ip).is_some_and(|h| h.exec) {
-            truncated = Some(format!(
-                "unwinding reached address {:#x}, which is not code of any loaded module",
-                f.ip
-            ));
+            truncated = Some(if i == 0 {
+                format!("its instruction pointer {:#x} is not in the code of any module read", f.ip)
+            } else {
+                format!("unwinding reached address {:#x}, which is not code of any loaded module", f.ip)
+            });
             break;
         }
         out.push(NativeFrame {
@@ -321,6 +448,10 @@ fn native_trace(map: &Arc<ModuleMap>, frames: &[Frame], end: End) -> NativeTrace
         truncated = match end {
             End::Outermost => None,
             End::Full => Some(format!("more than {MAX_FRAMES} frames")),
+            // Nothing of the stack could be read: that is why.
+            End::Stopped(_) if stack.bytes.is_empty() => {
+                Some(format!("its stack (at {sp:#x}) is not in the memory that could be read"))
+            }
             End::Stopped(why) => Some(format!("unwinding stopped ({why})")),
         };
     }
@@ -337,7 +468,7 @@ fn read_r(r: &TargetR, mem: &impl Memory, trace: &NativeTrace, classes: &[Class]
         labels,
         fallback: Some(why),
     };
-    let records = match read_chain(r, mem) {
+    let records = match read_chain(r, mem, (stack.lo, stack.hi)) {
         Ok(c) => c,
         Err(e) => {
             return fallback(format!("R's context chain could not be read: {e}"), Vec::new(), Vec::new())
@@ -376,12 +507,20 @@ fn read_r(r: &TargetR, mem: &impl Memory, trace: &NativeTrace, classes: &[Class]
 }
 
 /// R's whole context chain, innermost first; an error unless it reaches
-/// the top level.
-pub(super) fn read_chain(r: &TargetR, mem: &impl Memory) -> Result<Vec<RContext>> {
+/// the top level. R's top-level context is R's own variable, never on the
+/// thread's stack (`stack`, the range copied): a record there that ends
+/// the chain is a damaged (zeroed) stack read as one.
+pub(super) fn read_chain(r: &TargetR, mem: &impl Memory, stack: (usize, usize)) -> Result<Vec<RContext>> {
     let mut out = Vec::new();
     for c in crate::r::Chain::from_global(mem, &r.layout, r.global_context, MAX_R_FRAMES) {
-        let c = c.map_err(|b| Error::Inconsistent(format!("{b:?}")))?;
+        let c = c.map_err(Error::from)?;
         let top = c.next == 0;
+        if top && stack.0 <= c.addr && c.addr < stack.1 {
+            return Err(Error::Inconsistent(format!(
+                "the chain ends at a record on the stack ({:#x}), not at R's top level: the stack is damaged there",
+                c.addr
+            )));
+        }
         out.push(c);
         if top {
             return Ok(out);
@@ -395,6 +534,133 @@ mod tests {
     use super::*;
     use crate::memory::{Counted, Image};
     use std::cell::Cell;
+
+    /// A walk over made-up code: `f` (0x1000-0x1100, CFA = sp + 16, the
+    /// caller's RBP saved at CFA - 16) called from `_start` (0x2000, the
+    /// outermost by its rule), over `stack`; frames and how it ended, as
+    /// the dump judges it.
+    fn walk_made(stack: &Image) -> (Vec<usize>, End) {
+        use crate::modules::Module;
+        use crate::unwind::rules::{Base, Regs, Rule, SavedBp};
+        use crate::unwind::walk::synthetic::{Function, Made};
+        use crate::unwind::walk::{Caches, Ended, Modules, Sizes, Visitor};
+        use std::ops::ControlFlow;
+        let f = Function {
+            start: 0x1000,
+            end: 0x1100,
+            rows: vec![(
+                0x1000,
+                0x1100,
+                Rule::Step { cfa: Base::Sp, cfa_offset: 16, ra_offset: -8, bp: SavedBp::At(-16), start: 0 },
+            )],
+        };
+        let start = Made::uniform(0x2000, 0x3000, 0x1000, Rule::Outermost { start: 0 });
+        let m = Modules::synthetic(
+            vec![
+                (Module::synthetic("/made/f.so", 0x1000, 0x2000, false), Some(Made { functions: vec![f] })),
+                (Module::synthetic("/made/exe", 0x2000, 0x3000, true), Some(start)),
+            ],
+            None,
+        );
+        struct Collect<'a>(&'a mut [Frame], usize);
+        impl Visitor for Collect<'_> {
+            type Stop = ();
+            fn frame(&mut self, frame: &Frame, _probe: usize) -> ControlFlow<()> {
+                let Some(o) = self.0.get_mut(self.1) else { return ControlFlow::Break(()) };
+                *o = *frame;
+                self.1 += 1;
+                ControlFlow::Continue(())
+            }
+        }
+        let mut caches = Caches::new(Sizes::THROWS);
+        let mut out = [Frame::default(); 16];
+        let (n, end) = judged(
+            |read, out| {
+                let mut c = Collect(out, 0);
+                let regs = Regs { ip: 0x1010, sp: 0x8000, bp: Some(0x8100) };
+                let end = match crate::unwind::walk::walk(&m, &mut caches, regs, read, &mut c) {
+                    Ended::By(()) => End::Full,
+                    Ended::Outermost => End::Outermost,
+                    Ended::Stopped(why) => End::Stopped(why),
+                };
+                (c.1, end)
+            },
+            |a| stack.word(a),
+            &mut out,
+        );
+        (out[..n].iter().map(|f| f.ip).collect(), end)
+    }
+
+    #[test]
+    fn a_walk_that_reads_a_zero_return_address_is_cut_short_not_complete() {
+        // f at 0x1010 (sp 0x8000) returns to _start at 0x2005: the walk
+        // ends there by _start's rule.
+        let mut img = Image::new();
+        img.put(0x8000, vec![0; 0x40]);
+        img.put_word(0x8000, 0x8100); // f's saved RBP
+        img.put_word(0x8008, 0x2005); // f's return address
+        assert_eq!(walk_made(&img), (vec![0x1010, 0x2005], End::Outermost));
+        // The same stack zeroed: f's return address reads 0, which the
+        // walker takes for the end; the dump does not.
+        let zeroed = {
+            let mut img = Image::new();
+            img.put(0x8000, vec![0; 0x40]);
+            img
+        };
+        assert_eq!(walk_made(&zeroed), (vec![0x1010], End::Stopped(ZERO_RETURN)));
+        // f calling itself with its return address 0 one frame up: cut
+        // short after two frames.
+        let mut img = Image::new();
+        img.put(0x8000, vec![0; 0x40]);
+        img.put_word(0x8008, 0x1020);
+        assert_eq!(walk_made(&img), (vec![0x1010, 0x1020], End::Stopped(ZERO_RETURN)));
+    }
+
+    #[test]
+    fn a_core_and_an_executable_must_be_regular_files_and_an_executable_a_program() {
+        let dir = std::env::temp_dir().join(format!("winch-dump-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path only.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let random = dir.join("random");
+        std::fs::write(
+            &random,
+            (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        let refused = |r: Result<Dump>| match r {
+            Err(Error::BadArgument(m)) => m,
+            Err(e) => panic!("expected a BadArgument error, got {e:?}"),
+            Ok(_) => panic!("expected a BadArgument error, got a dump"),
+        };
+        // Nothing waits for a FIFO's writer, or reads a device without end.
+        for (path, says) in [
+            (fifo.to_str().unwrap(), "a FIFO"),
+            ("/dev/zero", "a character device"),
+            (dir.to_str().unwrap(), "a directory"),
+        ] {
+            let m = refused(dump_core(path, None));
+            assert!(m.contains("core file") && m.contains(says), "{m}");
+            let m = refused(dump_core(random.to_str().unwrap(), Some(path)));
+            assert!(m.contains("not an ELF core"), "the core is read first: {m}");
+            let m = exe_build_id(path).unwrap_err().to_string();
+            assert!(m.contains("executable") && m.contains(says), "{m}");
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "nothing waited");
+        let m = exe_build_id(random.to_str().unwrap()).unwrap_err().to_string();
+        assert!(m.contains("not an x86_64 ELF program"), "{m}");
+        let m = exe_build_id(dir.join("no").join("such").to_str().unwrap()).unwrap_err().to_string();
+        assert!(m.contains("does not exist"), "{m}");
+        // A program: its build-id (this test's own executable has one).
+        let me = std::env::current_exe().unwrap();
+        let id = exe_build_id(me.to_str().unwrap()).unwrap();
+        assert!(id.is_some_and(|id| id.len() >= 8));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn reads_behind_a_copied_stack_come_from_the_copy_or_from_pages_read_once() {

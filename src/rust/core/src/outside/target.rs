@@ -208,8 +208,15 @@ pub fn find_r(modules: &[Module], r_home: Option<&str>) -> Result<Option<TargetR
         m.has_file && (m.basename() == "libR.so" || m.is_main) && !m.path.ends_with(" (deleted)")
     });
     for (i, m) in candidates {
-        let Ok(data) = std::fs::read(&m.path) else { continue };
-        let Ok(file) = object::File::parse(&*data) else { continue };
+        // Only the parts parsing asks for are read (a regular file only:
+        // see `crate::files`).
+        let Ok(input) =
+            crate::files::open_input(std::path::Path::new(&m.path), "module", crate::files::MAX_ELF)
+        else {
+            continue;
+        };
+        let cache = object::ReadCache::new(input.file);
+        let Ok(file) = object::File::parse(&cache) else { continue };
         use object::{Object, ObjectSymbol};
         let mut found = [0usize; VARIABLES.len()];
         for sym in file.dynamic_symbols() {
@@ -267,7 +274,9 @@ fn r_version(libr: &str, r_home: Option<&str>) -> Option<RVersion> {
     if lib_dir.ends_with("usr/lib/R/lib") {
         places.push("/usr/share/R/include/Rversion.h".into());
     }
-    places.iter().find_map(|p| parse_rversion(&std::fs::read_to_string(p).ok()?))
+    // (A header of a few KB: more is not that file.)
+    let read = |p: &std::path::Path| crate::files::read_input(p, "header", 1 << 20).ok();
+    places.iter().find_map(|p| parse_rversion(&String::from_utf8_lossy(&read(p)?)))
 }
 
 /// `(major, minor)` from the text of `Rversion.h`.

@@ -48,9 +48,13 @@ impl EhTables<Slice> {
     /// its file (when the file's build-id is the loaded image's: the same
     /// bytes).
     pub fn of_file(m: &Module) -> Option<EhTables> {
-        use object::{Object, ObjectSegment};
-        let data = std::fs::read(&m.path).ok()?;
-        let file = object::File::parse(&*data).ok()?;
+        use object::{Object, ObjectSegment, ReadRef};
+        // Only the headers and the tables are read, from a regular file
+        // (see `crate::files`).
+        let input =
+            crate::files::open_input(std::path::Path::new(&m.path), "module", crate::files::MAX_ELF).ok()?;
+        let data = object::ReadCache::new(input.file);
+        let file = object::File::parse(&data).ok()?;
         let id = file.build_id().ok()??;
         if m.build_id.as_deref() != Some(id) {
             return None;
@@ -68,7 +72,7 @@ impl EhTables<Slice> {
                 .iter()
                 .find(|&&(s, n, _)| addr >= s && addr.checked_add(len).is_some_and(|e| e <= s + n))?;
             let from = offset + (addr - start);
-            data.get(from..from + len).map(<[u8]>::to_vec)
+            data.read_bytes_at(from as u64, len as u64).ok().map(<[u8]>::to_vec)
         })
     }
 
