@@ -158,11 +158,11 @@
 #' }
 winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "elapsed", "alloc"),
                           loops = TRUE, lines = FALSE, ..., threads = c("all", "main"), libr = FALSE,
-                          gc = TRUE, sample_bytes = 512 * 1024) {
+                          gc = TRUE, sample_bytes = 512 * 1024, processes = c("all", "self")) {
   check_required(expr, what = "the code to profile")
   check_no_dots(...)
   opts <- check_profile_args(file, interval, event, loops, lines, threads, libr, gc,
-    sample_bytes = sample_bytes, alloc_ok = TRUE
+    sample_bytes = sample_bytes, alloc_ok = TRUE, processes = processes
   )
   # The profiled code is what runs under force(expr) below: samples taken
   # before or after it (the profiler starting and stopping) are left out,
@@ -245,11 +245,11 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
 #' }
 winch_rprof <- function(filename = "Rprof.out", interval = 0.02, event = c("cpu", "elapsed"),
                         loops = TRUE, lines = FALSE, threads = c("all", "main"), libr = FALSE,
-                        gc = TRUE) {
+                        gc = TRUE, processes = c("all", "self")) {
   if (is.null(filename)) {
     return(rprof_stop())
   }
-  opts <- check_profile_args(filename, interval, event, loops, lines, threads, libr, gc)
+  opts <- check_profile_args(filename, interval, event, loops, lines, threads, libr, gc, processes = processes)
   # Samples of winch_rprof() itself (starting and stopping) are left out.
   opts$region <- list("outside", winch_rprof)
   # As in winch_profile(), the cleanup is armed before the profiler starts;
@@ -291,7 +291,7 @@ rprof_stop <- function(call = rlang::caller_env()) {
 
 check_profile_args <- function(file, interval, event, loops, lines, threads = "main", libr = FALSE,
                                gc = TRUE, sample_bytes = 512 * 1024, alloc_ok = FALSE,
-                               call = rlang::caller_env()) {
+                               processes = "self", call = rlang::caller_env()) {
   check_number(interval, 0.001, 3600, unit = "seconds", why = " (the timers cannot honour less)", call = call)
   event <- check_choice(event, if (alloc_ok) c("cpu", "elapsed", "alloc") else c("cpu", "elapsed"), call = call)
   # (Also checked, with the same bounds, where the native side reads it:
@@ -308,6 +308,7 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
   check_flag(libr, call = call)
   check_flag(gc, call = call)
   threads <- check_choice(threads, c("all", "main"), call = call)
+  processes <- check_choice(processes, c("all", "self"), call = call)
   check_output_file(file, null_ok = TRUE, call = call)
   check_writable(file, call = call)
   if (!winch_available()) {
@@ -329,7 +330,7 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
   }
   list(
     file = file, interval = interval, event = event, loops = loops, lines = lines, threads = threads,
-    libr = libr, gc = gc, sample_bytes = as.double(sample_bytes)
+    libr = libr, gc = gc, sample_bytes = as.double(sample_bytes), processes = processes
   )
 }
 
@@ -394,7 +395,10 @@ profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
       as.double(opts$interval), opts$event, opts$loops, opts$region,
       opts$lines, list(quote(`for`), quote(`while`), quote(`repeat`), quote(srcfile), quote(filename)),
       as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels,
-      opts$threads, list(libr = opts$libr, gc = opts$gc, sample_bytes = opts$sample_bytes %||% (512 * 1024))
+      opts$threads, list(
+        libr = opts$libr, gc = opts$gc, sample_bytes = opts$sample_bytes %||% (512 * 1024),
+        processes = identical(opts$processes, "all")
+      )
     ),
     call = call
   )
@@ -517,12 +521,16 @@ new_winch_profile <- function(raw, session, usage_end = resource_usage(), gc_tim
       files = raw$files,
       modules = as_df(raw$modules),
       threads = as_df(raw$threads),
+      processes = as_df(raw$processes),
       stats = c(raw$stats, list(
         usage = usage,
         gc_time = gc_time[[3L]],
         gc_count = session$gc_counter$count()
       )),
-      options = list(loops = session$opts$loops, lines = session$opts$lines, threads = session$opts$threads)
+      options = list(
+        loops = session$opts$loops, lines = session$opts$lines, threads = session$opts$threads,
+        processes = session$opts$processes
+      )
     ),
     class = "winch_profile"
   )
@@ -549,11 +557,15 @@ profile_form <- list(
   locations = list(module = as.integer, address = identity),
   lines = list(location = as.integer, `function` = as.integer, file = as.integer, line = as.integer),
   stacks = list(
-    count = as.double, thread = as.integer, locations = function(x) lapply(x, as.integer),
+    count = as.double, thread = as.integer, process = as.integer, locations = function(x) lapply(x, as.integer),
     alloc_bytes = memory_only(as.double), alloc_count = memory_only(as.double),
     inuse_bytes = memory_only(as.double), inuse_count = memory_only(as.double)
   ),
   threads = list(number = as.integer, tid = as.double, name = as.character, cpu = as.double),
+  processes = list(
+    number = as.integer, pid = as.double, command = as.character, host = as.character, cpu = as.double,
+    samples = as.double
+  ),
   files = as.character,
   modules = list(path = identity, build_id = identity, start = identity, limit = identity, offset = identity)
 )
@@ -569,6 +581,8 @@ profile_parts <- function(p) {
   p$sample_bytes <- p$sample_bytes %||% NA_real_
   p$stacks$thread <- p$stacks$thread %||% rep(1L, length(p$stacks$count))
   p$threads <- profile_threads(p)
+  p$stacks$process <- p$stacks$process %||% rep(1L, length(p$stacks$count))
+  p$processes <- profile_processes(p)
   memory <- identical(p$event, "alloc")
   parts <- lapply(names(profile_form), function(part) {
     take <- profile_form[[part]]
@@ -586,6 +600,15 @@ profile_parts <- function(p) {
   })
   names(parts) <- names(profile_form)
   parts
+}
+
+# The processes of a profile (a profile made before processes were sampled
+# has the profiled process only, whose id and host were not kept).
+profile_processes <- function(p) {
+  p$processes %||% data.frame(
+    number = 0L, pid = 0, command = "", host = "", cpu = NA_real_, samples = sum(p$stacks$count),
+    stringsAsFactors = FALSE
+  )
 }
 
 # The threads of a profile (a profile made before threads were sampled has

@@ -319,7 +319,8 @@ impl Profile {
         if self.event == Event::Alloc {
             return Ok(());
         }
-        let threads = self.threads.len().max(1) as f64;
+        // (Each other process samples its main thread on its own clock.)
+        let threads = (self.threads.len().max(1) + self.processes.len().saturating_sub(1)) as f64;
         let possible = (self.duration_ns as f64 / self.period as f64) * 1.5 * threads + 10.0 * threads;
         let samples = self.samples();
         if samples as f64 > possible {
@@ -337,6 +338,7 @@ impl Profile {
         let (nl, nf, nfiles, nm) =
             (self.locations.len(), self.functions.len(), self.files.len(), self.modules.len());
         let nt = self.threads.len().max(1);
+        let np = self.processes.len().max(1);
         let bad_module = |m: Option<usize>| m.is_some_and(|m| m >= nm);
         let bad_file = |f: Option<usize>| f.is_some_and(|f| f >= nfiles);
         let out_of_range = |field: &str, at: usize| Err(format!("`{field}` [{}] is out of range", at + 1));
@@ -346,6 +348,9 @@ impl Profile {
             }
             if s.thread >= nt {
                 return out_of_range("stacks$thread", k);
+            }
+            if s.process >= np {
+                return out_of_range("stacks$process", k);
             }
         }
         for (k, f) in self.functions.iter().enumerate() {
@@ -374,7 +379,8 @@ impl Profile {
         Ok(())
     }
 
-    /// Threads numbered once each (R's main thread 0, others from 1).
+    /// Threads numbered once each (R's main thread 0, others from 1), and
+    /// processes likewise (the profiled one 0).
     fn check_threads(&self) -> Result<(), String> {
         let mut seen = std::collections::HashSet::new();
         for (k, t) in self.threads.iter().enumerate() {
@@ -383,6 +389,16 @@ impl Profile {
                     "`threads$number` [{}] is {}, a number another thread has",
                     k + 1,
                     t.number
+                ));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (k, p) in self.processes.iter().enumerate() {
+            if !seen.insert(p.number) {
+                return Err(format!(
+                    "`processes$number` [{}] is {}, a number another process has",
+                    k + 1,
+                    p.number
                 ));
             }
         }
