@@ -55,6 +55,41 @@
 #'
 #' `threads = "main"` samples R's main thread only, as before.
 #'
+#' @section Processes:
+#' With `processes = "all"` (the default), child processes forked while
+#' the profile runs (`parallel::mclapply()`, `mcparallel()`, `pvec()`,
+#' future's `multicore` plan) are sampled too, from inside: a child
+#' inherits the profiler with the rest of its parent's memory, arms a timer
+#' on its own clock at the fork, and hands its samples to its parent
+#' through memory the two share (up to 32 children at once; `summary()`
+#' says how many more were not sampled). A child's sample is its joint
+#' stack, R frames with its native frames in place, under a frame
+#' `[process N]` (numbered in the order of their first sample; their ids,
+#' command lines and CPU time are in `summary()`), under the R call of the
+#' parent that forked it. The parallel framework's own frames are left
+#' out: of the parent's part, those inside the framework's call
+#' (`mclapply()`'s `lapply()` and the function that forks); of the child's,
+#' those around the user's function (sending the result back, `try()`'s
+#' frames, the `lapply()` running the tasks), so that a child of
+#' `mclapply()` reads `work > mclapply > [process 1] > FUN > my_fun`. The
+#' calls taken for the framework's are those of `parallel`, `future`,
+#' `future.apply`, `furrr`, `BiocParallel` and `foreach`; with another
+#' framework, its frames are shown.
+#'
+#' `as.data.frame()` has a column `process`; [winch_write_pprof()] labels
+#' every sample with `process` and `pid` (`go tool pprof
+#' -tagfocus=process=process_1`); `summary()` lists the processes with the
+#' CPU time each used and the share of the whole tree's CPU time the
+#' profile did not see (children that ended during the profile count in
+#' it, from the kernel's account, sampled or not).
+#'
+#' Not yet sampled: a child of a memory profile (its allocations are its
+#' own), processes not forked from this one (PSOCK clusters and future's
+#' `multisession` workers, `callr`, programs run by `system()`), threads
+#' other than a child's main thread, and children that load libraries
+#' after the fork have those libraries' frames unnamed. Profiles made in
+#' other processes can be combined with [c()][c.winch_profile].
+#'
 #' @section Memory:
 #' With `event = "alloc"`, allocations are sampled instead of time: the
 #' allocation functions of every loaded library (`malloc()`, `calloc()`,
@@ -145,6 +180,8 @@
 #'   whose `R_gc` it cannot read, collections stay folded.)
 #' @param sample_bytes With `event = "alloc"`: the mean bytes allocated
 #'   between two samples (one number, at least 1 and at most 1e15).
+#' @param processes `"all"` (the default: child processes too; see the
+#'   section "Processes") or `"self"` (this process only).
 #' @return A `winch_profile` object: distinct stacks with their counts, the
 #'   functions, locations, files and modules they refer to, and figures about
 #'   the run (`summary()`), with `print()`, `summary()` and `plot()` methods.

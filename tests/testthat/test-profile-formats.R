@@ -238,7 +238,7 @@ test_that("as.data.frame() has one row per stack as shown, and its totals are th
   p <- winch_profile(outer(), interval = 0.002)
   df <- as.data.frame(p)
   expect_s3_class(df, "data.frame")
-  expect_named(df, c("stack", "samples", "time", "thread"))
+  expect_named(df, c("stack", "samples", "time", "thread", "process"))
   expect_false(anyDuplicated(paste(df$thread, df$stack)) > 0)
   expect_lte(nrow(df), length(p$stacks$count))
   expect_equal(sum(df$samples), sum(p$stacks$count))

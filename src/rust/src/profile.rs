@@ -4,8 +4,8 @@
 
 use crate::args::Arg;
 use crate::profile_form::{
-    self as form, Functions, Lines, Locations, Modules, NumberOrNan, Part, Processes, ProfileForm, Stacks, Threads,
-    Unread,
+    self as form, Functions, Lines, Locations, Modules, NumberOrNan, Part, Processes, ProfileForm, Stacks,
+    Threads, Unread,
 };
 use crate::rstate;
 use crate::value::RValue;

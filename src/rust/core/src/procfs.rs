@@ -596,7 +596,10 @@ mod tests {
     #[test]
     fn stat_state_and_cpu_ticks() {
         let s = Stat::parse(&stat_line("R", 'R', 150, 25)).unwrap();
-        assert_eq!(s, Stat { state: 'R', minflt: 1234, majflt: 5, utime: 150, stime: 25, cutime: 0, cstime: 0 });
+        assert_eq!(
+            s,
+            Stat { state: 'R', minflt: 1234, majflt: 5, utime: 150, stime: 25, cutime: 0, cstime: 0 }
+        );
         assert_eq!(s.cpu_ticks(), 175);
         assert!(s.running() && !s.exiting());
         // A name with spaces and parentheses ends at the last ')'.
@@ -605,7 +608,10 @@ mod tests {
         assert!(!s.running());
         // A kernel thread.
         let k = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 31 0 0 20 0 1 0 9 0 0 18446744073709551615";
-        assert_eq!(Stat::parse(k), Some(Stat { state: 'S', minflt: 0, majflt: 0, utime: 0, stime: 31, cutime: 0, cstime: 0 }));
+        assert_eq!(
+            Stat::parse(k),
+            Some(Stat { state: 'S', minflt: 0, majflt: 0, utime: 0, stime: 31, cutime: 0, cstime: 0 })
+        );
         assert!(Stat::parse(&stat_line("z", 'Z', 0, 0)).unwrap().exiting());
         assert!(Stat::parse(&stat_line("x", 'X', 0, 0)).unwrap().exiting());
         // Malformed: no name's end, fields missing, a time not a number.

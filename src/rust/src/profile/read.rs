@@ -5,7 +5,9 @@
 //! reason (the model's own rules are `Profile::check`).
 
 use crate::args::Arg;
-use crate::profile_form::{At, Functions, Lines, Locations, Modules, Part, Processes, ProfileForm, Stacks, Threads};
+use crate::profile_form::{
+    At, Functions, Lines, Locations, Modules, Part, Processes, ProfileForm, Stacks, Threads,
+};
 use winch_core::error::{Error, Result};
 use winch_core::profile::model::{
     Bytes, Event, FrameKind, Function, Line, Location, Module, ProcessInfo, Profile, Stack, ThreadInfo,
@@ -336,7 +338,11 @@ fn read_processes(p: Processes) -> Result<Vec<ProcessInfo>> {
     (0..n)
         .map(|i| {
             let number = number[i].filter(|&x| x >= 0).ok_or_else(|| {
-                damaged_at("processes$number", i, "must be a whole number from 0 (the profiled process), not NA")
+                damaged_at(
+                    "processes$number",
+                    i,
+                    "must be a whole number from 0 (the profiled process), not NA",
+                )
             })? as u32;
             let whole = |x: f64| x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x <= i64::MAX as f64;
             if !whole(pid[i]) {

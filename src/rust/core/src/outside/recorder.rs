@@ -224,8 +224,7 @@ impl Recorder {
                 let behind = Behind::new(&stack, &mem);
                 let context = behind.word(facts.base.global_context).unwrap_or(0) as u64;
                 let reads = Reads { heap: &behind, chain: &behind };
-                let at =
-                    Moment { snapshot: snap, index: index as u32, seq: self.seq, context, fork_context: 0 };
+                let at = Moment { snapshot: snap, index: index as u32, seq: self.seq, context, fork: &[] };
                 let made = compose::compose(t.regs, Flags::NONE, at, facts, &reads, &mut self.scratch);
                 let rec = self.scratch.record(made.len);
                 record::write_prefix(rec, made.prefix(weight, spent()));

@@ -165,9 +165,12 @@ pub struct Moment<'a> {
     pub index: u32,
     pub seq: u64,
     pub context: u64,
-    /// In a forked child: the context record innermost at the fork (the
-    /// records from it outwards are the parent's, copied; 0: not a child).
-    pub fork_context: usize,
+    /// In a forked child: the records its R chain held at the fork (their
+    /// address and function; innermost first, of the kinds a sample keeps:
+    /// see [`fork_records`]). The records of a sample that are still these
+    /// are the parent's, copied; the others the child's own. Empty: not a
+    /// child.
+    pub fork: &'a [(usize, usize)],
 }
 
 impl Composed {
@@ -194,7 +197,7 @@ pub fn compose<H: Memory, C: Memory>(
     mem: &Reads<H, C>,
     s: &mut Scratch,
 ) -> Composed {
-    let Moment { snapshot: snap, index, seq, context, fork_context } = at;
+    let Moment { snapshot: snap, index, seq, context, fork } = at;
     let mut flags = flags;
     let origin = Origin::main(index);
     let nothing = |flags| Composed { flags, len: 0, outside: true, origin, link: seq, context };
@@ -213,29 +216,28 @@ pub fn compose<H: Memory, C: Memory>(
     for i in 0..n {
         s.sps[i] = s.frames[i].sp;
     }
-    let (nctx, cut, fork_at) =
-        match read_contexts(r, mem.chain, &s.sps[..n], complete, fork_context, &mut s.ctx) {
-            Some(Chain { outside: true, .. }) => {
-                return nothing(flags);
-            }
-            Some(Chain { len: k, consistent, cut, fork_at, outside: false }) => {
-                if !consistent {
-                    flags |= Flags::TRUNCATED_R;
-                }
-                let mut d = Describe {
-                    labels: &mut s.labels,
-                    buf: &mut s.label,
-                    bodies: &mut s.bodies,
-                    files: &mut s.files,
-                };
-                describe_frames(r, mem, &s.frames[..n], &mut s.ctx[..k], &mut d, &mut s.memo);
-                (k, cut, fork_at)
-            }
-            None => {
+    let (nctx, cut, fork_at) = match read_contexts(r, mem.chain, &s.sps[..n], complete, &mut s.ctx) {
+        Some(Chain { outside: true, .. }) => {
+            return nothing(flags);
+        }
+        Some(Chain { len: k, consistent, cut, outside: false }) => {
+            if !consistent {
                 flags |= Flags::TRUNCATED_R;
-                (0, usize::MAX, usize::MAX)
             }
-        };
+            let mut d = Describe {
+                labels: &mut s.labels,
+                buf: &mut s.label,
+                bodies: &mut s.bodies,
+                files: &mut s.files,
+            };
+            describe_frames(r, mem, &s.frames[..n], &mut s.ctx[..k], &mut d, &mut s.memo);
+            (k, cut, parent_from(&s.ctx[..k], fork))
+        }
+        None => {
+            flags |= Flags::TRUNCATED_R;
+            (0, usize::MAX, usize::MAX)
+        }
+    };
 
     // Native frames of R's interpreter are left out (the R frames stand for
     // them), and so is the program around it: frames further out than the
@@ -427,6 +429,50 @@ fn ast_loop_owner(h: &impl Memory, ctx: &[Ctx], k: usize) -> Owner {
     }
 }
 
+/// Where a forked child's records end and its parent's begin, in `ctx`
+/// (innermost first): the records that are still those of the fork
+/// (`fork`, innermost first) are the outermost ones, matched from the
+/// outside in (the child has left the innermost records of the fork, and
+/// made its own further in). `usize::MAX`: not a child, or nothing of the
+/// parent's is left.
+fn parent_from(ctx: &[Ctx], fork: &[(usize, usize)]) -> usize {
+    if fork.is_empty() {
+        return usize::MAX;
+    }
+    let same = ctx
+        .iter()
+        .rev()
+        .zip(fork.iter().rev())
+        .take_while(|(c, &(addr, fun))| c.addr == addr && c.callfun == fun)
+        .count();
+    if same == 0 {
+        usize::MAX
+    } else {
+        ctx.len() - same
+    }
+}
+
+/// The records of R's chain that a sample keeps (function records, and
+/// loop records on the C stack), as (address, function) innermost first,
+/// into `out`: what a forked child remembers of the fork (see
+/// [`Moment::fork`]). How many; None if the chain could not be read whole.
+pub fn fork_records(r: &RFacts, mem: &impl Memory, out: &mut [(usize, usize)]) -> Option<usize> {
+    let chain = crate::r::Chain::from_global(mem, &r.base.layout, r.base.global_context, MAX_CONTEXTS * 4);
+    let mut n = 0;
+    for c in chain {
+        let c = c.ok()?;
+        if c.next == 0 {
+            return Some(n);
+        }
+        let function = c.is_function();
+        if function || (c.callflag == CTXT_LOOP && r.ranges.on_stack(c.addr)) {
+            *out.get_mut(n)? = (c.addr, if function { c.callfun } else { 0 });
+            n += 1;
+        }
+    }
+    None
+}
+
 /// What [`read_contexts`] found.
 struct Chain {
     /// Records kept in `ctx`.
@@ -436,9 +482,6 @@ struct Chain {
     /// The index of the record where the frames to leave out begin
     /// (`usize::MAX` for none; see [`Region`]).
     cut: usize,
-    /// The index of the first record of a forked child's parent
-    /// (`usize::MAX` for none; see [`Moment::fork_context`]).
-    fork_at: usize,
     /// The sample is not the profiled code's.
     outside: bool,
 }
@@ -453,13 +496,11 @@ fn read_contexts(
     mem: &impl Memory,
     sps: &[usize],
     complete: bool,
-    fork_context: usize,
     ctx: &mut [Ctx],
 ) -> Option<Chain> {
     let on_stack = |a: usize| r.ranges.on_stack(a);
     let mut n = 0;
     let mut cut = usize::MAX;
-    let mut fork_at = usize::MAX;
     let mut outside = matches!(r.region, Region::Under { .. });
     // The srcref saved by the last record read that is not a loop's.
     let mut newer_srcref = None;
@@ -470,9 +511,6 @@ fn read_contexts(
         if c.next == 0 {
             reached_top = true; // the top-level context
             break;
-        }
-        if fork_context != 0 && c.addr == fork_context && fork_at == usize::MAX {
-            fork_at = n; // the next record kept is the parent's
         }
         let function = c.is_function();
         let ast_loop = c.callflag == CTXT_LOOP && on_stack(c.addr);
@@ -541,7 +579,7 @@ fn read_contexts(
         return None; // a chain always ends at the top level
     }
     let consistent = interleave::settle_anchors(&mut ctx[..n], |c| &mut c.anchor);
-    Some(Chain { len: n, consistent, cut, fork_at, outside })
+    Some(Chain { len: n, consistent, cut, outside })
 }
 
 #[cfg(test)]
@@ -627,15 +665,23 @@ mod tests {
         // Native frames (innermost first) with their stack pointers.
         let sps = [0x7000, 0x7800, 0x7a00, 0x8000, 0x8c00];
         let mut ctx = vec![Ctx::default(); 8];
-        let c = read_contexts(&r, &m, &sps, true, 0, &mut ctx).unwrap();
+        let c = read_contexts(&r, &m, &sps, true, &mut ctx).unwrap();
         assert_eq!((c.len, c.consistent, c.cut, c.outside), (2, true, usize::MAX, false));
-        assert_eq!(c.fork_at, usize::MAX, "not a forked child");
-        // In a child forked from inside the builtin (0x7400), the records
-        // from the closure call further out are its parent's.
-        let c = read_contexts(&r, &m, &sps, true, 0x7400, &mut ctx).unwrap();
-        assert_eq!(c.fork_at, 1);
-        // Forked from inside the byte-code call: all of it the parent's.
-        assert_eq!(read_contexts(&r, &m, &sps, true, 0x20040, &mut ctx).unwrap().fork_at, 0);
+        // Not a child: no parent's part.
+        assert_eq!(parent_from(&ctx[..2], &[]), usize::MAX);
+        // The records a child remembers of its fork: these two.
+        let mut fork = [(0, 0); 8];
+        assert_eq!(fork_records(&r, &m, &mut fork), Some(2));
+        assert_eq!(&fork[..2], &[(0x20040, 0xf2), (0x7c00, 0xf1)]);
+        // Still inside the call it forked from: all of it the parent's.
+        assert_eq!(parent_from(&ctx[..2], &fork[..2]), 0);
+        // Forked from inside a call it has left since (its record gone or
+        // reused by another function's): the closure further out is the
+        // parent's, the rest the child's.
+        assert_eq!(parent_from(&ctx[..2], &[(0x9999, 0xf3), (0x7c00, 0xf1)]), 1);
+        assert_eq!(parent_from(&ctx[..2], &[(0x20040, 0xf9), (0x7c00, 0xf1)]), 1);
+        // Nothing of the fork left: no parent's part.
+        assert_eq!(parent_from(&ctx[..2], &[(0x1, 0x2)]), usize::MAX);
         // The byte-code call goes with the loop frame holding its counter
         // (frame 1: 0x7800 <= 0x7810 < 0x7a00); the closure call with the
         // frame holding its record (frame 2: 0x7a00 <= 0x7c00 < 0x8000).
@@ -651,12 +697,12 @@ mod tests {
         let sps = [0x7000, 0x7800, 0x7a00, 0x8000, 0x8c00];
         let mut ctx = vec![Ctx::default(); 8];
         let under = facts(l, Region::Under { callfun: 0xf1, sysparent: 0xe0 });
-        let c = read_contexts(&under, &m, &sps, true, 0, &mut ctx).unwrap();
+        let c = read_contexts(&under, &m, &sps, true, &mut ctx).unwrap();
         assert_eq!((c.cut, c.outside), (1, false), "frames from the region's own record on are cut");
         let elsewhere = facts(l, Region::Under { callfun: 0xf9, sysparent: 0xe0 });
-        assert!(read_contexts(&elsewhere, &m, &sps, true, 0, &mut ctx).unwrap().outside);
+        assert!(read_contexts(&elsewhere, &m, &sps, true, &mut ctx).unwrap().outside);
         let outside = facts(l, Region::Outside { callfun: 0xf2 });
-        assert!(read_contexts(&outside, &m, &sps, true, 0, &mut ctx).unwrap().outside);
+        assert!(read_contexts(&outside, &m, &sps, true, &mut ctx).unwrap().outside);
     }
 
     #[test]
@@ -670,17 +716,17 @@ mod tests {
         // outside the memory: no R frames rather than wrong ones.
         let mut torn = chain(&l);
         torn.put_bytes(0x7400 + l.callflag, &0x7fff_0000i32.to_ne_bytes());
-        assert!(read_contexts(&r, &torn, &sps, true, 0, &mut ctx).is_none());
+        assert!(read_contexts(&r, &torn, &sps, true, &mut ctx).is_none());
         let mut unfinished = chain(&l);
         unfinished.put_word(0x7c00 + l.next, 0);
-        assert!(read_contexts(&r, &unfinished, &sps, true, 0, &mut ctx).is_none());
+        assert!(read_contexts(&r, &unfinished, &sps, true, &mut ctx).is_none());
         let mut dangling = chain(&l);
         dangling.put_word(0x7c00 + l.next, 0x5_0000);
-        assert!(read_contexts(&r, &dangling, &sps, true, 0, &mut ctx).is_none());
+        assert!(read_contexts(&r, &dangling, &sps, true, &mut ctx).is_none());
         // A record inside the capture itself (below the innermost frame) on
         // a complete stack is impossible: refused.
-        assert!(read_contexts(&r, &chain(&l), &[0x7d00, 0x8c00], true, 0, &mut ctx).is_none());
+        assert!(read_contexts(&r, &chain(&l), &[0x7d00, 0x8c00], true, &mut ctx).is_none());
         // More records than room: refused, not truncated.
-        assert!(read_contexts(&r, &chain(&l), &sps, true, 0, &mut ctx[..1]).is_none());
+        assert!(read_contexts(&r, &chain(&l), &sps, true, &mut ctx[..1]).is_none());
     }
 }

@@ -272,9 +272,27 @@ fn absorb(known: &mut Child, c: &mut Collected, certain: &[bool], rec: &[u64]) {
 /// already handed to the parent, and its timer.
 static SLOT: AtomicUsize = AtomicUsize::new(0);
 static PID: AtomicI32 = AtomicI32::new(0);
-static FORK_CONTEXT: AtomicUsize = AtomicUsize::new(0);
 static EXPORTED: AtomicU32 = AtomicU32::new(0);
 static TIMER: AtomicUsize = AtomicUsize::new(0);
+
+/// Records of R's chain a child remembers of its fork, at most.
+pub const FORK_RECORDS: usize = 1024;
+
+/// The records of R's chain at the fork (see `compose::Moment::fork`): in a
+/// child, written once by its `fork()` handler before its timer is armed,
+/// then only read, by its signal handler, on the same (only) thread.
+struct ForkRecords {
+    len: AtomicUsize,
+    records: std::cell::UnsafeCell<[(usize, usize); FORK_RECORDS]>,
+}
+
+// SAFETY: written only by a child's fork handler before its timer exists
+// (`become_child`), read only by that child's signal handler afterwards,
+// on the same thread; `len` publishes the records.
+unsafe impl Sync for ForkRecords {}
+
+static FORK: ForkRecords =
+    ForkRecords { len: AtomicUsize::new(0), records: std::cell::UnsafeCell::new([(0, 0); FORK_RECORDS]) };
 
 /// This process as a sampled child: its slot's index.
 #[inline]
@@ -282,18 +300,27 @@ pub fn current() -> Option<usize> {
     SLOT.load(Ordering::Acquire).checked_sub(1)
 }
 
-/// The context record innermost when this child was forked (0: not a
-/// child).
+/// The records of R's chain this child remembers of its fork (empty: not
+/// a child).
 #[inline]
-pub fn fork_context() -> usize {
-    FORK_CONTEXT.load(Ordering::Relaxed)
+pub fn fork_records() -> &'static [(usize, usize)] {
+    let len = FORK.len.load(Ordering::Acquire).min(FORK_RECORDS);
+    // SAFETY: the first `len` records were written before `len` was
+    // published and are not written again (see `ForkRecords`).
+    unsafe { &(&*FORK.records.get())[..len] }
 }
 
-/// In a new child (its `fork()` handler, its only thread): claims a slot
-/// of `children` for this process, remembering R's innermost context
-/// record (`context`) and the labels it knows (`labels`); None if no slot
-/// is free (counted) or the parent stopped.
-pub fn become_child(children: &Children, context: usize, labels: u32) -> Option<usize> {
+/// In a new child (its `fork()` handler, its only thread, before any
+/// timer of its own exists): claims a slot of `children` for this process,
+/// remembering the records of R's chain at the fork (written by `read`
+/// into the buffer it is given; their count, None when the chain could not
+/// be read) and the labels it knows (`labels`); None if no slot is free
+/// (counted) or the parent stopped.
+pub fn become_child(
+    children: &Children,
+    read: impl FnOnce(&mut [(usize, usize)]) -> Option<usize>,
+    labels: u32,
+) -> Option<usize> {
     let shared = children.shared();
     if shared.stopped.load(Ordering::Acquire) {
         return None;
@@ -310,7 +337,10 @@ pub fn become_child(children: &Children, context: usize, labels: u32) -> Option<
     };
     shared.slots[i].fork_labels.store(labels, Ordering::Release);
     PID.store(pid, Ordering::Relaxed);
-    FORK_CONTEXT.store(context, Ordering::Relaxed);
+    // SAFETY: no timer of this child exists yet, and this is its only
+    // thread: nothing reads the records while they are written.
+    let n = read(unsafe { &mut *FORK.records.get() }).unwrap_or(0);
+    FORK.len.store(n, Ordering::Release);
     EXPORTED.store(labels, Ordering::Relaxed);
     SLOT.store(i + 1, Ordering::Release);
     Some(i)
@@ -399,7 +429,15 @@ mod tests {
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             let ok = (|| {
-                let i = become_child(&children, 0x7000, known)?;
+                let i = become_child(
+                    &children,
+                    |r: &mut [(usize, usize)]| {
+                        r[0] = (0x7000, 0xf1);
+                        Some(1)
+                    },
+                    known,
+                )?;
+                (fork_records() == [(0x7000, 0xf1)]).then_some(())?;
                 let mine = labels.intern(b"child_fn");
                 let mut rec = Prefix {
                     header: Header { flags: Flags::PROCESS, weight: 2, handler_ns: 0 },
@@ -435,6 +473,6 @@ mod tests {
         assert_eq!(children.claimed().count(), 0);
         // After the parent stopped, a child is not sampled.
         children.stop();
-        assert!(become_child(&children, 0, known).is_none());
+        assert!(become_child(&children, |_: &mut [(usize, usize)]| Some(0), known).is_none());
     }
 }

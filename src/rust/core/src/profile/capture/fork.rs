@@ -29,11 +29,12 @@ fn become_child(s: &super::shared::Session) -> bool {
     else {
         return false;
     };
-    let context = crate::memory::Memory::word(&s.facts.ranges, s.facts.base.global_context).unwrap_or(0);
     // SAFETY: fork() was called outside the signal handler, and the child's
     // one thread is this one: nothing else uses the scratch now.
     let labels = unsafe { &*s.scratch.get() }.as_ref().map_or(0, |sc| sc.labels.len() as u32);
-    if super::children::become_child(children, context, labels).is_none() {
+    let read =
+        |out: &mut [(usize, usize)]| super::super::compose::fork_records(&s.facts, &s.facts.ranges, out);
+    if super::children::become_child(children, read, labels).is_none() {
         return false;
     }
     let clock_id = match clock {

@@ -119,7 +119,7 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     // session runs, and it does not nest (the signal is blocked in it).
     let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
     let tick = Tick { weight, flags, started_ns: start };
-    let at = Moment { snapshot, index, seq, context: context as u64, fork_context: 0 };
+    let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
     let out = sample(regs, tick, at, &s.facts, scratch, &s.ring);
     s.main_context.store(context, Ordering::Release);
     s.main_seq.store(seq, Ordering::Release);
@@ -151,8 +151,8 @@ fn child_tick(
     let seq = s.main_seq.load(Ordering::Relaxed) + 1;
     s.main_seq.store(seq, Ordering::Relaxed);
     let mem = Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
-    let fork_context = super::children::fork_context();
-    let at = Moment { snapshot, index, seq, context: context as u64, fork_context };
+    let fork = super::children::fork_records();
+    let at = Moment { snapshot, index, seq, context: context as u64, fork };
     let made = compose(regs, tick.flags, at, &s.facts, &mem, scratch);
     if made.outside {
         return;
@@ -180,7 +180,7 @@ fn sample_other_thread(
         return false;
     };
     let seq = link_to_main(s, context, tick.started_ns);
-    let at = Moment { snapshot, index, seq, context: context as u64, fork_context: 0 };
+    let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
     let thread = ThreadId { pid: s.pid, tid: gettid() };
     let (scratch, ring) = slot.parts();
     let out = sample_worker(regs, tick, at, extra, thread, scratch, ring);
@@ -280,7 +280,7 @@ fn main_allocation(
     let seq = s.main_seq.fetch_add(1, Ordering::AcqRel) + 1;
     let context = s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0);
     let mem = Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
-    let at = Moment { snapshot, index, seq, context: context as u64, fork_context: 0 };
+    let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
     let made = compose(regs, tick.flags, at, &s.facts, &mem, scratch);
     if made.outside {
         s.outside.fetch_add(tick.weight, Ordering::Relaxed);

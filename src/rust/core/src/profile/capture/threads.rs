@@ -235,5 +235,4 @@ mod tests {
         assert!(spin.cpu_ns >= 30_000_000, "it spun for 30 ms of CPU after it was found: {}", spin.cpu_ns);
         assert!(!all.iter().any(|x| x.tid == gettid()), "skipped threads are not listed");
     }
-
 }

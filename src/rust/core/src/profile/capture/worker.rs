@@ -235,7 +235,7 @@ mod tests {
             // SAFETY: getpid has no preconditions.
             let pid = unsafe { libc::getpid() };
             let tick = Tick { weight: 1, flags: Flags::NONE, started_ns: 0 };
-            let at = Moment { snapshot: &snap, index: 3, seq: 5, context: 0x1000, fork_context: 0 };
+            let at = Moment { snapshot: &snap, index: 3, seq: 5, context: 0x1000, fork: &[] };
             let thread = ThreadId { pid, tid: 77 };
             let out = sample_worker(regs, tick, at, Extra::NONE, thread, &mut s, &ring);
             let mut rec = Vec::new();
@@ -264,7 +264,7 @@ mod tests {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
         let tick = Tick { weight: 3, flags: Flags::ALLOC, started_ns: now_ns() };
-        let at = Moment { snapshot: &snap, index: 0, seq: 1, context: 0, fork_context: 0 };
+        let at = Moment { snapshot: &snap, index: 0, seq: 1, context: 0, fork: &[] };
         // The same stack without anything left out, for comparison.
         let all = {
             let mut all = WorkerScratch::default();
