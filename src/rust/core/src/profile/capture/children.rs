@@ -273,7 +273,11 @@ fn absorb(known: &mut Child, c: &mut Collected, certain: &[bool], rec: &[u64]) {
 static SLOT: AtomicUsize = AtomicUsize::new(0);
 static PID: AtomicI32 = AtomicI32::new(0);
 static EXPORTED: AtomicU32 = AtomicU32::new(0);
-static TIMER: AtomicUsize = AtomicUsize::new(0);
+static TIMER: AtomicUsize = AtomicUsize::new(NO_TIMER);
+
+/// `TIMER` when the child has none (a kernel timer id may be 0: a child's
+/// first timer is).
+const NO_TIMER: usize = usize::MAX;
 
 /// Records of R's chain a child remembers of its fork, at most.
 pub const FORK_RECORDS: usize = 1024;
@@ -351,12 +355,21 @@ pub fn set_timer(timer: libc::timer_t) {
     TIMER.store(timer as usize, Ordering::Release);
 }
 
+/// In a new child (its `fork()` handler): not a sampled child yet, and no
+/// timer; a parent that was one left its slot and timer id here, neither
+/// of them this process's. Async-signal-safe.
+pub fn reset_in_child() {
+    SLOT.store(0, Ordering::Release);
+    TIMER.store(NO_TIMER, Ordering::Release);
+    FORK.len.store(0, Ordering::Release);
+}
+
 /// A child stops sampling itself (it starts a session of its own, or winch
 /// is unloaded): its timer is deleted; its slot stays its until it ends.
 pub fn leave() {
     SLOT.store(0, Ordering::Release);
-    let timer = TIMER.swap(0, Ordering::AcqRel);
-    if timer != 0 {
+    let timer = TIMER.swap(NO_TIMER, Ordering::AcqRel);
+    if timer != NO_TIMER {
         // SAFETY: the timer made for this child, deleted once.
         unsafe { libc::timer_delete(timer as libc::timer_t) };
     }

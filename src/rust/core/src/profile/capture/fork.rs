@@ -12,6 +12,7 @@ extern "C" fn in_child() {
     // No handler running (the child's one thread called fork() outside any
     // handler), and the hooks forget the parent's state.
     ACTIVE.reset_in_child();
+    super::children::reset_in_child();
     super::spawn::forget_in_child();
     super::alloc::hook::forget_in_child();
     // A session that samples its children: this one samples itself (see

@@ -305,11 +305,14 @@ impl Running {
     /// the parent may have held the session's locks at the fork.
     pub fn forget(self) {
         debug_assert!(self.inherited());
-        // A child sampling itself stops (its timer deleted), and no session
-        // is published any more, so a stray signal finds none.
+        // A child sampling itself stops: its timer deleted (a signal it
+        // sent already is consumed, not delivered with the disposition
+        // restored), and no session is published any more.
+        let signal = self.session.signal;
+        let old_mask = signal::block(signal);
         super::children::leave();
         ACTIVE.forget_in_child();
-        signal::restore(self.session.signal, &self.old_action);
+        signal::quiet(signal, &self.old_action, old_mask, &ACTIVE);
         std::mem::forget(self);
     }
 
