@@ -20,7 +20,8 @@ profile_fields <- list(
   stacks = function(x) {
     is.list(x) && is.numeric(x$count) && is.list(x$locations) &&
       length(x$count) == length(x$locations) && all(vapply(x$locations, is_index_vector, logical(1))) &&
-      (is.null(x$thread) || (is_index_vector(x$thread) && length(x$thread) == length(x$count)))
+      (is.null(x$thread) || (is_index_vector(x$thread) && length(x$thread) == length(x$count))) &&
+      (is.null(x$process) || (is_index_vector(x$process) && length(x$process) == length(x$count)))
   },
   functions = function(x) is_table(x, names(profile_form$functions)),
   locations = function(x) is_table(x, names(profile_form$locations)),
@@ -29,6 +30,8 @@ profile_fields <- list(
   modules = function(x) is_table(x, names(profile_form$modules)),
   # Absent from profiles made before threads were sampled.
   threads = function(x) is.null(x) || is_table(x, names(profile_form$threads)),
+  # Absent from profiles made before processes were sampled.
+  processes = function(x) is.null(x) || is_table(x, names(profile_form$processes)),
   # Figures about the session (summary()'s): absent, they are NA there.
   stats = function(x) is.null(x) || is.list(x),
   options = function(x) is.null(x) || is.list(x)

@@ -30,20 +30,53 @@ profile_seconds <- function(p) {
 # What a profile's samples measure, in words: "CPU time of R's main thread
 # and 2 other threads".
 profile_what <- function(p) {
-  others <- length(setdiff(unique((p$stacks$thread %||% 1L)), 1L))
+  self <- stacks_of_self(p)
+  others <- length(setdiff(unique((p$stacks$thread %||% 1L)[self]), 1L))
   who <- if (others > 0) {
     sprintf("R's main thread and %d other thread%s", others, if (others == 1) "" else "s")
   } else {
     "R's main thread"
   }
+  children <- length(setdiff(unique(p$stacks$process %||% 1L), 1L))
+  if (children > 0) {
+    who <- sprintf("%s, and %d other process%s", who, children, if (children == 1) "" else "es")
+  }
   if (p$event == "cpu") paste("CPU time of", who) else paste("elapsed time of", who)
+}
+
+# Which stacks are the profiled process's own (not a child's).
+stacks_of_self <- function(p) {
+  process <- p$stacks$process %||% rep(1L, length(p$stacks$count))
+  process == 1L
+}
+
+# CPU time per process: the profiled process (from its own accounting) and
+# each child (from its clock, or the kernel's account), and sampled.
+by_process_table <- function(p) {
+  pr <- profile_processes(p)
+  process <- p$stacks$process %||% rep(1L, length(p$stacks$count))
+  sampled <- vapply(seq_len(nrow(pr)), function(i) sum(p$stacks$count[process == i]), 0) * p$interval
+  u <- p$stats$usage
+  cpu <- pr$cpu
+  cpu[pr$number == 0L] <- (u$user %||% NA_real_) + (u$system %||% NA_real_)
+  data.frame(
+    process = ifelse(pr$number == 0L, "self", paste0("[process ", pr$number, "]")),
+    pid = pr$pid,
+    host = pr$host,
+    command = pr$command,
+    cpu = cpu,
+    sampled = sampled,
+    stringsAsFactors = FALSE
+  )
 }
 
 # CPU time per thread: measured from each thread's own clock, and sampled.
 by_thread_table <- function(p) {
   th <- profile_threads(p)
   thread <- p$stacks$thread %||% rep(1L, length(p$stacks$count))
-  sampled <- vapply(seq_len(nrow(th)), function(i) sum(p$stacks$count[thread == i]), 0) * p$interval
+  # (The profiled process's threads: children's samples are theirs.)
+  self <- stacks_of_self(p)
+  sampled <- vapply(seq_len(nrow(th)), function(i) sum(p$stacks$count[thread == i & self]), 0) * p$interval
   data.frame(
     thread = ifelse(th$number == 0L, "main", paste0("[thread ", th$number, "]")),
     tid = th$tid,
@@ -57,14 +90,26 @@ by_thread_table <- function(p) {
 # The share of the process's CPU time over the run that no sample stands
 # for: threads not sampled (all but the main thread with threads = "main",
 # threads shorter than the profiler's poll), samples lost.
-unseen_share <- function(p, threads = by_thread_table(p)) {
+unseen_share <- function(p, threads = by_thread_table(p), processes = by_process_table(p)) {
   u <- p$stats$usage
   process <- (u$user %||% NA_real_) + (u$system %||% NA_real_)
-  seen <- if (p$event == "cpu") sum(threads$sampled) else sum(threads$cpu[threads$sampled > 0], na.rm = TRUE)
-  if (!is.finite(process) || process <= 0) {
+  # The children's CPU time: those the profile followed, or those that
+  # ended during it (the kernel's account, `RUSAGE_CHILDREN`), whichever is
+  # more: a child not sampled is unseen.
+  children <- processes[-1L, , drop = FALSE]
+  reaped <- (u$children_user %||% 0) + (u$children_system %||% 0)
+  followed <- sum(ifelse(is.na(children$cpu), children$sampled, children$cpu))
+  children_cpu <- max(if (is.finite(reaped)) reaped else 0, followed)
+  seen <- if (p$event == "cpu") {
+    sum(threads$sampled) + sum(children$sampled)
+  } else {
+    sum(threads$cpu[threads$sampled > 0], na.rm = TRUE) + followed
+  }
+  total <- process + children_cpu
+  if (!is.finite(total) || total <= 0) {
     return(NA_real_)
   }
-  max(0, process - seen) / process
+  max(0, total - seen) / total
 }
 
 #' Print a profile
@@ -269,6 +314,7 @@ summary.winch_profile <- function(object, ...) {
   s <- p$stats
   fun <- by_function_table(p)
   threads <- by_thread_table(p)
+  processes <- by_process_table(p)
   structure(
     list(
       event = p$event,
@@ -290,7 +336,9 @@ summary.winch_profile <- function(object, ...) {
         share = if (p$duration > 0) s$handler_total / p$duration else NA_real_
       ),
       by_thread = threads,
-      unseen = unseen_share(p, threads),
+      by_process = processes,
+      processes_missed = s$processes_missed %||% 0,
+      unseen = unseen_share(p, threads, processes),
       what = profile_what(p),
       thread_stats = list(
         joined = s$thread_joined %||% 0, alone = s$thread_alone %||% 0,
@@ -331,10 +379,25 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
     )
     print(out, row.names = FALSE, right = FALSE)
   }
+  pr <- x$by_process
+  if (!is.null(pr) && nrow(pr) > 1L) {
+    cat("\nBy process (CPU time from each process's accounting, and time sampled):\n")
+    out <- data.frame(
+      process = pr$process, pid = format(pr$pid, scientific = FALSE), host = pr$host,
+      cpu = format_seconds_column(pr$cpu), sampled = format_seconds_column(pr$sampled),
+      command = shorten(pr$command, 40L),
+      stringsAsFactors = FALSE
+    )
+    print(out, row.names = FALSE, right = FALSE)
+    if (isTRUE(x$processes_missed > 0)) {
+      cat(sprintf("%s child processes were not sampled (too many at once)\n", format(x$processes_missed)))
+    }
+  }
   if (!is.null(x$unseen)) {
     cat(sprintf(
-      "Not seen by the profile: %s of the process's CPU time%s\n",
+      "Not seen by the profile: %s of %s CPU time%s\n",
       if (is.na(x$unseen)) "NA" else sprintf("%.1f%%", 100 * x$unseen),
+      if (!is.null(pr) && nrow(pr) > 1L) "the process's and its children's" else "the process's",
       if (isTRUE(x$unseen > 0.05) && nrow(th) == 1L) " (other threads: profile them with threads = \"all\")" else ""
     ))
   }

@@ -1,9 +1,11 @@
 #' A profile as a table, and as collapsed stacks
 #'
-#' `as.data.frame()` gives one row per distinct stack of a profile: its
-#' frames outermost first, joined by `;` (the labels of
+#' `as.data.frame()` gives one row per distinct stack of a profile, as
+#' shown: its frames outermost first, joined by `;` (the labels of
 #' [winch_write_rprof()]'s file: `f`, `f[for]`, `/module::function`,
 #' `[thread_1]`), how many samples had it and the time they stand for.
+#' Stacks that differ only in what the labels do not show (two addresses
+#' in one function) are one row, per thread.
 #' `winch_write_collapsed()` writes the same stacks in the collapsed-stack
 #' text format, one `frame;frame;frame count` line per stack, which
 #' `flamegraph.pl`, inferno, speedscope and many other viewers read.
@@ -21,8 +23,10 @@
 #'   a directory that exists. Anything else (a directory, a FIFO, a device)
 #'   is an error of class `winch_error_io`, and nothing is written.
 #' @return `as.data.frame()`: a data frame with columns `stack` (character),
-#'   `samples` (integer-valued double), `time` (seconds) and `thread` (`"main"`,
-#'   or `"thread N"` for a stack of another thread), heaviest stack first.
+#'   `samples` (integer-valued double), `time` (seconds), `thread` (`"main"`,
+#'   or `"thread N"` for a stack of another thread) and `process` (`"self"`,
+#'   or `"process N"` for a stack of a child process: see `processes` in
+#'   [winch_profile()]), heaviest stack first.
 #'   For a memory profile (`winch_profile(event = "alloc")`), instead of
 #'   `time`: `alloc_bytes`, `alloc_count` (estimates of the bytes and
 #'   allocations made there), `inuse_bytes` and `inuse_count` (of those
@@ -53,30 +57,41 @@ as.data.frame.winch_profile <- function(x, row.names = NULL, optional = FALSE, .
   thread <- p$stacks$thread %||% rep(1L, length(stack))
   number <- th$number[thread]
   thread <- ifelse(is.na(number) | number == 0L, "main", paste("thread", number))
+  pr <- profile_processes(p)
+  process <- pr$number[p$stacks$process %||% rep(1L, length(stack))]
+  process <- ifelse(is.na(process) | process == 0L, "self", paste("process", process))
   if (is_memory_profile(p)) {
-    out <- data.frame(
-      stack = stack,
+    out <- merge_shown(stack, thread, process, cbind(
       alloc_bytes = as.double(p$stacks$alloc_bytes),
       alloc_count = as.double(p$stacks$alloc_count),
       inuse_bytes = as.double(p$stacks$inuse_bytes),
       inuse_count = as.double(p$stacks$inuse_count),
-      samples = as.double(p$stacks$count),
-      thread = thread,
-      stringsAsFactors = FALSE
-    )
+      samples = as.double(p$stacks$count)
+    ))
     out <- out[order(-out$alloc_bytes, out$stack), , drop = FALSE]
     rownames(out) <- NULL
     return(out)
   }
-  out <- data.frame(
-    stack = stack,
-    samples = as.double(p$stacks$count),
-    time = as.double(p$stacks$count) * p$interval,
-    thread = thread,
-    stringsAsFactors = FALSE
-  )
+  out <- merge_shown(stack, thread, process, cbind(samples = as.double(p$stacks$count)))
+  out$time <- out$samples * p$interval
+  out <- out[, c("stack", "samples", "time", "thread", "process")]
   out <- out[order(-out$samples, out$stack), , drop = FALSE]
   rownames(out) <- NULL
+  out
+}
+
+# One row per stack as shown, per thread and process: stacks that differ
+# only in what the table does not show (two addresses in one function, a
+# line) are one row, their counts summed. `values`: a matrix, a column per
+# count.
+merge_shown <- function(stack, thread, process, values) {
+  key <- paste(process, thread, stack, sep = "\r")
+  first <- !duplicated(key)
+  sums <- rowsum(values, factor(key, levels = unique(key)), reorder = FALSE)
+  out <- data.frame(stack = stack[first], stringsAsFactors = FALSE)
+  for (v in colnames(values)) out[[v]] <- unname(sums[, v])
+  out$thread <- thread[first]
+  out$process <- process[first]
   out
 }
 

@@ -55,6 +55,41 @@
 #'
 #' `threads = "main"` samples R's main thread only, as before.
 #'
+#' @section Processes:
+#' With `processes = "all"` (the default), child processes forked while
+#' the profile runs (`parallel::mclapply()`, `mcparallel()`, `pvec()`,
+#' future's `multicore` plan) are sampled too, from inside: a child
+#' inherits the profiler with the rest of its parent's memory, arms a timer
+#' on its own clock at the fork, and hands its samples to its parent
+#' through memory the two share (up to 32 children at once; `summary()`
+#' says how many more were not sampled). A child's sample is its joint
+#' stack, R frames with its native frames in place, under a frame
+#' `[process N]` (numbered in the order of their first sample; their ids,
+#' command lines and CPU time are in `summary()`), under the R call of the
+#' parent that forked it. The parallel framework's own frames are left
+#' out: of the parent's part, those inside the framework's call
+#' (`mclapply()`'s `lapply()` and the function that forks); of the child's,
+#' those around the user's function (sending the result back, `try()`'s
+#' frames, the `lapply()` running the tasks), so that a child of
+#' `mclapply()` reads `work > mclapply > [process 1] > FUN > my_fun`. The
+#' calls taken for the framework's are those of `parallel`, `future`,
+#' `future.apply`, `furrr`, `BiocParallel` and `foreach`; with another
+#' framework, its frames are shown.
+#'
+#' `as.data.frame()` has a column `process`; [winch_write_pprof()] labels
+#' every sample with `process` and `pid` (`go tool pprof
+#' -tagfocus=process=process_1`); `summary()` lists the processes with the
+#' CPU time each used and the share of the whole tree's CPU time the
+#' profile did not see (children that ended during the profile count in
+#' it, from the kernel's account, sampled or not).
+#'
+#' Not yet sampled: a child of a memory profile (its allocations are its
+#' own), processes not forked from this one (PSOCK clusters and future's
+#' `multisession` workers, `callr`, programs run by `system()`), threads
+#' other than a child's main thread, and children that load libraries
+#' after the fork have those libraries' frames unnamed. Profiles made in
+#' other processes can be combined with [c()][c.winch_profile].
+#'
 #' @section Memory:
 #' With `event = "alloc"`, allocations are sampled instead of time: the
 #' allocation functions of every loaded library (`malloc()`, `calloc()`,
@@ -145,6 +180,8 @@
 #'   whose `R_gc` it cannot read, collections stay folded.)
 #' @param sample_bytes With `event = "alloc"`: the mean bytes allocated
 #'   between two samples (one number, at least 1 and at most 1e15).
+#' @param processes `"all"` (the default: child processes too; see the
+#'   section "Processes") or `"self"` (this process only).
 #' @return A `winch_profile` object: distinct stacks with their counts, the
 #'   functions, locations, files and modules they refer to, and figures about
 #'   the run (`summary()`), with `print()`, `summary()` and `plot()` methods.
@@ -158,11 +195,11 @@
 #' }
 winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "elapsed", "alloc"),
                           loops = TRUE, lines = FALSE, ..., threads = c("all", "main"), libr = FALSE,
-                          gc = TRUE, sample_bytes = 512 * 1024) {
+                          gc = TRUE, sample_bytes = 512 * 1024, processes = c("all", "self")) {
   check_required(expr, what = "the code to profile")
   check_no_dots(...)
   opts <- check_profile_args(file, interval, event, loops, lines, threads, libr, gc,
-    sample_bytes = sample_bytes, alloc_ok = TRUE
+    sample_bytes = sample_bytes, alloc_ok = TRUE, processes = processes
   )
   # The profiled code is what runs under force(expr) below: samples taken
   # before or after it (the profiler starting and stopping) are left out,
@@ -245,11 +282,11 @@ winch_profile <- function(expr, file = NULL, interval = 0.01, event = c("cpu", "
 #' }
 winch_rprof <- function(filename = "Rprof.out", interval = 0.02, event = c("cpu", "elapsed"),
                         loops = TRUE, lines = FALSE, threads = c("all", "main"), libr = FALSE,
-                        gc = TRUE) {
+                        gc = TRUE, processes = c("all", "self")) {
   if (is.null(filename)) {
     return(rprof_stop())
   }
-  opts <- check_profile_args(filename, interval, event, loops, lines, threads, libr, gc)
+  opts <- check_profile_args(filename, interval, event, loops, lines, threads, libr, gc, processes = processes)
   # Samples of winch_rprof() itself (starting and stopping) are left out.
   opts$region <- list("outside", winch_rprof)
   # As in winch_profile(), the cleanup is armed before the profiler starts;
@@ -291,7 +328,7 @@ rprof_stop <- function(call = rlang::caller_env()) {
 
 check_profile_args <- function(file, interval, event, loops, lines, threads = "main", libr = FALSE,
                                gc = TRUE, sample_bytes = 512 * 1024, alloc_ok = FALSE,
-                               call = rlang::caller_env()) {
+                               processes = "self", call = rlang::caller_env()) {
   check_number(interval, 0.001, 3600, unit = "seconds", why = " (the timers cannot honour less)", call = call)
   event <- check_choice(event, if (alloc_ok) c("cpu", "elapsed", "alloc") else c("cpu", "elapsed"), call = call)
   # (Also checked, with the same bounds, where the native side reads it:
@@ -308,6 +345,7 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
   check_flag(libr, call = call)
   check_flag(gc, call = call)
   threads <- check_choice(threads, c("all", "main"), call = call)
+  processes <- check_choice(processes, c("all", "self"), call = call)
   check_output_file(file, null_ok = TRUE, call = call)
   check_writable(file, call = call)
   if (!winch_available()) {
@@ -329,7 +367,7 @@ check_profile_args <- function(file, interval, event, loops, lines, threads = "m
   }
   list(
     file = file, interval = interval, event = event, loops = loops, lines = lines, threads = threads,
-    libr = libr, gc = gc, sample_bytes = as.double(sample_bytes)
+    libr = libr, gc = gc, sample_bytes = as.double(sample_bytes), processes = processes
   )
 }
 
@@ -394,7 +432,10 @@ profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
       as.double(opts$interval), opts$event, opts$loops, opts$region,
       opts$lines, list(quote(`for`), quote(`while`), quote(`repeat`), quote(srcfile), quote(filename)),
       as.list(sys.frames()), as.list(sys.calls()), probes$calls, probes$labels,
-      opts$threads, list(libr = opts$libr, gc = opts$gc, sample_bytes = opts$sample_bytes %||% (512 * 1024))
+      opts$threads, list(
+        libr = opts$libr, gc = opts$gc, sample_bytes = opts$sample_bytes %||% (512 * 1024),
+        processes = identical(opts$processes, "all")
+      )
     ),
     call = call
   )
@@ -517,12 +558,16 @@ new_winch_profile <- function(raw, session, usage_end = resource_usage(), gc_tim
       files = raw$files,
       modules = as_df(raw$modules),
       threads = as_df(raw$threads),
+      processes = as_df(raw$processes),
       stats = c(raw$stats, list(
         usage = usage,
         gc_time = gc_time[[3L]],
         gc_count = session$gc_counter$count()
       )),
-      options = list(loops = session$opts$loops, lines = session$opts$lines, threads = session$opts$threads)
+      options = list(
+        loops = session$opts$loops, lines = session$opts$lines, threads = session$opts$threads,
+        processes = session$opts$processes
+      )
     ),
     class = "winch_profile"
   )
@@ -549,11 +594,15 @@ profile_form <- list(
   locations = list(module = as.integer, address = identity),
   lines = list(location = as.integer, `function` = as.integer, file = as.integer, line = as.integer),
   stacks = list(
-    count = as.double, thread = as.integer, locations = function(x) lapply(x, as.integer),
+    count = as.double, thread = as.integer, process = as.integer, locations = function(x) lapply(x, as.integer),
     alloc_bytes = memory_only(as.double), alloc_count = memory_only(as.double),
     inuse_bytes = memory_only(as.double), inuse_count = memory_only(as.double)
   ),
   threads = list(number = as.integer, tid = as.double, name = as.character, cpu = as.double),
+  processes = list(
+    number = as.integer, pid = as.double, command = as.character, host = as.character, cpu = as.double,
+    samples = as.double
+  ),
   files = as.character,
   modules = list(path = identity, build_id = identity, start = identity, limit = identity, offset = identity)
 )
@@ -569,6 +618,8 @@ profile_parts <- function(p) {
   p$sample_bytes <- p$sample_bytes %||% NA_real_
   p$stacks$thread <- p$stacks$thread %||% rep(1L, length(p$stacks$count))
   p$threads <- profile_threads(p)
+  p$stacks$process <- p$stacks$process %||% rep(1L, length(p$stacks$count))
+  p$processes <- profile_processes(p)
   memory <- identical(p$event, "alloc")
   parts <- lapply(names(profile_form), function(part) {
     take <- profile_form[[part]]
@@ -586,6 +637,15 @@ profile_parts <- function(p) {
   })
   names(parts) <- names(profile_form)
   parts
+}
+
+# The processes of a profile (a profile made before processes were sampled
+# has the profiled process only, whose id and host were not kept).
+profile_processes <- function(p) {
+  p$processes %||% data.frame(
+    number = 0L, pid = 0, command = "", host = "", cpu = NA_real_, samples = sum(p$stacks$count),
+    stringsAsFactors = FALSE
+  )
 }
 
 # The threads of a profile (a profile made before threads were sampled has

@@ -234,12 +234,13 @@ test_that("a damaged profile is refused before anything is written or printed", 
   expect_silent(winch_write_rprof(p, tempfile()))
 })
 
-test_that("as.data.frame() has one row per stack, and its totals are the Rprof file's", {
+test_that("as.data.frame() has one row per stack as shown, and its totals are the Rprof file's", {
   p <- winch_profile(outer(), interval = 0.002)
   df <- as.data.frame(p)
   expect_s3_class(df, "data.frame")
-  expect_named(df, c("stack", "samples", "time", "thread"))
-  expect_identical(nrow(df), length(p$stacks$count))
+  expect_named(df, c("stack", "samples", "time", "thread", "process"))
+  expect_false(anyDuplicated(paste(df$thread, df$stack)) > 0)
+  expect_lte(nrow(df), length(p$stacks$count))
   expect_equal(sum(df$samples), sum(p$stacks$count))
   expect_equal(df$time, df$samples * p$interval)
   expect_false(is.unsorted(-df$samples))
@@ -252,6 +253,37 @@ test_that("as.data.frame() has one row per stack, and its totals are the Rprof f
   rprof_lines <- readLines(out)
   samples <- length(rprof_lines) - sum(grepl("^(sample\\.interval|#)", rprof_lines))
   expect_identical(as.integer(sum(df$samples)), samples)
+})
+
+test_that("stacks that differ only below what is shown are one row", {
+  p <- winch_profile(outer(), interval = 0.002)
+  before <- as.data.frame(p)
+  # A copy of the heaviest stack whose innermost location is another
+  # address in the same function (as two samples in one function give).
+  i <- which.max(p$stacks$count)
+  inner <- p$stacks$locations[[i]][[1L]]
+  loc <- nrow(p$locations) + 1L
+  p$locations[loc, ] <- p$locations[inner, ]
+  p$locations$address[loc] <- "0xfffffffffff0"
+  lines <- p$lines[p$lines$location == inner, , drop = FALSE]
+  lines$location <- loc
+  p$lines <- rbind(p$lines, lines)
+  k <- length(p$stacks$count) + 1L
+  p$stacks$count[k] <- 3
+  p$stacks$thread[k] <- p$stacks$thread[[i]]
+  p$stacks$locations[[k]] <- c(loc, p$stacks$locations[[i]][-1L])
+  df <- as.data.frame(p)
+  expect_false(anyDuplicated(paste(df$thread, df$stack)) > 0)
+  expect_equal(sum(df$samples), sum(p$stacks$count))
+  # The same rows as before, the copied stack's with 3 samples more.
+  expect_setequal(df$stack, before$stack)
+  grown <- df$samples[match(before$stack, df$stack)] - before$samples
+  expect_equal(sort(grown, decreasing = TRUE), c(3, rep(0, nrow(before) - 1L)))
+  # The collapsed stacks agree.
+  out <- tempfile(fileext = ".folded")
+  winch_write_collapsed(p, out)
+  folded <- readLines(out)
+  expect_false(anyDuplicated(sub(" [0-9]+$", "", folded)) > 0)
 })
 
 test_that("winch_write_collapsed() writes stacks that read back to the profile", {

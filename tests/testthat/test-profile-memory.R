@@ -49,7 +49,7 @@ test_that("kept and freed blocks: bytes allocated and still held per stack, with
   df <- as.data.frame(p)
   keep_stacks <- unique(df$stack[grepl("mem_keep", df$stack, fixed = TRUE)])
   expect_true(all(grepl(paste0("work;keep;", AL, "mem_keep$"), keep_stacks)), info = paste(keep_stacks, collapse = "\n"))
-  expect_named(df, c("stack", "alloc_bytes", "alloc_count", "inuse_bytes", "inuse_count", "samples", "thread"))
+  expect_named(df, c("stack", "alloc_bytes", "alloc_count", "inuse_bytes", "inuse_count", "samples", "thread", "process"))
   # The slots are the C library's again.
   expect_true(malloc_is_libc())
 })

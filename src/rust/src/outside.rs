@@ -188,6 +188,8 @@ pub fn rs_target_usage(pid: Arg) -> Result<RValue> {
     Ok(RValue::List(vec![
         ("user", v(u.user)),
         ("system", v(u.system)),
+        ("children_user", v(u.children_user)),
+        ("children_system", v(u.children_system)),
         ("max_rss", v(u.max_rss)),
         ("minor_faults", v(u.minor_faults)),
         ("major_faults", v(u.major_faults)),

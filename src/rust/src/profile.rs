@@ -4,8 +4,8 @@
 
 use crate::args::Arg;
 use crate::profile_form::{
-    self as form, Functions, Lines, Locations, Modules, NumberOrNan, Part, ProfileForm, Stacks, Threads,
-    Unread,
+    self as form, Functions, Lines, Locations, Modules, NumberOrNan, Part, Processes, ProfileForm, Stacks,
+    Threads, Unread,
 };
 use crate::rstate;
 use crate::value::RValue;
@@ -17,7 +17,7 @@ use winch_core::error::{Error, Result};
 use winch_core::files;
 use winch_core::joint;
 use winch_core::profile::build::{self, Stats};
-use winch_core::profile::capture::{self as session, Clock, Running, Trigger};
+use winch_core::profile::capture::{self as session, Clock, Running, Scope, Trigger};
 use winch_core::profile::model::{Bytes, Event, Line, Profile};
 use winch_core::profile::{LineFacts, LoopSymbols, Options, RFacts, Region};
 use winch_core::r::learn::{self, LoopKind};
@@ -111,6 +111,7 @@ pub fn rs_profile_start(args: ProfileStartArgs) -> Result<RValue> {
         region,
     };
     let facts = RFacts::of_this_process(*rstate::facts()?, shown, options.field("gc")?.flag()?)?;
+    let scope = Scope { threads: all_threads, processes: options.field("processes")?.flag()? };
     let running = if event == Event::Alloc {
         // `list(..., sample_bytes = )`: the mean bytes between samples.
         let mean = options.field("sample_bytes")?.number()?;
@@ -121,10 +122,10 @@ pub fn rs_profile_start(args: ProfileStartArgs) -> Result<RValue> {
             ));
         }
         let trigger = Trigger::Allocations { mean_bytes: mean.round() as u64 };
-        session::start(facts, rstate::libr_addr(), trigger, all_threads)?
+        session::start(facts, rstate::libr_addr(), trigger, scope)?
     } else {
         let trigger = Trigger::Timer { clock, interval_ns: interval_ns as u64 };
-        session::start(facts, rstate::libr_addr(), trigger, all_threads)?
+        session::start(facts, rstate::libr_addr(), trigger, scope)?
     };
     *current = Some(Current { running, event });
     Ok(true.into()) // NULL would read as "out of memory"
@@ -288,6 +289,7 @@ pub(crate) fn to_form(p: &Profile, s: &Stats) -> ProfileForm {
         stacks: Stacks {
             count: p.stacks.iter().map(|s| s.count as f64).collect(),
             thread: p.stacks.iter().map(|s| index(Some(s.thread))).collect(),
+            process: Some(p.stacks.iter().map(|s| index(Some(s.process))).collect()),
             locations: p
                 .stacks
                 .iter()
@@ -304,6 +306,14 @@ pub(crate) fn to_form(p: &Profile, s: &Stats) -> ProfileForm {
             name: t.iter().map(|t| Some(t.name.clone())).collect(),
             cpu: t.iter().map(|t| t.cpu_ns.map_or(f64::NAN, |c| c as f64 / 1e9)).collect(),
         },
+        processes: Some(Processes {
+            number: p.processes.iter().map(|x| Some(x.number as i32)).collect(),
+            pid: p.processes.iter().map(|x| x.pid as f64).collect(),
+            command: p.processes.iter().map(|x| Some(x.command.clone())).collect(),
+            host: p.processes.iter().map(|x| Some(x.host.clone())).collect(),
+            cpu: p.processes.iter().map(|x| x.cpu_ns.map_or(f64::NAN, |c| c as f64 / 1e9)).collect(),
+            samples: p.processes.iter().map(|x| x.samples as f64).collect(),
+        }),
         files: p.files.iter().map(|f| Some(f.clone())).collect(),
         modules: Modules {
             path: m.iter().map(|m| Some(m.path.clone())).collect(),

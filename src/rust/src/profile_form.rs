@@ -293,6 +293,9 @@ r_list! {
         stacks: Stacks,
         /// The threads sampled.
         threads: Threads,
+        /// The processes sampled (absent in profiles made before processes
+        /// were: the profiled process alone).
+        processes: Option<Processes>,
         /// The source files.
         files: Vec<Option<String>>,
         /// The modules the locations are in.
@@ -353,6 +356,9 @@ r_list! {
         count: Vec<f64>,
         /// The thread it was sampled on.
         thread: Vec<Option<i32>>,
+        /// The process it was sampled in (1: the profiled one; absent:
+        /// that one alone).
+        process: Option<Vec<Option<i32>>>,
         /// Its locations, innermost first.
         locations: Vec<Vec<Option<i32>>>,
         /// Memory profiles: the bytes allocated.
@@ -377,6 +383,24 @@ r_list! {
         name: Vec<Option<String>>,
         /// CPU seconds it used while the profile ran (NaN: not measured).
         cpu: Vec<f64>,
+    }
+}
+
+r_list! {
+    /// The processes of a profile.
+    pub struct Processes {
+        /// 0 for the profiled process, others from 1 by their first sample.
+        number: Vec<Option<i32>>,
+        /// The process id.
+        pid: Vec<f64>,
+        /// Its command line.
+        command: Vec<Option<String>>,
+        /// The machine it ran on.
+        host: Vec<Option<String>>,
+        /// CPU seconds it used while the profile ran (NaN: not measured).
+        cpu: Vec<f64>,
+        /// The samples taken of it.
+        samples: Vec<f64>,
     }
 }
 

@@ -229,6 +229,22 @@ pub fn comm(of: Proc, tid: i32) -> String {
         .unwrap_or_default()
 }
 
+/// A command line as `cmdline` holds it (arguments NUL-separated), as one
+/// line: arguments joined by spaces.
+pub fn parse_cmdline(bytes: &[u8]) -> String {
+    let args: Vec<String> = bytes
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    args.join(" ")
+}
+
+/// The command line of a process (empty if unreadable, or a kernel thread).
+pub fn cmdline(of: Proc) -> String {
+    std::fs::read(of.path(None, "cmdline")).map(|b| parse_cmdline(&b)).unwrap_or_default()
+}
+
 // ------------------------------------------------------ stat, schedstat
 
 /// What winch uses of a `stat` file.
@@ -239,9 +255,12 @@ pub struct Stat {
     /// Page faults that needed no I/O (minor) and that did (major).
     pub minflt: u64,
     pub majflt: u64,
-    /// CPU time used in user and in system mode, in clock ticks.
+    /// CPU time used in user and in system mode, in clock ticks, and by
+    /// the children it waited for.
     pub utime: u64,
     pub stime: u64,
+    pub cutime: u64,
+    pub cstime: u64,
 }
 
 impl Stat {
@@ -257,7 +276,10 @@ impl Stat {
         let majflt = number(1)?;
         let utime = number(1)?;
         let stime = number(0)?;
-        Some(Stat { state, minflt, majflt, utime, stime })
+        // (Signed in the kernel's format; never negative in practice.)
+        let mut signed = || f.next()?.parse::<i64>().ok().map(|v| v.max(0) as u64);
+        let (cutime, cstime) = (signed().unwrap_or(0), signed().unwrap_or(0));
+        Some(Stat { state, minflt, majflt, utime, stime, cutime, cstime })
     }
 
     /// CPU time used, user and system, in clock ticks.
@@ -324,6 +346,9 @@ pub struct Usage {
     /// CPU seconds in user and system mode.
     pub user: Option<f64>,
     pub system: Option<f64>,
+    /// The same of the children it waited for.
+    pub children_user: Option<f64>,
+    pub children_system: Option<f64>,
     /// The peak resident set, in bytes.
     pub max_rss: Option<f64>,
     pub minor_faults: Option<f64>,
@@ -342,6 +367,8 @@ impl Usage {
         Usage {
             user: stat.map(|s| s.utime as f64 / ticks),
             system: stat.map(|s| s.stime as f64 / ticks),
+            children_user: stat.map(|s| s.cutime as f64 / ticks),
+            children_system: stat.map(|s| s.cstime as f64 / ticks),
             max_rss: field("VmHWM").map(|kib| kib * 1024.0),
             minor_faults: stat.map(|s| s.minflt as f64),
             major_faults: stat.map(|s| s.majflt as f64),
@@ -503,6 +530,17 @@ mod tests {
     }
 
     #[test]
+    fn command_lines() {
+        assert_eq!(
+            parse_cmdline(b"/usr/lib/R/bin/exec/R\0--no-echo\0-e\0f(1)\0"),
+            "/usr/lib/R/bin/exec/R --no-echo -e f(1)"
+        );
+        assert_eq!(parse_cmdline(b""), "");
+        assert!(!cmdline(Proc::This).is_empty());
+        assert_eq!(cmdline(Proc::Pid(i32::MAX)), "");
+    }
+
+    #[test]
     fn paths_of_processes_and_threads() {
         assert_eq!(Proc::This.path(Some(5), "comm"), "/proc/self/task/5/comm");
         assert_eq!(Proc::Pid(7).path(None, "stat"), "/proc/7/stat");
@@ -558,16 +596,22 @@ mod tests {
     #[test]
     fn stat_state_and_cpu_ticks() {
         let s = Stat::parse(&stat_line("R", 'R', 150, 25)).unwrap();
-        assert_eq!(s, Stat { state: 'R', minflt: 1234, majflt: 5, utime: 150, stime: 25 });
+        assert_eq!(
+            s,
+            Stat { state: 'R', minflt: 1234, majflt: 5, utime: 150, stime: 25, cutime: 0, cstime: 0 }
+        );
         assert_eq!(s.cpu_ticks(), 175);
         assert!(s.running() && !s.exiting());
         // A name with spaces and parentheses ends at the last ')'.
         let s = Stat::parse(&stat_line("a) (b c) S 9 9 9", 'S', 7, 8)).unwrap();
-        assert_eq!(s, Stat { state: 'S', minflt: 1234, majflt: 5, utime: 7, stime: 8 });
+        assert_eq!(s, Stat { state: 'S', minflt: 1234, majflt: 5, utime: 7, stime: 8, cutime: 0, cstime: 0 });
         assert!(!s.running());
         // A kernel thread.
         let k = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 31 0 0 20 0 1 0 9 0 0 18446744073709551615";
-        assert_eq!(Stat::parse(k), Some(Stat { state: 'S', minflt: 0, majflt: 0, utime: 0, stime: 31 }));
+        assert_eq!(
+            Stat::parse(k),
+            Some(Stat { state: 'S', minflt: 0, majflt: 0, utime: 0, stime: 31, cutime: 0, cstime: 0 })
+        );
         assert!(Stat::parse(&stat_line("z", 'Z', 0, 0)).unwrap().exiting());
         assert!(Stat::parse(&stat_line("x", 'X', 0, 0)).unwrap().exiting());
         // Malformed: no name's end, fields missing, a time not a number.

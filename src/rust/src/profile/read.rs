@@ -5,10 +5,12 @@
 //! reason (the model's own rules are `Profile::check`).
 
 use crate::args::Arg;
-use crate::profile_form::{At, Functions, Lines, Locations, Modules, Part, ProfileForm, Stacks, Threads};
+use crate::profile_form::{
+    At, Functions, Lines, Locations, Modules, Part, Processes, ProfileForm, Stacks, Threads,
+};
 use winch_core::error::{Error, Result};
 use winch_core::profile::model::{
-    Bytes, Event, FrameKind, Function, Line, Location, Module, Profile, Stack, ThreadInfo,
+    Bytes, Event, FrameKind, Function, Line, Location, Module, ProcessInfo, Profile, Stack, ThreadInfo,
 };
 
 /// The error for a profile whose part `field` (its path in the R form) is
@@ -108,6 +110,7 @@ pub(super) fn from_r(parts: &Arg) -> Result<Profile> {
     let Stacks {
         count: scount,
         thread: sthread,
+        process: sprocess,
         locations: slocs,
         alloc_bytes,
         alloc_count,
@@ -166,6 +169,14 @@ pub(super) fn from_r(parts: &Arg) -> Result<Profile> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    let processes = match form.processes {
+        Some(p) => read_processes(p)?,
+        None => Vec::new(),
+    };
+    let np = processes.len();
+    if sprocess.as_ref().is_some_and(|v| v.len() != scount.len()) {
+        return Err(columns_differ("stacks"));
+    }
     let files: Vec<String> = form.files.into_iter().map(|f| f.unwrap_or_default()).collect();
     let Modules { path: mpath, build_id: mbuild, start: mstart, limit: mlimit, offset: moffset } =
         form.modules;
@@ -251,6 +262,10 @@ pub(super) fn from_r(parts: &Arg) -> Result<Profile> {
             .collect::<Result<Vec<usize>>>()?;
         let count = whole_at(count, "stacks$count", k)?;
         let thread = one_based_not_na(thread, nt.max(1), "stacks$thread", k)?;
+        let process = match &sprocess {
+            Some(v) => one_based_not_na(v[k], np.max(1), "stacks$process", k)?,
+            None => 0,
+        };
         let bytes = match &bytes_columns {
             Some([a, b, c, d]) => Some(Bytes {
                 alloc_bytes: whole_at(a[k], "stacks$alloc_bytes", k)?,
@@ -260,7 +275,7 @@ pub(super) fn from_r(parts: &Arg) -> Result<Profile> {
             }),
             None => None,
         };
-        stacks.push(Stack { locations, count, thread, bytes });
+        stacks.push(Stack { locations, count, thread, process, bytes });
     }
     let modules = (0..nm)
         .map(|i| {
@@ -307,7 +322,59 @@ pub(super) fn from_r(parts: &Arg) -> Result<Profile> {
         files,
         modules,
         threads,
+        processes,
     };
     profile.check().map_err(|why| Error::BadArgument(format!("`profile` is damaged: {why}")))?;
     Ok(profile)
+}
+
+/// The processes table of a profile's R form.
+fn read_processes(p: Processes) -> Result<Vec<ProcessInfo>> {
+    let Processes { number, pid, command, host, cpu, samples } = p;
+    let n = number.len();
+    if [pid.len(), command.len(), host.len(), cpu.len(), samples.len()].iter().any(|&m| m != n) {
+        return Err(damaged("processes", "has columns of different lengths"));
+    }
+    (0..n)
+        .map(|i| {
+            let number = number[i].filter(|&x| x >= 0).ok_or_else(|| {
+                damaged_at(
+                    "processes$number",
+                    i,
+                    "must be a whole number from 0 (the profiled process), not NA",
+                )
+            })? as u32;
+            let whole = |x: f64| x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x <= i64::MAX as f64;
+            if !whole(pid[i]) {
+                return Err(damaged_at(
+                    "processes$pid",
+                    i,
+                    format_args!("is {}: a process id is a whole number from 0", shown(pid[i])),
+                ));
+            }
+            if !whole(samples[i]) {
+                return Err(damaged_at(
+                    "processes$samples",
+                    i,
+                    format_args!("is {}: it must be a whole number from 0", shown(samples[i])),
+                ));
+            }
+            let c = cpu[i];
+            if !(c.is_nan() || (c.is_finite() && c >= 0.0)) {
+                return Err(damaged_at(
+                    "processes$cpu",
+                    i,
+                    format_args!("is {}: CPU seconds are not negative (or NA)", shown(c)),
+                ));
+            }
+            Ok(ProcessInfo {
+                number,
+                pid: pid[i] as i64,
+                command: command[i].clone().unwrap_or_default(),
+                host: host[i].clone().unwrap_or_default(),
+                cpu_ns: (!c.is_nan()).then(|| nanoseconds(c, "processes$cpu")).transpose()?,
+                samples: samples[i] as u64,
+            })
+        })
+        .collect()
 }

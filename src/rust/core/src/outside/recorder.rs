@@ -224,7 +224,7 @@ impl Recorder {
                 let behind = Behind::new(&stack, &mem);
                 let context = behind.word(facts.base.global_context).unwrap_or(0) as u64;
                 let reads = Reads { heap: &behind, chain: &behind };
-                let at = Moment { snapshot: snap, index: index as u32, seq: self.seq, context };
+                let at = Moment { snapshot: snap, index: index as u32, seq: self.seq, context, fork: &[] };
                 let made = compose::compose(t.regs, Flags::NONE, at, facts, &reads, &mut self.scratch);
                 let rec = self.scratch.record(made.len);
                 record::write_prefix(rec, made.prefix(weight, spent()));
@@ -239,7 +239,7 @@ impl Recorder {
             let (kind, tid) = if main { (Flags::NONE, 0) } else { (Flags::WORKER, t.tid as u32) };
             let prefix = Prefix {
                 header: Header { flags: kind | truncated, weight, handler_ns: spent() },
-                origin: Origin { snapshot: index as u32, tid, uncertain: false },
+                origin: Origin::thread(index as u32, tid),
                 link: self.seq,
                 context: 0,
             };
@@ -285,6 +285,8 @@ impl Recorder {
             .collect();
         let modules_now = self.snapshots.last().map(|s| s.map.clone());
         Finished {
+            pid: self.pid,
+            command: crate::procfs::cmdline(crate::procfs::Proc::Pid(self.pid)),
             modules_now,
             launch_module: None,
             collected: self.collected,

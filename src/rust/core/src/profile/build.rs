@@ -5,12 +5,13 @@
 
 use super::collect::Finished;
 use super::collect::Times;
-use super::model::{Bytes, Event, Profile, Stack, ThreadInfo};
+use super::model::{Bytes, Event, ProcessInfo, Profile, Stack, ThreadInfo};
 use crate::symbolizer;
 use stacks::Builder;
 use std::collections::HashMap;
 
 mod names;
+mod processes;
 mod stacks;
 
 /// Figures about the run, for `summary()`.
@@ -81,6 +82,7 @@ pub fn build(f: &Finished, event: Event, period: u64) -> (Profile, Stats) {
         }
     }
     let threads = thread_table(f);
+    let processes = process_table(f);
     let bytes = f.alloc.as_ref().map(|a| alloc_values(&f.collected, a));
     let mut stacks: Vec<Stack> = f
         .collected
@@ -89,30 +91,37 @@ pub fn build(f: &Finished, event: Event, period: u64) -> (Profile, Stats) {
         .enumerate()
         .filter(|(_, (_, counts))| counts.weight > 0)
         .map(|(i, (entries, counts))| {
-            let (locations, tid) = b.stack(entries);
-            let thread = match tid {
+            let (locations, who) = b.stack(entries);
+            let thread = match who.thread {
                 0 => 0,
                 t => threads.iter().position(|x| x.number > 0 && x.tid == t as i64).unwrap_or(0),
             };
+            let process = match who.process {
+                0 => 0,
+                p => processes.iter().position(|x| x.number > 0 && x.pid == p as i64).unwrap_or(0),
+            };
             let bytes = bytes.as_ref().map(|v| v.get(i).copied().unwrap_or_default());
-            Stack { locations, count: counts.weight, thread, bytes }
+            Stack { locations, count: counts.weight, thread, process, bytes }
         })
         .collect();
     // Samples whose frames came out the same (another thread's samples
     // joined to different samples of the main thread with the same frames
     // kept) are one stack.
-    let mut merged: HashMap<(Vec<usize>, usize), (u64, Option<Bytes>)> = HashMap::with_capacity(stacks.len());
+    // By (locations, thread, process): count and bytes.
+    type Shown = (Vec<usize>, usize, usize);
+    let mut merged: HashMap<Shown, (u64, Option<Bytes>)> = HashMap::with_capacity(stacks.len());
     for st in stacks.drain(..) {
-        let m = merged.entry((st.locations, st.thread)).or_default();
+        let m = merged.entry((st.locations, st.thread, st.process)).or_default();
         m.0 += st.count;
         if let Some(b) = st.bytes {
             *m.1.get_or_insert_with(Bytes::default) += b;
         }
     }
-    stacks.extend(merged.into_iter().map(|((locations, thread), (count, bytes))| Stack {
+    stacks.extend(merged.into_iter().map(|((locations, thread, process), (count, bytes))| Stack {
         locations,
         count,
         thread,
+        process,
         bytes,
     }));
     // Heaviest first (in bytes allocated, for a memory profile): readers
@@ -153,8 +162,78 @@ pub fn build(f: &Finished, event: Event, period: u64) -> (Profile, Stats) {
         files: b.files,
         modules: b.modules,
         threads,
+        processes,
     };
     (profile, stats)
+}
+
+/// The processes of a profile: the profiled one first, then forked
+/// children in the order of their first sample (numbered from 1), then
+/// those that ran but were never sampled.
+fn process_table(f: &Finished) -> Vec<ProcessInfo> {
+    let host = hostname();
+    let mut out = vec![ProcessInfo {
+        number: 0,
+        pid: f.pid as i64,
+        command: f.command.clone(),
+        host: host.clone(),
+        cpu_ns: None,
+        samples: f.collected.samples,
+    }];
+    let known = |pid: u32| f.collected.processes.iter().find(|p| p.pid == pid);
+    let samples = |pid: u32| {
+        let o = crate::profile::record::Origin::child(0, pid);
+        f.collected
+            .stacks
+            .iter()
+            .filter(|(k, _)| {
+                k.first()
+                    .and_then(|&w| crate::profile::record::Origin::decode(w))
+                    .is_some_and(|x| x.process && x.tid == o.tid)
+            })
+            .map(|(_, c)| c.samples)
+            .sum()
+    };
+    for &pid in &f.collected.process_order {
+        let p = known(pid);
+        out.push(ProcessInfo {
+            number: out.len() as u32,
+            pid: pid as i64,
+            command: p.map(|p| p.command.clone()).unwrap_or_default(),
+            host: host.clone(),
+            cpu_ns: p.map(|p| p.cpu_ns),
+            samples: samples(pid),
+        });
+    }
+    for p in &f.collected.processes {
+        if !f.collected.process_order.contains(&p.pid) && p.cpu_ns > 0 {
+            out.push(ProcessInfo {
+                number: out.len() as u32,
+                pid: p.pid as i64,
+                command: p.command.clone(),
+                host: host.clone(),
+                cpu_ns: Some(p.cpu_ns),
+                samples: 0,
+            });
+        }
+    }
+    // The profiled process's own samples are the rest.
+    let children: u64 = out.iter().skip(1).map(|p| p.samples).sum();
+    out[0].samples = out[0].samples.saturating_sub(children);
+    out
+}
+
+/// This machine's name.
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    if ok {
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    }
 }
 
 /// The threads of a profile: R's main thread first, then the others in the

@@ -135,6 +135,14 @@ pub struct Collected {
     pub alone: u64,
     /// Other threads by kernel id, in the order of their first sample.
     pub thread_order: Vec<u32>,
+    /// Forked children by pid, in the order of their first sample, and
+    /// what is known of each (see `capture::children`).
+    pub process_order: Vec<u32>,
+    pub processes: Vec<Process>,
+    /// Children that were not sampled (no free slot).
+    pub processes_missed: u64,
+    /// Labels forked children made, by id from `labels::EXTRA_BASE`.
+    pub extra_labels: Vec<String>,
     pub times: Times,
     /// Allocation samples by number: (bytes allocated, stack).
     pub allocs: HashMap<u64, (u64, usize)>,
@@ -204,6 +212,15 @@ impl Collected {
         let mut key = Vec::with_capacity(entries.len() + 2);
         key.push(origin.marked(uncertain).encode());
         key.extend_from_slice(entries);
+        if flags.contains(Flags::PROCESS) {
+            // A forked child's own sample: its stack holds its parent's part
+            // already (see `compose`); its origin names the child.
+            if !self.process_order.contains(&origin.tid) {
+                self.process_order.push(origin.tid);
+            }
+            self.add(&key, weight, truncated);
+            return;
+        }
         if !flags.contains(Flags::WORKER) {
             let i = self.add(&key, weight, truncated);
             if let Some((number, bytes)) = alloc {
@@ -328,6 +345,9 @@ pub struct Finished {
     /// loaded now; another process's (a recording from outside) as last
     /// seen.
     pub modules_now: Option<Arc<crate::modules::ModuleMap>>,
+    /// The profiled process and its command line.
+    pub(crate) pid: i32,
+    pub(crate) command: String,
     /// The module whose code starts the threads a profile saw start (its
     /// frames at the bottom of their stacks are plumbing, left out).
     pub(crate) launch_module: Option<String>,
@@ -347,6 +367,21 @@ pub struct AllocFigures {
     /// Sampled blocks the table of live ones had no room for (counted as
     /// freed).
     pub untracked: u64,
+}
+
+/// What the profile keeps about one forked child.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    /// Its command line (its parent's, as a fork has), from `/proc`.
+    pub command: String,
+    /// CPU time it used, from its own clock (its last sample's) or the
+    /// kernel's account of it (`/proc/PID/stat`, while it ran), whichever
+    /// is more.
+    pub cpu_ns: u64,
+    /// Samples it took, and timer intervals it lost (a full ring).
+    pub samples: u64,
+    pub dropped: u64,
 }
 
 /// What the profile keeps about one thread other than R's main thread.
@@ -376,7 +411,7 @@ mod tests {
 
     /// An origin word: snapshot `snapshot` of thread `tid`.
     fn origin(snapshot: u32, tid: u32) -> u64 {
-        Origin { snapshot, tid, uncertain: false }.encode()
+        Origin::thread(snapshot, tid).encode()
     }
 
     fn native(ip: usize) -> u64 {
@@ -458,12 +493,7 @@ mod tests {
         c.absorb_as(&rec, false);
         assert_eq!(c.stacks.len(), 2);
         assert_eq!(c.counts(&[origin(1, 0), native(0x1234)]).unwrap().samples, 2);
-        assert_eq!(
-            c.counts(&[Origin { snapshot: 1, tid: 0, uncertain: true }.encode(), native(0x1234)])
-                .unwrap()
-                .samples,
-            1
-        );
+        assert_eq!(c.counts(&[Origin::main(1).marked(true).encode(), native(0x1234)]).unwrap().samples, 1);
         assert_eq!(c.samples, 3);
     }
 

@@ -165,6 +165,12 @@ pub struct Moment<'a> {
     pub index: u32,
     pub seq: u64,
     pub context: u64,
+    /// In a forked child: the records its R chain held at the fork (their
+    /// address and function; innermost first, of the kinds a sample keeps:
+    /// see [`fork_records`]). The records of a sample that are still these
+    /// are the parent's, copied; the others the child's own. Empty: not a
+    /// child.
+    pub fork: &'a [(usize, usize)],
 }
 
 impl Composed {
@@ -191,7 +197,7 @@ pub fn compose<H: Memory, C: Memory>(
     mem: &Reads<H, C>,
     s: &mut Scratch,
 ) -> Composed {
-    let Moment { snapshot: snap, index, seq, context } = at;
+    let Moment { snapshot: snap, index, seq, context, fork } = at;
     let mut flags = flags;
     let origin = Origin::main(index);
     let nothing = |flags| Composed { flags, len: 0, outside: true, origin, link: seq, context };
@@ -210,7 +216,7 @@ pub fn compose<H: Memory, C: Memory>(
     for i in 0..n {
         s.sps[i] = s.frames[i].sp;
     }
-    let (nctx, cut) = match read_contexts(r, mem.chain, &s.sps[..n], complete, &mut s.ctx) {
+    let (nctx, cut, fork_at) = match read_contexts(r, mem.chain, &s.sps[..n], complete, &mut s.ctx) {
         Some(Chain { outside: true, .. }) => {
             return nothing(flags);
         }
@@ -225,11 +231,11 @@ pub fn compose<H: Memory, C: Memory>(
                 files: &mut s.files,
             };
             describe_frames(r, mem, &s.frames[..n], &mut s.ctx[..k], &mut d, &mut s.memo);
-            (k, cut)
+            (k, cut, parent_from(&s.ctx[..k], fork))
         }
         None => {
             flags |= Flags::TRUNCATED_R;
-            (0, usize::MAX)
+            (0, usize::MAX, usize::MAX)
         }
     };
 
@@ -252,6 +258,11 @@ pub fn compose<H: Memory, C: Memory>(
         while k < nctx && (s.ctx[k].anchor <= i || (i == n && s.ctx[k].anchor >= n)) {
             if k == cut {
                 break 'merge; // the frames of the profiler's caller
+            }
+            if k == fork_at {
+                // A forked child's own frames end here; the parent's
+                // (copied at the fork) follow.
+                w.push(Entry::r(labels::PROCESS));
             }
             let c = s.ctx[k];
             let label = if c.is_loop { loop_label(r, &s.frames, c.owner) } else { c.label };
@@ -320,6 +331,13 @@ impl Scratch {
     pub fn record(&mut self, len: usize) -> &mut [u64] {
         let len = len.min(self.record.len());
         &mut self.record[..len]
+    }
+
+    /// The record [`compose`] made, `len` words long, and the labels its R
+    /// entries name.
+    pub fn record_and_labels(&mut self, len: usize) -> (&mut [u64], &Labels) {
+        let len = len.min(self.record.len());
+        (&mut self.record[..len], &self.labels)
     }
 
     /// Made ready for another session: what it remembers of the last one's
@@ -409,6 +427,50 @@ fn ast_loop_owner(h: &impl Memory, ctx: &[Ctx], k: usize) -> Owner {
         Some(c) => Owner::Frame(c.label),
         None => Owner::TopLevel,
     }
+}
+
+/// Where a forked child's records end and its parent's begin, in `ctx`
+/// (innermost first): the records that are still those of the fork
+/// (`fork`, innermost first) are the outermost ones, matched from the
+/// outside in (the child has left the innermost records of the fork, and
+/// made its own further in). `usize::MAX`: not a child, or nothing of the
+/// parent's is left.
+fn parent_from(ctx: &[Ctx], fork: &[(usize, usize)]) -> usize {
+    if fork.is_empty() {
+        return usize::MAX;
+    }
+    let same = ctx
+        .iter()
+        .rev()
+        .zip(fork.iter().rev())
+        .take_while(|(c, &(addr, fun))| c.addr == addr && c.callfun == fun)
+        .count();
+    if same == 0 {
+        usize::MAX
+    } else {
+        ctx.len() - same
+    }
+}
+
+/// The records of R's chain that a sample keeps (function records, and
+/// loop records on the C stack), as (address, function) innermost first,
+/// into `out`: what a forked child remembers of the fork (see
+/// [`Moment::fork`]). How many; None if the chain could not be read whole.
+pub fn fork_records(r: &RFacts, mem: &impl Memory, out: &mut [(usize, usize)]) -> Option<usize> {
+    let chain = crate::r::Chain::from_global(mem, &r.base.layout, r.base.global_context, MAX_CONTEXTS * 4);
+    let mut n = 0;
+    for c in chain {
+        let c = c.ok()?;
+        if c.next == 0 {
+            return Some(n);
+        }
+        let function = c.is_function();
+        if function || (c.callflag == CTXT_LOOP && r.ranges.on_stack(c.addr)) {
+            *out.get_mut(n)? = (c.addr, if function { c.callfun } else { 0 });
+            n += 1;
+        }
+    }
+    None
 }
 
 /// What [`read_contexts`] found.
@@ -605,6 +667,21 @@ mod tests {
         let mut ctx = vec![Ctx::default(); 8];
         let c = read_contexts(&r, &m, &sps, true, &mut ctx).unwrap();
         assert_eq!((c.len, c.consistent, c.cut, c.outside), (2, true, usize::MAX, false));
+        // Not a child: no parent's part.
+        assert_eq!(parent_from(&ctx[..2], &[]), usize::MAX);
+        // The records a child remembers of its fork: these two.
+        let mut fork = [(0, 0); 8];
+        assert_eq!(fork_records(&r, &m, &mut fork), Some(2));
+        assert_eq!(&fork[..2], &[(0x20040, 0xf2), (0x7c00, 0xf1)]);
+        // Still inside the call it forked from: all of it the parent's.
+        assert_eq!(parent_from(&ctx[..2], &fork[..2]), 0);
+        // Forked from inside a call it has left since (its record gone or
+        // reused by another function's): the closure further out is the
+        // parent's, the rest the child's.
+        assert_eq!(parent_from(&ctx[..2], &[(0x9999, 0xf3), (0x7c00, 0xf1)]), 1);
+        assert_eq!(parent_from(&ctx[..2], &[(0x20040, 0xf9), (0x7c00, 0xf1)]), 1);
+        // Nothing of the fork left: no parent's part.
+        assert_eq!(parent_from(&ctx[..2], &[(0x1, 0x2)]), usize::MAX);
         // The byte-code call goes with the loop frame holding its counter
         // (frame 1: 0x7800 <= 0x7810 < 0x7a00); the closure call with the
         // frame holding its record (frame 2: 0x7a00 <= 0x7c00 < 0x8000).

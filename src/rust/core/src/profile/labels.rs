@@ -20,7 +20,10 @@ pub const THREAD: u32 = 6;
 pub const THREAD_ELSEWHERE: u32 = 7;
 /// R's garbage collector running (Rprof's label).
 pub const GC: u32 = 8;
-const FIXED: [&str; 9] = [
+/// In a sample of a forked child: where the child's own frames end and the
+/// frames it inherited from its parent at the fork begin (see `compose`).
+pub const PROCESS: u32 = 9;
+const FIXED: [&str; 10] = [
     "<Anonymous>",
     "[for]",
     "[while]",
@@ -30,7 +33,14 @@ const FIXED: [&str; 9] = [
     "[thread]",
     "[thread*]",
     "<GC>",
+    "[process]",
 ];
+
+/// Ids from here on name labels made outside the table: by forked child
+/// processes, whose labels reach the parent as text (see
+/// `capture::children`). Below the 29 bits a source position's file id
+/// has (see `record`).
+pub const EXTRA_BASE: u32 = 1 << 28;
 
 const SLOTS: usize = 1 << 15;
 const SYMBOL_SLOTS: usize = 1 << 13;
@@ -54,6 +64,8 @@ pub struct Labels {
     count: u32,
     /// Symbol address -> id + 1.
     symbols: Box<[(usize, u32)]>,
+    /// Labels from outside the table, by id from [`EXTRA_BASE`].
+    extra: Vec<String>,
 }
 
 impl Default for Labels {
@@ -71,6 +83,7 @@ impl Labels {
             by_id: vec![(0, 0); SLOTS / 2].into_boxed_slice(),
             count: 0,
             symbols: vec![(0, 0); SYMBOL_SLOTS].into_boxed_slice(),
+            extra: Vec::new(),
         };
         crate::memory::prefault(&mut l.arena);
         crate::memory::prefault(&mut l.slots);
@@ -142,6 +155,9 @@ impl Labels {
 
     /// The text of label `id` (after sampling).
     pub fn text(&self, id: u32) -> &str {
+        if id >= EXTRA_BASE {
+            return self.extra.get((id - EXTRA_BASE) as usize).map_or("<unknown label>", String::as_str);
+        }
         match self.by_id.get(id as usize) {
             Some(&(start, len)) if id < self.count => {
                 std::str::from_utf8(&self.arena[start as usize..(start + len) as usize])
@@ -153,6 +169,21 @@ impl Labels {
 
     pub fn len(&self) -> usize {
         self.count as usize
+    }
+
+    /// The bytes of label `id` of the table (async-signal-safe: a forked
+    /// child hands its new labels to its parent from the handler).
+    pub fn bytes(&self, id: u32) -> &[u8] {
+        match self.by_id.get(id as usize) {
+            Some(&(start, len)) if id < self.count => &self.arena[start as usize..(start + len) as usize],
+            _ => b"",
+        }
+    }
+
+    /// Adds labels from outside the table (after sampling): they have ids
+    /// from [`EXTRA_BASE`] in order.
+    pub fn set_extra(&mut self, extra: Vec<String>) {
+        self.extra = extra;
     }
 
     /// Whether it holds only the labels every table starts with (a new

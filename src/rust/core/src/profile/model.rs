@@ -26,6 +26,8 @@ pub enum FrameKind {
     Thread,
     /// Time in a parallel runtime's own code (OpenMP, TBB): `[wait]`.
     Wait,
+    /// Where another process's own frames begin: `[process N]`.
+    Process,
 }
 
 impl FrameKind {
@@ -36,13 +38,21 @@ impl FrameKind {
             FrameKind::Loop => "loop",
             FrameKind::Thread => "thread",
             FrameKind::Wait => "wait",
+            FrameKind::Process => "process",
         }
     }
 
     pub fn from_name(name: &str) -> Option<FrameKind> {
-        [FrameKind::R, FrameKind::Native, FrameKind::Loop, FrameKind::Thread, FrameKind::Wait]
-            .into_iter()
-            .find(|k| k.name() == name)
+        [
+            FrameKind::R,
+            FrameKind::Native,
+            FrameKind::Loop,
+            FrameKind::Thread,
+            FrameKind::Wait,
+            FrameKind::Process,
+        ]
+        .into_iter()
+        .find(|k| k.name() == name)
     }
 }
 
@@ -109,6 +119,9 @@ pub struct Stack {
     /// The thread sampled: an index into `Profile::threads` (0: R's main
     /// thread).
     pub thread: usize,
+    /// The process sampled: an index into `Profile::processes` (0: the
+    /// profiled process itself).
+    pub process: usize,
     /// A memory profile's values (None in a time profile).
     pub bytes: Option<Bytes>,
 }
@@ -145,6 +158,22 @@ pub struct ThreadInfo {
     /// CPU time it used while the profile ran, from its own clock (None:
     /// not measured).
     pub cpu_ns: Option<u64>,
+}
+
+/// One process of a profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// 0 for the profiled process; others numbered from 1 in the order of
+    /// their first sample (the `N` of their `[process N]` frame).
+    pub number: u32,
+    pub pid: i64,
+    /// Its command line, and the machine it ran on.
+    pub command: String,
+    pub host: String,
+    /// CPU time it used while the profile ran (None: not measured), and
+    /// the samples taken of it.
+    pub cpu_ns: Option<u64>,
+    pub samples: u64,
 }
 
 /// What was sampled.
@@ -225,6 +254,9 @@ pub struct Profile {
     /// The threads sampled; the first is R's main thread. (Empty: R's main
     /// thread only, as profiles made before threads were sampled.)
     pub threads: Vec<ThreadInfo>,
+    /// The processes sampled; the first is the profiled process. (Empty:
+    /// that process only, as profiles made before processes were sampled.)
+    pub processes: Vec<ProcessInfo>,
 }
 
 impl Profile {
@@ -287,7 +319,8 @@ impl Profile {
         if self.event == Event::Alloc {
             return Ok(());
         }
-        let threads = self.threads.len().max(1) as f64;
+        // (Each other process samples its main thread on its own clock.)
+        let threads = (self.threads.len().max(1) + self.processes.len().saturating_sub(1)) as f64;
         let possible = (self.duration_ns as f64 / self.period as f64) * 1.5 * threads + 10.0 * threads;
         let samples = self.samples();
         if samples as f64 > possible {
@@ -305,6 +338,7 @@ impl Profile {
         let (nl, nf, nfiles, nm) =
             (self.locations.len(), self.functions.len(), self.files.len(), self.modules.len());
         let nt = self.threads.len().max(1);
+        let np = self.processes.len().max(1);
         let bad_module = |m: Option<usize>| m.is_some_and(|m| m >= nm);
         let bad_file = |f: Option<usize>| f.is_some_and(|f| f >= nfiles);
         let out_of_range = |field: &str, at: usize| Err(format!("`{field}` [{}] is out of range", at + 1));
@@ -314,6 +348,9 @@ impl Profile {
             }
             if s.thread >= nt {
                 return out_of_range("stacks$thread", k);
+            }
+            if s.process >= np {
+                return out_of_range("stacks$process", k);
             }
         }
         for (k, f) in self.functions.iter().enumerate() {
@@ -342,7 +379,8 @@ impl Profile {
         Ok(())
     }
 
-    /// Threads numbered once each (R's main thread 0, others from 1).
+    /// Threads numbered once each (R's main thread 0, others from 1), and
+    /// processes likewise (the profiled one 0).
     fn check_threads(&self) -> Result<(), String> {
         let mut seen = std::collections::HashSet::new();
         for (k, t) in self.threads.iter().enumerate() {
@@ -351,6 +389,16 @@ impl Profile {
                     "`threads$number` [{}] is {}, a number another thread has",
                     k + 1,
                     t.number
+                ));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (k, p) in self.processes.iter().enumerate() {
+            if !seen.insert(p.number) {
+                return Err(format!(
+                    "`processes$number` [{}] is {}, a number another process has",
+                    k + 1,
+                    p.number
                 ));
             }
         }
@@ -512,10 +560,11 @@ mod tests {
                 address: 0,
                 lines: vec![Line { function: 0, file: None, line: None }],
             }],
-            stacks: vec![Stack { locations: vec![0], count, thread: 0, bytes: None }],
+            stacks: vec![Stack { locations: vec![0], count, thread: 0, process: 0, bytes: None }],
             files: Vec::new(),
             modules: Vec::new(),
             threads: Vec::new(),
+            processes: Vec::new(),
         }
     }
 

@@ -119,6 +119,17 @@ fn message(p: &Profile) -> Vec<u8> {
     let threads: Vec<(u64, u64, i64)> =
         p.threads.iter().map(|t| (strings.index("thread"), strings.index(&thread_label(t)), t.tid)).collect();
     let tid_key = strings.index("tid");
+    // With processes sampled, every sample says which (`process` is `self`
+    // or `process N`, `pid` its id).
+    let processes: Vec<(u64, u64, i64)> = p
+        .processes
+        .iter()
+        .map(|x| {
+            let label = if x.number == 0 { "self".to_string() } else { format!("process {}", x.number) };
+            (strings.index("process"), strings.index(&label), x.pid)
+        })
+        .collect();
+    let pid_key = strings.index("pid");
     for stack in p.stacks.iter().filter(|s| s.count > 0) {
         let mut m = sample(stack, p.period);
         if let Some(&(key, value, tid)) = threads.get(stack.thread) {
@@ -129,6 +140,16 @@ fn message(p: &Profile) -> Vec<u8> {
             let mut l = Message::default();
             l.uint(field::label::KEY, tid_key);
             l.uint(field::label::NUM, tid.max(0) as u64);
+            m.message(field::sample::LABEL, &l);
+        }
+        if let Some(&(key, value, pid)) = processes.get(stack.process) {
+            let mut l = Message::default();
+            l.uint(field::label::KEY, key);
+            l.uint(field::label::STR, value);
+            m.message(field::sample::LABEL, &l);
+            let mut l = Message::default();
+            l.uint(field::label::KEY, pid_key);
+            l.uint(field::label::NUM, pid.max(0) as u64);
             m.message(field::sample::LABEL, &l);
         }
         out.message(field::profile::SAMPLE, &m);
@@ -631,12 +652,13 @@ mod tests {
                 },
             ],
             stacks: vec![
-                Stack { locations: vec![4, 3, 2, 1, 0], count: 5, thread: 0, bytes: None },
-                Stack { locations: vec![2, 1, 0], count: 3, thread: 0, bytes: None },
-                Stack { locations: vec![1, 0], count: 0, thread: 0, bytes: None },
-                Stack { locations: vec![3, 1, 0], count: 2, thread: 0, bytes: None },
+                Stack { locations: vec![4, 3, 2, 1, 0], count: 5, thread: 0, process: 0, bytes: None },
+                Stack { locations: vec![2, 1, 0], count: 3, thread: 0, process: 0, bytes: None },
+                Stack { locations: vec![1, 0], count: 0, thread: 0, process: 0, bytes: None },
+                Stack { locations: vec![3, 1, 0], count: 2, thread: 0, process: 0, bytes: None },
             ],
             threads: Vec::new(),
+            processes: Vec::new(),
         }
     }
 
@@ -652,6 +674,7 @@ mod tests {
             files: vec![],
             modules: vec![],
             threads: vec![],
+            processes: Vec::new(),
         }
     }
 
@@ -887,7 +910,7 @@ mod tests {
     #[test]
     fn huge_counts_saturate() {
         let mut p = empty();
-        p.stacks.push(Stack { locations: vec![], count: u64::MAX, thread: 0, bytes: None });
+        p.stacks.push(Stack { locations: vec![], count: u64::MAX, thread: 0, process: 0, bytes: None });
         let p = parse(&encode(&p));
         let max = i64::MAX as u64;
         assert_eq!(p.samples, [Sample { location_id: vec![], value: vec![max, max] }]);

@@ -39,12 +39,14 @@ const TAG_R: u64 = 2 << 62;
 const TAG_MORE: u64 = 3 << 62;
 const ALLOC_BIT: u64 = 1 << 61;
 
-/// An origin word's bits: the snapshot's number (low 32), the thread's
-/// kernel id (29 bits from 32), and the collector's mark.
+/// An origin word's bits: the snapshot's number (low 31), whether the
+/// sample is another process's (bit 31), the thread's or process's kernel
+/// id (29 bits from 32), and the collector's mark.
 const UNCERTAIN: u64 = 1 << 61;
 const TID_SHIFT: u32 = 32;
 const TID_MASK: u64 = (1 << 29) - 1;
-const INDEX_MASK: u64 = 0xffff_ffff;
+const INDEX_MASK: u64 = (1 << 31) - 1;
+const PROCESS_BIT: u64 = 1 << 31;
 
 /// A native entry's bits: the instruction pointer (low 56) and whether it
 /// is the interrupted instruction rather than a return address.
@@ -88,6 +90,12 @@ impl Flags {
     /// A sample of an allocation (a memory profile): its entries end with
     /// the sample's number and the bytes allocated.
     pub const ALLOC: Flags = Flags(16);
+    /// A sample of a forked child process (its origin names it, see
+    /// [`Origin::process`]).
+    pub const PROCESS: Flags = Flags(32);
+    /// Not a sample: the text of a label a child process made (see
+    /// [`label_record`]).
+    pub const LABEL: Flags = Flags(64);
 
     #[inline]
     pub const fn union(self, other: Flags) -> Flags {
@@ -164,8 +172,11 @@ impl Header {
 pub struct Origin {
     /// The number of the session's snapshot of loaded modules.
     pub snapshot: u32,
-    /// The sampled thread's kernel id; 0 for R's main thread.
+    /// The sampled thread's kernel id; 0 for R's main thread. For another
+    /// process's sample, that process's id.
     pub tid: u32,
+    /// A sample of another process (a forked child), whose id is `tid`.
+    pub process: bool,
     /// Modules may have been loaded or unloaded between the snapshot and
     /// the sample, so the addresses may be another module's than the
     /// snapshot says (set by the collector).
@@ -176,7 +187,21 @@ impl Origin {
     /// R's main thread's sample with snapshot `snapshot`.
     #[inline]
     pub const fn main(snapshot: u32) -> Origin {
-        Origin { snapshot, tid: 0, uncertain: false }
+        Origin { snapshot, tid: 0, uncertain: false, process: false }
+    }
+
+    /// A sample of thread `tid` (0: R's main thread) with snapshot
+    /// `snapshot`.
+    #[inline]
+    pub const fn thread(snapshot: u32, tid: u32) -> Origin {
+        Origin { snapshot, tid, uncertain: false, process: false }
+    }
+
+    /// A sample of process `pid` (its main thread) with snapshot
+    /// `snapshot`.
+    #[inline]
+    pub const fn child(snapshot: u32, pid: u32) -> Origin {
+        Origin { snapshot, tid: pid, uncertain: false, process: true }
     }
 
     /// The word (a kernel id wider than 29 bits is cut to them).
@@ -185,7 +210,8 @@ impl Origin {
         TAG_ORIGIN
             | (self.tid as u64 & TID_MASK) << TID_SHIFT
             | if self.uncertain { UNCERTAIN } else { 0 }
-            | self.snapshot as u64
+            | if self.process { PROCESS_BIT } else { 0 }
+            | (self.snapshot as u64 & INDEX_MASK)
     }
 
     /// None if the word is not an origin word.
@@ -198,14 +224,15 @@ impl Origin {
             snapshot: (word & INDEX_MASK) as u32,
             tid: ((word >> TID_SHIFT) & TID_MASK) as u32,
             uncertain: word & UNCERTAIN != 0,
+            process: word & PROCESS_BIT != 0,
         })
     }
 
     /// The same origin on R's main thread: what names the frames (snapshot
-    /// and certainty) without the thread.
+    /// and certainty) without the thread or process.
     #[inline]
     pub const fn without_thread(self) -> Origin {
-        Origin { tid: 0, ..self }
+        Origin { tid: 0, process: false, ..self }
     }
 
     /// Marked uncertain (`uncertain`) or as it was.
@@ -436,6 +463,43 @@ pub fn split_alloc_tail(entries: &[u64]) -> Option<(&[u64], (u64, u64))> {
     Some((&entries[..n - 2], (number, bytes)))
 }
 
+/// A label a child process made, as a record for its parent: the header
+/// (flag [`Flags::LABEL`]), the label's id in the child, its length in
+/// bytes, then the bytes, 8 to a word (little-endian, the last word padded
+/// with zeros). Written into `buf`; its length, or None if it does not fit.
+pub fn label_record(buf: &mut [u64], id: u32, text: &[u8]) -> Option<usize> {
+    let words = text.len().div_ceil(8);
+    let len = 3 + words;
+    let out = buf.get_mut(..len)?;
+    out[0] = Header { flags: Flags::LABEL, weight: 0, handler_ns: 0 }.encode();
+    out[1] = id as u64;
+    out[2] = text.len() as u64;
+    for (k, chunk) in text.chunks(8).enumerate() {
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        out[3 + k] = u64::from_le_bytes(b);
+    }
+    Some(len)
+}
+
+/// The (id, text) of a [`label_record`]; None if it is not one (or is
+/// damaged).
+pub fn split_label_record(record: &[u64]) -> Option<(u32, Vec<u8>)> {
+    let header = Header::decode(*record.first()?);
+    if !header.flags.contains(Flags::LABEL) {
+        return None;
+    }
+    let id = u32::try_from(*record.get(1)?).ok()?;
+    let n = usize::try_from(*record.get(2)?).ok()?;
+    let words = record.get(3..)?;
+    if n > words.len() * 8 || words.len() != n.div_ceil(8) {
+        return None;
+    }
+    let mut text: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    text.truncate(n);
+    Some((id, text))
+}
+
 /// A record being written into a buffer of fixed size: what does not fit
 /// is left out (the stack is cut, never the buffer overrun). Allocates
 /// nothing: the signal handler writes with it.
@@ -521,7 +585,13 @@ mod tests {
         round_trip(Entry::Alloc(0));
         round_trip(Entry::Alloc(PAYLOAD_MASK));
         round_trip(Entry::Origin(Origin::main(7)));
-        round_trip(Entry::Origin(Origin { snapshot: u32::MAX, tid: TID_MASK as u32, uncertain: true }));
+        round_trip(Entry::Origin(Origin {
+            snapshot: INDEX_MASK as u32,
+            tid: TID_MASK as u32,
+            uncertain: true,
+            process: true,
+        }));
+        round_trip(Entry::Origin(Origin::child(3, 4242)));
     }
 
     #[test]
@@ -551,7 +621,7 @@ mod tests {
         let n = Entry::native(usize::MAX, false);
         assert!(Entry::is_native(n));
         assert_eq!(Entry::decode(n), Entry::Native { ip: IP_MASK as usize, exact: false });
-        let o = Origin { snapshot: 1, tid: u32::MAX, uncertain: false };
+        let o = Origin { snapshot: 1, tid: u32::MAX, uncertain: false, process: false };
         assert_eq!(Origin::decode(o.encode()).unwrap().tid, TID_MASK as u32);
         assert!(!Origin::decode(o.encode()).unwrap().uncertain);
     }
@@ -572,7 +642,7 @@ mod tests {
 
     #[test]
     fn origins_carry_thread_snapshot_and_mark() {
-        let o = Origin { snapshot: 5, tid: 4242, uncertain: false };
+        let o = Origin { snapshot: 5, tid: 4242, uncertain: false, process: false };
         let w = o.encode();
         assert_eq!(Origin::decode(w), Some(o));
         assert_eq!(o.marked(true), Origin { uncertain: true, ..o });
@@ -592,7 +662,7 @@ mod tests {
         assert!(!w.push(Entry::r(4)), "a full buffer refuses, never overruns");
         let prefix = Prefix {
             header: Header { flags: Flags::ALLOC, weight: 1, handler_ns: 700 },
-            origin: Origin { snapshot: 2, tid: 0, uncertain: false },
+            origin: Origin::main(2),
             link: 11,
             context: 0x7000,
         };
@@ -608,6 +678,34 @@ mod tests {
         let mut bad = record.clone();
         bad[1] = Entry::r(1);
         assert_eq!(split(&bad), None, "the second word must be an origin");
+    }
+
+    #[test]
+    fn a_childs_origin_is_told_from_a_threads() {
+        let child = Origin::child(2, 777);
+        let thread = Origin { snapshot: 2, tid: 777, uncertain: false, process: false };
+        assert_ne!(child.encode(), thread.encode());
+        assert_eq!(Origin::decode(child.encode()).unwrap(), child);
+        assert_eq!(child.without_thread(), Origin::main(2));
+        // The snapshot's number keeps its 31 bits apart from the mark.
+        let big = Origin::main(u32::MAX);
+        assert!(!Origin::decode(big.encode()).unwrap().process);
+    }
+
+    #[test]
+    fn labels_of_a_child_travel_as_records() {
+        let mut buf = [0u64; 16];
+        for text in [&b""[..], b"f", b"12345678", b"my_function[for]", "caf\u{e9}".as_bytes()] {
+            let n = label_record(&mut buf, 99, text).unwrap();
+            assert_eq!(split_label_record(&buf[..n]), Some((99, text.to_vec())));
+        }
+        assert_eq!(label_record(&mut buf[..3], 1, b"toolong"), None, "does not fit");
+        let n = label_record(&mut buf, 5, b"abc").unwrap();
+        let mut bad = buf[..n].to_vec();
+        bad[2] = 100;
+        assert_eq!(split_label_record(&bad), None, "a length past the words");
+        let sample = Prefix { header: Header::default(), origin: Origin::main(0), link: 0, context: 0 };
+        assert_eq!(split_label_record(&sample.encode()), None, "a sample is not a label");
     }
 
     #[test]

@@ -177,6 +177,7 @@ mod tests {
                 files: Vec::new(),
                 modules: Vec::new(),
                 threads: Vec::new(),
+                processes: Vec::new(),
             })
         }
 
@@ -205,7 +206,13 @@ mod tests {
         }
 
         fn stack(&mut self, locations: &[usize], count: u64) {
-            self.0.stacks.push(Stack { locations: locations.to_vec(), count, thread: 0, bytes: None });
+            self.0.stacks.push(Stack {
+                locations: locations.to_vec(),
+                count,
+                thread: 0,
+                process: 0,
+                bytes: None,
+            });
         }
     }
 

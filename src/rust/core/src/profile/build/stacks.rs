@@ -5,6 +5,7 @@
 //! stack that started its work.
 
 use super::names::{is_interpreter, is_libc, is_loop, is_runtime, loop_label, native_label};
+use super::processes::{own_kept, parent_from, Item};
 use crate::debuginfo::Resolved;
 use crate::modules::ModuleMap;
 use crate::profile::collect::Finished;
@@ -32,6 +33,14 @@ fn parent_cut(entry: Option<&str>, bases: &[Option<String>], elsewhere: bool) ->
         // Under the frames outside the runtime's outermost frame.
         _ => bases.iter().rposition(|b| b.as_deref() == Some(entry)).map(|j| j + 1),
     }
+}
+
+/// Whose a stack is: the thread's kernel id (0: R's main thread) and the
+/// forked child's pid (0: the profiled process).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Sampled {
+    pub thread: u32,
+    pub process: u32,
 }
 
 /// An R location: its label, the R function a loop belongs to, and its
@@ -104,7 +113,10 @@ impl<'a> Builder<'a> {
     /// thread was running R code, or nothing on its native stack belongs to
     /// the thread's runtime (a pool's thread working after its region
     /// ended), the thread's frames stay at the root.
-    pub(super) fn stack(&mut self, entries: &[u64]) -> (Vec<usize>, u32) {
+    pub(super) fn stack(&mut self, entries: &[u64]) -> (Vec<usize>, Sampled) {
+        if let Some(o) = entries.first().and_then(|&w| Origin::decode(w)).filter(|o| o.process) {
+            return (self.process_stack(&entries[1..], o), Sampled { thread: 0, process: o.tid });
+        }
         let mut out = Vec::with_capacity(entries.len() + 2);
         let is_marker = |e: u64| e == Entry::r(labels::THREAD) || e == Entry::r(labels::THREAD_ELSEWHERE);
         let Some(t) = entries.iter().position(|&e| is_marker(e)) else {
@@ -113,7 +125,7 @@ impl<'a> Builder<'a> {
             let inner = rest.iter().take_while(|&&e| Entry::is_native(e)).count();
             self.wait_marker(&rest[..inner], snap, &mut out);
             self.entries(rest, snap, &mut out);
-            return (out, 0);
+            return (out, Sampled::default());
         };
         let origin = Origin::decode(entries[0]);
         let tid = origin.map_or(0, |o| o.tid);
@@ -146,7 +158,7 @@ impl<'a> Builder<'a> {
                 self.entries(&rest[from..], psnap, &mut out);
             }
         }
-        (out, tid)
+        (out, Sampled { thread: tid, process: 0 })
     }
 
     /// Whether a native entry is a frame of R's interpreter, left out (its
@@ -201,6 +213,38 @@ impl<'a> Builder<'a> {
             let f = self.function(FrameKind::Wait, "[wait]".into(), "[wait]".into(), None);
             out.push(self.marker_location(f));
         }
+    }
+
+    /// The locations of a forked child's stack (its entries after the
+    /// origin `o`): its own frames (the fork's plumbing left out),
+    /// `[process N]`, and its parent's frames that dispatched the work
+    /// (see `processes`).
+    fn process_stack(&mut self, entries: &[u64], o: Origin) -> Vec<usize> {
+        let snap = Some(o.without_thread());
+        let marker = entries.iter().position(|&e| e == Entry::r(labels::PROCESS));
+        let (own, parent) = match marker {
+            Some(m) => (&entries[..m], &entries[m + 1..]),
+            None => (entries, &[][..]),
+        };
+        let item = |e: u64| match Entry::decode(e) {
+            Entry::R { label, .. } => Item::R(self.labels.text(label).to_string()),
+            Entry::Pos { .. } => Item::Pos,
+            _ => Item::Native,
+        };
+        let keep = own_kept(|k| item(own[k]), own.len());
+        let from = parent_from(|k| item(parent[k]), parent.len());
+        let mut out = Vec::with_capacity(entries.len() + 1);
+        self.entries(&own[..keep], snap, &mut out);
+        out.push(self.process_location(o.tid));
+        self.entries(&parent[from..], snap, &mut out);
+        out
+    }
+
+    /// The `[process N]` location of the forked child `pid`.
+    fn process_location(&mut self, pid: u32) -> usize {
+        let n = self.fin.collected.process_order.iter().position(|&p| p == pid).map_or(0, |i| i + 1);
+        let f = self.function(FrameKind::Process, format!("[process {n}]"), format!("[process_{n}]"), None);
+        self.marker_location(f)
     }
 
     /// The `[thread N]` location of the thread with kernel id `tid`.

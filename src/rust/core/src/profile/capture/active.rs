@@ -83,6 +83,14 @@ impl<T> Active<T> {
         self.running.store(0, Ordering::SeqCst);
     }
 
+    /// In a `fork()` child: no handler running (the child's one thread
+    /// called `fork()` outside any handler; handlers of the parent's other
+    /// threads do not exist here); the published session stays.
+    /// Async-signal-safe.
+    pub fn reset_in_child(&self) {
+        self.running.store(0, Ordering::SeqCst);
+    }
+
     /// Handlers running now (tests).
     #[cfg(test)]
     fn running(&self) -> usize {

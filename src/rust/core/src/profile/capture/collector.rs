@@ -76,6 +76,18 @@ pub fn collect(s: &Session, buf: &mut Vec<u64>) -> Generation {
     for (ring, &h) in s.slots.rings().zip(&heads) {
         ring.drain_to(h, buf, &mut absorb);
     }
+    if let Some(children) = &s.children {
+        s.parent.lock().unwrap_or_else(|e| e.into_inner()).collect(children, &mut c, &certain, buf);
+    }
     c.settle_pending(false);
     generation
+}
+
+/// At the end of the session: the children still running are kept with
+/// what they reported so far.
+pub fn close_children(s: &Session) {
+    if let Some(children) = &s.children {
+        let mut c = s.collected.lock().unwrap_or_else(|e| e.into_inner());
+        s.parent.lock().unwrap_or_else(|e| e.into_inner()).close(children, &mut c);
+    }
 }

@@ -39,7 +39,7 @@ pub fn sample_cost(facts: &RFacts, n: usize, thrash_mb: usize) -> Cost {
         let regs = crate::unwind::registers();
         let t0 = now();
         let tick = Tick { weight: 1, flags: Flags::NONE, started_ns: t0 };
-        let at = Moment { snapshot: &snap, index: 0, seq: 0, context: 0 };
+        let at = Moment { snapshot: &snap, index: 0, seq: 0, context: 0, fork: &[] };
         let out = sample(regs, tick, at, facts, &mut scratch, &ring);
         times.push(now() - t0);
         entries = out.frames;

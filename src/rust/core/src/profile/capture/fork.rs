@@ -9,11 +9,49 @@
 use super::handler::ACTIVE;
 
 extern "C" fn in_child() {
-    // No session, no handler running (the child's one thread called fork()
-    // outside any handler), and the hooks forget the parent's state.
-    ACTIVE.forget_in_child();
+    // No handler running (the child's one thread called fork() outside any
+    // handler), and the hooks forget the parent's state.
+    ACTIVE.reset_in_child();
+    super::children::reset_in_child();
     super::spawn::forget_in_child();
     super::alloc::hook::forget_in_child();
+    // A session that samples its children: this one samples itself (see
+    // `children`); otherwise no session.
+    if !ACTIVE.with(become_child).unwrap_or(false) {
+        ACTIVE.forget_in_child();
+    }
+}
+
+/// Makes this new child sample itself into a slot of its parent's session
+/// `s`: a timer on its own clock, as the parent's main thread has. Whether
+/// it does.
+fn become_child(s: &super::shared::Session) -> bool {
+    let (Some(children), super::shared::Trigger::Timer { clock, interval_ns }) = (&s.children, s.trigger)
+    else {
+        return false;
+    };
+    // SAFETY: fork() was called outside the signal handler, and the child's
+    // one thread is this one: nothing else uses the scratch now.
+    let labels = unsafe { &*s.scratch.get() }.as_ref().map_or(0, |sc| sc.labels.len() as u32);
+    let read =
+        |out: &mut [(usize, usize)]| super::super::compose::fork_records(&s.facts, &s.facts.ranges, out);
+    if super::children::become_child(children, read, labels).is_none() {
+        return false;
+    }
+    let clock_id = match clock {
+        super::clock::Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
+        super::clock::Clock::Elapsed => libc::CLOCK_MONOTONIC,
+    };
+    match super::clock::timer(s.signal, clock_id, super::clock::gettid(), interval_ns) {
+        Some(t) => {
+            super::children::set_timer(t);
+            true
+        }
+        None => {
+            super::children::leave();
+            false
+        }
+    }
 }
 
 /// Registers the child's handler, once per process.

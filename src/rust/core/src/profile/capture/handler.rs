@@ -85,6 +85,20 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     let (timer, weight) = unsafe { expirations(info) };
     let Some((snapshot, index)) = s.snapshot() else { return };
     let context = s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0);
+    // A forked child sampling itself: its main thread only.
+    if let Some(slot) = super::children::current() {
+        if main {
+            child_tick(
+                s,
+                slot,
+                regs,
+                Tick { weight, flags: Flags::PROCESS, started_ns: start },
+                (snapshot, index),
+                context,
+            );
+        }
+        return;
+    }
     s.handler_runs.fetch_add(1, Ordering::Relaxed);
     if !main {
         let tick = Tick { weight, flags: Flags::NONE, started_ns: start };
@@ -105,7 +119,7 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     // session runs, and it does not nest (the signal is blocked in it).
     let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
     let tick = Tick { weight, flags, started_ns: start };
-    let at = Moment { snapshot, index, seq, context: context as u64 };
+    let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
     let out = sample(regs, tick, at, &s.facts, scratch, &s.ring);
     s.main_context.store(context, Ordering::Release);
     s.main_seq.store(seq, Ordering::Release);
@@ -114,6 +128,39 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     } else if !out.pushed && timer {
         s.dropped.fetch_add(weight, Ordering::Relaxed);
     }
+}
+
+/// A forked child's sample of itself (its main thread), into its slot of
+/// its parent's session (see `children`).
+fn child_tick(
+    s: &Session,
+    slot: usize,
+    regs: (usize, usize, usize),
+    tick: Tick,
+    (snapshot, index): (&Snapshot, u32),
+    context: usize,
+) {
+    let Some(children) = &s.children else { return };
+    if super::children::stopped(children) {
+        return;
+    }
+    // SAFETY: only the main thread's handler uses `scratch` while the
+    // session runs, and it does not nest (the signal is blocked in it).
+    let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
+    scratch.prefetch(&s.facts);
+    let seq = s.main_seq.load(Ordering::Relaxed) + 1;
+    s.main_seq.store(seq, Ordering::Relaxed);
+    let mem = Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
+    let fork = super::children::fork_records();
+    let at = Moment { snapshot, index, seq, context: context as u64, fork };
+    let made = compose(regs, tick.flags, at, &s.facts, &mem, scratch);
+    if made.outside {
+        return;
+    }
+    let spent = now_ns().saturating_sub(tick.started_ns);
+    let (rec, labels) = scratch.record_and_labels(made.len);
+    record::write_prefix(rec, made.prefix(tick.weight, spent));
+    super::children::push_sample(children, slot, rec, labels);
 }
 
 /// One sample of the calling thread, not R's main thread, taken while R's
@@ -133,7 +180,7 @@ fn sample_other_thread(
         return false;
     };
     let seq = link_to_main(s, context, tick.started_ns);
-    let at = Moment { snapshot, index, seq, context: context as u64 };
+    let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
     let thread = ThreadId { pid: s.pid, tid: gettid() };
     let (scratch, ring) = slot.parts();
     let out = sample_worker(regs, tick, at, extra, thread, scratch, ring);
@@ -233,7 +280,7 @@ fn main_allocation(
     let seq = s.main_seq.fetch_add(1, Ordering::AcqRel) + 1;
     let context = s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0);
     let mem = Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
-    let at = Moment { snapshot, index, seq, context: context as u64 };
+    let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
     let made = compose(regs, tick.flags, at, &s.facts, &mem, scratch);
     if made.outside {
         s.outside.fetch_add(tick.weight, Ordering::Relaxed);

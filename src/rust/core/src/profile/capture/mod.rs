@@ -13,6 +13,7 @@
 
 pub(crate) mod active;
 pub(crate) mod alloc;
+pub(crate) mod children;
 pub(crate) mod clock;
 pub(crate) mod collector;
 pub(crate) mod cost;
@@ -31,4 +32,4 @@ pub(crate) mod worker;
 
 pub use clock::Clock;
 pub use cost::{sample_cost, Cost};
-pub use session::{active, recycle, start, Running, Trigger};
+pub use session::{active, recycle, start, Running, Scope, Trigger};

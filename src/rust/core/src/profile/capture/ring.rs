@@ -8,46 +8,106 @@
 //! head; the consumer reads up to the head it acquired and frees the space
 //! with one release store of the tail.
 
+//!
+//! The ring lives in a mapping of its own: private to the process, or
+//! shared with the processes it forks ([`Ring::shared`]): a forked child's
+//! samples go into a shared ring that the parent's collector reads (see
+//! `children`). Its head and tail are at the start of the mapping, the
+//! words after them.
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-pub struct Ring {
-    words: Box<[AtomicU64]>,
-    mask: usize,
+/// The start of a ring's mapping.
+#[repr(C)]
+struct Header {
     /// Total words ever written (producer) and read (consumer).
     head: AtomicUsize,
     tail: AtomicUsize,
 }
 
+pub struct Ring {
+    /// The mapping: a `Header`, then `mask + 1` words.
+    base: std::ptr::NonNull<u8>,
+    bytes: usize,
+    mask: usize,
+}
+
+// SAFETY: every access to the mapping goes through atomics; the mapping is
+// owned by the ring and unmapped once, when it is dropped.
+unsafe impl Send for Ring {}
+// SAFETY: as above.
+unsafe impl Sync for Ring {}
+
 impl Ring {
-    /// A ring of at least `capacity` words (rounded up to a power of two).
+    /// A ring of at least `capacity` words (rounded up to a power of two),
+    /// private to this process.
     pub fn new(capacity: usize) -> Ring {
+        Ring::mapped(capacity, libc::MAP_PRIVATE).expect("the ring's memory could not be mapped")
+    }
+
+    /// A ring shared with the children this process forks from now on;
+    /// None if the memory could not be mapped.
+    pub fn shared(capacity: usize) -> Option<Ring> {
+        Ring::mapped(capacity, libc::MAP_SHARED)
+    }
+
+    fn mapped(capacity: usize, flags: libc::c_int) -> Option<Ring> {
         let n = capacity.max(2).next_power_of_two();
-        Ring {
-            words: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            mask: n - 1,
-            head: AtomicUsize::new(0),
-            tail: AtomicUsize::new(0),
+        let bytes = std::mem::size_of::<Header>() + n * std::mem::size_of::<AtomicU64>();
+        // SAFETY: a fresh anonymous mapping, zero-filled (a zeroed Header
+        // and zeroed words are valid atomics); populated now so that the
+        // signal handler's first pushes do not fault pages in.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Ring { base: std::ptr::NonNull::new(p as *mut u8)?, bytes, mask: n - 1 })
+    }
+
+    #[inline]
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a Header (zeroed: valid atomics)
+        // and lives as long as `self`.
+        unsafe { &*(self.base.as_ptr() as *const Header) }
+    }
+
+    #[inline]
+    fn word(&self, at: usize) -> &AtomicU64 {
+        // SAFETY: `at & mask` is below the number of words the mapping
+        // holds after its Header, which is 8-aligned.
+        unsafe {
+            let words = self.base.as_ptr().add(std::mem::size_of::<Header>()) as *const AtomicU64;
+            &*words.add(at & self.mask)
         }
     }
 
     pub fn capacity(&self) -> usize {
-        self.words.len()
+        self.mask + 1
     }
 
     /// Producer: appends one record; false if it does not fit now.
     /// Async-signal-safe.
     pub fn push(&self, record: &[u64]) -> bool {
         let need = record.len() + 1;
-        let head = self.head.load(Ordering::Relaxed);
-        let tail = self.tail.load(Ordering::Acquire);
+        let head = self.header().head.load(Ordering::Relaxed);
+        let tail = self.header().tail.load(Ordering::Acquire);
         if need > self.capacity() - head.wrapping_sub(tail) {
             return false;
         }
-        self.words[head & self.mask].store(record.len() as u64, Ordering::Relaxed);
+        self.word(head).store(record.len() as u64, Ordering::Relaxed);
         for (k, &w) in record.iter().enumerate() {
-            self.words[head.wrapping_add(1 + k) & self.mask].store(w, Ordering::Relaxed);
+            self.word(head.wrapping_add(1 + k)).store(w, Ordering::Relaxed);
         }
-        self.head.store(head.wrapping_add(need), Ordering::Release);
+        self.header().head.store(head.wrapping_add(need), Ordering::Release);
         true
     }
 
@@ -61,26 +121,39 @@ impl Ring {
     ///
     /// [`drain_to`]: Ring::drain_to
     pub fn head(&self) -> usize {
-        self.head.load(Ordering::Acquire)
+        self.header().head.load(Ordering::Acquire)
     }
 
     /// Consumer: hands the records written before `head` (a value of
     /// [`head`](Ring::head)) to `f`, in order; those written since stay.
     pub fn drain_to(&self, head: usize, buf: &mut Vec<u64>, mut f: impl FnMut(&[u64])) -> usize {
-        let mut tail = self.tail.load(Ordering::Relaxed);
+        let mut tail = self.header().tail.load(Ordering::Relaxed);
         let mut n = 0;
         while tail != head {
-            let len = self.words[tail & self.mask].load(Ordering::Relaxed) as usize;
+            let len = self.word(tail).load(Ordering::Relaxed) as usize;
+            // A length past what was written (a shared ring damaged by a
+            // child that crashed into it): the rest is dropped, never read
+            // past the head.
+            if len >= head.wrapping_sub(tail) {
+                tail = head;
+                break;
+            }
             buf.clear();
-            buf.extend(
-                (0..len).map(|k| self.words[tail.wrapping_add(1 + k) & self.mask].load(Ordering::Relaxed)),
-            );
+            buf.extend((0..len).map(|k| self.word(tail.wrapping_add(1 + k)).load(Ordering::Relaxed)));
             tail = tail.wrapping_add(len + 1);
             f(buf);
             n += 1;
         }
-        self.tail.store(tail, Ordering::Release);
+        self.header().tail.store(tail, Ordering::Release);
         n
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `mapped`, unmapped once; no reference
+        // into it outlives `self`.
+        unsafe { libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.bytes) };
     }
 }
 
@@ -108,6 +181,48 @@ mod tests {
             assert_eq!(got, vec![vec![i, i * 10]]);
         }
         assert!(r.push(&[]), "an empty record is one word");
+    }
+
+    #[test]
+    fn a_shared_ring_is_read_by_the_parent_of_the_child_that_wrote_it() {
+        let r = Ring::shared(64).unwrap();
+        // SAFETY: the child only pushes to the ring and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = r.push(&[7, 8, 9]) && r.push(&[10]);
+            // SAFETY: ends the child without the parent's exit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert_eq!(status, 0);
+        let mut seen = Vec::new();
+        r.drain(&mut Vec::new(), |rec| seen.push(rec.to_vec()));
+        assert_eq!(seen, vec![vec![7, 8, 9], vec![10]]);
+        // A private ring is not shared: what a child writes stays its own.
+        let private = Ring::new(64);
+        // SAFETY: as above.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            private.push(&[1]);
+            // SAFETY: as above.
+            unsafe { libc::_exit(0) };
+        }
+        // SAFETY: our child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(private.drain(&mut Vec::new(), |_| {}), 0);
+    }
+
+    #[test]
+    fn a_damaged_length_drops_the_rest_instead_of_reading_past_the_head() {
+        let r = Ring::new(16);
+        assert!(r.push(&[1, 2]));
+        r.word(0).store(1000, Ordering::Relaxed);
+        let mut n = 0;
+        assert_eq!(r.drain(&mut Vec::new(), |_| n += 1), 0);
+        assert!(r.push(&[3]), "the ring is usable again");
+        assert_eq!(r.drain(&mut Vec::new(), |rec| assert_eq!(rec, [3])), 1);
     }
 
     #[test]
@@ -151,7 +266,7 @@ mod tests {
                 last = Some(rec[0]);
                 got += 1;
             });
-            if done && r.head.load(Ordering::Acquire) == r.tail.load(Ordering::Acquire) {
+            if done && r.header().head.load(Ordering::Acquire) == r.header().tail.load(Ordering::Acquire) {
                 break;
             }
         }

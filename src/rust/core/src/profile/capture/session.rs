@@ -97,14 +97,26 @@ pub fn recycle(finished: Finished) {
     snapshots::recycle(finished.snapshots)
 }
 
+/// What a session samples besides R's main thread: the process's other
+/// threads, and the children it forks (see `children`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Scope {
+    pub threads: bool,
+    pub processes: bool,
+}
+
 /// A session not yet published.
 fn new_session(
     facts: RFacts,
     interpreter_addr: usize,
     trigger: Trigger,
-    all_threads: bool,
+    scope: Scope,
     signal: libc::c_int,
 ) -> Arc<Session> {
+    let all_threads = scope.threads;
+    // (A memory profile's children are not sampled: see `children`.)
+    let children =
+        (scope.processes && !trigger.is_allocations()).then(super::children::Children::new).flatten();
     let first = snapshots::first(interpreter_addr);
     let own_code = own_code(&first.map);
     // Other threads' stacks are read through the kernel (see `worker`).
@@ -125,6 +137,8 @@ fn new_session(
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
         signal,
+        children,
+        parent: Mutex::new(Default::default()),
         slots,
         main_seq: AtomicU64::new(0),
         main_context: AtomicUsize::new(0),
@@ -175,8 +189,10 @@ fn ready_to_start() -> Result<libc::c_int> {
 /// its own clock); with allocations, allocations of every thread (or of
 /// R's main thread) sampled, one per `mean_bytes` on average (see
 /// `alloc`), each with its stack taken as a CPU sample's is, on the
-/// allocating thread.
-pub fn start(facts: RFacts, interpreter_addr: usize, trigger: Trigger, all_threads: bool) -> Result<Running> {
+/// allocating thread. With `scope.processes`, children forked while a timer
+/// samples sample themselves (see `children`).
+pub fn start(facts: RFacts, interpreter_addr: usize, trigger: Trigger, scope: Scope) -> Result<Running> {
+    let all_threads = scope.threads;
     match trigger {
         Trigger::Timer { interval_ns, .. } if interval_ns < MIN_INTERVAL_NS => {
             return Err(Error::BadArgument(format!(
@@ -190,7 +206,7 @@ pub fn start(facts: RFacts, interpreter_addr: usize, trigger: Trigger, all_threa
         _ => {}
     }
     let signal = ready_to_start()?;
-    let session = new_session(facts, interpreter_addr, trigger, all_threads, signal);
+    let session = new_session(facts, interpreter_addr, trigger, scope, signal);
     let main_cpu_start = clock::read_clock(clock::cpu_clock(session.main_tid)).unwrap_or(0);
     ACTIVE.publish(Arc::as_ptr(&session));
     let (sampling, old_action) = match trigger {
@@ -289,9 +305,14 @@ impl Running {
     /// the parent may have held the session's locks at the fork.
     pub fn forget(self) {
         debug_assert!(self.inherited());
-        // The child has no timer for this signal and no published session
-        // (see `fork`), so a stray signal would find no session.
-        signal::restore(self.session.signal, &self.old_action);
+        // A child sampling itself stops: its timer deleted (a signal it
+        // sent already is consumed, not delivered with the disposition
+        // restored), and no session is published any more.
+        let signal = self.session.signal;
+        let old_mask = signal::block(signal);
+        super::children::leave();
+        ACTIVE.forget_in_child();
+        signal::quiet(signal, &self.old_action, old_mask, &ACTIVE);
         std::mem::forget(self);
     }
 
@@ -305,6 +326,10 @@ impl Running {
         // before (a tick, or a request for a reference sample) stays
         // pending, and is consumed by `quiet`.
         let old_mask = signal::block(signal);
+        // Children stop sampling themselves.
+        if let Some(c) = &self.session.children {
+            c.stop();
+        }
         let alloc = match self.sampling {
             Sampling::Timer(timer) => {
                 // SAFETY: our timer, deleted once.
@@ -351,16 +376,21 @@ impl Running {
         let s = &self.session;
         let mut buf = Vec::new();
         collector::collect(s, &mut buf);
+        collector::close_children(s);
         let mut collected = std::mem::take(&mut *s.collected.lock().unwrap_or_else(|e| e.into_inner()));
         collected.settle_pending(true);
         let duration_ns = self.started_mono.elapsed().as_nanos() as u64;
         // SAFETY: sampling has stopped (no handler runs: see `stop`), so
         // nothing else uses the scratch.
         let mut scratch = unsafe { &mut *s.scratch.get() }.take();
-        let labels = scratch.as_mut().map(|s| s.take_labels()).unwrap_or_default();
+        let mut labels = scratch.as_mut().map(|s| s.take_labels()).unwrap_or_default();
+        // Labels forked children made (see `children`).
+        labels.set_extra(std::mem::take(&mut collected.extra_labels));
         // Kept for the next session.
         *SPARE_SCRATCH.lock().unwrap_or_else(|e| e.into_inner()) = scratch;
         Finished {
+            pid: s.pid,
+            command: crate::procfs::cmdline(crate::procfs::Proc::This),
             collected,
             labels,
             snapshots: s.snapshots.take_all(),

@@ -59,6 +59,12 @@ pub struct Session {
     pub(super) main_tid: i32,
     pub(super) pid: libc::pid_t,
     pub(super) signal: libc::c_int,
+    /// The slots of forked children sampling themselves (None: children
+    /// are not sampled).
+    pub(super) children: Option<super::children::Children>,
+    /// What the collector knows of them (the collector's; at the end, the
+    /// stopping thread's).
+    pub(super) parent: Mutex<super::children::Parent>,
     /// Sampling slots of the other threads (none: R's main thread only).
     pub(super) slots: Slots,
     /// The number of R's main thread's last sample, and the address of R's

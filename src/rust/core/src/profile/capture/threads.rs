@@ -197,33 +197,42 @@ mod tests {
 
     #[test]
     fn threads_are_found_with_their_names_and_cpu_time() {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let s = stop.clone();
+        use std::sync::mpsc::channel;
+        let (tid_tx, tid_rx) = channel();
+        let (go_tx, go_rx) = channel::<()>();
+        let (spun_tx, spun_rx) = channel();
+        let (stop_tx, stop_rx) = channel::<()>();
+        // The thread spins for 30 ms of its own CPU time once told to (a
+        // loaded machine gives it that much later, never less).
         let h = std::thread::Builder::new()
             .name("winch-test-spin".into())
             .spawn(move || {
-                tx.send(gettid()).unwrap();
+                tid_tx.send(gettid()).unwrap();
+                go_rx.recv().unwrap();
+                let t0 = read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap();
                 let mut x = 0u64;
-                while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                while read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap() - t0 < 30_000_000 {
                     x = std::hint::black_box(x.wrapping_add(1));
                 }
+                spun_tx.send(x).unwrap();
+                stop_rx.recv().unwrap();
             })
             .unwrap();
-        let tid = rx.recv().unwrap();
+        let tid = tid_rx.recv().unwrap();
         // A signal nobody sends here: the timers are made, never fire.
         let mut t = Threads::new(0, Clock::Cpu, 3_600_000_000_000, vec![gettid()]);
+        t.poll(); // found: its CPU time counts from here
+        go_tx.send(()).unwrap();
+        spun_rx.recv().unwrap();
         t.poll();
-        std::thread::sleep(std::time::Duration::from_millis(30));
-        t.poll();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        stop_tx.send(()).unwrap();
         h.join().unwrap();
         t.poll();
         let all = t.stop();
         let spin = all.iter().find(|x| x.tid == tid).expect("the spinning thread is found");
         assert_eq!(spin.name, "winch-test-spin");
         assert!(spin.ended && !spin.started);
-        assert!(spin.cpu_ns >= 10_000_000, "it spun for ~30 ms: {}", spin.cpu_ns);
+        assert!(spin.cpu_ns >= 30_000_000, "it spun for 30 ms of CPU after it was found: {}", spin.cpu_ns);
         assert!(!all.iter().any(|x| x.tid == gettid()), "skipped threads are not listed");
     }
 }

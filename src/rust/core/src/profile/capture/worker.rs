@@ -154,7 +154,7 @@ pub fn sample_worker(
     s: &mut WorkerScratch,
     ring: &Ring,
 ) -> Outcome {
-    let Moment { snapshot: snap, index, seq: link, context } = at;
+    let Moment { snapshot: snap, index, seq: link, context, .. } = at;
     let ThreadId { pid, tid } = thread;
     let stack = StackCopy {
         pid,
@@ -178,7 +178,7 @@ pub fn sample_worker(
         w.push(word);
     }
     let spent = now_ns().saturating_sub(tick.started_ns);
-    let origin = Origin { snapshot: index, tid: tid as u32, uncertain: false };
+    let origin = Origin::thread(index, tid as u32);
     let header = Header { flags, weight: tick.weight, handler_ns: spent };
     let pushed = ring.push(w.finish(Prefix { header, origin, link, context }));
     Outcome { flags, frames: n, pushed, outside: false }
@@ -235,7 +235,7 @@ mod tests {
             // SAFETY: getpid has no preconditions.
             let pid = unsafe { libc::getpid() };
             let tick = Tick { weight: 1, flags: Flags::NONE, started_ns: 0 };
-            let at = Moment { snapshot: &snap, index: 3, seq: 5, context: 0x1000 };
+            let at = Moment { snapshot: &snap, index: 3, seq: 5, context: 0x1000, fork: &[] };
             let thread = ThreadId { pid, tid: 77 };
             let out = sample_worker(regs, tick, at, Extra::NONE, thread, &mut s, &ring);
             let mut rec = Vec::new();
@@ -246,7 +246,7 @@ mod tests {
         assert!(out.pushed && out.frames >= 3, "{out:?}");
         assert!(!out.flags.contains(Flags::TRUNCATED_NATIVE), "walked to the thread's start");
         let (prefix, entries) = crate::profile::record::split(&rec).unwrap();
-        assert_eq!(prefix.origin, Origin { snapshot: 3, tid: 77, uncertain: false });
+        assert_eq!(prefix.origin, Origin::thread(3, 77));
         assert_eq!((prefix.link, prefix.context), (5, 0x1000));
         assert!(prefix.header.flags.contains(Flags::WORKER));
         assert!(entries.iter().all(|&e| Entry::is_native(e)));
@@ -264,7 +264,7 @@ mod tests {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
         let tick = Tick { weight: 3, flags: Flags::ALLOC, started_ns: now_ns() };
-        let at = Moment { snapshot: &snap, index: 0, seq: 1, context: 0 };
+        let at = Moment { snapshot: &snap, index: 0, seq: 1, context: 0, fork: &[] };
         // The same stack without anything left out, for comparison.
         let all = {
             let mut all = WorkerScratch::default();

@@ -1,0 +1,82 @@
+# What profiling child processes costs (issue 32), in one process:
+#
+# 1. Wall time of parallel::mclapply() of 4 tasks on 2 cores (each task
+#    about 0.4 s of CPU: R code calling a compiled loop), run plain, under
+#    winch_profile(processes = "self") and under winch_profile() (children
+#    sampled), at `interval` (0.005 s), alternating, medians of several
+#    rounds. Target: the children's sampling adds at most 5 % of wall time.
+# 2. The share of the whole tree's CPU time the profile did not see
+#    (summary()$unseen). Target: at most 10 %.
+# 3. What a sample costs a child: the children's CPU time (the kernel's
+#    account of reaped children, getrusage(RUSAGE_CHILDREN)) profiled minus
+#    plain, over the children's samples, medians of the rounds.
+#
+# The compiled loop is tests/testthat/clib/burn.c's burn_a() (a known
+# amount of the calling thread's CPU time), built here.
+#
+#   Rscript bench/processes.R
+library(winch)
+stopifnot(winch_available())
+
+interval <- as.numeric(Sys.getenv("WINCH_BENCH_INTERVAL", "0.005"))
+rounds <- as.integer(Sys.getenv("WINCH_BENCH_ROUNDS", "7"))
+# CPU seconds of the compiled loop per task.
+burn <- as.numeric(Sys.getenv("WINCH_BENCH_BURN", "0.4"))
+
+src <- normalizePath(file.path("tests", "testthat", "clib", "burn.c"), mustWork = TRUE)
+dir <- tempfile("winch-bench-processes-")
+dir.create(dir)
+file.copy(src, dir)
+writeLines("CFLAGS = -O2 -g -fPIC", file.path(dir, "Makevars"))
+old <- setwd(dir)
+out <- system2(file.path(R.home("bin"), "R"), c("CMD", "SHLIB", "-o", "bench_processes.so", "burn.c"),
+  stdout = TRUE, stderr = TRUE, env = paste0("R_MAKEVARS_USER=", file.path(dir, "Makevars"))
+)
+setwd(old)
+dll <- dyn.load(file.path(dir, "bench_processes.so"))
+
+task <- function(i) {
+  # Some R work around the compiled loop, as a real task has.
+  x <- 0
+  for (k in 1:2e5) x <- x + k
+  .Call("burn_a", burn, PACKAGE = "bench_processes")
+}
+work <- function() parallel::mclapply(1:4, task, mc.cores = 2, mc.preschedule = FALSE)
+
+# Wall time, and the CPU time of children reaped while `expr` ran.
+measure <- function(expr) {
+  t0 <- proc.time()
+  force(expr)
+  t <- proc.time() - t0
+  c(wall = t[["elapsed"]], children = t[["user.child"]] + t[["sys.child"]])
+}
+
+cat(sprintf("R %s, interval %g s, %d cores, %d rounds\n\n", getRversion(), interval, parallel::detectCores(), rounds))
+invisible(work()) # warm-up
+invisible(winch_profile(work(), interval = interval))
+
+rows <- replicate(rounds, {
+  plain <- measure(work())
+  p_self <- NULL
+  self <- measure(p_self <- winch_profile(work(), interval = interval, processes = "self"))
+  p_all <- NULL
+  all <- measure(p_all <- winch_profile(work(), interval = interval))
+  s <- summary(p_all)
+  child_samples <- round(sum(s$by_process$sampled[-1L]) / interval)
+  c(
+    plain = plain[["wall"]], self = self[["wall"]], all = all[["wall"]],
+    unseen_all = s$unseen, unseen_self = summary(p_self)$unseen,
+    per_sample = (all[["children"]] - plain[["children"]]) / max(child_samples, 1),
+    child_samples = child_samples
+  )
+})
+med <- apply(rows, 1L, stats::median)
+cat("mclapply() of 4 tasks on 2 cores (medians):\n")
+cat(sprintf("  wall time: plain %.3f s; processes = \"self\" %.3f s (%+.1f%%); processes = \"all\" %.3f s (%+.1f%%)\n",
+  med[["plain"]], med[["self"]], 100 * (med[["self"]] / med[["plain"]] - 1),
+  med[["all"]], 100 * (med[["all"]] / med[["plain"]] - 1)))
+cat(sprintf("  unseen CPU of the tree: %.1f%% with children sampled (%.1f%% with processes = \"self\")\n",
+  100 * med[["unseen_all"]], 100 * med[["unseen_self"]]))
+cat(sprintf("  children's samples: %d; CPU a sample costs a child: %.1f us (median of rounds; %.1f us .. %.1f us)\n",
+  as.integer(med[["child_samples"]]), med[["per_sample"]] * 1e6,
+  min(rows["per_sample", ]) * 1e6, max(rows["per_sample", ]) * 1e6))
