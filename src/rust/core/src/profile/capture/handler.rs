@@ -121,7 +121,10 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     let tick = Tick { weight, flags, started_ns: start };
     let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
     let out = sample(regs, tick, at, &s.facts, scratch, &s.ring);
-    s.main_context.store(context, Ordering::Release);
+    // Other threads' samples may be shown under this one only if it was
+    // kept (see `link_to_main`).
+    s.main_ns.store(start, Ordering::Relaxed);
+    s.main_context.store(if out.pushed { context } else { 0 }, Ordering::Release);
     s.main_seq.store(seq, Ordering::Release);
     if out.outside {
         s.outside.fetch_add(weight, Ordering::Relaxed);
@@ -193,14 +196,16 @@ fn sample_other_thread(
 
 /// The number of R's main thread's sample another thread's sample, taken
 /// while R's innermost context record was `context`, is to be shown under:
-/// the main thread's last sample if R's innermost context record is still
-/// the one it saw; otherwise the next, which it asks for (at most one
-/// request in flight, at most one an interval) when the main thread's
-/// timer may not fire soon (it counts CPU time, and the main thread may be
-/// waiting for this one; in a memory profile it has no timer).
+/// the main thread's last sample if it may stand for where the main thread
+/// is now (see [`reusable`]); otherwise the next, which it asks for (at
+/// most one request in flight, at most one an interval) when the main
+/// thread's timer may not fire soon (it counts CPU time, and the main
+/// thread may be waiting for this one; in a memory profile it has no
+/// timer).
 fn link_to_main(s: &Session, context: usize, start: u64) -> u64 {
     let seq = s.main_seq.load(Ordering::Acquire);
-    if s.main_context.load(Ordering::Acquire) == context {
+    let last = (s.main_context.load(Ordering::Acquire), s.main_ns.load(Ordering::Relaxed));
+    if reusable(last, context, super::spawn::last_start_ns()) {
         return seq;
     }
     let every = s.trigger.interval_ns().unwrap_or(MIN_INTERVAL_NS);
@@ -222,6 +227,21 @@ fn link_to_main(s: &Session, context: usize, start: u64) -> u64 {
         }
     }
     seq + 1
+}
+
+/// Whether R's main thread's last sample, taken at `last.1` while R's
+/// innermost context record was `last.0` (0: the sample was not kept),
+/// shows where it is while R's innermost record is `context`: the same
+/// record, and no thread started by R's main thread since the sample
+/// (`last_start`, in the same clock). The record alone does not say: a
+/// sample taken as the main thread ran R code of the call that then
+/// started a thread (the same record) has none of the native frames the
+/// thread is shown under, and a loop calling that function again makes a
+/// record at the same address each time: every later thread would be shown
+/// under that one sample, at the root.
+fn reusable(last: (usize, u64), context: usize, last_start: u64) -> bool {
+    let (last_context, taken_ns) = last;
+    last_context != 0 && last_context == context && taken_ns >= last_start
 }
 
 /// A sampled allocation of `size` bytes (the allocation hook's `OnSample`,
@@ -300,6 +320,25 @@ fn main_allocation(
         s.dropped.fetch_add(tick.weight, Ordering::Relaxed);
         return false;
     }
+    s.main_ns.store(tick.started_ns, Ordering::Relaxed);
     s.main_context.store(context, Ordering::Release);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reusable;
+
+    #[test]
+    fn a_main_sample_stands_for_other_threads_only_if_kept_in_their_record_and_after_the_last_start() {
+        let (c, other) = (0x7000_usize, 0x7100_usize);
+        assert!(reusable((c, 500), c, 400), "same record, taken after the last thread start");
+        assert!(reusable((c, 500), c, 0), "no thread started through the hook");
+        assert!(!reusable((c, 500), other, 400), "R's innermost record changed since");
+        assert!(!reusable((0, 500), 0, 0), "the last sample was not kept (0), even for a 0 record");
+        // The record is the same but R's main thread started a thread after
+        // the sample: the sample (R code of the starting call) does not show
+        // where the thread was started; a new one is asked for.
+        assert!(!reusable((c, 500), c, 600));
+    }
 }

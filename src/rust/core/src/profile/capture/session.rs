@@ -142,6 +142,7 @@ fn new_session(
         slots,
         main_seq: AtomicU64::new(0),
         main_context: AtomicUsize::new(0),
+        main_ns: AtomicU64::new(0),
         requested: AtomicBool::new(false),
         requested_ns: AtomicU64::new(0),
         thread_dropped: AtomicU64::new(0),

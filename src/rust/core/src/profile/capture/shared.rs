@@ -67,10 +67,12 @@ pub struct Session {
     pub(super) parent: Mutex<super::children::Parent>,
     /// Sampling slots of the other threads (none: R's main thread only).
     pub(super) slots: Slots,
-    /// The number of R's main thread's last sample, and the address of R's
-    /// innermost context record then.
+    /// The number of R's main thread's last sample, the address of R's
+    /// innermost context record then (0: that sample was not kept, so no
+    /// other thread's sample may be shown under it), and when it was taken.
     pub(super) main_seq: AtomicU64,
     pub(super) main_context: AtomicUsize,
+    pub(super) main_ns: AtomicU64,
     /// Another thread asked the main thread for a sample (not yet taken),
     /// and when the last such request was made.
     pub(super) requested: AtomicBool,

@@ -18,7 +18,7 @@
 
 use super::clock::{self, Clock};
 use crate::got::hookset::{Family, Find, Hook, Options};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 type StartRoutine = unsafe extern "C-unwind" fn(*mut libc::c_void) -> *mut libc::c_void;
@@ -48,6 +48,16 @@ static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// the R call running then.
 static CONTEXT_ADDR: AtomicUsize = AtomicUsize::new(0);
 static MAIN_TID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// When R's main thread last started a thread (`clock::now_ns`): a sample
+/// of R's main thread taken before it cannot show where that thread was
+/// started (see `handler::link_to_main`).
+static LAST_START_NS: AtomicU64 = AtomicU64::new(0);
+
+/// When R's main thread last started a thread while hooked (0: never);
+/// async-signal-safe.
+pub fn last_start_ns() -> u64 {
+    LAST_START_NS.load(Ordering::Acquire)
+}
 
 /// A timer id, handed between threads.
 #[derive(Debug)]
@@ -104,6 +114,9 @@ unsafe extern "C" fn hooked_create(
     } else {
         0
     };
+    if creator != 0 {
+        LAST_START_NS.store(clock::now_ns(), Ordering::Release);
+    }
     let launch = Box::into_raw(Box::new(Launch { start, arg, creator }));
     // SAFETY: `launch` runs `start(arg)` on the new thread and owns `launch`.
     let rc = unsafe { real(thread, attr, launch_thread, launch as *mut libc::c_void) };
