@@ -67,7 +67,7 @@
 #'   thread, R's main thread first (named `"main"`, the others by thread
 #'   id), each a `winch_calls` list as [winch_sys_calls()] returns (R calls
 #'   read from the process, native frames as `` `/module`::function() ``
-#'   calls). Attributes: `pid`, `r_version` (`"4.5"`, or `NA` when the
+#'   calls). Attributes: `pid`, `r_version` (`"4.5.1"`, or `NA` when the
 #'   process is not R or its R could not be read), `tid` and
 #'   `thread_name` (per thread), `note` (what could not be read and why, or
 #'   `NA`: a core file cut short, R's state or R's frames not read, a

@@ -89,7 +89,7 @@ fn dump_value(d: &winch_core::outside::dump::Dump, libr: bool) -> RValue {
             ("frames", RValue::Built(Box::new(table))),
         ]));
     }
-    let version = d.r_version().map(|v| format!("{}.{}", v.0, v.1));
+    let version = d.r_version_text().map(str::to_string);
     RValue::List(vec![
         ("pid", d.pid.into()),
         ("r_version", version.into()),

@@ -71,6 +71,11 @@ impl Dump {
     pub fn r_version(&self) -> Option<crate::r::RVersion> {
         self.r.as_ref().map(|r| r.version)
     }
+
+    /// The same as R writes it (`"4.2.2"`).
+    pub fn r_version_text(&self) -> Option<&str> {
+        self.r.as_ref().map(|r| r.version_text.as_str())
+    }
 }
 
 /// Dumps process `pid`: stops it, reads every thread, lets it go on.

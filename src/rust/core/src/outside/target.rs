@@ -119,6 +119,8 @@ fn image_at(mem: &impl Memory, base: usize) -> Option<Module> {
 #[derive(Clone, Debug)]
 pub struct TargetR {
     pub version: RVersion,
+    /// The version as R writes it (`"4.2.2"`).
+    pub version_text: String,
     pub layout: Layout,
     /// The module of R's library (or of the executable, R linked
     /// statically).
@@ -236,7 +238,7 @@ pub fn find_r(modules: &[Module], r_home: Option<&str>) -> Result<Option<TargetR
                 m.path
             )));
         }
-        let version = r_version(&m.path, r_home).ok_or_else(|| {
+        let (version, version_text) = r_version(&m.path, r_home).ok_or_else(|| {
             Error::Unavailable(format!(
                 "the version of the process's R could not be told (no Rversion.h near {})",
                 m.path
@@ -246,6 +248,7 @@ pub fn find_r(modules: &[Module], r_home: Option<&str>) -> Result<Option<TargetR
             .ok_or_else(|| Error::Unavailable(format!("R {}.{} is not supported", version.0, version.1)))?;
         return Ok(Some(TargetR {
             version,
+            version_text,
             layout,
             libr: i,
             global_context: found[0],
@@ -264,8 +267,9 @@ pub fn find_r(modules: &[Module], r_home: Option<&str>) -> Result<Option<TargetR
 
 /// R's version from `Rversion.h` (`R_MAJOR`, `R_MINOR`) of the R home that
 /// holds `libr` (`R_HOME/lib/libR.so`; Debian keeps the headers in
-/// `/usr/share/R/include`), or of `r_home` (the process's `R_HOME`).
-fn r_version(libr: &str, r_home: Option<&str>) -> Option<RVersion> {
+/// `/usr/share/R/include`), or of `r_home` (the process's `R_HOME`): as
+/// numbers and as R writes it.
+fn r_version(libr: &str, r_home: Option<&str>) -> Option<(RVersion, String)> {
     let lib_dir = std::path::Path::new(libr).parent()?;
     let mut places = vec![lib_dir.join("../include/Rversion.h")];
     if let Some(h) = r_home {
@@ -279,8 +283,9 @@ fn r_version(libr: &str, r_home: Option<&str>) -> Option<RVersion> {
     places.iter().find_map(|p| parse_rversion(&String::from_utf8_lossy(&read(p)?)))
 }
 
-/// `(major, minor)` from the text of `Rversion.h`.
-pub fn parse_rversion(text: &str) -> Option<RVersion> {
+/// `(major, minor)` from the text of `Rversion.h`, and the whole version
+/// (`R_MAJOR.R_MINOR`: `"4.5.1"`).
+pub fn parse_rversion(text: &str) -> Option<(RVersion, String)> {
     let value = |name: &str| {
         text.lines()
             .find_map(|l| {
@@ -289,9 +294,13 @@ pub fn parse_rversion(text: &str) -> Option<RVersion> {
             .and_then(|v| v.split('"').next())
             .map(str::to_string)
     };
-    let major: u32 = value("R_MAJOR")?.parse().ok()?;
-    let minor: u32 = value("R_MINOR")?.split('.').next()?.parse().ok()?;
-    Some((major, minor))
+    let (major_text, minor_text) = (value("R_MAJOR")?, value("R_MINOR")?);
+    let major: u32 = major_text.parse().ok()?;
+    let minor: u32 = minor_text.split('.').next()?.parse().ok()?;
+    // (What R writes: digits and dots only, or the numbers alone.)
+    let plain = |t: &str| !t.is_empty() && t.len() <= 16 && t.chars().all(|c| c.is_ascii_digit() || c == '.');
+    let text = if plain(&minor_text) { format!("{major}.{minor_text}") } else { format!("{major}.{minor}") };
+    Some(((major, minor), text))
 }
 
 #[cfg(test)]
@@ -302,7 +311,9 @@ mod tests {
     #[test]
     fn rversion_h_gives_major_and_minor() {
         let h = "#define R_VERSION 262658\n#define R_MAJOR  \"4\"\n#define R_MINOR  \"5.1\"\n";
-        assert_eq!(parse_rversion(h), Some((4, 5)));
+        assert_eq!(parse_rversion(h), Some(((4, 5), "4.5.1".to_string())));
+        let odd = "#define R_MAJOR  \"4\"\n#define R_MINOR  \"6.0 devel\"\n";
+        assert_eq!(parse_rversion(odd), Some(((4, 6), "4.6".to_string())), "only what R writes");
         assert_eq!(parse_rversion("#define R_MAJOR \"4\"\n"), None);
     }
 
