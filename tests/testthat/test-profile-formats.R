@@ -86,8 +86,9 @@ test_that("go tool pprof reads the pprof file, with R and native frames in one c
   # block has the time and the leaf, the next ones the callers.
   sep <- grepl("^-+\\+-+$", traces)
   block <- cumsum(sep)
-  # Each block starts with the sample's labels (`thread:`, `tid:`).
-  label <- grepl("^\\s*(thread|tid):", traces)
+  # Each block starts with the sample's labels (`thread:`, `tid:`,
+  # `process:`, `pid:`).
+  label <- grepl("^\\s*(thread|tid|process|pid):", traces)
   stacks <- lapply(split(traces[!sep & !label], block[!sep & !label])[-1L], fn)
   stacks <- unique(vapply(stacks, paste, "", collapse = " < "))
   expect_true(path("burn_b", "r_b", "cb", "burn_call", "outer") %in% stacks)
@@ -106,7 +107,7 @@ test_that("the writers read the profile's fields by name: order is free, a missi
   parts <- winch:::profile_parts(p)
   expect_named(parts, c(
     "event", "interval", "sample_bytes", "start", "duration", "functions", "locations", "lines",
-    "stacks", "threads", "files", "modules"
+    "stacks", "threads", "processes", "files", "modules"
   ))
   # The same bytes whatever the order of the fields (and of the columns).
   shuffled <- rev(parts)
@@ -165,10 +166,14 @@ test_that("the profiler, profile_parts() and the writers follow one description 
   }))
   expect_identical(r_paths, form$path[form$read_back])
   # profile_parts() gives the parts the description says, of its types:
-  # all of them but the memory profiles' columns.
+  # every one that is not optional, and of the optional ones those a CPU
+  # profile of every process has (not the memory profiles' columns).
   p <- winch_profile(outer(), interval = 0.002)
   types <- part_types(winch:::profile_parts(p))
-  expect_identical(names(types), form$path[form$read_back & !form$optional])
+  has <- form$read_back & (!form$optional | form$path %in% names(types))
+  expect_identical(names(types), form$path[has])
+  expect_true(all(c("processes", "stacks$process") %in% names(types)))
+  expect_false(any(grepl("^stacks\\$(alloc|inuse)_", names(types))))
   expect_identical(unname(types), form$type[match(names(types), form$path)])
   # The profile made of the profiler's form has every part that is not
   # optional, and its statistics, each of its type (tables as data frames,
@@ -271,6 +276,7 @@ test_that("stacks that differ only below what is shown are one row", {
   k <- length(p$stacks$count) + 1L
   p$stacks$count[k] <- 3
   p$stacks$thread[k] <- p$stacks$thread[[i]]
+  p$stacks$process[k] <- p$stacks$process[[i]]
   p$stacks$locations[[k]] <- c(loc, p$stacks$locations[[i]][-1L])
   df <- as.data.frame(p)
   expect_false(anyDuplicated(paste(df$thread, df$stack)) > 0)

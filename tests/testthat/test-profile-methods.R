@@ -49,7 +49,7 @@ test_that("print(), summary() and plot() describe the profile", {
   u <- s$usage
   expect_named(u, c(
     "user", "system", "max_rss", "minor_faults", "major_faults", "block_input", "block_output",
-    "voluntary_switches", "involuntary_switches", "gc_count", "gc_time"
+    "voluntary_switches", "involuntary_switches", "gc_count", "gc_time", "children_user", "children_system"
   ), ignore.order = TRUE)
   expect_gte(u$user + u$system, 0.27) # 0.3 s burned, CPU time measured by the burns
   expect_gt(u$max_rss, 0)

@@ -134,7 +134,7 @@ test_that("an interrupt in `expr` stops the profiler, and the next profile works
   expect_identical(paths_from(p, A), path(A, "r_a"))
 })
 
-test_that("fork children (mclapply) are not sampled, do not crash, and the parent's profile goes on", {
+test_that("with processes = 'self', fork children (mclapply) are not sampled, do not crash, and the parent's profile goes on", {
   skip_if_not_installed("parallel")
   loadNamespace("parallel")
   before <- function() r_a(0.15)
@@ -146,7 +146,7 @@ test_that("fork children (mclapply) are not sampled, do not crash, and the paren
       res <- parallel::mclapply(1:2, function(i) r_child(0.2), mc.cores = 2)
       after()
     },
-    interval = 0.002
+    interval = 0.002, processes = "self"
   )
   # The children ran to the end and burned what they were asked to.
   expect_length(res, 2L)
