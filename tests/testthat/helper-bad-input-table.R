@@ -180,11 +180,11 @@ bi_table <- function(core = NULL) {
     ),
     bi_function("winch_profile", quote(winch_profile(
       expr = sort(runif(1000)), file = NULL, interval = 0.01, event = "cpu", loops = TRUE, lines = FALSE,
-      threads = "all", libr = FALSE, gc = TRUE, sample_bytes = 524288
+      threads = "all", libr = FALSE, gc = TRUE, sample_bytes = 524288, processes = "all"
     )),
     args = list(
       expr = "expr", file = "write", interval = "number", event = "choice", loops = "flag", lines = "flag",
-      threads = "choice", libr = "flag", gc = "flag", sample_bytes = "number"
+      threads = "choice", libr = "flag", gc = "flag", sample_bytes = "number", processes = "choice"
     ),
     area = list(file = "files"),
     accept = list(
@@ -195,11 +195,11 @@ bi_table <- function(core = NULL) {
     ),
     bi_function("winch_rprof", quote(winch_rprof(
       filename = OUT, interval = 0.02, event = "cpu", loops = TRUE, lines = FALSE, threads = "all",
-      libr = FALSE, gc = TRUE
+      libr = FALSE, gc = TRUE, processes = "all"
     )),
     args = list(
       filename = "write", interval = "number", event = "choice", loops = "flag", lines = "flag",
-      threads = "choice", libr = "flag", gc = "flag"
+      threads = "choice", libr = "flag", gc = "flag", processes = "choice"
     ),
     area = list(filename = "files"),
     cleanup = "if (winch:::profile_active()) winch_rprof(NULL)"
