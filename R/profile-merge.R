@@ -45,7 +45,10 @@
 #' * `processes`: each source's own process first, then the children it
 #'   sampled, numbered from 1 in that order, with a column `source` (the
 #'   number of the source each belongs to). A source's CPU time is its own
-#'   measure (`usage` user and system time).
+#'   measure (`usage` user and system time). `as.data.frame()`'s column
+#'   `process` names a source `process host:pid`; a pprof file labels every
+#'   sample with `process N` (its process's number in this table) and
+#'   `pid`, as in any profile.
 #' * `stats`: counts (samples, intervals lost, handler time, allocations,
 #'   garbage collections) and resource use are summed; `max_rss` is the
 #'   largest; the handler's median and 99th percentile per sample are the
@@ -58,7 +61,8 @@
 #'
 #' `c(p)` of one profile gives it under its `[process host:pid]` frame, as
 #' in any merged profile (so that `c()` always gives the same shape).
-#' `NULL`s are dropped (a worker that returned nothing). R picks `c()`'s
+#' `NULL`s are dropped (a worker that returned nothing; R drops those after
+#' the first argument before the method is called). R picks `c()`'s
 #' method from the first argument: when it may be `NULL`, drop the `NULL`s
 #' first (`do.call(c, Filter(Negate(is.null), profiles))`).
 #'
@@ -129,7 +133,7 @@ merge_profiles <- function(profiles, call = rlang::caller_env()) {
     list(
       event = first$event,
       interval = if (memory) first$interval else min(vapply(sources, `[[`, 0, "interval")),
-      sample_bytes = if (memory) min(vapply(sources, function(s) as.double(s$sample_bytes %||% NA), 0)) else first$sample_bytes,
+      sample_bytes = if (memory) min(vapply(sources, function(s) as.double(s$sample_bytes %||% NA), 0)) else first$sample_bytes %||% NA_real_,
       start = structure(min(vapply(sources, function(s) as.double(s$start), 0)), class = c("POSIXct", "POSIXt")),
       duration = sum(vapply(sources, function(s) as.double(s$duration), 0)),
       stacks = out$stacks,
