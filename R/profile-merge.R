@@ -133,7 +133,11 @@ merge_profiles <- function(profiles, call = rlang::caller_env()) {
     list(
       event = first$event,
       interval = if (memory) first$interval else min(vapply(sources, `[[`, 0, "interval")),
-      sample_bytes = if (memory) min(vapply(sources, function(s) as.double(s$sample_bytes %||% NA), 0)) else first$sample_bytes %||% NA_real_,
+      sample_bytes = if (memory) {
+        min(vapply(sources, function(s) as.double(s$sample_bytes %||% NA), 0))
+      } else {
+        first$sample_bytes %||% NA_real_
+      },
       start = structure(min(vapply(sources, function(s) as.double(s$start), 0)), class = c("POSIXct", "POSIXt")),
       duration = sum(vapply(sources, function(s) as.double(s$duration), 0)),
       stacks = out$stacks,
@@ -211,14 +215,16 @@ merge_one <- function(out, p, factor) {
   thread_row[others] <- nrow(out$threads) + seq_along(others)
   out$threads$cpu[[1L]] <- out$threads$cpu[[1L]] + sum(th$cpu[main])
   main_name <- if (any(main)) th$name[main][[1L]] else ""
-  out$threads$name[[1L]] <- if (is.na(out$threads$name[[1L]]) || identical(out$threads$name[[1L]], main_name)) main_name else ""
+  shown <- out$threads$name[[1L]]
+  out$threads$name[[1L]] <- if (is.na(shown) || identical(shown, main_name)) main_name else ""
   if (length(others)) {
     out$threads <- rbind(out$threads, data.frame(
       number = numbers, tid = as.double(th$tid[others]), name = as.character(th$name[others]),
       cpu = as.double(th$cpu[others]), stringsAsFactors = FALSE
     ))
   }
-  thread_number <- stats::setNames(numbers, th$number[others])
+  thread_number <- numbers
+  names(thread_number) <- th$number[others]
 
   # Processes: a merged profile's keep their sources; another profile's own
   # process is the source of its children.
@@ -246,7 +252,8 @@ merge_one <- function(out, p, factor) {
     rows$cpu[[own]] <- (u$user %||% NA_real_) + (u$system %||% NA_real_)
   }
   out$processes <- rbind(out$processes, rows)
-  process_number <- stats::setNames(new_number, pr$number)
+  process_number <- new_number
+  names(process_number) <- pr$number
 
   # Files and modules: a file named by several sources is one; modules
   # are each source's (a location's address is of its process), but a
@@ -277,9 +284,14 @@ merge_one <- function(out, p, factor) {
   if (!merged) {
     # The source's own frame, at the root of each of its stacks.
     name <- process_frame_name(rows$host[[own]], rows$pid[[own]])
-    f <- rbind(f, data.frame(name = name, label = frame_label(name), kind = "process", module = NA_integer_, file = NA_integer_, stringsAsFactors = FALSE))
+    f <- rbind(f, data.frame(
+      name = name, label = frame_label(name), kind = "process", module = NA_integer_, file = NA_integer_,
+      stringsAsFactors = FALSE
+    ))
     loc <- rbind(loc, data.frame(module = NA_integer_, address = "0x0", stringsAsFactors = FALSE))
-    ln <- rbind(ln, data.frame(location = nl + nrow(loc), `function` = nrow(f), file = NA_integer_, line = NA_integer_, check.names = FALSE))
+    ln <- rbind(ln, data.frame(
+      location = nl + nrow(loc), `function` = nrow(f), file = NA_integer_, line = NA_integer_, check.names = FALSE
+    ))
     frame_location <- nl + nrow(loc)
   }
   function_key <- function(f) paste(f$name, f$label, f$kind, f$module, f$file, sep = "\r")
@@ -297,7 +309,8 @@ merge_one <- function(out, p, factor) {
   out$stacks$count <- c(out$stacks$count, as.double(s$count) * factor)
   out$stacks$thread <- c(out$stacks$thread, thread_row[s$thread %||% rep(1L, n)])
   out$stacks$process <- c(out$stacks$process, nrow(out$processes) - nrow(pr) + (s$process %||% rep(1L, n)))
-  out$stacks$locations <- c(out$stacks$locations, lapply(s$locations, function(l) c(as.integer(l) + nl, frame_location)))
+  grown <- lapply(s$locations, function(l) c(as.integer(l) + nl, frame_location))
+  out$stacks$locations <- c(out$stacks$locations, grown)
   if (identical(p$event, "alloc")) {
     for (col in c("alloc_bytes", "alloc_count", "inuse_bytes", "inuse_count")) {
       out$stacks[[col]] <- c(out$stacks[[col]], as.double(s[[col]]))
