@@ -32,6 +32,12 @@ profile_fields <- list(
   threads = function(x) is.null(x) || is_table(x, names(profile_form$threads)),
   # Absent from profiles made before processes were sampled.
   processes = function(x) is.null(x) || is_table(x, names(profile_form$processes)),
+  # Where it was made (absent from profiles made before winch kept it; NA
+  # in a merged profile, made in several processes).
+  host = function(x) is.null(x) || (is.character(x) && length(x) == 1L && (is.na(x) || nzchar(x))),
+  pid = function(x) {
+    is.null(x) || (is.numeric(x) && length(x) == 1L && (is.na(x) || (x >= 1 && x == trunc(x) && x <= 2^53)))
+  },
   # Figures about the session (summary()'s): absent, they are NA there.
   stats = function(x) is.null(x) || is.list(x),
   options = function(x) is.null(x) || is.list(x)
@@ -83,6 +89,30 @@ check_whole_columns <- function(profile, call) {
       }
     }
   }
+}
+
+# A merged profile's `processes$source` (see c.winch_profile()): for each
+# process, the number of the source it belongs to, a process of the table
+# that is its own source.
+check_process_sources <- function(processes, call) {
+  source <- processes$source
+  if (is.null(source)) {
+    return(invisible())
+  }
+  bad <- function(at, what) {
+    abort_bad_argument(sprintf("`profile` is damaged: `processes$source` [%d] %s.", at, what), call = call)
+  }
+  if (!is.numeric(source)) {
+    bad(1L, "must be a number (a process's)")
+  }
+  at <- match(source, processes$number)
+  for (i in seq_along(source)) {
+    if (is.na(at[[i]])) bad(i, "is no process's number")
+    if (!identical(as.double(source[[at[[i]]]]), as.double(processes$number[[at[[i]]]]))) {
+      bad(i, "is a process that is not a source (its own `source` is another)")
+    }
+  }
+  invisible()
 }
 
 # The figures of `stats`, each a single number that is not negative (NA:
@@ -163,6 +193,7 @@ check_profile <- function(profile, call = rlang::caller_env()) {
     }
   }
   check_whole_columns(profile, call)
+  check_process_sources(profile$processes, call)
   stats <- check_stats(profile$stats, call)
   check_result(rs_profile_check(profile_parts(profile)), call = call)
   profile$stats <- stats

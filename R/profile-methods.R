@@ -37,16 +37,29 @@ profile_what <- function(p) {
   } else {
     "R's main thread"
   }
-  children <- length(setdiff(unique(p$stacks$process %||% 1L), 1L))
+  pr <- profile_processes(p)
+  sources <- process_sources(pr)
+  if (!is.null(pr$source)) {
+    # A merged profile (c()): the main threads of its sources.
+    n <- sum(sources)
+    who <- sprintf("R's main thread%s of %d process%s", if (n == 1) "" else "s", n, if (n == 1) "" else "es")
+    if (others > 0) who <- sprintf("%s and %d other thread%s", who, others, if (others == 1) "" else "s")
+  }
+  process <- unique(p$stacks$process %||% 1L)
+  children <- length(process[!is.na(process) & !sources[process]])
   if (children > 0) {
     who <- sprintf("%s, and %d other process%s", who, children, if (children == 1) "" else "es")
   }
   if (p$event == "cpu") paste("CPU time of", who) else paste("elapsed time of", who)
 }
 
-# Which stacks are the profiled process's own (not a child's).
+# Which stacks are the profiled process's own (not a child's; in a merged
+# profile, its sources').
 stacks_of_self <- function(p) {
   process <- p$stacks$process %||% rep(1L, length(p$stacks$count))
+  if (!is.null(p$processes$source)) {
+    return(process_sources(p$processes)[process])
+  }
   process == 1L
 }
 
@@ -60,7 +73,7 @@ by_process_table <- function(p) {
   cpu <- pr$cpu
   cpu[pr$number == 0L] <- (u$user %||% NA_real_) + (u$system %||% NA_real_)
   data.frame(
-    process = ifelse(pr$number == 0L, "self", paste0("[process ", pr$number, "]")),
+    process = ifelse(pr$number == 0L, "self", paste0("[", process_names(pr), "]")),
     pid = pr$pid,
     host = pr$host,
     command = pr$command,
@@ -96,7 +109,7 @@ unseen_share <- function(p, threads = by_thread_table(p), processes = by_process
   # The children's CPU time: those the profile followed, or those that
   # ended during it (the kernel's account, `RUSAGE_CHILDREN`), whichever is
   # more: a child not sampled is unseen.
-  children <- processes[-1L, , drop = FALSE]
+  children <- processes[!process_sources(profile_processes(p)), , drop = FALSE]
   reaped <- (u$children_user %||% 0) + (u$children_system %||% 0)
   followed <- sum(ifelse(is.na(children$cpu), children$sampled, children$cpu))
   children_cpu <- max(if (is.finite(reaped)) reaped else 0, followed)
@@ -283,6 +296,10 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'   * `by_thread`: per thread (R's main thread first, then `[thread N]`
 #'     as numbered in the stacks): its kernel id, name, CPU time measured
 #'     from its own clock while the profile ran, and time sampled;
+#'   * `by_process`: per process (the profiled one, `self`, then each
+#'     child as `[process N]`; in a merged profile, each source as
+#'     `[process host:pid]` and its children), its id, host, command, CPU
+#'     time and time sampled;
 #'   * `unseen`: the share of the process's CPU time over the run that no
 #'     sample stands for (with `threads = "main"`, the other threads'
 #'     share; with `"all"`, threads that lived shorter than the profiler
@@ -340,6 +357,7 @@ summary.winch_profile <- function(object, ...) {
       processes_missed = s$processes_missed %||% 0,
       unseen = unseen_share(p, threads, processes),
       what = profile_what(p),
+      merged = !is.null(p$processes$source),
       thread_stats = list(
         joined = s$thread_joined %||% 0, alone = s$thread_alone %||% 0,
         dropped = s$thread_dropped %||% 0
@@ -397,7 +415,9 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
     cat(sprintf(
       "Not seen by the profile: %s of %s CPU time%s\n",
       if (is.na(x$unseen)) "NA" else sprintf("%.1f%%", 100 * x$unseen),
-      if (!is.null(pr) && nrow(pr) > 1L) "the process's and its children's" else "the process's",
+      if (isTRUE(x$merged)) {
+        "the merged processes' (and their children's)"
+      } else if (!is.null(pr) && nrow(pr) > 1L) "the process's and its children's" else "the process's",
       if (isTRUE(x$unseen > 0.05) && nrow(th) == 1L) " (other threads: profile them with threads = \"all\")" else ""
     ))
   }

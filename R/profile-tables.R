@@ -26,7 +26,8 @@
 #'   `samples` (integer-valued double), `time` (seconds), `thread` (`"main"`,
 #'   or `"thread N"` for a stack of another thread) and `process` (`"self"`,
 #'   or `"process N"` for a stack of a child process: see `processes` in
-#'   [winch_profile()]), heaviest stack first.
+#'   [winch_profile()]; `"process host:pid"` for a stack of a source of a
+#'   merged profile: see [c()][c.winch_profile]), heaviest stack first.
 #'   For a memory profile (`winch_profile(event = "alloc")`), instead of
 #'   `time`: `alloc_bytes`, `alloc_count` (estimates of the bytes and
 #'   allocations made there), `inuse_bytes` and `inuse_count` (of those
@@ -58,8 +59,8 @@ as.data.frame.winch_profile <- function(x, row.names = NULL, optional = FALSE, .
   number <- th$number[thread]
   thread <- ifelse(is.na(number) | number == 0L, "main", paste("thread", number))
   pr <- profile_processes(p)
-  process <- pr$number[p$stacks$process %||% rep(1L, length(stack))]
-  process <- ifelse(is.na(process) | process == 0L, "self", paste("process", process))
+  process <- process_names(pr)[p$stacks$process %||% rep(1L, length(stack))]
+  process[is.na(process)] <- "self"
   if (is_memory_profile(p)) {
     out <- merge_shown(stack, thread, process, cbind(
       alloc_bytes = as.double(p$stacks$alloc_bytes),

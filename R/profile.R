@@ -183,8 +183,10 @@
 #' @param processes `"all"` (the default: child processes too; see the
 #'   section "Processes") or `"self"` (this process only).
 #' @return A `winch_profile` object: distinct stacks with their counts, the
-#'   functions, locations, files and modules they refer to, and figures about
-#'   the run (`summary()`), with `print()`, `summary()` and `plot()` methods.
+#'   functions, locations, files and modules they refer to, figures about
+#'   the run (`summary()`), and where it was made (`host`, the machine's
+#'   name, and `pid`), with `print()`, `summary()`, `plot()` and `c()`
+#'   methods.
 #' @seealso [winch_rprof()] to start and stop by hand; [winch_write_rprof()],
 #'   [winch_write_pprof()]; `vignette("profiling")`.
 #' @export
@@ -536,7 +538,11 @@ new_gc_counter <- function() {
   )
 }
 
-new_winch_profile <- function(raw, session, usage_end = resource_usage(), gc_time = gc.time() - session$gc_time) {
+# `pid`: the process profiled (this one, or the one winch_record() read),
+# kept with this machine's name so that c() can say where each profile of
+# a merged one was made.
+new_winch_profile <- function(raw, session, usage_end = resource_usage(), gc_time = gc.time() - session$gc_time,
+                              pid = Sys.getpid()) {
   as_df <- function(x) {
     attr(x, "row.names") <- .set_row_names(length(x[[1L]]))
     class(x) <- "data.frame"
@@ -567,7 +573,9 @@ new_winch_profile <- function(raw, session, usage_end = resource_usage(), gc_tim
       options = list(
         loops = session$opts$loops, lines = session$opts$lines, threads = session$opts$threads,
         processes = session$opts$processes
-      )
+      ),
+      host = Sys.info()[["nodename"]],
+      pid = as.double(pid)
     ),
     class = "winch_profile"
   )

@@ -128,7 +128,7 @@ winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = 
     opts = list(loops = loops, lines = lines, threads = threads),
     usage = usage, gc_counter = list(count = function() NA_real_)
   )
-  p <- new_winch_profile(raw, session, usage_end = usage_end, gc_time = c(NA_real_, NA_real_, NA_real_))
+  p <- new_winch_profile(raw, session, usage_end = usage_end, gc_time = c(NA_real_, NA_real_, NA_real_), pid = pid)
   p$target <- list(pid = pid, ended = ended, missed = raw$missed, note = raw$note)
   if (!is.null(file)) {
     winch_write_rprof(p, file)

@@ -147,7 +147,7 @@ bi_damages_accepted <- c(
 bi_readers <- c(
   "print" = "print(q)", "summary" = "summary(q)", "plot" = "plot(q)", "as.data.frame" = "as.data.frame(q)",
   "winch_write_rprof" = "winch_write_rprof(q, OUT)", "winch_write_pprof" = "winch_write_pprof(q, OUT)",
-  "winch_write_collapsed" = "winch_write_collapsed(q, OUT)"
+  "winch_write_collapsed" = "winch_write_collapsed(q, OUT)", "c" = "c(p, q)"
 )
 
 # The whole table. `core` is the path of a core file of an R process
