@@ -142,7 +142,7 @@ time_damages <- list(
   thread_out_of_range = damage(function(p) {
     p$stacks$thread[[1L]] <- 99L
     p
-  }, "`stacks$thread` [1] is 99, out of range (1 to 1)"),
+  }, "`stacks\\$thread` \\[1\\] is 99, out of range \\(1 to [0-9]+\\)", fixed = FALSE),
   location_out_of_range = damage(function(p) {
     p$stacks$locations[[1L]][[1L]] <- nrow(p$locations) + 1L
     p
