@@ -63,6 +63,45 @@ test_that("std::threads a .Call starts are under that call, however R's main thr
   }
 })
 
+test_that("threads another library starts for a .Call are under that call, until it returns", {
+  # clib/cxxpool.cpp's manager thread (started by R's main thread) starts
+  # the workers; the .Call of clib/cxxthreads.cpp sleeps or computes
+  # meanwhile, nothing of cxxpool.so on its stack.
+  compile_clib("wtest_cxxpool", "cxxpool.cpp")
+  compile_clib("wtest_cxxthreads", "cxxthreads.cpp")
+  pooled <- function(how) .Call("cxx_via_pool", 2L, 0.15, how, PACKAGE = "wtest_cxxthreads")
+  pool_sleeps <- function() pooled("sleep")
+  pool_computes <- function() pooled("compute")
+  leaf <- "/wtest_cxxpool.so::spin_pool_worker"
+  for (caller in c("pool_sleeps", "pool_computes")) {
+    used <- NULL
+    p <- winch_profile(
+      used <- switch(caller, pool_sleeps = pool_sleeps(), pool_computes = pool_computes()),
+      interval = 0.002
+    )
+    paths <- outer_paths(p, leaf)
+    info <- paste(c(caller, paths), collapse = "\n")
+    under <- grepl(paste0("^\\[thread_[0-9]+\\] < ", CXX, "cxx_via_pool < pooled < ", caller, "( < .*)?$"), paths)
+    at_root <- grepl("^\\[thread_[0-9]+\\]$", paths)
+    expect_true(all(under | at_root), info = info)
+    expect_true(any(under), info = info)
+    total <- seconds_in(p, leaf)
+    expect_gt(total, 0.6 * used)
+    expect_gt(seconds_where(p, function(s) leaf %in% s && caller %in% s), 0.5 * total)
+  }
+  # Started by a call that has returned: never under the call running
+  # while they work (it did not start them), at the root.
+  start_pool <- function() .Call("pool_start_call", 2L, 0.15, PACKAGE = "wtest_cxxpool")
+  wait_pool <- function() pooled("started")
+  p <- winch_profile({
+    start_pool()
+    wait_pool()
+  }, interval = 0.002)
+  paths <- outer_paths(p, leaf)
+  expect_gt(seconds_in(p, leaf), 0.15)
+  expect_true(all(grepl("^\\[thread_[0-9]+\\]$", paths)), info = paste(paths, collapse = "\n"))
+})
+
 TH <- "/wtest_threads.so::"
 threads_lib <- function() {
   key <- "wtest_threads-openmp"

@@ -1,12 +1,14 @@
 // Test library for threads started through libstdc++ (std::thread) inside
 // a .Call and not joined by a pthread_join the main thread waits in: the
-// shape of ranger's rangerCpp. Each worker burns a known amount of its own
+// shape of ranger's rangerCpp; and for threads another library
+// (clib/cxxpool.cpp) starts for a .Call of this one. Each worker burns a known amount of its own
 // CPU time (CLOCK_THREAD_CPUTIME_ID) in spin_cxx_worker; meanwhile R's main
 // thread waits on a std::condition_variable with wait_for in a loop (as
 // ranger's showProgress does), sleeps in a loop, or burns CPU itself in
 // spin_cxx_main. Only then are the threads joined (they have finished).
 #include <R.h>
 #include <Rinternals.h>
+#include <R_ext/Rdynload.h>
 #include <time.h>
 
 #include <cstring>
@@ -92,4 +94,23 @@ extern "C" SEXP cxx_threads(SEXP n_, SEXP seconds, SEXP how_) {
   double sum = 0;
   for (double u : used) sum += u;
   return Rf_ScalarReal(sum);
+}
+
+// Starts clib/cxxpool.cpp's pool of `n` workers burning `seconds` each
+// (through R's C callables) and waits as cxx_threads does until its work
+// is done, nothing of that library on this stack meanwhile. Returns the
+// workers' CPU time.
+extern "C" SEXP cxx_via_pool(SEXP n, SEXP seconds, SEXP how_) {
+  typedef void (*start_fn)(int, double);
+  typedef int (*finished_fn)(double *);
+  start_fn start = (start_fn) R_GetCCallable("wtest_cxxpool", "pool_start");
+  finished_fn finished = (finished_fn) R_GetCCallable("wtest_cxxpool", "pool_finished");
+  const char *how = CHAR(STRING_ELT(how_, 0));
+  if (strcmp(how, "started") != 0) start(Rf_asInteger(n), Rf_asReal(seconds));
+  double used = 0;
+  while (!finished(&used)) {
+    if (strcmp(how, "compute") == 0) spin_cxx_main(0.005);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return Rf_ScalarReal(used);
 }
