@@ -52,17 +52,17 @@
 #'   the thread's runtime (an OpenMP region, a TBB or RcppParallel loop), or
 #'   when its work starts in the module R called (its start routine, or the
 #'   function a `std::thread` runs, is there) and no other R call started it;
-#' * otherwise (R's main thread runs R code; a pool's thread still spinning
-#'   after its region ended; a thread started by an R call that has
-#'   returned since, such as a detached thread) at the root of the profile,
-#'   so that no R code is charged with it. While the call that started a
-#'   thread has called back into R, the thread is placed by the rule for
-#'   threads started before the call.
+#' * otherwise (R's main thread runs R code; a thread of a pool created
+#'   before the call, still spinning after its region ended; a thread
+#'   started by an R call that has returned since, such as a detached
+#'   thread) at the root of the profile, so that no R code is charged
+#'   with it. While the call that started a thread has called back into R,
+#'   the thread is placed by the rule for threads started before the call.
 #'
 #' The R call that started a thread is known from `pthread_create()`,
 #' which the profile hooks (threads started otherwise, or before the
-#' profile, count as started before the call). R tells its calls apart by
-#' the address of their context record: a thread started by a call that has
+#' profile, count as started before the call), and calls are told apart
+#' by the address of R's record of them: a thread started by a call that has
 #' returned, still running while a later call at the same depth of R's
 #' stack runs, is taken for that call's. [winch_record()], outside the
 #' process, hooks nothing and does not know which call started a thread:

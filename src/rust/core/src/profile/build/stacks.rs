@@ -650,6 +650,12 @@ mod tests {
         // was started from.
         let omp = b(&["libgomp.so.1", "user.so", "user.so"]);
         assert_eq!(parent_cut(Some("libgomp.so.1"), None, &omp, Started::Here), Some(1));
+        // A pool this call created, still spinning after its region while
+        // the call goes on computing: the call's (a pool created before the
+        // call is at the root then).
+        let after = b(&["user.so", "user.so"]);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &after, Started::Here), Some(1));
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &after, Started::Unknown), None);
         // The same thread sampled while another call runs (the starting
         // call is over, or called back into R), or while R code of the
         // starting call runs: at the root.
