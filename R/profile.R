@@ -34,19 +34,39 @@
 #' is its native frames (the C library's thread start left out) under a
 #' frame `[thread N]` (threads numbered in the order of their first sample;
 #' their kernel ids, names and measured CPU time are in `summary()`), and
-#' that under the R call that started its work:
-#' * while R's main thread is inside a native call that runs the thread's
-#'   work (an OpenMP region, a TBB or RcppParallel loop, a thread joined
-#'   before the call returns), under that call's R stack and the main
-#'   thread's native frames down to where the work was started (the
-#'   function that called into the parallel runtime, such as the caller of
-#'   `GOMP_parallel`; for a thread started directly, the function R
-#'   called), so its frames sit beside the main thread's share of the work;
-#' * otherwise (R's main thread runs R code, or nothing on its native stack
-#'   belongs to the thread's runtime: a pool's thread still spinning after
-#'   its region ended, or a thread R's main thread started in an R call that
-#'   has returned since, such as a detached thread) at the root of the
-#'   profile, so that no R code is charged with it.
+#' that under the R call that started its work, with the main thread's
+#' native frames down to where the work was started (the function that
+#' called into the thread's runtime, such as the caller of `GOMP_parallel`
+#' or of `std::thread::join()`, when that runtime is on the main thread's
+#' stack; otherwise the function R called), so that its frames sit beside
+#' the main thread's share of the work:
+#' * a thread started while R's main thread is in a native call (by R's
+#'   main thread, directly or through a runtime such as `std::thread` or
+#'   OpenMP, or by a thread started so, such as the workers of a pool
+#'   created during the call) is under that call as long as it is R's
+#'   innermost call, however R's main thread spends that time: joining the
+#'   thread, waiting on a condition variable, sleeping, spinning or
+#'   computing itself;
+#' * a thread started before the call (a pool of OpenMP, OpenBLAS or TBB
+#'   workers created earlier) is under it while R's main thread is inside
+#'   the thread's runtime (an OpenMP region, a TBB or RcppParallel loop), or
+#'   when its work starts in the module R called (its start routine, or the
+#'   function a `std::thread` runs, is there) and no other R call started it;
+#' * otherwise (R's main thread runs R code; a thread of a pool created
+#'   before the call, still spinning after its region ended; a thread
+#'   started by an R call that has returned since, such as a detached
+#'   thread) at the root of the profile, so that no R code is charged
+#'   with it. While the call that started a thread has called back into R,
+#'   the thread is placed by the rule for threads started before the call.
+#'
+#' The R call that started a thread is known from `pthread_create()`,
+#' which the profile hooks (threads started otherwise, or before the
+#' profile, count as started before the call), and calls are told apart
+#' by the address of R's record of them: a thread started by a call that has
+#' returned, still running while a later call at the same depth of R's
+#' stack runs, is taken for that call's. [winch_record()], outside the
+#' process, hooks nothing and does not know which call started a thread:
+#' there other threads' samples are at the root of the profile.
 #'
 #' Time spent in a parallel runtime's own code (libgomp, LLVM's and Intel's
 #' OpenMP, TBB: spinning or sleeping at barriers, waiting for work, handing

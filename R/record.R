@@ -42,6 +42,12 @@
 #' `[loop]`, and byte code's loops are not shown. Native frames are named
 #' as [winch_dump()] names them. Permissions are those of [winch_dump()].
 #'
+#' Other threads' samples are their native frames under `[thread N]`, at
+#' the root of the profile: from outside, which R call started a thread is
+#' not known ([winch_profile()] learns it from `pthread_create()`, which it
+#' hooks in its own process; see its section "Threads"), so no thread is
+#' shown under an R call.
+#'
 #' A thread is sampled where the kernel stops it, which favours the points
 #' right after system calls: code that makes a system call every few
 #' microseconds is seen at its system calls more often than it is there: a

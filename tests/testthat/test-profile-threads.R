@@ -7,6 +7,101 @@ skip_if_not(winch_available(), "native unwinding is not available on this platfo
 
 profile_fixture()
 
+# The labels of every stack of `p`, innermost first, with its thread's
+# number (0: R's main thread).
+thread_of <- function(p) p$threads$number[p$stacks$thread]
+seconds_where <- function(p, keep) {
+  hit <- vapply(stack_labels(p), keep, NA)
+  sum(p$stacks$count[hit]) * p$interval
+}
+# The labels from the first `[thread_N]` frame outwards, of the stacks that
+# hold `leaf`.
+outer_paths <- function(p, leaf) {
+  paths <- lapply(stack_labels(p), function(s) {
+    if (!leaf %in% s) {
+      return(NULL)
+    }
+    i <- grep("^\\[thread_[0-9]+\\]$", s)[1L]
+    if (is.na(i)) "<main thread>" else paste(s[i:length(s)], collapse = " < ")
+  })
+  sort(unique(unlist(paths)))
+}
+
+# std::threads (libstdc++) started in a .Call, R's main thread waiting on a
+# condition variable, sleeping or computing meanwhile (clib/cxxthreads.cpp,
+# the shape of ranger): no OpenMP needed.
+CXX <- "/wtest_cxxthreads.so::"
+cxx <- function(n, s, how) {
+  .Call("cxx_threads", as.integer(n), s, how, PACKAGE = "wtest_cxxthreads")
+}
+
+test_that("std::threads a .Call starts are under that call, however R's main thread waits", {
+  compile_clib("wtest_cxxthreads", "cxxthreads.cpp")
+  waits_cv <- function() cxx(2L, 0.15, "cv")
+  sleeps <- function() cxx(2L, 0.15, "sleep")
+  computes <- function() cxx(2L, 0.15, "compute")
+  leaf <- paste0(CXX, "spin_cxx_worker")
+  for (caller in c("waits_cv", "sleeps", "computes")) {
+    used <- NULL
+    p <- winch_profile(
+      used <- switch(caller, waits_cv = waits_cv(), sleeps = sleeps(), computes = computes()),
+      interval = 0.002
+    )
+    paths <- outer_paths(p, leaf)
+    info <- paste(c(caller, paths), collapse = "\n")
+    # Under the function R called and the R call that started them; where
+    # the main thread's sample asked for did not come in time (a loaded
+    # machine), at the root, as documented: never under another R call.
+    under <- grepl(paste0("^\\[thread_[0-9]+\\] < ", CXX, "cxx_threads < cxx < ", caller, "( < .*)?$"), paths)
+    at_root <- grepl("^\\[thread_[0-9]+\\]$", paths)
+    expect_true(all(under | at_root), info = info)
+    expect_true(any(under), info = info)
+    # The workers' CPU time is sampled, most of it under the call.
+    total <- seconds_in(p, leaf)
+    expect_gt(total, 0.6 * used)
+    expect_gt(seconds_where(p, function(s) leaf %in% s && caller %in% s), 0.5 * total)
+  }
+})
+
+test_that("threads another library starts for a .Call are under that call, until it returns", {
+  # clib/cxxpool.cpp's manager thread (started by R's main thread) starts
+  # the workers; the .Call of clib/cxxthreads.cpp sleeps or computes
+  # meanwhile, nothing of cxxpool.so on its stack.
+  compile_clib("wtest_cxxpool", "cxxpool.cpp")
+  compile_clib("wtest_cxxthreads", "cxxthreads.cpp")
+  pooled <- function(how) .Call("cxx_via_pool", 2L, 0.15, how, PACKAGE = "wtest_cxxthreads")
+  pool_sleeps <- function() pooled("sleep")
+  pool_computes <- function() pooled("compute")
+  leaf <- "/wtest_cxxpool.so::spin_pool_worker"
+  for (caller in c("pool_sleeps", "pool_computes")) {
+    used <- NULL
+    p <- winch_profile(
+      used <- switch(caller, pool_sleeps = pool_sleeps(), pool_computes = pool_computes()),
+      interval = 0.002
+    )
+    paths <- outer_paths(p, leaf)
+    info <- paste(c(caller, paths), collapse = "\n")
+    under <- grepl(paste0("^\\[thread_[0-9]+\\] < ", CXX, "cxx_via_pool < pooled < ", caller, "( < .*)?$"), paths)
+    at_root <- grepl("^\\[thread_[0-9]+\\]$", paths)
+    expect_true(all(under | at_root), info = info)
+    expect_true(any(under), info = info)
+    total <- seconds_in(p, leaf)
+    expect_gt(total, 0.6 * used)
+    expect_gt(seconds_where(p, function(s) leaf %in% s && caller %in% s), 0.5 * total)
+  }
+  # Started by a call that has returned: never under the call running
+  # while they work (it did not start them), at the root.
+  start_pool <- function() .Call("pool_start_call", 2L, 0.15, PACKAGE = "wtest_cxxpool")
+  wait_pool <- function() pooled("started")
+  p <- winch_profile({
+    start_pool()
+    wait_pool()
+  }, interval = 0.002)
+  paths <- outer_paths(p, leaf)
+  expect_gt(seconds_in(p, leaf), 0.15)
+  expect_true(all(grepl("^\\[thread_[0-9]+\\]$", paths)), info = paste(paths, collapse = "\n"))
+})
+
 TH <- "/wtest_threads.so::"
 threads_lib <- function() {
   key <- "wtest_threads-openmp"
@@ -29,25 +124,6 @@ omp <- function(a, b) .Call("thr_omp", a, b, PACKAGE = "wtest_threads")
 join <- function(n, s) .Call("thr_join", as.integer(n), s, PACKAGE = "wtest_threads")
 run_omp <- function(a, b) omp(a, b)
 
-# The labels of every stack of `p`, innermost first, with its thread's
-# number (0: R's main thread).
-thread_of <- function(p) p$threads$number[p$stacks$thread]
-seconds_where <- function(p, keep) {
-  hit <- vapply(stack_labels(p), keep, NA)
-  sum(p$stacks$count[hit]) * p$interval
-}
-# The labels from the first `[thread_N]` frame outwards, of the stacks that
-# hold `leaf`.
-outer_paths <- function(p, leaf) {
-  paths <- lapply(stack_labels(p), function(s) {
-    if (!leaf %in% s) {
-      return(NULL)
-    }
-    i <- grep("^\\[thread_[0-9]+\\]$", s)[1L]
-    if (is.na(i)) "<main thread>" else paste(s[i:length(s)], collapse = " < ")
-  })
-  sort(unique(unlist(paths)))
-}
 
 test_that("an OpenMP region's worker is sampled on its own CPU time, under the R call that started it", {
   used <- NULL

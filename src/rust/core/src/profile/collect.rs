@@ -181,11 +181,14 @@ impl Collected {
     }
 
     /// [`absorb_as`](Collected::absorb_as), knowing the R call (its
-    /// context record) that started each thread R's main thread started
-    /// (`creator`, by kernel id): a sample of such a thread taken while R's
-    /// innermost record was another is marked `THREAD_ELSEWHERE` (the call
-    /// that started it is over, or not the one running: `build` does not
-    /// charge it to the call running now because they share a module).
+    /// context record) that started each thread started while R's main
+    /// thread was in an R call (`creator`, by kernel id; see
+    /// `capture::spawn`): a sample of such a thread taken while R's
+    /// innermost record was that one is marked `THREAD_HERE` (`build`
+    /// shows it under that call whatever the main thread is doing in it),
+    /// one taken while it was another `THREAD_ELSEWHERE` (the call that
+    /// started it is over, or not the one running: `build` does not charge
+    /// it to the call running now because they share a module).
     pub fn absorb_with(&mut self, record: &[u64], uncertain: bool, creator: &dyn Fn(u32) -> Option<u64>) {
         let Some((prefix, entries)) = record::split(record) else { return };
         let Prefix { header, origin, link, context } = prefix;
@@ -234,8 +237,11 @@ impl Collected {
         if !self.thread_order.contains(&tid) {
             self.thread_order.push(tid);
         }
-        let elsewhere = creator(tid).is_some_and(|c| c != context);
-        let marker = if elsewhere { super::labels::THREAD_ELSEWHERE } else { super::labels::THREAD };
+        let marker = match creator(tid) {
+            Some(c) if c == context => super::labels::THREAD_HERE,
+            Some(_) => super::labels::THREAD_ELSEWHERE,
+            None => super::labels::THREAD,
+        };
         key.push(Entry::r(marker));
         let p = Pending { part: key.into(), link, context, weight, truncated, alloc };
         if !self.settle(&p, false) {
@@ -545,6 +551,29 @@ mod tests {
         c.settle_pending(false);
         assert_eq!((c.joined, c.alone), (3, 2));
         assert_eq!(c.counts(&under(5, 0x30)).unwrap().weight, 1);
+    }
+
+    #[test]
+    fn another_threads_sample_is_marked_with_what_is_known_of_the_call_that_started_it() {
+        use crate::profile::labels::{THREAD, THREAD_ELSEWHERE, THREAD_HERE};
+        let mut c = Collected::default();
+        // Thread 5 was started in the R call whose record is 0x100, thread
+        // 6 before the profile (not known).
+        let creator = |tid: u32| (tid == 5).then_some(0x100u64);
+        let worker =
+            |tid: u32, ctx: u64| [header(Flags::WORKER, 1, 500), origin(0, tid), 1, ctx, native(0x77)];
+        c.absorb_with(&worker(5, 0x100), false, &creator);
+        c.absorb_with(&worker(5, 0x200), false, &creator);
+        c.absorb_with(&worker(6, 0x100), false, &creator);
+        c.settle_pending(true);
+        let alone = |tid: u32, marker: u32| [origin(0, tid), native(0x77), Entry::r(marker)];
+        assert_eq!(
+            c.counts(&alone(5, THREAD_HERE)).unwrap().weight,
+            1,
+            "sampled in the call that started it"
+        );
+        assert_eq!(c.counts(&alone(5, THREAD_ELSEWHERE)).unwrap().weight, 1, "in another call");
+        assert_eq!(c.counts(&alone(6, THREAD)).unwrap().weight, 1, "its starting call not known");
     }
 
     #[test]

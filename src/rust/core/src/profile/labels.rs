@@ -23,7 +23,10 @@ pub const GC: u32 = 8;
 /// In a sample of a forked child: where the child's own frames end and the
 /// frames it inherited from its parent at the fork begin (see `compose`).
 pub const PROCESS: u32 = 9;
-const FIXED: [&str; 10] = [
+/// `THREAD` for a thread that R's innermost call when the sample was
+/// taken started (see `collect`).
+pub const THREAD_HERE: u32 = 10;
+const FIXED: [&str; 11] = [
     "<Anonymous>",
     "[for]",
     "[while]",
@@ -34,6 +37,7 @@ const FIXED: [&str; 10] = [
     "[thread*]",
     "<GC>",
     "[process]",
+    "[thread+]",
 ];
 
 /// Ids from here on name labels made outside the table: by forked child

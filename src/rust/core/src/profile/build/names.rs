@@ -43,6 +43,14 @@ pub(super) fn is_libc(base: &str) -> bool {
     ["libc.so", "libc-", "libpthread", "ld-linux"].iter().any(|p| base.starts_with(p))
 }
 
+/// C++ standard libraries whose thread start only calls the thread's
+/// callable (`std::thread`: libstdc++'s `execute_native_thread_routine`):
+/// the callable's module, not theirs, says where the thread's work comes
+/// from.
+pub(super) fn is_thread_start_library(base: &str) -> bool {
+    ["libstdc++", "libc++"].iter().any(|p| base.starts_with(p))
+}
+
 /// Parallel runtimes: time in their own code is spinning, waiting or
 /// handing out work (`[wait]`).
 pub(super) fn is_runtime(base: &str) -> bool {

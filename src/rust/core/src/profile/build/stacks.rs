@@ -4,7 +4,9 @@
 //! up, another thread's stack joined to the part of R's main thread's
 //! stack that started its work.
 
-use super::names::{is_interpreter, is_libc, is_loop, is_runtime, loop_label, native_label};
+use super::names::{
+    is_interpreter, is_libc, is_loop, is_runtime, is_thread_start_library, loop_label, native_label,
+};
 use super::processes::{own_kept, parent_from, Item};
 use crate::debuginfo::Resolved;
 use crate::modules::ModuleMap;
@@ -16,23 +18,74 @@ use crate::symbolizer;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// What is known of the R call that started another thread (see
+/// `collect`), against R's innermost call when the thread was sampled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Started {
+    /// Not known: the thread was started before the profile, by a thread
+    /// started before it, or not through `pthread_create`.
+    Unknown,
+    /// By this call.
+    Here,
+    /// By another call (over since, or an outer one).
+    Elsewhere,
+}
+
+impl Started {
+    /// From the marker `collect` put after the thread's own entries.
+    fn of_marker(entry: u64) -> Option<Started> {
+        let markers = [
+            (labels::THREAD, Started::Unknown),
+            (labels::THREAD_HERE, Started::Here),
+            (labels::THREAD_ELSEWHERE, Started::Elsewhere),
+        ];
+        markers.into_iter().find(|&(l, _)| entry == Entry::r(l)).map(|(_, s)| s)
+    }
+}
+
 /// Where the main thread's part of another thread's stack begins: an index
 /// into the main thread's native frames under its innermost R frame
 /// (`bases`, their modules, innermost first; the frames from the index on
 /// are kept, then its R frames), given the module the other thread started
-/// in (`entry`); `elsewhere`: R's main thread started the thread in
-/// another R call than the one running now. None: the other thread is not
-/// shown under the main thread's stack (see `Builder::stack`).
-fn parent_cut(entry: Option<&str>, bases: &[Option<String>], elsewhere: bool) -> Option<usize> {
-    let entry = entry?;
-    match bases.last()? {
-        // Started in the module R called: under the function R called, if
-        // this call started it (a thread started by an earlier call of the
-        // same module, still running, is not this call's work).
-        Some(outer) if outer == entry => (!elsewhere).then(|| bases.len() - 1),
-        // Under the frames outside the runtime's outermost frame.
-        _ => bases.iter().rposition(|b| b.as_deref() == Some(entry)).map(|j| j + 1),
+/// in (`entry`), for a thread started through a C++ library's
+/// `std::thread` the module of its callable (`callable`), and what is
+/// known of the R call that started it (`started`). None: the other thread
+/// is not shown under the main thread's stack (see `Builder::stack`).
+fn parent_cut(
+    entry: Option<&str>,
+    callable: Option<&str>,
+    bases: &[Option<String>],
+    started: Started,
+) -> Option<usize> {
+    // R's main thread running R code: no R code is charged with the thread.
+    let outer = bases.last()?.as_deref();
+    let function_r_called = bases.len() - 1;
+    if let Some(entry) = entry {
+        // Under the frames outside the runtime's outermost frame (OpenMP's
+        // GOMP_parallel, std::thread::join, a library's own wait for the
+        // std::threads it started), when the thread did not start in the
+        // module R called. A pool started by an earlier call serves this
+        // one all the same.
+        for m in std::iter::once(entry).chain(callable) {
+            if outer != Some(m) {
+                if let Some(j) = bases.iter().rposition(|b| b.as_deref() == Some(m)) {
+                    return Some(j + 1);
+                }
+            }
+        }
+        // Started in the module R called, directly or through std::thread:
+        // under the function R called, unless another call started it (a
+        // thread started by an earlier call of the same module, still
+        // running, is not this call's work).
+        let in_called = outer.is_some() && (outer == Some(entry) || outer == callable);
+        if in_called && started != Started::Elsewhere {
+            return Some(function_r_called);
+        }
     }
+    // Started by this very call, whatever the main thread does in it
+    // meanwhile (waits on a condition variable, sleeps, computes) and
+    // wherever the thread started: under the function R called.
+    (started == Started::Here).then_some(function_r_called)
 }
 
 /// Whose a stack is: the thread's kernel id (0: R's main thread) and the
@@ -118,8 +171,7 @@ impl<'a> Builder<'a> {
             return (self.process_stack(&entries[1..], o), Sampled { thread: 0, process: o.tid });
         }
         let mut out = Vec::with_capacity(entries.len() + 2);
-        let is_marker = |e: u64| e == Entry::r(labels::THREAD) || e == Entry::r(labels::THREAD_ELSEWHERE);
-        let Some(t) = entries.iter().position(|&e| is_marker(e)) else {
+        let Some(t) = entries.iter().position(|&e| Started::of_marker(e).is_some()) else {
             let snap = entries.first().and_then(|&w| Origin::decode(w));
             let rest = entries.get(1..).unwrap_or(&[]);
             let inner = rest.iter().take_while(|&&e| Entry::is_native(e)).count();
@@ -144,6 +196,17 @@ impl<'a> Builder<'a> {
             }
         }
         let entry_module = own.last().and_then(|&e| self.module_base(e, snap));
+        // A C++ library's thread start calls the thread's callable: its
+        // module is the first one further in.
+        let callable = match entry_module.as_deref() {
+            Some(m) if is_thread_start_library(m) => own
+                .iter()
+                .rev()
+                .map(|&e| self.module_base(e, snap))
+                .find(|b| b.as_deref() != Some(m))
+                .flatten(),
+            _ => None,
+        };
         self.wait_marker(own, snap, &mut out);
         self.entries(own, snap, &mut out);
         out.push(self.thread_location(tid));
@@ -153,8 +216,8 @@ impl<'a> Builder<'a> {
             let inner = rest.iter().take_while(|&&e| Entry::is_native(e)).count();
             let bases: Vec<Option<String>> =
                 rest[..inner].iter().map(|&e| self.module_base(e, psnap)).collect();
-            let elsewhere = entries[t] == Entry::r(labels::THREAD_ELSEWHERE);
-            if let Some(from) = parent_cut(entry_module.as_deref(), &bases, elsewhere) {
+            let started = Started::of_marker(entries[t]).unwrap_or(Started::Unknown);
+            if let Some(from) = parent_cut(entry_module.as_deref(), callable.as_deref(), &bases, started) {
                 self.entries(&rest[from..], psnap, &mut out);
             }
         }
@@ -515,24 +578,98 @@ mod tests {
         // user.so (the region) -> libgomp (barrier); the worker started in
         // libgomp: kept from the caller of the outermost libgomp frame.
         let main = b(&["libgomp.so.1", "user.so", "libgomp.so.1", "user.so"]);
-        assert_eq!(parent_cut(Some("libgomp.so.1"), &main, false), Some(3));
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &main, Started::Unknown), Some(3));
         // A pool started by an earlier call serves this one all the same.
-        assert_eq!(parent_cut(Some("libgomp.so.1"), &main, true), Some(3));
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &main, Started::Elsewhere), Some(3));
         // A thread started directly by the module R called, the main thread
         // waiting in the C library: under the function R called.
         let joined = b(&["libc.so.6", "libc.so.6", "user.so", "user.so"]);
-        assert_eq!(parent_cut(Some("user.so"), &joined, false), Some(3));
+        assert_eq!(parent_cut(Some("user.so"), None, &joined, Started::Unknown), Some(3));
         // ... unless an earlier call started it (a detached thread still
         // running while R calls the module again).
-        assert_eq!(parent_cut(Some("user.so"), &joined, true), None);
+        assert_eq!(parent_cut(Some("user.so"), None, &joined, Started::Elsewhere), None);
         // std::thread: started in libstdc++, joined through it.
         let cxx = b(&["libc.so.6", "libstdc++.so.6", "user.so"]);
-        assert_eq!(parent_cut(Some("libstdc++.so.6"), &cxx, false), Some(2));
+        assert_eq!(parent_cut(Some("libstdc++.so.6"), None, &cxx, Started::Unknown), Some(2));
         // Nothing of the runtime on the main thread's stack (a pool's thread
         // after its region), R code running (no native frames), or a thread
         // whose start is unknown: at the root.
-        assert_eq!(parent_cut(Some("libgomp.so.1"), &b(&["other.so"]), false), None);
-        assert_eq!(parent_cut(Some("libgomp.so.1"), &[], false), None);
-        assert_eq!(parent_cut(None, &main, false), None);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &b(&["other.so"]), Started::Unknown), None);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &[], Started::Unknown), None);
+        assert_eq!(parent_cut(None, None, &main, Started::Unknown), None);
+    }
+
+    #[test]
+    fn a_std_thread_hangs_under_the_call_whose_module_holds_its_callable() {
+        let b = |v: &[&str]| v.iter().map(|s| Some(s.to_string())).collect::<Vec<_>>();
+        let cxx = Some("libstdc++.so.6");
+        // ranger: std::threads started in the module R called (their
+        // callable in it), R's main thread waiting on a condition variable
+        // (its wait inlined: no libstdc++ frame), sleeping, or computing:
+        // under the function R called.
+        let waits = b(&["libc.so.6", "user.so", "user.so", "user.so"]);
+        assert_eq!(parent_cut(cxx, Some("user.so"), &waits, Started::Unknown), Some(3));
+        let computes = b(&["user.so", "user.so"]);
+        assert_eq!(parent_cut(cxx, Some("user.so"), &computes, Started::Unknown), Some(1));
+        // Joined through libstdc++ (std::thread::join): from the caller of
+        // its outermost frame, as before.
+        let joins = b(&["libc.so.6", "libstdc++.so.6", "user.so", "user.so"]);
+        assert_eq!(parent_cut(cxx, Some("user.so"), &joins, Started::Unknown), Some(2));
+        // Started by an earlier call (a detached std::thread still running
+        // while R calls the module again): at the root.
+        assert_eq!(parent_cut(cxx, Some("user.so"), &waits, Started::Elsewhere), None);
+        // A library R's call went through started them (their callable in
+        // it) and waits for them in its own code: from the caller of its
+        // outermost frame.
+        let library = b(&["libc.so.6", "libarrow.so", "libarrow.so", "user.so"]);
+        assert_eq!(parent_cut(cxx, Some("libarrow.so"), &library, Started::Unknown), Some(3));
+        // Where they were started is not known, the callable is in another
+        // module than any on the main thread's stack, R code runs, or the
+        // callable is unknown: at the root.
+        assert_eq!(parent_cut(cxx, Some("other.so"), &waits, Started::Unknown), None);
+        assert_eq!(parent_cut(cxx, Some("user.so"), &[], Started::Unknown), None);
+        assert_eq!(parent_cut(cxx, None, &waits, Started::Unknown), None);
+        let unknown_outer = vec![Some("libc.so.6".to_string()), None];
+        assert_eq!(parent_cut(cxx, None, &unknown_outer, Started::Unknown), None);
+    }
+
+    #[test]
+    fn a_thread_started_by_the_running_call_hangs_under_it_whatever_the_main_thread_does() {
+        let b = |v: &[&str]| v.iter().map(|s| Some(s.to_string())).collect::<Vec<_>>();
+        // Started by this call through a library (its thread start and
+        // callable in libfoo.so), the main thread back in the module R
+        // called, computing or waiting on its own condition variable:
+        // under the function R called.
+        let computes = b(&["user.so", "user.so", "user.so"]);
+        assert_eq!(parent_cut(Some("libfoo.so"), None, &computes, Started::Here), Some(2));
+        let waits = b(&["libc.so.6", "user.so"]);
+        assert_eq!(parent_cut(Some("libstdc++.so.6"), Some("libfoo.so"), &waits, Started::Here), Some(1));
+        // Its start not known: the same.
+        assert_eq!(parent_cut(None, None, &waits, Started::Here), Some(1));
+        // The runtime on the main thread's stack still says where the work
+        // was started from.
+        let omp = b(&["libgomp.so.1", "user.so", "user.so"]);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &omp, Started::Here), Some(1));
+        // A pool this call created, still spinning after its region while
+        // the call goes on computing: the call's (a pool created before the
+        // call is at the root then).
+        let after = b(&["user.so", "user.so"]);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &after, Started::Here), Some(1));
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &after, Started::Unknown), None);
+        // The same thread sampled while another call runs (the starting
+        // call is over, or called back into R), or while R code of the
+        // starting call runs: at the root.
+        assert_eq!(parent_cut(Some("libfoo.so"), None, &computes, Started::Elsewhere), None);
+        assert_eq!(parent_cut(Some("libfoo.so"), None, &computes, Started::Unknown), None);
+        assert_eq!(parent_cut(Some("libfoo.so"), None, &[], Started::Here), None);
+    }
+
+    #[test]
+    fn thread_markers_say_what_is_known_of_the_starting_call() {
+        assert_eq!(Started::of_marker(Entry::r(labels::THREAD)), Some(Started::Unknown));
+        assert_eq!(Started::of_marker(Entry::r(labels::THREAD_HERE)), Some(Started::Here));
+        assert_eq!(Started::of_marker(Entry::r(labels::THREAD_ELSEWHERE)), Some(Started::Elsewhere));
+        assert_eq!(Started::of_marker(Entry::r(labels::GC)), None);
+        assert_eq!(Started::of_marker(Entry::native(0x1000, false)), None);
     }
 }

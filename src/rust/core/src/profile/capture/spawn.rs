@@ -6,7 +6,10 @@
 //! thread arms its own sampling timer before its start routine runs, and
 //! hands the timer to the collector (see `threads`). Polling
 //! `/proc/self/task` finds the threads started some other way (`clone`
-//! directly, a module loaded after the last scan) within one poll.
+//! directly, a module loaded after the last scan) within one poll. Each
+//! thread started while R's main thread is in an R call, by it or by a
+//! thread started so, records that call (R's innermost context record
+//! then): `collect` and `build` show its samples under that call.
 //!
 //! The registry of new threads is locked only by ordinary code (a new
 //! thread's start, the collector, the session's start and stop), never in
@@ -48,6 +51,19 @@ static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// the R call running then.
 static CONTEXT_ADDR: AtomicUsize = AtomicUsize::new(0);
 static MAIN_TID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// Which profile hooked the threads started since (one more each
+/// `install`): a thread started by a thread of an earlier profile does not
+/// take its starter's R call.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The R call (context record) that started the calling thread, and
+    /// the profile it was started in (0: not known): the threads it starts
+    /// take it (a pool created by a thread the call started is the call's
+    /// work too).
+    static STARTED_BY: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
 /// When R's main thread last started a thread (`clock::now_ns`): a sample
 /// of R's main thread taken before it cannot show where that thread was
 /// started (see `handler::link_to_main`).
@@ -70,8 +86,9 @@ struct Registry {
     open: Option<(libc::c_int, Clock, u64)>,
     /// Threads started since the collector last looked, with their timers.
     new: Vec<(i32, Timer)>,
-    /// Threads R's main thread started, with R's innermost context record
-    /// then (the R call that started them).
+    /// Threads started while R's main thread was in an R call, by it or by
+    /// a thread started so, with R's innermost context record then (the R
+    /// call that started them).
     creators: Vec<(i32, usize)>,
 }
 
@@ -84,9 +101,22 @@ fn registry() -> std::sync::MutexGuard<'static, Registry> {
 struct Launch {
     start: StartRoutine,
     arg: *mut libc::c_void,
-    /// R's innermost context record when R's main thread started it (0:
-    /// started by another thread).
+    /// R's innermost context record when R's main thread started it, or
+    /// its starter's (0: not known).
     creator: usize,
+    /// The profile it was started in.
+    generation: u64,
+}
+
+/// The R call a thread started by another thread takes: its starter's,
+/// `(record, generation)`, if started in the running profile (`now`).
+fn inherited(starter: (usize, u64), now: u64) -> usize {
+    let (record, generation) = starter;
+    if generation == now {
+        record
+    } else {
+        0
+    }
 }
 
 /// What modules call instead of `pthread_create` while hooked.
@@ -108,16 +138,20 @@ unsafe extern "C" fn hooked_create(
         return unsafe { real(thread, attr, start, arg) };
     }
     let context = CONTEXT_ADDR.load(Ordering::Acquire);
-    let creator = if context != 0 && clock::gettid() == MAIN_TID.load(Ordering::Acquire) {
+    let generation = GENERATION.load(Ordering::Acquire);
+    let creator = if clock::gettid() == MAIN_TID.load(Ordering::Acquire) {
         // `&R_GlobalContext`, read on R's main thread, which alone writes it.
-        crate::memory::Memory::word(&crate::memory::Own, context).unwrap_or(0)
+        let record =
+            if context != 0 { crate::memory::Memory::word(&crate::memory::Own, context) } else { None };
+        if record.is_some_and(|r| r != 0) {
+            LAST_START_NS.store(clock::now_ns(), Ordering::Release);
+        }
+        record.unwrap_or(0)
     } else {
-        0
+        // Another thread: the call that started it, if this profile's.
+        inherited(STARTED_BY.with(|c| c.get()), generation)
     };
-    if creator != 0 {
-        LAST_START_NS.store(clock::now_ns(), Ordering::Release);
-    }
-    let launch = Box::into_raw(Box::new(Launch { start, arg, creator }));
+    let launch = Box::into_raw(Box::new(Launch { start, arg, creator, generation }));
     // SAFETY: `launch` runs `start(arg)` on the new thread and owns `launch`.
     let rc = unsafe { real(thread, attr, launch_thread, launch as *mut libc::c_void) };
     if rc != 0 {
@@ -132,7 +166,8 @@ unsafe extern "C" fn hooked_create(
 /// `pthread_exit()` or a cancellation (forced unwinding) passes through.
 unsafe extern "C-unwind" fn launch_thread(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `p` is the box `hooked_create` made for this thread.
-    let Launch { start, arg, creator } = *unsafe { Box::from_raw(p as *mut Launch) };
+    let Launch { start, arg, creator, generation } = *unsafe { Box::from_raw(p as *mut Launch) };
+    STARTED_BY.with(|c| c.set((creator, generation)));
     if ON.load(Ordering::Acquire) {
         arm_self(creator);
     }
@@ -178,6 +213,7 @@ pub fn install(
 ) -> usize {
     CONTEXT_ADDR.store(context_addr, Ordering::Release);
     MAIN_TID.store(main_tid, Ordering::Release);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
     FAMILY.resolve();
     if REAL.load(Ordering::Acquire) == 0 {
         return 0;
@@ -197,7 +233,8 @@ pub fn install(
 }
 
 /// The R call (its context record) that started each thread R's main
-/// thread started during the profile, by kernel id.
+/// thread started during the profile, directly or through threads it
+/// started, by kernel id.
 pub fn creators() -> Vec<(i32, usize)> {
     registry().creators.clone()
 }
@@ -231,6 +268,13 @@ pub fn forget_in_child() {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_takes_its_starters_call_only_within_the_same_profile() {
+        assert_eq!(inherited((0x7000, 3), 3), 0x7000);
+        assert_eq!(inherited((0x7000, 2), 3), 0, "started in an earlier profile");
+        assert_eq!(inherited((0, 3), 3), 0, "the starter's call not known");
+    }
 
     #[test]
     fn threads_started_through_the_hook_run_and_arm_a_timer() {
