@@ -98,7 +98,7 @@ merge_profiles <- function(profiles, call = rlang::caller_env()) {
   for (i in given) {
     if (!inherits(profiles[[i]], "winch_profile")) {
       abort_bad_argument(sprintf(
-        "`c()` combines `winch_profile`s only: argument %d is %s.", i, describe_object(profiles[[i]])
+        "Every argument of `c()` must be a `winch_profile` (or NULL): argument %d is %s.", i, describe_object(profiles[[i]])
       ), call = call)
     }
   }
@@ -339,7 +339,7 @@ describe_object <- function(x) {
     return("a data frame")
   }
   what <- if (is.object(x)) sprintf("an object of class `%s`", class(x)[[1L]]) else typeof(x)
-  what <- switch(what, double = "a number vector", integer = "an integer vector", character = "a character vector",
+  what <- switch(what, double = "a double vector", integer = "an integer vector", character = "a character vector",
     logical = "a logical vector", list = "a list", closure = , builtin = , special = "a function", what)
   if (!is.object(x) && !grepl("^a", what)) paste("a", what) else what
 }

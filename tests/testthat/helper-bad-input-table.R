@@ -251,6 +251,12 @@ bi_table <- function(core = NULL) {
       ),
       dots = list("misspelled `focus`" = list(focs = "sort"), "`xlim`" = list(xlim = c(0, 1)), "unnamed" = list(5))
     ),
+    bi_function("c.winch_profile", quote(c(p, p)),
+      args = list("...@3" = "profile"),
+      accept = list("...@3" = c(
+        "NULL" = "dropped, as c() drops NULL", "missing" = "c(p) of one profile: it, under its [process host:pid] frame"
+      ))
+    ),
     bi_function("as.data.frame.winch_profile", quote(as.data.frame(x = p, row.names = NULL, optional = FALSE)),
       args = list(row.names = "string", optional = "flag"),
       accept = list(row.names = c("NULL" = "the default")),

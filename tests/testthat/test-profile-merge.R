@@ -254,7 +254,7 @@ test_that("c() refuses what is not a profile, profiles of different kinds and no
   m <- synthetic_memory_profile()
   e <- synthetic_profile()
   e$event <- "elapsed"
-  expect_error(c(p, 1), "argument 2 is a number vector", class = "winch_error_bad_argument")
+  expect_error(c(p, 1), "argument 2 is a double vector", class = "winch_error_bad_argument")
   expect_error(c(p, p, list(p)), "argument 3 is a list", class = "winch_error_bad_argument")
   expect_error(c(p, as.data.frame(p)), "argument 2 is a data frame", class = "winch_error_bad_argument")
   expect_error(c(p, m), "one event only", class = "winch_error_bad_argument")
