@@ -151,6 +151,15 @@ test_that("a process traced by another tracer is refused with a clear error", {
   expect_error(winch_dump(child$pid), "already being traced", class = "winch_error_busy")
 })
 
+test_that("a kernel thread is refused with the reason: it has no user memory to read", {
+  stat <- tryCatch(readLines("/proc/2/stat", warn = FALSE)[[1L]], error = function(e) "")
+  flags <- suppressWarnings(as.numeric(strsplit(sub("^.*\\) ", "", stat), " ")[[1L]][7L]))
+  # PF_KTHREAD (0x00200000) among its flags: pid 2 is kthreadd (not in a
+  # container with its own pid namespace).
+  skip_if(is.na(flags) || (flags %/% 2^21) %% 2 != 1, "process 2 is not a kernel thread here")
+  expect_error(winch_dump(2), "is a kernel thread: it has no user memory", class = "winch_error_bad_argument")
+})
+
 # A core file of a child stuck as spin_child() is: the kernel's (when it
 # writes core files to the working directory), else gdb's gcore; NULL when
 # neither can make one here.

@@ -104,6 +104,12 @@ pub(super) fn check_target(pid: i32) -> Result<String> {
     if !procfs::exists(pid) {
         return Err(Error::NoProcess(format!("there is no process {pid}")));
     }
+    if procfs::stat(Proc::Pid(pid), None).is_some_and(|s| s.kernel_thread()) {
+        return Err(Error::BadArgument(format!(
+            "process {pid} ({}) is a kernel thread: it has no user memory or stack to read",
+            procfs::comm(Proc::Pid(pid), pid)
+        )));
+    }
     procfs::exe(Proc::Pid(pid)).map_err(|e| match e.raw_os_error() {
         Some(libc::EACCES) | Some(libc::EPERM) if super::ptrace::exiting(pid) => {
             Error::NoProcess(format!("process {pid} has exited"))
