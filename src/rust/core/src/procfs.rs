@@ -278,9 +278,10 @@ impl Stat {
         self.state == 'R'
     }
 
-    /// Ended or ending (a zombie, or dead).
+    /// Ended or ending (a zombie, dead, or on its way: `PF_EXITING`, as
+    /// soon as a killed thread runs again).
     pub fn exiting(&self) -> bool {
-        matches!(self.state, 'Z' | 'X')
+        matches!(self.state, 'Z' | 'X') || self.flags & 0x4 != 0
     }
 }
 
@@ -375,6 +376,14 @@ pub fn clock_ticks() -> u64 {
     } else {
         100
     }
+}
+
+/// Where in the kernel thread `tid` of a process waits (`wchan`: a kernel
+/// function's name; None when unreadable or not waiting).
+pub fn wchan(of: Proc, tid: i32) -> Option<String> {
+    let text = std::fs::read_to_string(of.path(Some(tid), "wchan")).ok()?;
+    let name = text.trim();
+    (!name.is_empty() && name != "0").then(|| name.to_string())
 }
 
 /// The tracer of a process (or of a thread, by its id).
@@ -581,6 +590,8 @@ mod tests {
         assert!(kt.kernel_thread());
         assert!(Stat::parse(&stat_line("z", 'Z', 0, 0)).unwrap().exiting());
         assert!(Stat::parse(&stat_line("x", 'X', 0, 0)).unwrap().exiting());
+        let killed = stat_line("R", 'R', 0, 0).replace(" 4194560 ", " 4194564 ");
+        assert!(Stat::parse(&killed).unwrap().exiting(), "PF_EXITING");
         // Malformed: no name's end, fields missing, a time not a number.
         assert_eq!(Stat::parse("4242 (R S 1 2 3"), None);
         assert_eq!(Stat::parse("4242 (R) S 1 4242 4242 34816 4242 4194560 1234 0 0 0 150"), None);
