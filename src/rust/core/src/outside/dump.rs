@@ -4,7 +4,7 @@
 //! and R's frames placed among the native ones by where their records lie
 //! on the stack, as `winch_sys_calls()` places them.
 
-use super::ptrace::Stopped;
+use super::ptrace::{self, Unstopped};
 use super::target::{self, TargetR};
 use crate::error::{Error, Result};
 use crate::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
@@ -40,6 +40,9 @@ pub struct ThreadDump {
     /// where a call could not be written), their labels, and where the
     /// native frames go among them.
     pub r: Option<RFrames>,
+    /// Why the thread was not read (it did not stop), if so: it has no
+    /// frames then.
+    pub note: Option<String>,
 }
 
 pub struct RFrames {
@@ -70,26 +73,27 @@ impl Dump {
     }
 }
 
-/// Dumps process `pid`: stops it, reads every thread, lets it go on.
+/// Dumps process `pid`: stops it, reads every thread (those that stopped:
+/// the others are listed with the reason), lets it go on.
 pub fn dump(pid: i32) -> Result<Dump> {
     let exe = check_target(pid)?;
-    let stopped = Stopped::stop(pid)?;
-    let maps = procfs::parse_maps(
-        &procfs::read_maps(Proc::Pid(pid)).map_err(|e| Error::Io(format!("/proc/{pid}/maps: {e}")))?,
-    );
-    let ranges = maps.iter().map(|m| (m.start, m.end)).collect();
-    let src = Source {
-        pid,
-        exe,
-        maps,
-        ranges,
-        threads: &stopped.threads,
-        mem: Process { pid },
-        r_home: procfs::environment_value(Proc::Pid(pid), "R_HOME"),
-    };
-    let d = read(&src);
-    drop(stopped); // the process goes on
-    Ok(d)
+    ptrace::with_stopped(pid, |stopped| {
+        let maps = procfs::parse_maps(
+            &procfs::read_maps(Proc::Pid(pid)).map_err(|e| Error::Io(format!("/proc/{pid}/maps: {e}")))?,
+        );
+        let ranges = maps.iter().map(|m| (m.start, m.end)).collect();
+        let src = Source {
+            pid,
+            exe,
+            maps,
+            ranges,
+            threads: &stopped.threads,
+            unstopped: &stopped.unstopped,
+            mem: Process { pid },
+            r_home: procfs::environment_value(Proc::Pid(pid), "R_HOME"),
+        };
+        Ok(read(&src))
+    })?
 }
 
 /// Checks that process `pid` is another process that can be read; its
@@ -148,7 +152,7 @@ pub fn dump_core(path: &str, exe: Option<&str>) -> Result<Dump> {
         t.name = core.name.clone();
     }
     let ranges = core.ranges();
-    let src = Source { pid, exe, maps, ranges, threads: &threads, mem: core, r_home: None };
+    let src = Source { pid, exe, maps, ranges, threads: &threads, unstopped: &[], mem: core, r_home: None };
     Ok(read(&src))
 }
 
@@ -160,6 +164,8 @@ struct Source<'a, M: Memory> {
     /// Where memory that a stack may lie in is.
     ranges: Vec<(usize, usize)>,
     threads: &'a [super::ptrace::Thread],
+    /// Threads that did not stop (none in a core).
+    unstopped: &'a [Unstopped],
     mem: M,
     r_home: Option<String>,
 }
@@ -169,16 +175,24 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
     let (pid, mem) = (src.pid, &src.mem);
     let modules = target::modules(&src.maps, mem, &src.exe);
     let map = Arc::new(ModuleMap::of_other_process(modules));
-    let (r, note) = match target::find_r(map.modules(), src.r_home.as_deref()) {
+    let (r, mut note) = match target::find_r(map.modules(), src.r_home.as_deref()) {
         Ok(r) => (r, None),
         Err(e) => (None, Some(e.to_string())),
     };
+    let main_unstopped = src.unstopped.iter().find(|u| u.tid == pid);
+    if let (Some(u), Some(_)) = (main_unstopped, &r) {
+        note = Some(format!("R's main thread was {}", u.why));
+    }
     let interp =
         r.as_ref().and_then(|r| map.module(r.libr).segments.iter().find(|s| s.exec)).map_or(0, |s| s.start);
     let snap = Snapshot::of(Modules::of_process(map.clone(), interp, mem));
     let known = Known::at(&map, 0, interp);
-    // R's main thread: the process's first (its tid is the pid).
-    let main = src.threads.iter().position(|t| t.tid == pid).unwrap_or(0);
+    // R's main thread: the process's first (its tid is the pid); none
+    // when it did not stop.
+    let main = match main_unstopped {
+        Some(_) => None,
+        None => Some(src.threads.iter().position(|t| t.tid == pid).unwrap_or(0)),
+    };
     let mut threads = Vec::new();
     for (k, t) in src.threads.iter().enumerate() {
         let stack = stack_of(&src.ranges, mem, t.regs.1);
@@ -188,15 +202,27 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
         let modules: Vec<Option<usize>> = trace.frames.iter().map(|f| f.module).collect();
         let classes = view::classify(&map, &modules, known, trace.truncated.is_none());
         let r_frames = match &r {
-            Some(r) if k == main => Some(read_r(r, mem, &trace, &classes, &stack)),
+            Some(r) if Some(k) == main => Some(read_r(r, mem, &trace, &classes, &stack)),
             _ => None,
         };
-        threads.push(ThreadDump { tid: t.tid, name: t.name.clone(), trace, starts, classes, r: r_frames });
+        let name = t.name.clone();
+        threads.push(ThreadDump { tid: t.tid, name, trace, starts, classes, r: r_frames, note: None });
     }
     // The main thread first.
-    if main != 0 && main < threads.len() {
+    if let Some(main) = main.filter(|&m| m != 0 && m < threads.len()) {
         let m = threads.remove(main);
         threads.insert(0, m);
+    }
+    if !src.unstopped.is_empty() {
+        for u in src.unstopped {
+            let trace =
+                NativeTrace { backend: Backend::Cfi, map: map.clone(), frames: Vec::new(), truncated: None };
+            let (starts, classes) = (Vec::new(), Vec::new());
+            let (tid, name, note) = (u.tid, u.name.clone(), Some(u.why.clone()));
+            threads.push(ThreadDump { tid, name, trace, starts, classes, r: None, note });
+        }
+        // In the order of their ids, the main thread first.
+        threads.sort_by_key(|t| (t.tid != pid, t.tid));
     }
     let routines = r
         .as_ref()
