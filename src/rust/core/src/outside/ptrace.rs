@@ -15,12 +15,10 @@
 //! release those: `PTRACE_DETACH` fails with ESRCH unless the tracee is
 //! stopped, and a dead tracee holds its process until its tracer collects
 //! it (a killed target stayed a zombie its parent could not reap for as
-//! long as R ran). The tracer's end is also the fast way to let the
-//! process go on: it releases every thread in one step, where a detach per
-//! thread competes for a CPU with each thread it let go (500 spinning
-//! threads on 2 cores took 1.3 to 1.8 s to detach one by one). Only a
-//! thread whose stop held back a signal is detached explicitly, with that
-//! signal.
+//! long as R ran). Stopped threads are detached explicitly before that,
+//! with the signal a stop held back: they go on at once, without waiting
+//! for the tracer thread's end (which, left to release them, kept a
+//! recorded process stopped twice as long).
 //!
 //! Stopping scales with the number of threads: every thread is asked to
 //! stop, then all are waited for together, for as long as threads keep
@@ -137,9 +135,6 @@ pub fn traced<T: Send>(pid: i32, body: impl FnOnce(&mut Tracer) -> Result<T> + S
     // What the tracer ended with (a panic in `body` included), and its id.
     type Outcome<T> = (i32, std::thread::Result<Result<T>>);
     let (tx, rx) = std::sync::mpsc::sync_channel::<Outcome<T>>(1);
-    // Set by the caller once it runs again, after the outcome.
-    let awake = std::sync::atomic::AtomicBool::new(false);
-    let awake = &awake;
     let got: Result<Option<Outcome<T>>> = std::thread::scope(|scope| {
         let tracer = std::thread::Builder::new()
             .name("winch-tracer".into())
@@ -152,20 +147,13 @@ pub fn traced<T: Send>(pid: i32, body: impl FnOnce(&mut Tracer) -> Result<T> + S
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::gettid() };
                 // (Whoever waits for it is gone only if it panicked.)
-                if tx.send((tid, out)).is_ok() {
-                    wait_awake(awake);
-                }
+                let _ = tx.send((tid, out));
                 // The thread ends here, and the kernel lets go what it held.
             })
             .map_err(|e| {
                 Error::Unavailable(format!("no thread could be started to read process {pid}: {e}"))
             })?;
-        // The outcome is sent while what the tracer stopped is still
-        // stopped, and the tracer ends only once this thread runs again:
-        // woken after the target's threads go on, it would wait for a turn
-        // among them all (500 spinning threads on 2 cores: 3 to 8 s).
         let got = rx.recv().ok();
-        awake.store(true, std::sync::atomic::Ordering::Release);
         // The kernel releases what the tracer held when the thread ends,
         // which is after join() could return (the C library is told of the
         // end before the kernel is done with the thread).
@@ -184,38 +172,19 @@ pub fn traced<T: Send>(pid: i32, body: impl FnOnce(&mut Tracer) -> Result<T> + S
     }
 }
 
-/// Waits until `awake` is set (at most 1 s, the target still stopped):
-/// spins a little, then gives up its CPU, which with the target stopped
-/// goes to the thread to set it when there is no other.
-fn wait_awake(awake: &std::sync::atomic::AtomicBool) {
-    let deadline = Instant::now() + Duration::from_secs(1);
-    let mut tries = 0u32;
-    while !awake.load(std::sync::atomic::Ordering::Acquire) && Instant::now() < deadline {
-        tries += 1;
-        if tries < 1000 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
-}
-
 /// Waits until the tracer, thread `tid` of this process, has let go of
 /// the threads it held (at most 10 s): until its state is dead (`X`, set
 /// in the same step of its end as the release of live tracees) or, with
 /// `gone`, until it is gone (the dead tracees collected too, so that a
-/// killed target's parent has been told). It has nothing left to do but
-/// end, so this spins first, keeping its CPU: the rest of its end can
-/// wait for a turn among the target's threads it let go (500 spinning
-/// threads on 2 cores: 1.4 to 4.7 s), and so would each turn this gives
-/// up.
+/// killed target's parent has been told). It spins a moment first, as its
+/// end takes microseconds, then naps (a spin that outlasts a turn would
+/// keep from it the CPU it needs to end).
 fn wait_tracer_end(tid: i32, gone: bool) {
     let done = || match procfs::stat(Proc::This, Some(tid)) {
         None => true,
         Some(st) => !gone && matches!(st.state, 'X' | 'Z'),
     };
-    let spin_until = Instant::now() + Duration::from_millis(5);
-    while Instant::now() < spin_until {
+    for _ in 0..20 {
         if done() {
             return;
         }
@@ -373,10 +342,9 @@ impl Stopped {
         Ok(())
     }
 
-    /// Lets the stopped threads whose stop held back a signal go on, with
-    /// that signal; the tracer's end lets the others go on, all at once
-    /// (see the module's comment). Whether each detach worked (a thread
-    /// killed since cannot be detached: the tracer's end releases it).
+    /// Lets every stopped thread go on, with the signal its stop held
+    /// back; whether each detach worked (a thread killed since cannot be
+    /// detached: the tracer's end releases it).
     fn release(&mut self) -> bool {
         self.tracees.release(|tid, sig| {
             // SAFETY: detaches a thread this thread seized, delivering `sig`

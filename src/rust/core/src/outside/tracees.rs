@@ -124,16 +124,12 @@ impl Tracees {
         all
     }
 
-    /// Detaches, with `detach(tid, signal)`, each stopped thread whose stop
-    /// held back a signal (the others are left to the tracer's end);
-    /// whether each one went on.
+    /// Detaches every stopped thread with `detach(tid, signal)`; whether
+    /// each one went on.
     pub(super) fn release(&mut self, mut detach: impl FnMut(i32, i32) -> bool) -> bool {
         let mut all = true;
         for t in &mut self.list {
             if let State::Stopped(sig) = t.state {
-                if sig == 0 {
-                    continue;
-                }
                 if detach(t.tid, sig) {
                     t.state = State::Released;
                 } else {
@@ -210,7 +206,7 @@ mod tests {
     }
 
     #[test]
-    fn release_detaches_only_threads_holding_a_signal_and_says_when_one_could_not_be() {
+    fn release_detaches_stopped_threads_with_their_signal_and_says_when_one_could_not_be() {
         let mut t = Tracees::new(100);
         for tid in [100, 101, 102, 103] {
             t.add(tid);
@@ -218,24 +214,22 @@ mod tests {
         t.report(100, Report::Stopped(TRAP));
         t.report(101, Report::Stopped(libc::SIGUSR1));
         t.report(102, Report::Exited);
-        // 100 holds no signal and 103 never stopped: left to the tracer's
-        // end, which releases them all at once.
+        // 103 never stopped: nothing to detach (its tracer's end releases it).
         let mut asked = Vec::new();
         assert!(t.release(|tid, sig| {
             asked.push((tid, sig));
             true
         }));
-        assert_eq!(asked, [(101, libc::SIGUSR1)]);
-        assert_eq!(t.state(101), Some(State::Released));
-        assert_eq!(t.state(100), Some(State::Stopped(0)));
+        assert_eq!(asked, [(100, 0), (101, libc::SIGUSR1)]);
+        assert_eq!(t.state(100), Some(State::Released));
         // Released once: a second release (the drop after it) asks nothing.
         assert!(t.release(|_, _| panic!("detached twice")));
         // A stopped thread killed since cannot be detached.
         let mut t = Tracees::new(100);
         t.add(100);
         t.add(101);
-        t.report(100, Report::Stopped(libc::SIGUSR1));
-        t.report(101, Report::Stopped(libc::SIGUSR2));
+        t.report(100, Report::Stopped(TRAP));
+        t.report(101, Report::Stopped(TRAP));
         assert!(!t.release(|tid, _| tid != 101));
         assert_eq!(t.state(101), Some(State::Ended));
     }
