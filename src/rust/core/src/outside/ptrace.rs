@@ -797,7 +797,7 @@ mod tests {
 
     /// How long stopping takes with many spinning threads (a measurement:
     /// `cargo test -- --ignored --nocapture threads_spinning`): until all
-    /// stopped, until the tracer let them go on (its end), and until the
+    /// stopped, until the tracer let them go on (detached), and until the
     /// caller, which competes with them for a CPU, had the result.
     #[test]
     #[ignore]
