@@ -11,7 +11,21 @@
 #' The process is stopped only while it is read (a few milliseconds; with
 #' `ptrace`'s `PTRACE_SEIZE` and `PTRACE_INTERRUPT`: no signal reaches it)
 #' and then goes on exactly as before; a system call it was blocked in
-#' (`Sys.sleep()`, reading a socket) is resumed. Its memory is read with
+#' (`Sys.sleep()`, reading a socket) is resumed. Every thread is asked to
+#' stop at once, then all are waited for, for as long as threads keep
+#' stopping: a thread stops when it next gets a turn on a CPU, so a process
+#' whose 500 threads spin on 2 busy cores takes about 1.5 s to stop (and
+#' this R session, sharing the cores with them, needs more to build the
+#' result). A thread that has not stopped when none has for 2 s (30 s at
+#' the most) is not read: a thread blocked in the kernel (uninterruptibly:
+#' disk or network I/O, waiting for a `vfork()` child), or one still
+#' waiting for a CPU. It is listed with no frames and the reason as its
+#' `fallback_reason` (printed as a note); for R's main thread, the dump's
+#' `note` says so too. A process killed while it is read gives an error of
+#' class `winch_error_no_process`, and nothing of it stays traced: its
+#' parent reaps it as if it had never been read (a child of this R session,
+#' as [parallel::mcparallel()] makes, keeps its exit status for this
+#' session's own wait). Its memory is read with
 #' `process_vm_readv()` (from `/proc/PID/mem` where a seccomp profile
 #' refuses that call); native frames are unwound with the unwind tables
 #' of the images it loaded, and named from the files on disk (debug files
@@ -67,7 +81,8 @@
 #'   thread, R's main thread first (named `"main"`, the others by thread
 #'   id), each a `winch_calls` list as [winch_sys_calls()] returns (R calls
 #'   read from the process, native frames as `` `/module`::function() ``
-#'   calls). Attributes: `pid`, `r_version` (`"4.5.1"`, or `NA` when the
+#'   calls; a thread that did not stop has none, and its
+#'   `fallback_reason` says why). Attributes: `pid`, `r_version` (`"4.5.1"`, or `NA` when the
 #'   process is not R or its R could not be read), `tid` and
 #'   `thread_name` (per thread), `note` (what could not be read and why, or
 #'   `NA`: a core file cut short, R's state or R's frames not read, a

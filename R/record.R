@@ -17,7 +17,10 @@
 #' process may wait for a core to go on, and a sample can cost it several
 #' milliseconds: use a longer `interval` there. Between samples it is not
 #' traced at all: an interrupt of the recording R session (or an error)
-#' leaves it running untouched.
+#' leaves it running untouched. A thread that does not stop in time (see
+#' [winch_dump()]) is left out of that sample; a process killed during a
+#' sample ends the recording, and nothing of it stays traced (its parent
+#' reaps it as if it had never been recorded).
 #'
 #' By default the profile is of CPU time, as `winch_profile()`'s: a thread
 #' is sampled when it runs at the moment of a sample (never in a sleep it
@@ -76,8 +79,8 @@
 #'   parsed with `keep.source = TRUE`)? Written to `file` too.
 #' @return A `winch_profile`. Its `target` element holds the process's
 #'   `pid`, whether it `ended` during the recording, the number of samples
-#'   `missed` (ticks that took no sample: the process could not be stopped
-#'   in time, no thread was running, or, waiting for a core, a thread's
+#'   `missed` (ticks that took no sample: the threads to sample did not
+#'   stop in time, no thread was running, or, waiting for a core, a thread's
 #'   share had not made an interval yet) and a `note` saying why R's frames
 #'   are missing, if they are.
 #' @examples

@@ -99,3 +99,107 @@ local_threads_child <- function(frame = parent.frame()) {
     "wait()"
   ), frame = frame)
 }
+
+# ---------------------------------------------------------------------------
+# Children of this R process itself (not of a shell), for the tests that
+# check how a target killed while it is read is reaped by its parent: see
+# clib/parent.c. Their threads spin (clib/spinners.c).
+
+parent_lib <- function() compile_clib("wtest_parent", "parent.c")
+spinners_lib <- function() build_clib_once("wtest_spinners", "spinners.c", ldflags = "-pthread")
+
+# build_clib() once per session (the library is not loaded here: children
+# load it).
+build_clib_once <- function(name, sources, ...) {
+  key <- paste("built", name)
+  if (is.null(clib_cache[[key]])) {
+    clib_cache[[key]] <- build_clib(name, sources, ...)
+  }
+  clib_cache[[key]]
+}
+
+# Starts Rscript on `code` as a child of this R process; waits until it has
+# created its `ready` file (see local_r_child). When the calling test ends
+# it is killed and reaped. Returns list(pid, ready, out).
+local_own_r_child <- function(code, env = character(), timeout = 60, frame = parent.frame()) {
+  lib <- parent_lib()
+  file <- tempfile(fileext = ".R")
+  ready <- tempfile("ready-")
+  out <- tempfile("child-out-")
+  writeLines(c(sprintf("ready <- %s", deparse(ready)), code), file)
+  cmd <- sprintf(
+    "env %s %s --vanilla %s > %s 2>&1", paste(vapply(env, shQuote, ""), collapse = " "),
+    shQuote(file.path(R.home("bin"), "Rscript")), shQuote(file), shQuote(out)
+  )
+  pid <- ccall(lib, "parent_spawn", cmd)
+  withr::defer(
+    {
+      kill_child(pid)
+      reap_own_child(pid, 5)
+    },
+    envir = frame
+  )
+  deadline <- Sys.time() + timeout
+  while (!file.exists(ready) && Sys.time() < deadline && process_alive(pid)) {
+    Sys.sleep(0.02)
+  }
+  if (!file.exists(ready)) {
+    stop("the child did not get ready: ", paste(readLines(out), collapse = "\n"))
+  }
+  list(pid = pid, ready = ready, out = out)
+}
+
+# Waits up to `timeout` seconds for this R process's child `pid` to end:
+# list(how = "signaled"/"exited"/"running"/"error", value, seconds).
+reap_own_child <- function(pid, timeout) {
+  ccall(parent_lib(), "parent_reap", as.integer(pid), as.numeric(timeout))
+}
+
+# R code for a child whose `threads` threads spin while its main thread
+# runs R code 10 calls deep; with `die_after`, it kills itself (SIGKILL)
+# that many seconds after it is ready; with `block`, one more thread is
+# blocked in the kernel for that many seconds (its id in `blocked`).
+spinning_child_code <- function(threads, die_after = NULL, block = NULL) {
+  c(
+    sprintf("dyn.load(%s)", deparse(spinners_lib()$path)),
+    sprintf("invisible(.Call('spin_start', %dL, PACKAGE = 'wtest_spinners'))", as.integer(threads)),
+    if (!is.null(block)) sprintf("blocked <- .Call('spin_block', %s, PACKAGE = 'wtest_spinners')", block),
+    if (!is.null(die_after)) sprintf("invisible(.Call('spin_die_after', %s, PACKAGE = 'wtest_spinners'))", die_after),
+    "f <- function(n) if (n > 0) f(n - 1) else repeat x <- sum(runif(100))",
+    "file.create(ready)",
+    "f(10)"
+  )
+}
+
+# The TracerPid of each thread of process `pid` now (named by thread id;
+# empty when the process is gone).
+tracer_pids <- function(pid) {
+  tids <- list.files(sprintf("/proc/%d/task", pid))
+  pids <- vapply(tids, function(tid) {
+    # (A thread that ended since it was listed has no file any more.)
+    st <- tryCatch(suppressWarnings(readLines(sprintf("/proc/%d/task/%s/status", pid, tid), warn = FALSE)),
+      error = function(e) ""
+    )
+    line <- grep("^TracerPid:", st, value = TRUE)
+    if (length(line)) as.integer(sub("^TracerPid:\\s*", "", line)) else 0L
+  }, 0L)
+  pids
+}
+
+# The state letter of each thread of process `pid` (named by thread id).
+thread_states <- function(pid) {
+  tids <- list.files(sprintf("/proc/%d/task", pid))
+  vapply(tids, function(tid) {
+    st <- tryCatch(suppressWarnings(readLines(sprintf("/proc/%d/task/%s/stat", pid, tid), warn = FALSE)[[1L]]),
+      error = function(e) ""
+    )
+    if (nzchar(st)) sub("^[0-9]+ \\(.*\\) ([A-Za-z]) .*$", "\\1", st) else NA_character_
+  }, "")
+}
+
+# CPU time used by process `pid` so far, in clock ticks (utime + stime).
+process_ticks <- function(pid) {
+  st <- readLines(sprintf("/proc/%d/stat", pid), warn = FALSE)[[1L]]
+  f <- strsplit(sub("^.*\\) ", "", st), " ")[[1L]]
+  as.numeric(f[[12L]]) + as.numeric(f[[13L]])
+}

@@ -151,6 +151,87 @@ test_that("a process traced by another tracer is refused with a clear error", {
   expect_error(winch_dump(child$pid), "already being traced", class = "winch_error_busy")
 })
 
+test_that("a kernel thread is refused with the reason: it has no user memory to read", {
+  stat <- tryCatch(readLines("/proc/2/stat", warn = FALSE)[[1L]], error = function(e) "")
+  flags <- suppressWarnings(as.numeric(strsplit(sub("^.*\\) ", "", stat), " ")[[1L]][7L]))
+  # PF_KTHREAD (0x00200000) among its flags: pid 2 is kthreadd (not in a
+  # container with its own pid namespace).
+  skip_if(is.na(flags) || (flags %/% 2^21) %% 2 != 1, "process 2 is not a kernel thread here")
+  expect_error(winch_dump(2), "is a kernel thread: it has no user memory", class = "winch_error_bad_argument")
+})
+
+# A child R process whose 500 threads spin, niced (19) so that this R
+# session, which shares the cores with them, is not starved of its own
+# CPU: at the same priority each of the 501 runnable threads gets an equal
+# share, and the ~0.1 s of CPU this session needs to build the dump takes
+# about 30 s of wall time on 2 cores.
+local_busy_child <- function(threads, frame = parent.frame()) {
+  file <- tempfile(fileext = ".R")
+  ready <- tempfile("ready-")
+  writeLines(c(sprintf("ready <- %s", deparse(ready)), spinning_child_code(threads)), file)
+  local_child_command(
+    sprintf("nice -n 19 %s --vanilla %s", shQuote(file.path(R.home("bin"), "Rscript")), shQuote(file)),
+    ready = ready, frame = frame
+  )
+}
+
+test_that("a process with 500 spinning threads is dumped whole, and goes on", {
+  child <- local_busy_child(500L)
+  Sys.sleep(0.5)
+  tids <- as.integer(list.files(sprintf("/proc/%d/task", child$pid)))
+  expect_gte(length(tids), 501L)
+  elapsed <- system.time(d <- winch_dump(child$pid))[["elapsed"]]
+  # Each thread stops when it gets a turn on a CPU: all were asked at once
+  # and waited for together, 1.3 to 1.9 s here (2 cores, shared); waiting
+  # ends when no thread has stopped for 2 s, at 30 s at the most.
+  expect_lt(elapsed, 40)
+  # Every thread is there, read (it stopped) or with the reason it was not.
+  expect_setequal(attr(d, "tid"), tids)
+  read <- lengths(d) > 0L
+  notes <- vapply(d, function(t) attr(t, "fallback_reason") %||% NA_character_, "")
+  expect_true(all(read | grepl("^not read: it did not stop within", notes)))
+  expect_gt(sum(read), 250L)
+  expect_identical(dump_lines(d$main)[1:2], c("f(10)", "f(n - 1)"))
+  spinning <- vapply(d[-1L], function(t) any(grepl("wtest_spinners.so`::spin_forever", dump_lines(t), fixed = TRUE)), NA)
+  expect_gt(sum(spinning), 250L)
+  # Afterwards no thread is traced or stopped, and they spin on.
+  expect_true(all(tracer_pids(child$pid) == 0L))
+  expect_false(any(thread_states(child$pid) %in% c("t", "T")))
+  ticks <- process_ticks(child$pid)
+  Sys.sleep(0.5)
+  expect_gt(process_ticks(child$pid), ticks)
+})
+
+test_that("a thread blocked in the kernel is listed with the reason, not read, and goes on when it can", {
+  # One thread waits for a vfork() child for 6 s (uninterruptibly: it does
+  # not stop for a tracer), two spin, the main thread runs R code.
+  child <- local_r_child(spinning_child_code(2L, block = 6))
+  t0 <- Sys.time()
+  states <- thread_states(child$pid)
+  blocked <- names(states)[states == "D"]
+  expect_length(blocked, 1L)
+  d <- winch_dump(child$pid)
+  took <- as.numeric(Sys.time() - t0, units = "secs")
+  expect_lt(took, 6)
+  tids <- as.character(attr(d, "tid"))
+  expect_setequal(tids, names(states))
+  t <- d[[match(blocked, tids)]]
+  expect_length(t, 0L)
+  expect_match(attr(t, "fallback_reason"), "^not read: it did not stop within [0-9.]+ s: it is blocked in the kernel")
+  out <- format(d)
+  expect_true(any(grepl("note: not read: it did not stop", out, fixed = TRUE)))
+  # The others are read: R's calls on the main thread, the spinning ones.
+  expect_identical(dump_lines(d$main)[1:2], c("f(10)", "f(n - 1)"))
+  expect_true(is.na(attr(d, "note")))
+  expect_identical(sum(lengths(d) > 0L), length(d) - 1L)
+  # It is not traced any more; once its wait is over, it runs (it does not
+  # stop for the request it could not take in time).
+  expect_identical(tracer_pids(child$pid)[[blocked]], 0L)
+  Sys.sleep(max(0, 7 - as.numeric(Sys.time() - t0, units = "secs")))
+  expect_identical(thread_states(child$pid)[[blocked]], "R")
+  expect_true(all(tracer_pids(child$pid) == 0L))
+})
+
 # A core file of a child stuck as spin_child() is: the kernel's (when it
 # writes core files to the working directory), else gdb's gcore; NULL when
 # neither can make one here. `how`: "kernel" or "gcore" for that one only.

@@ -236,6 +236,13 @@ test_that("bad arguments are refused before the process is touched", {
   expect_error(winch_record(child$pid, 1), class = "winch_error_no_process")
 })
 
+test_that("a kernel thread is refused with the reason: it has no user memory to read", {
+  stat <- tryCatch(readLines("/proc/2/stat", warn = FALSE)[[1L]], error = function(e) "")
+  flags <- suppressWarnings(as.numeric(strsplit(sub("^.*\\) ", "", stat), " ")[[1L]][7L]))
+  skip_if(is.na(flags) || (flags %/% 2^21) %% 2 != 1, "process 2 is not a kernel thread here")
+  expect_error(winch_record(2, 0.1), "is a kernel thread", class = "winch_error_bad_argument")
+})
+
 test_that("the command line records a process into the file format its name says", {
   cli <- system.file("bin", "winch", package = "winch")
   skip_if(!nzchar(cli), "winch's command line is not installed")

@@ -75,7 +75,8 @@ fn dump_value(d: &winch_core::outside::dump::Dump, libr: bool) -> RValue {
         // (No count of R frames beyond the native ones here.)
         table.placement = Some(PlacementInfo {
             mode: PlacementMode::of(fallback.is_some(), placement.is_some_and(|p| p.is_approximate())),
-            fallback_reason: fallback.clone(),
+            // (Or why the thread was not read.)
+            fallback_reason: fallback.clone().or_else(|| t.note.clone()),
             beyond_end: None,
             throw: None,
         });

@@ -3,7 +3,7 @@
 //! stopped for a moment.
 //!
 //! * `ptrace`: stopping every thread and letting it go on, on every way
-//!   out;
+//!   out (`tracees`: what the kernel reported of each thread);
 //! * `target`: what the process has loaded (from `/proc/PID/maps` and the
 //!   loaded images' headers in its memory) and where its R keeps its state;
 //! * `core_file`: a core file read as the process it was made of;
@@ -22,6 +22,7 @@ pub mod recorder;
 pub mod registration;
 mod running;
 pub(crate) mod target;
+mod tracees;
 
 pub use crate::procfs::Usage;
 

@@ -252,6 +252,8 @@ pub fn cmdline(of: Proc) -> String {
 pub struct Stat {
     /// `R` running (or ready to), `S` sleeping, `Z` zombie, `X` dead, ...
     pub state: char,
+    /// The kernel's flags for the task (`PF_*`).
+    pub flags: u64,
     /// Page faults that needed no I/O (minor) and that did (major).
     pub minflt: u64,
     pub majflt: u64,
@@ -266,20 +268,26 @@ pub struct Stat {
 impl Stat {
     /// The fields after the command's name, which may hold spaces and
     /// parentheses (it ends at the last `)`): the state is the first,
-    /// minflt the 8th, majflt the 10th, utime the 12th and stime the 13th
-    /// (fields 3, 10, 12, 14 and 15 of the whole line).
+    /// flags the 7th, minflt the 8th, majflt the 10th, utime the 12th and
+    /// stime the 13th (fields 3, 9, 10, 12, 14 and 15 of the whole line).
     pub fn parse(text: &str) -> Option<Stat> {
         let mut f = text.rsplit_once(')')?.1.split_whitespace();
         let state = f.next()?.chars().next()?;
         let mut number = |skip: usize| f.nth(skip)?.parse::<u64>().ok();
-        let minflt = number(6)?;
+        let flags = number(5)?;
+        let minflt = number(0)?;
         let majflt = number(1)?;
         let utime = number(1)?;
         let stime = number(0)?;
         // (Signed in the kernel's format; never negative in practice.)
         let mut signed = || f.next()?.parse::<i64>().ok().map(|v| v.max(0) as u64);
         let (cutime, cstime) = (signed().unwrap_or(0), signed().unwrap_or(0));
-        Some(Stat { state, minflt, majflt, utime, stime, cutime, cstime })
+        Some(Stat { state, flags, minflt, majflt, utime, stime, cutime, cstime })
+    }
+
+    /// A kernel thread (`PF_KTHREAD`): no user memory, no user stack.
+    pub fn kernel_thread(&self) -> bool {
+        self.flags & 0x0020_0000 != 0
     }
 
     /// CPU time used, user and system, in clock ticks.
@@ -292,9 +300,10 @@ impl Stat {
         self.state == 'R'
     }
 
-    /// Ended or ending (a zombie, or dead).
+    /// Ended or ending (a zombie, dead, or on its way: `PF_EXITING`, as
+    /// soon as a killed thread runs again).
     pub fn exiting(&self) -> bool {
-        matches!(self.state, 'Z' | 'X')
+        matches!(self.state, 'Z' | 'X') || self.flags & 0x4 != 0
     }
 }
 
@@ -394,6 +403,14 @@ pub fn clock_ticks() -> u64 {
     } else {
         100
     }
+}
+
+/// Where in the kernel thread `tid` of a process waits (`wchan`: a kernel
+/// function's name; None when unreadable or not waiting).
+pub fn wchan(of: Proc, tid: i32) -> Option<String> {
+    let text = std::fs::read_to_string(of.path(Some(tid), "wchan")).ok()?;
+    let name = text.trim();
+    (!name.is_empty() && name != "0").then(|| name.to_string())
 }
 
 /// The tracer of a process (or of a thread, by its id).
@@ -598,22 +615,30 @@ mod tests {
         let s = Stat::parse(&stat_line("R", 'R', 150, 25)).unwrap();
         assert_eq!(
             s,
-            Stat { state: 'R', minflt: 1234, majflt: 5, utime: 150, stime: 25, cutime: 0, cstime: 0 }
+            Stat { state: 'R', flags: 4194560, minflt: 1234, majflt: 5, utime: 150, stime: 25, cutime: 0, cstime: 0 }
         );
+        assert!(!s.kernel_thread());
         assert_eq!(s.cpu_ticks(), 175);
         assert!(s.running() && !s.exiting());
         // A name with spaces and parentheses ends at the last ')'.
         let s = Stat::parse(&stat_line("a) (b c) S 9 9 9", 'S', 7, 8)).unwrap();
-        assert_eq!(s, Stat { state: 'S', minflt: 1234, majflt: 5, utime: 7, stime: 8, cutime: 0, cstime: 0 });
+        assert_eq!(
+            s,
+            Stat { state: 'S', flags: 4194560, minflt: 1234, majflt: 5, utime: 7, stime: 8, cutime: 0, cstime: 0 }
+        );
         assert!(!s.running());
         // A kernel thread.
         let k = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 31 0 0 20 0 1 0 9 0 0 18446744073709551615";
+        let kt = Stat::parse(k).unwrap();
         assert_eq!(
-            Stat::parse(k),
-            Some(Stat { state: 'S', minflt: 0, majflt: 0, utime: 0, stime: 31, cutime: 0, cstime: 0 })
+            kt,
+            Stat { state: 'S', flags: 2129984, minflt: 0, majflt: 0, utime: 0, stime: 31, cutime: 0, cstime: 0 }
         );
+        assert!(kt.kernel_thread());
         assert!(Stat::parse(&stat_line("z", 'Z', 0, 0)).unwrap().exiting());
         assert!(Stat::parse(&stat_line("x", 'X', 0, 0)).unwrap().exiting());
+        let killed = stat_line("R", 'R', 0, 0).replace(" 4194560 ", " 4194564 ");
+        assert!(Stat::parse(&killed).unwrap().exiting(), "PF_EXITING");
         // Malformed: no name's end, fields missing, a time not a number.
         assert_eq!(Stat::parse("4242 (R S 1 2 3"), None);
         assert_eq!(Stat::parse("4242 (R) S 1 4242 4242 34816 4242 4194560 1234 0 0 0 150"), None);

@@ -4,7 +4,7 @@
 //! and R's frames placed among the native ones by where their records lie
 //! on the stack, as `winch_sys_calls()` places them.
 
-use super::ptrace::Stopped;
+use super::ptrace::{self, Unstopped};
 use super::target::{self, TargetR};
 use crate::error::{Error, Result};
 use crate::interleave::{self, NFrame, NativeStack, Placement, RFrameAt};
@@ -40,6 +40,9 @@ pub struct ThreadDump {
     /// where a call could not be written), their labels, and where the
     /// native frames go among them.
     pub r: Option<RFrames>,
+    /// Why the thread was not read (it did not stop), if so: it has no
+    /// frames then.
+    pub note: Option<String>,
 }
 
 pub struct RFrames {
@@ -78,26 +81,27 @@ impl Dump {
     }
 }
 
-/// Dumps process `pid`: stops it, reads every thread, lets it go on.
+/// Dumps process `pid`: stops it, reads every thread (those that stopped:
+/// the others are listed with the reason), lets it go on.
 pub fn dump(pid: i32) -> Result<Dump> {
     let exe = check_target(pid)?;
-    let stopped = Stopped::stop(pid)?;
-    let maps = procfs::parse_maps(
-        &procfs::read_maps(Proc::Pid(pid)).map_err(|e| Error::Io(format!("/proc/{pid}/maps: {e}")))?,
-    );
-    let ranges = maps.iter().map(|m| (m.start, m.end)).collect();
-    let src = Source {
-        pid,
-        exe,
-        maps,
-        ranges,
-        threads: &stopped.threads,
-        mem: Process { pid },
-        r_home: procfs::environment_value(Proc::Pid(pid), "R_HOME"),
-    };
-    let d = read(&src);
-    drop(stopped); // the process goes on
-    Ok(d)
+    ptrace::with_stopped(pid, |stopped| {
+        let maps = procfs::parse_maps(
+            &procfs::read_maps(Proc::Pid(pid)).map_err(|e| Error::Io(format!("/proc/{pid}/maps: {e}")))?,
+        );
+        let ranges = maps.iter().map(|m| (m.start, m.end)).collect();
+        let src = Source {
+            pid,
+            exe,
+            maps,
+            ranges,
+            threads: &stopped.threads,
+            unstopped: &stopped.unstopped,
+            mem: Process { pid },
+            r_home: procfs::environment_value(Proc::Pid(pid), "R_HOME"),
+        };
+        Ok(read(&src))
+    })?
 }
 
 /// Checks that process `pid` is another process that can be read; its
@@ -111,6 +115,12 @@ pub(super) fn check_target(pid: i32) -> Result<String> {
     }
     if !procfs::exists(pid) {
         return Err(Error::NoProcess(format!("there is no process {pid}")));
+    }
+    if procfs::stat(Proc::Pid(pid), None).is_some_and(|s| s.kernel_thread()) {
+        return Err(Error::BadArgument(format!(
+            "process {pid} ({}) is a kernel thread: it has no user memory or stack to read",
+            procfs::comm(Proc::Pid(pid), pid)
+        )));
     }
     procfs::exe(Proc::Pid(pid)).map_err(|e| match e.raw_os_error() {
         Some(libc::EACCES) | Some(libc::EPERM) if super::ptrace::exiting(pid) => {
@@ -176,7 +186,7 @@ pub fn dump_core(path: &str, exe: Option<&str>) -> Result<Dump> {
     }
     let ranges = core.ranges();
     let damage = core.damage();
-    let src = Source { pid, exe, maps, ranges, threads: &threads, mem: core, r_home: None };
+    let src = Source { pid, exe, maps, ranges, threads: &threads, unstopped: &[], mem: core, r_home: None };
     let mut d = read(&src);
     // What is missing from the core first: it explains the rest.
     d.notes.splice(0..0, damage);
@@ -217,6 +227,8 @@ struct Source<'a, M: Memory> {
     /// Where memory that a stack may lie in is.
     ranges: Vec<(usize, usize)>,
     threads: &'a [super::ptrace::Thread],
+    /// Threads that did not stop (none in a core).
+    unstopped: &'a [Unstopped],
     mem: M,
     r_home: Option<String>,
 }
@@ -234,12 +246,20 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
             None
         }
     };
+    let main_unstopped = src.unstopped.iter().find(|u| u.tid == pid);
+    if let (Some(u), Some(_)) = (main_unstopped, &r) {
+        notes.push(format!("R's frames are not shown: R's main thread was {}", u.why));
+    }
     let interp =
         r.as_ref().and_then(|r| map.module(r.libr).segments.iter().find(|s| s.exec)).map_or(0, |s| s.start);
     let snap = Snapshot::of(Modules::of_process(map.clone(), interp, mem));
     let known = Known::at(&map, 0, interp);
-    // R's main thread: the process's first (its tid is the pid).
-    let main = src.threads.iter().position(|t| t.tid == pid).unwrap_or(0);
+    // R's main thread: the process's first (its tid is the pid); none
+    // when it did not stop.
+    let main = match main_unstopped {
+        Some(_) => None,
+        None => Some(src.threads.iter().position(|t| t.tid == pid).unwrap_or(0)),
+    };
     let mut threads = Vec::new();
     let mut others_cut = 0;
     for (k, t) in src.threads.iter().enumerate() {
@@ -250,13 +270,13 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
         let modules: Vec<Option<usize>> = trace.frames.iter().map(|f| f.module).collect();
         let classes = view::classify(&map, &modules, known, trace.truncated.is_none());
         let r_frames = match &r {
-            Some(r) if k == main => Some(read_r(r, mem, &trace, &classes, &stack)),
+            Some(r) if Some(k) == main => Some(read_r(r, mem, &trace, &classes, &stack)),
             _ => None,
         };
         // What is missing from this thread, said in the dump's note (the
         // main thread's in full, others' counted unless they have nothing).
         if let Some(why) = &trace.truncated {
-            match (k == main, trace.frames.is_empty()) {
+            match (Some(k) == main, trace.frames.is_empty()) {
                 (true, true) => notes.push(format!("the main thread has no frames: {why}")),
                 (true, false) => notes.push(format!("the main thread's native stack is cut short: {why}")),
                 (false, true) => notes.push(format!("thread {} has no frames: {why}", t.tid)),
@@ -273,7 +293,7 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
                 notes.push(format!("{what}: {why}"));
             }
         }
-        threads.push(ThreadDump { tid: t.tid, name: t.name.clone(), trace, starts, classes, r: r_frames });
+        threads.push(ThreadDump { tid: t.tid, name: t.name.clone(), trace, starts, classes, r: r_frames, note: None });
     }
     if others_cut > 0 {
         let s = if others_cut == 1 { "" } else { "s" };
@@ -281,9 +301,23 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
             .push(format!("the native stacks of {others_cut} other thread{s} are cut short (each says why)"));
     }
     // The main thread first.
-    if main != 0 && main < threads.len() {
+    if let Some(main) = main.filter(|&m| m != 0 && m < threads.len()) {
         let m = threads.remove(main);
         threads.insert(0, m);
+    }
+    if !src.unstopped.is_empty() {
+        let n = src.unstopped.len();
+        let s = if n == 1 { "" } else { "s" };
+        notes.push(format!("{n} thread{s} did not stop and {} not read (each says why)", if n == 1 { "was" } else { "were" }));
+        for u in src.unstopped {
+            let trace =
+                NativeTrace { backend: Backend::Cfi, map: map.clone(), frames: Vec::new(), truncated: None };
+            let (starts, classes) = (Vec::new(), Vec::new());
+            let (tid, name, note) = (u.tid, u.name.clone(), Some(u.why.clone()));
+            threads.push(ThreadDump { tid, name, trace, starts, classes, r: None, note });
+        }
+        // In the order of their ids, the main thread first.
+        threads.sort_by_key(|t| (t.tid != pid, t.tid));
     }
     let routines = r
         .as_ref()

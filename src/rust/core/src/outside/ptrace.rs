@@ -1,9 +1,36 @@
 //! Stopping every thread of another process for as long as it is read, with
 //! `ptrace`: `PTRACE_SEIZE` + `PTRACE_INTERRUPT` (the process sees no
 //! signal, and a system call it was blocked in is restarted when it goes
-//! on), the registers of each stopped thread, and a detach on every way
-//! out ([`Stopped`]'s `Drop`).
+//! on), the registers of each stopped thread, and the release of every
+//! thread on every way out ([`with_stopped`]).
+//!
+//! The tracer is a thread of its own, started for one read and ended after
+//! it. ptrace ties a tracee to the tracer *thread*, and when that thread
+//! ends the kernel releases every tracee it still holds: a stopped thread
+//! goes on, a thread asked to stop that has not stopped yet (blocked in the
+//! kernel) no longer will, a thread that died while traced is reaped, and
+//! a killed process's main thread goes back to its parent, which reaps it
+//! as if it had never been traced (when that parent is this R, it stays
+//! for R's own `waitpid()`, its exit status untouched). Nothing else can
+//! release those: `PTRACE_DETACH` fails with ESRCH unless the tracee is
+//! stopped, and a dead tracee holds its process until its tracer collects
+//! it (a killed target stayed a zombie its parent could not reap for as
+//! long as R ran). Stopped threads are detached explicitly before that,
+//! with the signal a stop held back: they go on at once, without waiting
+//! for the tracer thread's end (which, left to release them, kept a
+//! recorded process stopped twice as long).
+//!
+//! Stopping scales with the number of threads: every thread is asked to
+//! stop, then all are waited for together, for as long as threads keep
+//! stopping (on a machine whose cores are busy, a runnable thread stops
+//! only when it gets a turn on a CPU). Threads that do not stop are listed
+//! with the reason their state gives ([`Unstopped`]); the others are read.
+//!
+//! Waiting collects only stops (`waitid` without `WEXITED`), and the exits
+//! of threads other than the main one, which are nobody else's to collect:
+//! the process's own exit status is never taken.
 
+use super::tracees::{not_stopped, Report, State, Tracee, Tracees};
 use crate::error::{Error, Result};
 use crate::procfs::{self, Proc};
 use std::time::{Duration, Instant};
@@ -19,17 +46,47 @@ pub struct Thread {
     pub regs: (usize, usize, usize),
 }
 
-/// Every thread of a process, stopped until this is dropped.
-pub struct Stopped {
-    pub pid: i32,
-    pub threads: Vec<Thread>,
-    /// Threads seized (each is detached on drop) and the signal each was
-    /// stopped with that must be delivered when it goes on (0: none).
-    seized: Vec<(i32, i32)>,
+/// A thread that did not stop in time, so was not read: why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unstopped {
+    pub tid: i32,
+    pub name: String,
+    pub why: String,
 }
 
-/// How long one thread may take to stop.
-const STOP_WAIT: Duration = Duration::from_secs(2);
+/// Every thread of a process, stopped (those that stopped in time) until
+/// it is released.
+pub struct Stopped {
+    pub pid: i32,
+    /// The threads stopped and read, the main thread first.
+    pub threads: Vec<Thread>,
+    /// The threads that did not stop.
+    pub unstopped: Vec<Unstopped>,
+    /// When the first thread was asked to stop.
+    pub started: Instant,
+    tracees: Tracees,
+}
+
+/// How long stopping may take: as long as threads keep stopping, up to a
+/// limit.
+#[derive(Clone, Copy, Debug)]
+struct Patience {
+    /// Given up when no thread has stopped for this long...
+    stall: Duration,
+    /// ...or after this long in all.
+    most: Duration,
+}
+
+/// A runnable thread stops within a turn on a CPU: with 500 threads
+/// spinning on 2 cores the stops came at most 0.4 s apart (and a thread
+/// blocked in the kernel does not stop in any time).
+const PATIENCE: Patience = Patience { stall: Duration::from_secs(2), most: Duration::from_secs(30) };
+
+impl Patience {
+    fn exhausted(&self, started: Instant, last_stop: Instant, now: Instant) -> bool {
+        now.duration_since(last_stop) > self.stall || now.duration_since(started) > self.most
+    }
+}
 
 /// The thread ids of process `pid` now.
 pub fn task_ids(pid: i32) -> Result<Vec<i32>> {
@@ -43,23 +100,122 @@ pub fn task_ids(pid: i32) -> Result<Vec<i32>> {
     Ok(tids)
 }
 
+/// Stops process `pid` (every thread, threads started meanwhile too), runs
+/// `read` on what was stopped, and lets the process go on, on every way
+/// out (an error, a panic in `read`, the process killed meanwhile): when
+/// this returns, no thread of it is traced any more. An error if the
+/// process could not be stopped, or ended while it was read.
+pub fn with_stopped<T: Send>(pid: i32, read: impl FnOnce(&Stopped) -> T + Send) -> Result<T> {
+    traced(pid, |tracer| {
+        let stopped = tracer.stop()?;
+        let out = read(&stopped);
+        stopped.finish()?;
+        Ok(out)
+    })
+}
+
+/// The tracer of process `pid`: only [`traced`] makes one, on the thread
+/// that ends after it.
+pub struct Tracer {
+    pid: i32,
+}
+
+impl Tracer {
+    /// Stops every thread of the process (see [`with_stopped`]); it goes
+    /// on when the result is finished or dropped.
+    pub fn stop(&mut self) -> Result<Stopped> {
+        Stopped::stop(self.pid)
+    }
+}
+
+/// Runs `body` on a thread of its own, the tracer of process `pid` (see
+/// the module's comment), which ends when `body` returns: whatever `body`
+/// stopped is released then, on every way out.
+pub fn traced<T: Send>(pid: i32, body: impl FnOnce(&mut Tracer) -> Result<T> + Send) -> Result<T> {
+    // What the tracer ended with (a panic in `body` included), and its id.
+    type Outcome<T> = (i32, std::thread::Result<Result<T>>);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Outcome<T>>(1);
+    let got: Result<Option<Outcome<T>>> = std::thread::scope(|scope| {
+        let tracer = std::thread::Builder::new()
+            .name("winch-tracer".into())
+            // As deep as R's main thread may go (reading R's calls recurses).
+            .stack_size(16 << 20)
+            .spawn_scoped(scope, move || {
+                crate::stack::block_signals();
+                let out =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut Tracer { pid })));
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() };
+                // (Whoever waits for it is gone only if it panicked.)
+                let _ = tx.send((tid, out));
+                // The thread ends here, and the kernel lets go what it held.
+            })
+            .map_err(|e| {
+                Error::Unavailable(format!("no thread could be started to read process {pid}: {e}"))
+            })?;
+        let got = rx.recv().ok();
+        // The kernel releases what the tracer held when the thread ends,
+        // which is after join() could return (the C library is told of the
+        // end before the kernel is done with the thread).
+        if let Some((tid, out)) = &got {
+            // (After an error, the target may have been killed: the dead
+            // threads the tracer held are collected last.)
+            wait_tracer_end(*tid, !matches!(out, Ok(Ok(_))));
+        }
+        let _ = tracer.join();
+        Ok(got)
+    });
+    match got? {
+        Some((_, Ok(out))) => out,
+        Some((_, Err(panic))) => std::panic::resume_unwind(panic),
+        None => Err(Error::Unavailable(format!("the thread reading process {pid} ended without a result"))),
+    }
+}
+
+/// Waits until the tracer, thread `tid` of this process, has let go of
+/// the threads it held (at most 10 s): until its state is dead (`X`, set
+/// in the same step of its end as the release of live tracees) or, with
+/// `gone`, until it is gone (the dead tracees collected too, so that a
+/// killed target's parent has been told). It spins a moment first, as its
+/// end takes microseconds, then naps (a spin that outlasts a turn would
+/// keep from it the CPU it needs to end).
+fn wait_tracer_end(tid: i32, gone: bool) {
+    let done = || match procfs::stat(Proc::This, Some(tid)) {
+        None => true,
+        Some(st) => !gone && matches!(st.state, 'X' | 'Z'),
+    };
+    for _ in 0..20 {
+        if done() {
+            return;
+        }
+        std::hint::spin_loop();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 impl Stopped {
-    /// Stops every thread of `pid` (threads started meanwhile too) and reads
-    /// their registers. On any error the threads stopped so far go on.
-    pub fn stop(pid: i32) -> Result<Stopped> {
-        let mut s = Stopped { pid, threads: Vec::new(), seized: Vec::new() };
+    /// Stops every thread of `pid` and reads the registers of those that
+    /// stopped. On an error, dropping what was seized lets them go on (the
+    /// tracer's end releases the rest).
+    fn stop(pid: i32) -> Result<Stopped> {
+        let started = Instant::now();
+        let mut s =
+            Stopped { pid, threads: Vec::new(), unstopped: Vec::new(), started, tracees: Tracees::new(pid) };
         // New threads may start while others are being stopped: list
-        // again until a listing finds none.
+        // again until a listing finds none (or some did not stop).
         for _round in 0..8 {
             let mut found = false;
             for tid in task_ids(pid)? {
-                if s.seized.iter().any(|&(t, _)| t == tid) {
+                if s.tracees.has(tid) {
                     continue;
                 }
                 found = true;
-                match s.seize(tid) {
-                    Ok(()) => {}
+                match seize(pid, tid) {
+                    Ok(()) => s.tracees.add(tid),
                     // A thread that ended meanwhile is not an error; the
                     // process itself gone is.
                     Err(Gone) if tid != pid => {}
@@ -70,105 +226,178 @@ impl Stopped {
             if !found {
                 break;
             }
-        }
-        for &(tid, _) in &s.seized {
-            if let Some(regs) = registers(tid) {
-                s.threads.push(Thread { tid, name: procfs::comm(Proc::Pid(pid), tid), regs });
+            // (Patience counts from the last request.)
+            s.wait(started, Instant::now(), PATIENCE);
+            if s.tracees.main_ended || s.tracees.pending() > 0 {
+                break;
             }
         }
-        if s.threads.first().map(|t| t.tid) != Some(pid) {
-            return Err(Error::Unreadable(format!("the main thread of process {pid} could not be stopped")));
+        let waited = started.elapsed();
+        // (A thread that stopped just now is read.)
+        s.collect();
+        for i in 0..s.tracees.list.len() {
+            let Tracee { tid, state } = s.tracees.list[i];
+            match state {
+                State::Stopped(_) => match registers(tid) {
+                    Some(regs) => {
+                        s.threads.push(Thread { tid, name: procfs::comm(Proc::Pid(pid), tid), regs })
+                    }
+                    // Killed since it stopped.
+                    None => s.tracees.list[i].state = State::Ended,
+                },
+                State::Pending => {
+                    let st = procfs::stat(Proc::Pid(pid), Some(tid)).map(|st| st.state);
+                    let wchan = procfs::wchan(Proc::Pid(pid), tid);
+                    match not_stopped(st, wchan.as_deref(), waited) {
+                        Some(why) => {
+                            s.unstopped.push(Unstopped { tid, name: procfs::comm(Proc::Pid(pid), tid), why })
+                        }
+                        None => s.tracees.list[i].state = State::Ended,
+                    }
+                }
+                State::Ended | State::Released => {}
+            }
+        }
+        if s.tracees.main_ended || s.tracees.state(pid) == Some(State::Ended) || exiting(pid) {
+            return Err(Error::NoProcess(format!("process {pid} has exited")));
         }
         Ok(s)
     }
 
-    fn seize(&mut self, tid: i32) -> std::result::Result<(), SeizeError> {
-        // SAFETY: PTRACE_SEIZE of a thread id; no memory is passed.
-        let r = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::ESRCH) => Gone,
-                // An exiting thread cannot be traced either.
-                Some(libc::EPERM) if exiting(tid) => Gone,
-                Some(libc::EPERM) if tracer_of(tid).is_some_and(|t| t != 0) => Refused(Error::Busy(format!(
-                    "process {} is already being traced by process {} (a debugger?): detach it first",
-                    self.pid,
-                    tracer_of(tid).unwrap_or(0)
-                ))),
-                Some(libc::EPERM) => Refused(Error::Permission(permission_advice(self.pid))),
-                _ => Refused(Error::Io(format!("ptrace(PTRACE_SEIZE, {tid}): {e}"))),
-            });
-        }
-        self.seized.push((tid, 0));
-        // SAFETY: PTRACE_INTERRUPT of a thread we seized.
-        if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) } != 0 {
-            return Err(Gone);
-        }
-        let deadline = Instant::now() + STOP_WAIT;
-        let mut tries = 0u32;
+    /// Collects stops until no thread is left to stop, or patience runs
+    /// out; polls, from a short nap up to 2 ms (a runnable thread stops
+    /// within microseconds of a turn on a CPU).
+    fn wait(&mut self, started: Instant, mut last_stop: Instant, patience: Patience) {
+        let mut nap = Duration::from_micros(20);
         loop {
-            let mut status = 0;
-            // SAFETY: waits for our tracee `tid`; `status` is a valid int.
-            let w = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
-            if w == tid {
-                if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
-                    self.seized.retain(|&(t, _)| t != tid);
-                    return Err(Gone);
-                }
-                if libc::WIFSTOPPED(status) {
-                    // A stop for a signal on its way (not ours) must deliver
-                    // that signal when the thread goes on.
-                    let event = (status >> 16) & 0xff;
-                    if event != libc::PTRACE_EVENT_STOP {
-                        let sig = libc::WSTOPSIG(status);
-                        if let Some(e) = self.seized.iter_mut().find(|e| e.0 == tid) {
-                            e.1 = sig;
-                        }
+            if self.collect() {
+                last_stop = Instant::now();
+                nap = Duration::from_micros(20);
+            }
+            if self.tracees.pending() == 0 || self.tracees.main_ended {
+                return;
+            }
+            if patience.exhausted(started, last_stop, Instant::now()) {
+                return;
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(2));
+        }
+    }
+
+    /// Takes every stop the kernel has for this thread's tracees, and the
+    /// exits of threads other than the main one; whether a thread stopped.
+    fn collect(&mut self) -> bool {
+        let mut stopped = false;
+        // (Bounded: each turn takes a report, but a thread killed between
+        // the look and the take is looked at again.)
+        for _ in 0..4 * self.tracees.list.len() + 16 {
+            // Looked at, not taken (WNOWAIT): which tracee has news. Only
+            // this thread's tracees (__WNOTHREAD: none of R's children).
+            let flags =
+                libc::WEXITED | libc::WSTOPPED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL | WNOTHREAD;
+            let Some((tid, code, _)) = wait_id(libc::P_ALL, 0, flags) else { break };
+            let Some(report) = Report::of(code) else { break };
+            if report == Report::Exited && tid == self.pid {
+                // The whole process has ended (the main thread's exit is
+                // reported once no other thread is left): its status is its
+                // parent's, left where it is.
+                self.tracees.main_ended = true;
+                break;
+            }
+            // Taken: a stop (WSTOPPED only: never an exit, were the thread
+            // killed since), or the exit of a thread other than the main one.
+            let take = match report {
+                Report::Stopped(_) => libc::WSTOPPED,
+                Report::Exited => libc::WEXITED,
+            };
+            match wait_id(libc::P_PID, tid as libc::id_t, take | libc::WNOHANG | libc::__WALL) {
+                Some((t, code, status)) if t == tid => {
+                    if let Some(r) = Report::of_status(code, status) {
+                        stopped |= self.tracees.report(tid, r);
                     }
-                    return Ok(());
                 }
-            } else if w < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                return Err(Gone);
-            }
-            if Instant::now() > deadline {
-                return Err(Refused(Error::Unreadable(format!(
-                    "thread {tid} of process {} did not stop within {} s (blocked in the kernel?)",
-                    self.pid,
-                    STOP_WAIT.as_secs()
-                ))));
-            }
-            // A running thread stops within microseconds: yield at first,
-            // sleep only if it takes longer (a thread in the kernel).
-            tries += 1;
-            if tries < 20 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
+                // Killed between the look and the take: seen again.
+                _ => continue,
             }
         }
+        stopped
+    }
+
+    /// Lets the process go on (see [`Stopped::release`]): an error if it
+    /// ended, or ran another program, while it was read.
+    pub fn finish(mut self) -> Result<()> {
+        // Asked while every thread read is still stopped (quick: none
+        // competes for a CPU yet). A thread leaves a tracer's stop only
+        // when the tracer lets it go or when it is killed (SIGKILL, the
+        // process's exit or another thread's exec): what was read of a
+        // thread no longer stopped may be torn.
+        let whole = self.tracees.check(still_stopped);
+        if !(self.release() && whole) {
+            return Err(Error::NoProcess(format!(
+                "process {} ended (or ran another program) while it was being read",
+                self.pid
+            )));
+        }
+        Ok(())
+    }
+
+    /// Lets every stopped thread go on, with the signal its stop held
+    /// back; whether each detach worked (a thread killed since cannot be
+    /// detached: the tracer's end releases it).
+    fn release(&mut self) -> bool {
+        self.tracees.release(|tid, sig| {
+            // SAFETY: detaches a thread this thread seized, delivering `sig`
+            // (0: none).
+            unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, sig as libc::c_long) == 0 }
+        })
     }
 }
 
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 impl Stopped {
-    pub fn stop(_pid: i32) -> Result<Stopped> {
+    fn stop(_pid: i32) -> Result<Stopped> {
         Err(Error::Unavailable("reading another process is supported on x86_64 Linux only".into()))
+    }
+
+    fn release(&mut self) -> bool {
+        true
+    }
+
+    pub fn finish(self) -> Result<()> {
+        Ok(())
     }
 }
 
 impl Drop for Stopped {
     fn drop(&mut self) {
-        for &(tid, sig) in &self.seized {
-            #[cfg(target_os = "linux")]
-            // SAFETY: detaches a thread we seized, delivering the signal it
-            // was stopped with (0: none).
-            unsafe {
-                libc::ptrace(libc::PTRACE_DETACH, tid, 0, sig as libc::c_long)
-            };
-            #[cfg(not(target_os = "linux"))]
-            let _ = (tid, sig);
+        // (After an error or a panic; released already otherwise.)
+        self.release();
+    }
+}
+
+/// `__WNOTHREAD`: wait for this thread's children and tracees only.
+const WNOTHREAD: i32 = 0x2000_0000;
+
+/// `waitid()`: the thread that has news, `si_code` and `si_status` (None:
+/// nothing now, or no tracee at all).
+#[cfg(target_os = "linux")]
+fn wait_id(idtype: libc::idtype_t, id: libc::id_t, flags: i32) -> Option<(i32, i32, i32)> {
+    loop {
+        // SAFETY: siginfo_t is plain data; zeroed (si_pid 0) is what
+        // WNOHANG leaves when nothing is there.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is a valid siginfo_t to fill in.
+        let r = unsafe { libc::waitid(idtype, id, &mut info, flags) };
+        if r != 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return None;
         }
+        // SAFETY: waitid filled in a SIGCHLD siginfo (or left it zeroed).
+        let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+        return (pid != 0).then_some((pid, info.si_code, status));
     }
 }
 
@@ -178,6 +407,32 @@ enum SeizeError {
 }
 use SeizeError::{Gone, Refused};
 
+/// Seizes thread `tid` of process `pid` and asks it to stop.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn seize(pid: i32, tid: i32) -> std::result::Result<(), SeizeError> {
+    // SAFETY: PTRACE_SEIZE of a thread id; no memory is passed.
+    let r = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ESRCH) => Gone,
+            // An exiting thread cannot be traced either.
+            Some(libc::EPERM) if exiting(tid) => Gone,
+            Some(libc::EPERM) if tracer_of(tid).is_some_and(|t| t != 0) => Refused(Error::Busy(format!(
+                "process {pid} is already being traced by process {} (a debugger?): detach it first",
+                tracer_of(tid).unwrap_or(0)
+            ))),
+            Some(libc::EPERM) => Refused(Error::Permission(permission_advice(pid))),
+            _ => Refused(Error::Io(format!("ptrace(PTRACE_SEIZE, {tid}): {e}"))),
+        });
+    }
+    // A thread killed meanwhile refuses (ESRCH): its exit is reported like
+    // a stop is.
+    // SAFETY: PTRACE_INTERRUPT of a thread we seized.
+    unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) };
+    Ok(())
+}
+
 /// The registers of stopped tracee `tid`: `(rip, rsp, rbp)`.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn registers(tid: i32) -> Option<(usize, usize, usize)> {
@@ -186,6 +441,17 @@ fn registers(tid: i32) -> Option<(usize, usize, usize)> {
     // SAFETY: PTRACE_GETREGS writes one user_regs_struct to `regs`.
     let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0, &mut regs as *mut libc::user_regs_struct) };
     (r == 0).then_some((regs.rip as usize, regs.rsp as usize, regs.rbp as usize))
+}
+
+/// Whether our tracee `tid` is still in a tracer's stop (a request that
+/// needs it stopped, and reads only, works).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn still_stopped(tid: i32) -> bool {
+    let mut msg: libc::c_ulong = 0;
+    // SAFETY: PTRACE_GETEVENTMSG of a thread this thread seized writes one
+    // unsigned long to `msg`; it fails (ESRCH) unless that thread is
+    // stopped for this tracer.
+    unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, tid, 0, &mut msg as *mut libc::c_ulong) == 0 }
 }
 
 /// Whether thread `tid` has ended or is ending (a zombie, or gone).
@@ -232,5 +498,326 @@ mod tests {
         assert_eq!(tids[0], pid);
         assert!(tids[1..].windows(2).all(|w| w[0] < w[1]), "{tids:?}");
         assert!(matches!(task_ids(i32::MAX), Err(Error::NoProcess(_))));
+    }
+
+    #[test]
+    fn patience_lasts_while_threads_keep_stopping() {
+        let p = Patience { stall: Duration::from_secs(2), most: Duration::from_secs(30) };
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_millis(s);
+        assert!(!p.exhausted(t0, t0, at(1_900)));
+        assert!(p.exhausted(t0, t0, at(2_100)), "no stop for 2 s");
+        assert!(!p.exhausted(t0, at(9_000), at(10_000)), "stops keep coming");
+        assert!(p.exhausted(t0, at(29_900), at(30_100)), "the limit");
+    }
+
+    #[test]
+    fn wchan_of_a_sleeping_thread_and_of_none() {
+        assert_eq!(procfs::wchan(Proc::Pid(i32::MAX), i32::MAX), None);
+    }
+
+    // ------------------------------------------------------------------
+    // With real processes: this test binary started again as a target
+    // (`target_process`), its threads spinning.
+
+    use std::io::BufRead;
+    use std::process::{Child, Command, Stdio};
+
+    /// The target: spins `spin=N` threads, and with `vfork=S` one more
+    /// thread blocks in the kernel for S seconds (waiting for a vfork
+    /// child), then spins; prints `ready TID` (TID: that thread's) and
+    /// sleeps. With `nice=N`, at that niceness (the tests' targets at 19:
+    /// they spin while other tests of this binary run, which must not
+    /// lose their share of the cores to them). Run by the tests below,
+    /// never alone.
+    #[test]
+    #[ignore]
+    fn target_process() {
+        let Ok(spec) = std::env::var("WINCH_PTRACE_TARGET") else { return };
+        let value = |key: &str| {
+            spec.split(',').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse::<u64>().ok())
+        };
+        if let Some(nice) = value("nice") {
+            // SAFETY: sets this process's own priority (threads started
+            // after inherit it); no memory is passed.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice as libc::c_int) };
+        }
+        for _ in 0..value("spin").unwrap_or(0) {
+            std::thread::spawn(spin);
+        }
+        let mut blocked = 0;
+        if let Some(secs) = value("vfork") {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tx.send(unsafe { libc::gettid() }).unwrap();
+                vfork_sleep(secs);
+                spin()
+            });
+            blocked = rx.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        println!("ready {blocked}");
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    fn spin() {
+        let mut x = 0u64;
+        loop {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    }
+
+    /// Blocks this thread in the kernel (uninterruptibly) for `secs`: it
+    /// waits for a child sharing its memory (as vfork's) that sleeps.
+    fn vfork_sleep(secs: u64) {
+        extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
+            let ts = libc::timespec { tv_sec: arg as usize as libc::time_t, tv_nsec: 0 };
+            // SAFETY: sleeps; nothing shared with the parent is touched.
+            unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+            0
+        }
+        let mut stack = vec![0u8; 64 << 10];
+        // SAFETY: the top of `stack` (16-aligned) is the child's stack; the
+        // child only sleeps and returns (ending it), and this thread waits
+        // for that (CLONE_VFORK) before `stack` is freed.
+        unsafe {
+            let top = (stack.as_mut_ptr().add(stack.len()) as usize & !15) as *mut libc::c_void;
+            let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+            let pid = libc::clone(child, top, flags, secs as usize as *mut libc::c_void);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    }
+
+    /// A target started by this process (so this process is its parent),
+    /// killed when dropped.
+    struct Target {
+        child: Child,
+        pid: i32,
+        /// The thread blocked in the kernel, if asked for.
+        blocked: i32,
+    }
+
+    impl Target {
+        fn start(spec: &str) -> Target {
+            Target::start_under(spec, None)
+        }
+
+        /// Started by `sh` (its parent, then) when `shell` is given: `sh`
+        /// prints its pid, waits for it and prints `status S`.
+        fn start_under(spec: &str, shell: Option<&str>) -> Target {
+            let exe = std::env::current_exe().unwrap();
+            let args = ["--ignored", "--exact", "outside::ptrace::tests::target_process", "--nocapture"];
+            let mut cmd = match shell {
+                Some(script) => {
+                    let mut c = Command::new("sh");
+                    c.arg("-c").arg(script).arg(&exe).args(args);
+                    c
+                }
+                None => {
+                    let mut c = Command::new(&exe);
+                    c.args(args);
+                    c
+                }
+            };
+            let child = cmd
+                .env("WINCH_PTRACE_TARGET", spec)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            // (Killed and waited for on every way out from here.)
+            let mut target = Target { child, pid: 0, blocked: 0 };
+            if shell.is_none() {
+                target.pid = target.child.id() as i32;
+            }
+            let mut out = std::io::BufReader::new(target.child.stdout.take().unwrap());
+            let mut line = String::new();
+            loop {
+                line.clear();
+                assert!(out.read_line(&mut line).unwrap() > 0, "the target ended before it was ready");
+                if let Some(p) = line.trim().strip_prefix("pid ") {
+                    target.pid = p.parse().unwrap();
+                }
+                if let Some(b) = line.trim().strip_prefix("ready ") {
+                    target.blocked = b.parse().unwrap();
+                    // (The rest of the output is read by the test.)
+                    target.child.stdout = Some(out.into_inner());
+                    return target;
+                }
+            }
+        }
+
+        fn threads(&self) -> Vec<i32> {
+            task_ids(self.pid).unwrap_or_default()
+        }
+    }
+
+    impl Drop for Target {
+        fn drop(&mut self) {
+            if self.pid > 0 {
+                // SAFETY: kill of our target (or of what is left of it).
+                unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn state(pid: i32, tid: i32) -> Option<char> {
+        procfs::stat(Proc::Pid(pid), Some(tid)).map(|s| s.state)
+    }
+
+    fn traced(tid: i32) -> bool {
+        procfs::tracer_pid(Proc::Pid(tid)).is_some_and(|t| t != 0)
+    }
+
+    /// Waits up to `secs` for this process's child `pid` to end: its wait
+    /// status (None: it did not end, or its status was taken already).
+    fn reap(pid: i32, secs: f64) -> Option<i32> {
+        let deadline = Instant::now() + Duration::from_secs_f64(secs);
+        loop {
+            let mut status = 0;
+            // SAFETY: waits for our own child; `status` is a valid int.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                return Some(status);
+            }
+            if r < 0 || Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_running_process_is_stopped_read_and_goes_on() {
+        let target = Target::start("spin=4,nice=19");
+        let pid = target.pid;
+        let (read, states) = with_stopped(pid, |s| {
+            let states: Vec<Option<char>> = s.threads.iter().map(|t| state(pid, t.tid)).collect();
+            (s.threads.iter().map(|t| (t.tid, t.regs.0 != 0)).collect::<Vec<_>>(), states)
+        })
+        .unwrap();
+        assert!(read.len() >= 5, "{read:?}");
+        assert_eq!(read[0].0, pid, "the main thread first");
+        assert!(read.iter().all(|t| t.1), "registers read: {read:?}");
+        assert!(states.iter().all(|s| *s == Some('t')), "stopped while read: {states:?}");
+        // Afterwards: not traced, running (the spinning threads spin).
+        for tid in target.threads() {
+            assert!(!traced(tid), "thread {tid} still traced");
+            assert_ne!(state(pid, tid), Some('t'), "thread {tid} still stopped");
+        }
+        assert!(target.threads().iter().filter(|&&t| state(pid, t) == Some('R')).count() >= 2);
+    }
+
+    #[test]
+    fn a_target_killed_while_read_is_released_and_this_process_its_parent_gets_its_status() {
+        for round in 0..6 {
+            let target = Target::start("spin=4,nice=19");
+            let pid = target.pid;
+            // Killed while stopped (the first rounds), or at a moment of
+            // its stop (another thread kills it).
+            let delay = Duration::from_micros(round * 300);
+            let killer = std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                // SAFETY: kill of our target.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            });
+            let mut outcome = Ok(());
+            while outcome.is_ok() {
+                outcome = with_stopped(pid, |_| std::thread::sleep(Duration::from_millis(2)));
+            }
+            killer.join().unwrap();
+            assert!(matches!(outcome, Err(Error::NoProcess(_))), "{outcome:?}");
+            for tid in target.threads() {
+                assert!(!traced(tid), "round {round}: thread {tid} still traced");
+            }
+            // Its real status, taken by its parent at once: never by the
+            // tracer.
+            let status = reap(pid, 1.0);
+            assert!(
+                status.is_some_and(|s| libc::WIFSIGNALED(s) && libc::WTERMSIG(s) == libc::SIGKILL),
+                "round {round}: {status:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_target_killed_while_read_is_released_to_its_own_parent() {
+        let script = r#""$0" "$@" & echo "pid $!"; wait $!; echo "status $?""#;
+        let mut target = Target::start_under("spin=4,nice=19", Some(script));
+        let pid = target.pid;
+        let outcome = with_stopped(pid, |_| {
+            // SAFETY: kill of our target.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            std::thread::sleep(Duration::from_millis(20));
+        });
+        assert!(matches!(outcome, Err(Error::NoProcess(_))), "{outcome:?}");
+        // Released when the read returns: no thread of it traced (each
+        // ends on its own now, and the last one's end is its parent's).
+        for tid in target.threads() {
+            assert!(!traced(tid), "thread {tid} still traced");
+        }
+        // Its parent (sh) reaps it, with the status of a kill (how soon
+        // depends on when sh gets a turn on a CPU; held, it never would).
+        let sh = target.child.id() as i32;
+        let ended = reap(sh, 10.0);
+        assert!(ended.is_some_and(|s| libc::WIFEXITED(s)), "sh did not end: the target is still held");
+        let mut rest = String::new();
+        std::io::Read::read_to_string(target.child.stdout.as_mut().unwrap(), &mut rest).unwrap();
+        assert_eq!(rest.trim(), "status 137");
+    }
+
+    #[test]
+    fn a_thread_blocked_in_the_kernel_is_listed_not_read_and_let_go() {
+        let target = Target::start("spin=2,vfork=4,nice=19");
+        let (pid, blocked) = (target.pid, target.blocked);
+        assert_eq!(state(pid, blocked), Some('D'));
+        let t0 = Instant::now();
+        let (read, unstopped) =
+            with_stopped(pid, |s| (s.threads.iter().map(|t| t.tid).collect::<Vec<_>>(), s.unstopped.clone()))
+                .unwrap();
+        let took = t0.elapsed();
+        assert!(took >= PATIENCE.stall && took < Duration::from_secs(4), "{took:?}");
+        assert_eq!(unstopped.len(), 1, "{unstopped:?}");
+        assert_eq!(unstopped[0].tid, blocked);
+        assert!(unstopped[0].why.contains("blocked in the kernel"), "{}", unstopped[0].why);
+        assert!(read.len() >= 4 && read[0] == pid && !read.contains(&blocked), "{read:?}");
+        // Not traced any more, and once its wait ends it goes on (it does
+        // not stop for the request it did not take in time).
+        assert!(!traced(blocked));
+        std::thread::sleep(Duration::from_secs(4).saturating_sub(t0.elapsed()) + Duration::from_millis(500));
+        let now = state(pid, blocked);
+        assert!(now == Some('R'), "after its wait: {now:?}");
+        assert!(!traced(blocked));
+    }
+
+    /// How long stopping takes with many spinning threads (a measurement:
+    /// `cargo test -- --ignored --nocapture threads_spinning`): until all
+    /// stopped, until the tracer let them go on (detached), and until the
+    /// caller, which competes with them for a CPU, had the result.
+    #[test]
+    #[ignore]
+    fn how_long_500_threads_spinning_take_to_stop() {
+        let target = Target::start("spin=500");
+        std::thread::sleep(Duration::from_secs(1));
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            let (stopped, unstopped, at, done) = super::traced(target.pid, |tracer| {
+                let s = tracer.stop()?;
+                let (n, u, at) = (s.threads.len(), s.unstopped.len(), t0.elapsed());
+                s.finish()?;
+                Ok((n, u, at, t0.elapsed()))
+            })
+            .unwrap();
+            eprintln!(
+                "{stopped} stopped, {unstopped} not, in {at:?}; let go at {done:?}; returned after {:?}",
+                t0.elapsed()
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
     }
 }

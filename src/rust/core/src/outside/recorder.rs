@@ -6,7 +6,7 @@
 //! frames in place, other threads under `[thread N]`.
 
 use super::dump::{native_walk, stack_of, Behind};
-use super::ptrace::{task_ids, Stopped};
+use super::ptrace::{self, task_ids, Stopped};
 use super::running::Running;
 use super::target::{self, TargetR};
 use crate::error::{Error, Result};
@@ -52,8 +52,8 @@ pub struct Recorder {
     seq: u64,
     started: SystemTime,
     t0: Instant,
-    /// Ticks that could not read the process (it was busy in the kernel),
-    /// and ticks whose threads were all idle.
+    /// Ticks that sampled no thread: those to sample did not stop in time
+    /// (blocked in the kernel, or waiting for a CPU), or were all idle.
     pub missed: u64,
     names: HashMap<i32, String>,
     /// Each thread's CPU time when the recording started.
@@ -117,10 +117,11 @@ impl Recorder {
         r.running.look(pid);
         // The first look: refusals and a process that is not there show
         // now, as errors.
-        let stopped = Stopped::stop(pid)?;
-        r.refresh_modules()?;
-        r.read_routines();
-        drop(stopped);
+        ptrace::with_stopped(pid, |_| -> Result<()> {
+            r.refresh_modules()?;
+            r.read_routines();
+            Ok(())
+        })??;
         Ok(r)
     }
 
@@ -136,8 +137,12 @@ impl Recorder {
             .map(|m| (m.start, m.end, m.path.clone()))
             .collect();
         // An exiting process (a zombie) has no mappings left: it is gone,
-        // and its last modules stay the ones its samples are named by.
-        if seen.is_empty() {
+        // and its last modules stay the ones its samples are named by. One
+        // exiting while they were read may have lost some of them (its
+        // memory is torn down after its threads are marked exiting, so a
+        // look after the read tells): its samples would be named by what
+        // was left (in 1 of 3 runs of a test, none at all).
+        if seen.is_empty() || super::ptrace::exiting(self.pid) {
             return Err(Error::NoProcess(format!("process {} has exited", self.pid)));
         }
         let changed = seen != self.seen;
@@ -174,23 +179,32 @@ impl Recorder {
     /// Takes one sample of every thread (or of R's main thread). An error
     /// when the process cannot be read any more (it ended).
     pub fn tick(&mut self) -> Result<()> {
-        // Which threads ran since the last sample (read before they are
-        // stopped: then they all show as stopped).
-        let running: Option<Vec<(i32, u64)>> = (!self.idle).then(|| self.running.look(self.pid));
-        // The mappings are read before the process is stopped, to keep it
-        // stopped for as short a time as can be: a module loaded between
-        // the two shows as unknown code in this sample only.
-        self.refresh_modules()?;
+        // On the tracer's thread from the look on, so that nothing (a
+        // thread to start) comes between the look and the stop.
+        let took = ptrace::traced(self.pid, |tracer| {
+            // Which threads ran since the last sample (read before they
+            // are stopped: then they all show as stopped).
+            let running: Option<Vec<(i32, u64)>> = (!self.idle).then(|| self.running.look(self.pid));
+            // The mappings are read before the process is stopped, to keep
+            // it stopped for as short a time as can be: a module loaded
+            // between the two shows as unknown code in this sample only.
+            self.refresh_modules()?;
+            let stopped = tracer.stop()?;
+            let took = self.sample(&stopped, running.as_deref());
+            stopped.finish()?;
+            Ok(took)
+        })?;
+        if took == 0 {
+            self.missed += 1;
+        }
+        Ok(())
+    }
+
+    /// Samples the threads of `stopped` (those `running` names, with the
+    /// intervals it gives; all, one interval each, when None): how many.
+    fn sample(&mut self, stopped: &Stopped, running: Option<&[(i32, u64)]>) -> u64 {
         // A sample's cost: from the stop on (the process runs before).
-        let started = Instant::now();
-        let stopped = match Stopped::stop(self.pid) {
-            Ok(s) => s,
-            Err(Error::Unreadable(_)) => {
-                self.missed += 1;
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        };
+        let started = stopped.started;
         self.seq += 1;
         self.read_routines();
         let index = self.snapshots.len() - 1;
@@ -204,7 +218,7 @@ impl Recorder {
                 continue;
             }
             // The intervals this sample stands for (elapsed time: one).
-            let weight = match &running {
+            let weight = match running {
                 Some(r) => match r.iter().find(|x| x.0 == t.tid) {
                     Some(&(_, w)) => w.min(Header::MAX_WEIGHT),
                     None => continue,
@@ -254,11 +268,7 @@ impl Recorder {
             self.collected.absorb(&rec);
             took += 1;
         }
-        drop(stopped);
-        if took == 0 {
-            self.missed += 1;
-        }
-        Ok(())
+        took
     }
 
     /// Ends the recording: what the profile is built from.
