@@ -615,7 +615,16 @@ mod tests {
         let s = Stat::parse(&stat_line("R", 'R', 150, 25)).unwrap();
         assert_eq!(
             s,
-            Stat { state: 'R', flags: 4194560, minflt: 1234, majflt: 5, utime: 150, stime: 25, cutime: 0, cstime: 0 }
+            Stat {
+                state: 'R',
+                flags: 4194560,
+                minflt: 1234,
+                majflt: 5,
+                utime: 150,
+                stime: 25,
+                cutime: 0,
+                cstime: 0
+            }
         );
         assert!(!s.kernel_thread());
         assert_eq!(s.cpu_ticks(), 175);
@@ -624,7 +633,16 @@ mod tests {
         let s = Stat::parse(&stat_line("a) (b c) S 9 9 9", 'S', 7, 8)).unwrap();
         assert_eq!(
             s,
-            Stat { state: 'S', flags: 4194560, minflt: 1234, majflt: 5, utime: 7, stime: 8, cutime: 0, cstime: 0 }
+            Stat {
+                state: 'S',
+                flags: 4194560,
+                minflt: 1234,
+                majflt: 5,
+                utime: 7,
+                stime: 8,
+                cutime: 0,
+                cstime: 0
+            }
         );
         assert!(!s.running());
         // A kernel thread.
@@ -632,7 +650,16 @@ mod tests {
         let kt = Stat::parse(k).unwrap();
         assert_eq!(
             kt,
-            Stat { state: 'S', flags: 2129984, minflt: 0, majflt: 0, utime: 0, stime: 31, cutime: 0, cstime: 0 }
+            Stat {
+                state: 'S',
+                flags: 2129984,
+                minflt: 0,
+                majflt: 0,
+                utime: 0,
+                stime: 31,
+                cutime: 0,
+                cstime: 0
+            }
         );
         assert!(kt.kernel_thread());
         assert!(Stat::parse(&stat_line("z", 'Z', 0, 0)).unwrap().exiting());

@@ -293,7 +293,15 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
                 notes.push(format!("{what}: {why}"));
             }
         }
-        threads.push(ThreadDump { tid: t.tid, name: t.name.clone(), trace, starts, classes, r: r_frames, note: None });
+        threads.push(ThreadDump {
+            tid: t.tid,
+            name: t.name.clone(),
+            trace,
+            starts,
+            classes,
+            r: r_frames,
+            note: None,
+        });
     }
     if others_cut > 0 {
         let s = if others_cut == 1 { "" } else { "s" };
@@ -308,7 +316,10 @@ fn read<M: Memory>(src: &Source<M>) -> Dump {
     if !src.unstopped.is_empty() {
         let n = src.unstopped.len();
         let s = if n == 1 { "" } else { "s" };
-        notes.push(format!("{n} thread{s} did not stop and {} not read (each says why)", if n == 1 { "was" } else { "were" }));
+        notes.push(format!(
+            "{n} thread{s} did not stop and {} not read (each says why)",
+            if n == 1 { "was" } else { "were" }
+        ));
         for u in src.unstopped {
             let trace =
                 NativeTrace { backend: Backend::Cfi, map: map.clone(), frames: Vec::new(), truncated: None };
