@@ -531,7 +531,7 @@ mod tests {
     /// lose their share of the cores to them). Run by the tests below,
     /// never alone.
     #[test]
-    #[ignore]
+    #[ignore = "the target process the tests below start: not a test of its own"]
     fn target_process() {
         let Ok(spec) = std::env::var("WINCH_PTRACE_TARGET") else { return };
         let value = |key: &str| {
@@ -800,7 +800,7 @@ mod tests {
     /// stopped, until the tracer let them go on (detached), and until the
     /// caller, which competes with them for a CPU, had the result.
     #[test]
-    #[ignore]
+    #[ignore = "a measurement, not a test: run by hand"]
     fn how_long_500_threads_spinning_take_to_stop() {
         let target = Target::start("spin=500");
         std::thread::sleep(Duration::from_secs(1));
