@@ -85,7 +85,8 @@
 #'   `fallback_reason` says why). Attributes: `pid`, `r_version` (`"4.5.1"`, or `NA` when the
 #'   process is not R or its R could not be read), `tid` and
 #'   `thread_name` (per thread), `note` (what could not be read and why, or
-#'   `NA`: a core file cut short, R's state or R's frames not read, a
+#'   `NA`: a core file cut short, R's state or R's frames not read, threads
+#'   that did not stop (counted; each has its `fallback_reason`), a
 #'   thread's stack that did not unwind whole; several reasons are joined
 #'   by `"; "`), `core` (the core file, or `NULL`). A thread whose native
 #'   stack could not be unwound whole has attributes `truncated = TRUE`

@@ -222,7 +222,9 @@ test_that("a thread blocked in the kernel is listed with the reason, not read, a
   expect_true(any(grepl("note: not read: it did not stop", out, fixed = TRUE)))
   # The others are read: R's calls on the main thread, the spinning ones.
   expect_identical(dump_lines(d$main)[1:2], c("f(10)", "f(n - 1)"))
-  expect_true(is.na(attr(d, "note")))
+  # The dump's note counts it (never silent: a thread without frames has
+  # its reason in the note), and says nothing else is missing.
+  expect_identical(attr(d, "note"), "1 thread did not stop and was not read (each says why)")
   expect_identical(sum(lengths(d) > 0L), length(d) - 1L)
   # It is not traced any more; once its wait is over, it runs (it does not
   # stop for the request it could not take in time).
