@@ -8,7 +8,7 @@ skip_if_not(Sys.info()[["sysname"]] == "Linux" && R.version$arch == "x86_64", "t
 work <- function(n) for (i in seq_len(n)) sort(runif(1e4))
 
 # The label of a source's frame, from the fields the profile keeps.
-source_label <- function(p) sprintf("[process_%s:%s]", p$host, format(p$pid, scientific = FALSE))
+source_label <- function(p) sprintf("[process_%s:%s]", p$host, format(p$pid, scientific = FALSE, trim = TRUE))
 
 # The samples of `p` whose outermost frame is labelled `label`.
 samples_under <- function(p, label) {
@@ -82,7 +82,7 @@ test_that("profiles of this process and of forked children merge, each under its
   expect_identical(pr$host, rep(Sys.info()[["nodename"]], 3L))
   expect_identical(pr$source, pr$number)
   by <- summary(p)$by_process
-  expect_identical(by$process, sprintf("[process %s:%s]", pr$host, format(pr$pid, scientific = FALSE)))
+  expect_identical(by$process, sprintf("[process %s:%s]", pr$host, format(pr$pid, scientific = FALSE, trim = TRUE)))
   expect_equal(by$sampled, vapply(sources, function(s) sum(s$stacks$count), 0) * 0.005)
   expect_true(all(by$cpu > 0))
   expect_setequal(unique(as.data.frame(p)$process), sub("^\\[(.*)\\]$", "\\1", by$process))
