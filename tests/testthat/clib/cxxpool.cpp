@@ -5,14 +5,18 @@
 // them and says it is done. Nothing of this library is on the caller's
 // stack while they run: the shape of a runtime a package calls into
 // (arrow, torch) that starts its threads and returns.
-#include <R.h>
-#include <Rinternals.h>
-#include <R_ext/Rdynload.h>
 #include <time.h>
 
 #include <atomic>
 #include <thread>
 #include <vector>
+
+// R's headers after the C++ library's, without their short names
+// (Rinternals.h's `length` macro breaks <chrono> of GCC 16).
+#define R_NO_REMAP
+#include <R.h>
+#include <Rinternals.h>
+#include <R_ext/Rdynload.h>
 
 namespace {
 

@@ -6,9 +6,6 @@
 // thread waits on a std::condition_variable with wait_for in a loop (as
 // ranger's showProgress does), sleeps in a loop, or burns CPU itself in
 // spin_cxx_main. Only then are the threads joined (they have finished).
-#include <R.h>
-#include <Rinternals.h>
-#include <R_ext/Rdynload.h>
 #include <time.h>
 
 #include <cstring>
@@ -18,6 +15,13 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+// R's headers after the C++ library's, without their short names
+// (Rinternals.h's `length` macro breaks <chrono> of GCC 16).
+#define R_NO_REMAP
+#include <R.h>
+#include <Rinternals.h>
+#include <R_ext/Rdynload.h>
 
 namespace {
 
