@@ -13,6 +13,7 @@ use super::super::compose::{compose, Moment, Reads};
 use super::super::record::{self, Entry, Flags, PREFIX};
 use super::active::Active;
 use super::clock::{gettid, now_ns, MIN_INTERVAL_NS};
+use super::main_ref::MainSample;
 use super::sample::{sample, Tick};
 use super::shared::Session;
 use super::worker::{sample_worker, Extra, ThreadId};
@@ -114,7 +115,7 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     if s.main_busy.load(Ordering::Acquire) {
         return; // inside an allocation's sample (see `Session::main_busy`)
     }
-    let seq = s.main_seq.load(Ordering::Relaxed) + 1;
+    let seq = s.main_ref.next_seq();
     // SAFETY: only the main thread's handler uses `scratch` while the
     // session runs, and it does not nest (the signal is blocked in it).
     let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
@@ -123,9 +124,7 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     let out = sample(regs, tick, at, &s.facts, scratch, &s.ring);
     // Other threads' samples may be shown under this one only if it was
     // kept (see `link_to_main`).
-    s.main_ns.store(start, Ordering::Relaxed);
-    s.main_context.store(if out.pushed { context } else { 0 }, Ordering::Release);
-    s.main_seq.store(seq, Ordering::Release);
+    s.main_ref.publish(MainSample { seq, context: if out.pushed { context } else { 0 }, taken_ns: start });
     if out.outside {
         s.outside.fetch_add(weight, Ordering::Relaxed);
     } else if !out.pushed && timer {
@@ -151,8 +150,8 @@ fn child_tick(
     // session runs, and it does not nest (the signal is blocked in it).
     let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
     scratch.prefetch(&s.facts);
-    let seq = s.main_seq.load(Ordering::Relaxed) + 1;
-    s.main_seq.store(seq, Ordering::Relaxed);
+    let seq = s.main_ref.next_seq();
+    s.main_ref.publish(MainSample { seq, context: 0, taken_ns: tick.started_ns });
     let mem = Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
     let fork = super::children::fork_records();
     let at = Moment { snapshot, index, seq, context: context as u64, fork };
@@ -203,11 +202,14 @@ fn sample_other_thread(
 /// thread may be waiting for this one; in a memory profile it has no
 /// timer).
 fn link_to_main(s: &Session, context: usize, start: u64) -> u64 {
-    let seq = s.main_seq.load(Ordering::Acquire);
-    let last = (s.main_context.load(Ordering::Acquire), s.main_ns.load(Ordering::Relaxed));
-    if reusable(last, context, super::spawn::last_start_ns()) {
-        return seq;
+    // (Not read whole: the main thread is publishing its next sample,
+    // which is the one to ask for.)
+    let last =
+        s.main_ref.read().unwrap_or(MainSample { seq: s.main_ref.next_seq() - 1, context: 0, taken_ns: 0 });
+    if reusable((last.context, last.taken_ns), context, super::spawn::last_start_ns()) {
+        return last.seq;
     }
+    let seq = last.seq;
     let every = s.trigger.interval_ns().unwrap_or(MIN_INTERVAL_NS);
     let since = start.saturating_sub(s.requested_ns.load(Ordering::Relaxed));
     // A request unanswered for four intervals was lost (the kernel may
@@ -297,13 +299,22 @@ fn main_allocation(
     // signal handler not while `main_busy` is set), once at a time (the
     // hook does not sample inside a sample).
     let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return false };
-    let seq = s.main_seq.fetch_add(1, Ordering::AcqRel) + 1;
+    let seq = s.main_ref.next_seq();
     let context = s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0);
+    // Other threads' samples may be shown under this one only if kept.
+    let publish = |kept: bool| {
+        s.main_ref.publish(MainSample {
+            seq,
+            context: if kept { context } else { 0 },
+            taken_ns: tick.started_ns,
+        })
+    };
     let mem = Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
     let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
     let made = compose(regs, tick.flags, at, &s.facts, &mem, scratch);
     if made.outside {
         s.outside.fetch_add(tick.weight, Ordering::Relaxed);
+        publish(false);
         return false;
     }
     let len = scratch.append(made.len, extra.tail);
@@ -316,13 +327,12 @@ fn main_allocation(
     let len = rec.len() - (first - PREFIX);
     let spent = now_ns().saturating_sub(tick.started_ns);
     record::write_prefix(rec, made.prefix(tick.weight, spent));
-    if !s.ring.push(&rec[..len]) {
+    let kept = s.ring.push(&rec[..len]);
+    if !kept {
         s.dropped.fetch_add(tick.weight, Ordering::Relaxed);
-        return false;
     }
-    s.main_ns.store(tick.started_ns, Ordering::Relaxed);
-    s.main_context.store(context, Ordering::Release);
-    true
+    publish(kept);
+    kept
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub(crate) mod collector;
 pub(crate) mod cost;
 pub(crate) mod fork;
 pub(crate) mod handler;
+pub(crate) mod main_ref;
 pub(crate) mod ring;
 pub(crate) mod sample;
 pub(crate) mod session;

@@ -37,7 +37,7 @@ use super::snapshots::{self, Snapshots};
 use super::{collector, fork, signal};
 use crate::error::{Error, Result};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Ring words (1 MiB): seconds of samples at 1 ms if the collector is slow
@@ -140,9 +140,7 @@ fn new_session(
         children,
         parent: Mutex::new(Default::default()),
         slots,
-        main_seq: AtomicU64::new(0),
-        main_context: AtomicUsize::new(0),
-        main_ns: AtomicU64::new(0),
+        main_ref: super::main_ref::MainRef::new(),
         requested: AtomicBool::new(false),
         requested_ns: AtomicU64::new(0),
         thread_dropped: AtomicU64::new(0),

@@ -10,7 +10,7 @@ use super::slots::Slots;
 use super::snapshots::Snapshots;
 use crate::unwind::walk::Snapshot;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
 
 /// What starts a sample.
@@ -67,12 +67,9 @@ pub struct Session {
     pub(super) parent: Mutex<super::children::Parent>,
     /// Sampling slots of the other threads (none: R's main thread only).
     pub(super) slots: Slots,
-    /// The number of R's main thread's last sample, the address of R's
-    /// innermost context record then (0: that sample was not kept, so no
-    /// other thread's sample may be shown under it), and when it was taken.
-    pub(super) main_seq: AtomicU64,
-    pub(super) main_context: AtomicUsize,
-    pub(super) main_ns: AtomicU64,
+    /// R's main thread's last sample, for other threads' samples to be
+    /// shown under (see `handler::link_to_main`).
+    pub(super) main_ref: super::main_ref::MainRef,
     /// Another thread asked the main thread for a sample (not yet taken),
     /// and when the last such request was made.
     pub(super) requested: AtomicBool,
