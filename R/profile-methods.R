@@ -106,13 +106,14 @@ by_thread_table <- function(p) {
 unseen_share <- function(p, threads = by_thread_table(p), processes = by_process_table(p)) {
   u <- p$stats$usage
   process <- (u$user %||% NA_real_) + (u$system %||% NA_real_)
-  # The children's CPU time: those the profile followed, or those that
-  # ended during it (the kernel's account, `RUSAGE_CHILDREN`), whichever is
+  # The children's CPU time: those the profile followed, or what all
+  # children used during it (the kernel's account of those waited for, and
+  # the time of those not yet waited for, living or ended), whichever is
   # more: a child not sampled is unseen.
   children <- processes[!process_sources(profile_processes(p)), , drop = FALSE]
-  reaped <- (u$children_user %||% 0) + (u$children_system %||% 0)
+  used <- (u$children_user %||% 0) + (u$children_system %||% 0)
   followed <- sum(ifelse(is.na(children$cpu), children$sampled, children$cpu))
-  children_cpu <- max(if (is.finite(reaped)) reaped else 0, followed)
+  children_cpu <- max(if (is.finite(used)) used else 0, followed)
   seen <- if (p$event == "cpu") {
     sum(threads$sampled) + sum(children$sampled)
   } else {
@@ -300,10 +301,12 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'     child as `[process N]`; in a merged profile, each source as
 #'     `[process host:pid]` and its children), its id, host, command, CPU
 #'     time and time sampled;
-#'   * `unseen`: the share of the process's CPU time over the run that no
-#'     sample stands for (with `threads = "main"`, the other threads'
-#'     share; with `"all"`, threads that lived shorter than the profiler
-#'     looks for new ones, about 1 ms, and samples lost).
+#'   * `unseen`: the share of the CPU time of the process and its child
+#'     processes over the run that no sample stands for (with
+#'     `threads = "main"`, the other threads' share; with `"all"`, threads
+#'     that lived shorter than the profiler looks for new ones, about 1 ms,
+#'     and samples lost; children not sampled, with `processes = "self"`
+#'     all of them, whether they ended or still run).
 #'
 #'   For a memory profile (`event = "alloc"`): `sample_bytes`, `samples`,
 #'   `alloc_bytes` and `inuse_bytes` (estimated bytes allocated, and still

@@ -100,8 +100,30 @@ test_that("processes = \"self\" samples this process only, and the children's CP
   p <- winch_profile(work(), interval = 0.005, processes = "self")
   expect_identical(nrow(process_rows(p)), 0L)
   expect_false(any(grepl("[process_", as.data.frame(p)$stack, fixed = TRUE)))
-  # The children ended (reaped by mclapply): their CPU time is the
-  # profile's unseen share.
+  # The children ended: their CPU time is the profile's unseen share,
+  # whether mclapply() had waited for both of them by then or not.
+  expect_gt(summary(p)$unseen, 0.5)
+})
+
+test_that("a child not waited for when the profile ends is in the unseen share with the CPU time it used", {
+  job <- NULL
+  # The child burns 0.3 s; the profile ends once it has used 0.25 s (its
+  # own account, /proc), before anyone waits for it.
+  child_cpu <- function(pid) {
+    u <- winch:::rs_target_usage(pid)
+    u$user + u$system
+  }
+  p <- winch_profile(
+    {
+      job <- parallel::mcparallel(r_burn(0.3))
+      deadline <- Sys.time() + 60
+      while (child_cpu(job$pid) < 0.25 && Sys.time() < deadline) Sys.sleep(0.01)
+    },
+    interval = 0.005, processes = "self"
+  )
+  on.exit(parallel::mccollect(job), add = TRUE)
+  u <- p$stats$usage
+  expect_gte(u$children_user + u$children_system, 0.25)
   expect_gt(summary(p)$unseen, 0.5)
 })
 

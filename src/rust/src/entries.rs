@@ -123,8 +123,9 @@ pub fn rs_resource_usage() -> Result<RValue> {
     Err(Error::Unavailable("getrusage() is not available on this system".into()))
 }
 
-/// This process's resource use so far (getrusage): times in seconds, the
-/// largest resident set in bytes, and counts.
+/// This process's resource use so far (getrusage): times in seconds (its
+/// children's: those waited for and those not yet, see
+/// `winch_core::own_children_time`), the largest resident set in bytes, and counts.
 #[cfg(unix)]
 pub fn rs_resource_usage() -> Result<RValue> {
     // SAFETY: getrusage fills `u`.
@@ -133,18 +134,14 @@ pub fn rs_resource_usage() -> Result<RValue> {
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
         return Err(Error::Unavailable("getrusage() failed".into()));
     }
-    // The children it waited for (ended ones).
-    // SAFETY: as above.
-    let mut c: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let children = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut c) } == 0;
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    let of_children = |t: libc::timeval| if children { secs(t) } else { f64::NAN };
+    // Its children, waited for (the kernel's account) or not yet.
+    let (children_user, children_system) = winch_core::own_children_time().unwrap_or((f64::NAN, f64::NAN));
     Ok(RValue::List(vec![
         ("user", secs(u.ru_utime).into()),
         ("system", secs(u.ru_stime).into()),
-        ("children_user", of_children(c.ru_utime).into()),
-        ("children_system", of_children(c.ru_stime).into()),
+        ("children_user", children_user.into()),
+        ("children_system", children_system.into()),
         ("max_rss", (u.ru_maxrss as f64 * 1024.0).into()),
         ("minor_faults", (u.ru_minflt as f64).into()),
         ("major_faults", (u.ru_majflt as f64).into()),

@@ -94,3 +94,4 @@ pub mod view;
 
 pub use fasthash::{FastHasher, FastMap};
 pub use loadhook::pin_self;
+pub use procfs::own_children_time;

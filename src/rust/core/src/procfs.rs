@@ -1,7 +1,7 @@
 //! Everything winch reads from `/proc`, for this process and for others:
 //! the one place that knows the files' paths and how their text is laid
 //! out. Lines of `maps`, the thread list of `task/`, `comm`, `stat`,
-//! `schedstat`, the tracer in `status`, a variable of `environ`, the
+//! the `children` of threads, `schedstat`, the tracer in `status`, a variable of `environ`, the
 //! executable's link and the `mem` file.
 //!
 //! Each file has a pure parser over its text (tested on synthetic text
@@ -313,6 +313,72 @@ pub fn stat(of: Proc, tid: Option<i32>) -> Option<Stat> {
     Stat::parse(&std::fs::read_to_string(of.path(tid, "stat")).ok()?)
 }
 
+/// The pids in the text of a thread's `children` file (space-separated).
+pub fn parse_children(text: &str) -> impl Iterator<Item = i32> + '_ {
+    text.split_whitespace().filter_map(|p| p.parse().ok())
+}
+
+/// The children of a process that it has not waited for, living or ended
+/// (zombies), from its threads' `children` files (a child is listed in
+/// its starting thread's). None where the kernel has no such files.
+pub fn children(of: Proc) -> Option<Vec<i32>> {
+    let mut out = Vec::new();
+    for tid in task_ids(of).ok()? {
+        match std::fs::read_to_string(of.path(Some(tid), "children")) {
+            Ok(text) => out.extend(parse_children(&text)),
+            // The thread is there and its file is not: not in this kernel.
+            Err(_) if std::fs::metadata(of.path(Some(tid), "stat")).is_ok() => return None,
+            Err(_) => {} // a thread that ended since the listing
+        }
+    }
+    Some(out)
+}
+
+/// The CPU seconds (user, system) of a process's children so far: those it
+/// waited for (`waited`: its own account of them, `RUSAGE_CHILDREN` or
+/// `stat`'s `cutime` and `cstime`) and those it has not waited for yet,
+/// living or ended, their own time and their waited-for children's (what
+/// waiting for them adds to the account). The difference of two readings
+/// is what the children used in between, whenever they are waited for. The
+/// account is read around the listing until it holds still (a child waited
+/// for meanwhile would be counted twice or not at all). Without listed
+/// children (see [`children`]): the account alone.
+pub fn children_time(of: Proc, mut waited: impl FnMut() -> Option<(f64, f64)>) -> Option<(f64, f64)> {
+    let ticks = clock_ticks() as f64;
+    let mut account = waited()?;
+    for _ in 0..3 {
+        let Some(pids) = children(of) else { return Some(account) };
+        let (mut user, mut system) = (0u64, 0u64);
+        for pid in pids {
+            if let Some(s) = stat(Proc::Pid(pid), None) {
+                user += s.utime + s.cutime;
+                system += s.stime + s.cstime;
+            }
+        }
+        let after = waited()?;
+        if after == account {
+            return Some((account.0 + user as f64 / ticks, account.1 + system as f64 / ticks));
+        }
+        account = after;
+    }
+    Some(account)
+}
+
+/// The CPU seconds (user, system) of this process's children so far, waited
+/// for (`getrusage(RUSAGE_CHILDREN)`, to the microsecond) or not yet (see
+/// [`children_time`]). None if `getrusage` fails.
+pub fn own_children_time() -> Option<(f64, f64)> {
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let waited = || {
+        // SAFETY: a zeroed rusage is a valid value for getrusage to fill.
+        let mut c: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        (unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut c) } == 0)
+            .then(|| (secs(c.ru_utime), secs(c.ru_stime)))
+    };
+    children_time(Proc::This, waited)
+}
+
 /// A thread's `schedstat`: its time on a CPU and waiting on a run queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Schedstat {
@@ -355,7 +421,7 @@ pub struct Usage {
     /// CPU seconds in user and system mode.
     pub user: Option<f64>,
     pub system: Option<f64>,
-    /// The same of the children it waited for.
+    /// The same of its children, waited for or not (see [`children_time`]).
     pub children_user: Option<f64>,
     pub children_system: Option<f64>,
     /// The peak resident set, in bytes.
@@ -387,11 +453,23 @@ impl Usage {
     }
 }
 
-/// What process `of` has used so far.
+/// What process `of` has used so far; its children's time counts those it
+/// has not waited for yet (see [`children_time`]).
 pub fn usage(of: Proc) -> Usage {
-    let stat = std::fs::read_to_string(of.path(None, "stat")).ok();
     let status = std::fs::read_to_string(of.path(None, "status")).ok();
-    Usage::parse(stat.as_deref(), status.as_deref())
+    let mut text = None;
+    let children = children_time(of, || {
+        text = std::fs::read_to_string(of.path(None, "stat")).ok();
+        let s = Stat::parse(text.as_deref()?)?;
+        let ticks = clock_ticks() as f64;
+        Some((s.cutime as f64 / ticks, s.cstime as f64 / ticks))
+    });
+    let mut usage = Usage::parse(text.as_deref(), status.as_deref());
+    if let Some((user, system)) = children {
+        usage.children_user = Some(user);
+        usage.children_system = Some(system);
+    }
+    usage
 }
 
 /// Clock ticks per second, the unit of `stat`'s times (`USER_HZ`).
@@ -600,6 +678,90 @@ mod tests {
         done_tx.send(()).unwrap();
         h.join().unwrap();
         assert_eq!(comm(Proc::This, i32::MAX), "", "unreadable: empty");
+    }
+
+    #[test]
+    fn children_files_text() {
+        assert_eq!(parse_children("12 345 6789 ").collect::<Vec<_>>(), vec![12, 345, 6789]);
+        assert_eq!(parse_children("").count(), 0);
+    }
+
+    /// This process's CPU seconds, or its children's as `children_time`
+    /// counts them.
+    fn cpu_seconds(who: libc::c_int) -> f64 {
+        // SAFETY: a zeroed rusage is a valid value for getrusage to fill.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::getrusage(who, &mut u) }, 0);
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        secs(u.ru_utime) + secs(u.ru_stime)
+    }
+
+    fn children_seconds() -> f64 {
+        own_children_time().map(|(u, s)| u + s).unwrap()
+    }
+
+    /// Forks a child that burns `seconds` of CPU and leaves.
+    fn burner(seconds: f64) -> i32 {
+        // SAFETY: the child only reads its clock and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            while cpu_seconds(libc::RUSAGE_SELF) < seconds {}
+            // SAFETY: leaves the child at once, nothing run at exit.
+            unsafe { libc::_exit(0) };
+        }
+        pid
+    }
+
+    #[test]
+    fn a_child_not_waited_for_counts_living_ended_and_waited_for() {
+        if children(Proc::This).is_none() {
+            eprintln!("skipped: this kernel has no task/*/children files");
+            return;
+        }
+        // In a process of its own, whose only child is the burner (other
+        // tests start children of this one). The steps report by exit
+        // status: 0 all held, else the number of the one that failed.
+        // SAFETY: the probe reads /proc and its clocks, forks, waits and
+        // leaves with _exit; glibc's malloc is usable after fork.
+        let probe = unsafe { libc::fork() };
+        if probe == 0 {
+            let step = || -> i32 {
+                let before = children_seconds();
+                let pid = burner(0.3);
+                if pid <= 0 || children(Proc::This).is_none_or(|c| c != [pid]) {
+                    return 1; // listed while it lives
+                }
+                while stat(Proc::Pid(pid), None).is_some_and(|s| s.state != 'Z') {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                let ended = children_seconds();
+                if ended - before < 0.28 {
+                    return 2; // ended, not waited for: its time counted
+                }
+                let mut status = 0;
+                // SAFETY: the probe's own child.
+                if unsafe { libc::waitpid(pid, &mut status, 0) } != pid
+                    || children(Proc::This) != Some(vec![])
+                {
+                    return 3;
+                }
+                let waited = children_seconds();
+                if (waited - ended).abs() > 0.02 {
+                    return 4; // waited for: counted once, in the account
+                }
+                0
+            };
+            let code = step();
+            // SAFETY: leaves the probe at once.
+            unsafe { libc::_exit(code) };
+        }
+        assert!(probe > 0);
+        let mut status = 0;
+        // SAFETY: our own child.
+        assert_eq!(unsafe { libc::waitpid(probe, &mut status, 0) }, probe);
+        assert!(libc::WIFEXITED(status), "the probe did not leave normally: {status}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "the step that failed (see the test)");
     }
 
     /// A `stat` line: `comm`, then the state and the fields after it, with
