@@ -6,7 +6,8 @@ use super::super::compose::{Moment, RFacts, Scratch};
 use super::super::record::Flags;
 use super::clock::now_ns as now;
 use super::ring::Ring;
-use super::sample::{sample, Tick};
+use super::sample::{sample, Sink, Tick};
+use super::worker::Extra;
 use crate::unwind::walk::Snapshot;
 
 /// Nanoseconds per sample (median, 99th percentile) and the entries a
@@ -40,7 +41,7 @@ pub fn sample_cost(facts: &RFacts, n: usize, thrash_mb: usize) -> Cost {
         let t0 = now();
         let tick = Tick { weight: 1, flags: Flags::NONE, started_ns: t0 };
         let at = Moment { snapshot: &snap, index: 0, seq: 0, context: 0, fork: &[] };
-        let out = sample(regs, tick, at, facts, &mut scratch, &ring);
+        let out = sample(regs, tick, at, Extra::NONE, facts, &mut scratch, Sink::Ring(&ring));
         times.push(now() - t0);
         entries = out.frames;
         ring.drain(&mut buf, |_| {});

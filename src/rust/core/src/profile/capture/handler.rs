@@ -9,12 +9,12 @@
 //! system calls only `clock_gettime`, `process_vm_readv` (another thread's
 //! stack) and `tgkill` (asking R's main thread for a reference sample).
 
-use super::super::compose::{compose, Moment, Reads};
-use super::super::record::{self, Entry, Flags, PREFIX};
+use super::super::compose::Moment;
+use super::super::record::{self, Flags};
 use super::active::Active;
 use super::clock::{gettid, now_ns, MIN_INTERVAL_NS};
 use super::main_ref::MainSample;
-use super::sample::{sample, Tick};
+use super::sample::{sample, Sink, Tick};
 use super::shared::Session;
 use super::worker::{sample_worker, Extra, ThreadId};
 use crate::memory::Memory;
@@ -121,7 +121,7 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
     let tick = Tick { weight, flags, started_ns: start };
     let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
-    let out = sample(regs, tick, at, &s.facts, scratch, &s.ring);
+    let out = sample(regs, tick, at, Extra::NONE, &s.facts, scratch, Sink::Ring(&s.ring));
     // Other threads' samples may be shown under this one only if it was
     // kept (see `link_to_main`).
     s.main_ref.publish(MainSample { seq, context: if out.pushed { context } else { 0 }, taken_ns: start });
@@ -149,20 +149,10 @@ fn child_tick(
     // SAFETY: only the main thread's handler uses `scratch` while the
     // session runs, and it does not nest (the signal is blocked in it).
     let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
-    scratch.prefetch(&s.facts);
     let seq = s.main_ref.next_seq();
     s.main_ref.publish(MainSample { seq, context: 0, taken_ns: tick.started_ns });
-    let mem = Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
-    let fork = super::children::fork_records();
-    let at = Moment { snapshot, index, seq, context: context as u64, fork };
-    let made = compose(regs, tick.flags, at, &s.facts, &mem, scratch);
-    if made.outside {
-        return;
-    }
-    let spent = now_ns().saturating_sub(tick.started_ns);
-    let (rec, labels) = scratch.record_and_labels(made.len);
-    record::write_prefix(rec, made.prefix(tick.weight, spent));
-    super::children::push_sample(children, slot, rec, labels);
+    let at = Moment { snapshot, index, seq, context: context as u64, fork: super::children::fork_records() };
+    sample(regs, tick, at, Extra::NONE, &s.facts, scratch, Sink::Child(children, slot));
 }
 
 /// One sample of the calling thread, not R's main thread, taken while R's
@@ -301,38 +291,20 @@ fn main_allocation(
     let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return false };
     let seq = s.main_ref.next_seq();
     let context = s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0);
-    // Other threads' samples may be shown under this one only if kept.
-    let publish = |kept: bool| {
-        s.main_ref.publish(MainSample {
-            seq,
-            context: if kept { context } else { 0 },
-            taken_ns: tick.started_ns,
-        })
-    };
-    let mem = Reads { heap: &crate::memory::Objects, chain: &s.facts.ranges };
     let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
-    let made = compose(regs, tick.flags, at, &s.facts, &mem, scratch);
-    if made.outside {
+    let out = sample(regs, tick, at, extra, &s.facts, scratch, Sink::Ring(&s.ring));
+    if out.outside {
         s.outside.fetch_add(tick.weight, Ordering::Relaxed);
-        publish(false);
-        return false;
-    }
-    let len = scratch.append(made.len, extra.tail);
-    let rec = scratch.record(len);
-    // The hook's own frames (innermost, before any R frame) left out.
-    let own = |ip| (extra.skip)(ip);
-    let first =
-        (PREFIX..rec.len()).find(|&k| Entry::ip_of(rec[k]).is_none_or(|ip| !own(ip))).unwrap_or(rec.len());
-    rec.copy_within(first.., PREFIX);
-    let len = rec.len() - (first - PREFIX);
-    let spent = now_ns().saturating_sub(tick.started_ns);
-    record::write_prefix(rec, made.prefix(tick.weight, spent));
-    let kept = s.ring.push(&rec[..len]);
-    if !kept {
+    } else if !out.pushed {
         s.dropped.fetch_add(tick.weight, Ordering::Relaxed);
     }
-    publish(kept);
-    kept
+    // Other threads' samples may be shown under this one only if kept.
+    s.main_ref.publish(MainSample {
+        seq,
+        context: if out.pushed { context } else { 0 },
+        taken_ns: tick.started_ns,
+    });
+    out.pushed
 }
 
 #[cfg(test)]
