@@ -73,6 +73,10 @@
 #' it out) carries a frame `[wait]` under its frames, in every thread, so
 #' that waiting shows as waiting.
 #'
+#' A sample whose stack could not be read at all (not even the address the
+#' thread was at) is the one frame `[no frames]` (kind `"none"`): it counts
+#' like any other sample and is never an empty stack.
+#'
 #' `threads = "main"` samples R's main thread only, as before.
 #'
 #' @section Processes:

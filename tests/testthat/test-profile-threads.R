@@ -297,10 +297,11 @@ test_that("the Rprof file and pprof carry the threads", {
   }
   main_only <- top("-top", "-tagfocus=thread=main", pb)
   worker_only <- top("-top", "-tagfocus=thread=thread 1", pb)
-  expect_true(any(grepl("spin_omp_main", main_only)))
-  expect_false(any(grepl("spin_omp_worker", main_only)))
-  expect_true(any(grepl("spin_omp_worker", worker_only)))
-  expect_false(any(grepl("spin_omp_main", worker_only)))
+  info <- paste(c(main_only, "--", worker_only, "--", capture.output(print(p$threads))), collapse = "\n")
+  expect_true(any(grepl("spin_omp_main", main_only)), info = info)
+  expect_false(any(grepl("spin_omp_worker", main_only)), info = info)
+  expect_true(any(grepl("spin_omp_worker", worker_only)), info = info)
+  expect_false(any(grepl("spin_omp_main", worker_only)), info = info)
 })
 
 test_that("a real data.table run: the profile sees the process's CPU time", {

@@ -28,6 +28,8 @@ pub enum FrameKind {
     Wait,
     /// Where another process's own frames begin: `[process N]`.
     Process,
+    /// A sample whose stack could not be read at all: `[no frames]`.
+    NoFrames,
 }
 
 impl FrameKind {
@@ -39,6 +41,7 @@ impl FrameKind {
             FrameKind::Thread => "thread",
             FrameKind::Wait => "wait",
             FrameKind::Process => "process",
+            FrameKind::NoFrames => "none",
         }
     }
 
@@ -50,6 +53,7 @@ impl FrameKind {
             FrameKind::Thread,
             FrameKind::Wait,
             FrameKind::Process,
+            FrameKind::NoFrames,
         ]
         .into_iter()
         .find(|k| k.name() == name)

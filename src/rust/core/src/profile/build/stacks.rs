@@ -166,7 +166,19 @@ impl<'a> Builder<'a> {
     /// thread was running R code, or nothing on its native stack belongs to
     /// the thread's runtime (a pool's thread working after its region
     /// ended), the thread's frames stay at the root.
+    /// A stack with no frame at all (nothing readable, not even where the
+    /// thread was) is `[no frames]`: the sample counts, never as an empty
+    /// stack.
     pub(super) fn stack(&mut self, entries: &[u64]) -> (Vec<usize>, Sampled) {
+        let (mut out, who) = self.frames(entries);
+        if out.is_empty() {
+            let f = self.function(FrameKind::NoFrames, "[no frames]".into(), "[no_frames]".into(), None);
+            out.push(self.marker_location(f));
+        }
+        (out, who)
+    }
+
+    fn frames(&mut self, entries: &[u64]) -> (Vec<usize>, Sampled) {
         if let Some(o) = entries.first().and_then(|&w| Origin::decode(w)).filter(|o| o.process) {
             return (self.process_stack(&entries[1..], o), Sampled { thread: 0, process: o.tid });
         }
@@ -569,6 +581,42 @@ mod tests {
         assert_eq!(placement(&maps, &now, word(2), 0x10100), Place::Unknown);
         assert_eq!(placement(&maps, &now, Origin::decode(Entry::native(1, false)), 0x10100), Place::Unknown);
         assert_eq!(placement(&maps, &now, word(0), 0x5), Place::Unknown);
+    }
+
+    #[test]
+    fn a_sample_without_frames_is_labelled_not_empty() {
+        let fin = Finished {
+            collected: Default::default(),
+            labels: Labels::new(),
+            snapshots: Vec::new(),
+            handler_runs: 0,
+            dropped: 0,
+            outside: 0,
+            duration_ns: 0,
+            started: std::time::SystemTime::UNIX_EPOCH,
+            all_threads: false,
+            threads: Vec::new(),
+            main_tid: 1,
+            main_name: String::new(),
+            main_cpu_ns: 0,
+            thread_dropped: 0,
+            alloc: None,
+            modules_now: Some(Arc::new(ModuleMap::new(Vec::new()))),
+            pid: 1,
+            command: String::new(),
+            launch_module: None,
+        };
+        let labels = Labels::new();
+        let mut b = Builder::new(&labels, &fin);
+        // R's main thread's sample: its origin word, nothing after it.
+        let (locations, who) = b.stack(&[Origin::main(0).encode()]);
+        assert_eq!(who, Sampled::default());
+        assert_eq!(locations.len(), 1);
+        let line = &b.locations[locations[0]].lines[0];
+        let f = &b.functions[line.function];
+        assert_eq!((f.kind, f.name.as_str()), (FrameKind::NoFrames, "[no frames]"));
+        // The same location for every such sample.
+        assert_eq!(b.stack(&[Origin::main(0).encode()]).0, locations);
     }
 
     #[test]
