@@ -6,7 +6,8 @@
 cli_usage <- function() {
   c(
     "Usage:",
-    "  winch dump PID [--libr]                 the joint stack of every thread of process PID",
+    "  winch dump PID [--libr] [--children]    the joint stack of every thread of process PID",
+    "                                          (--children: and of every process it started)",
     "  winch dump --core FILE [--exe PROGRAM]  the same from a core file",
     "  winch record PID [-d SECONDS] [-i SECONDS] [-o FILE] [--idle] [--main]",
     "                                          profile process PID for SECONDS (default 10);",
@@ -86,13 +87,15 @@ cli_run <- function(args) {
   switch(args[[1L]],
     dump = {
       libr <- cli_take(state, "--libr", flag = TRUE)
+      children <- cli_take(state, "--children", flag = TRUE)
       core <- cli_take(state, "--core")
       exe <- cli_take(state, "--exe")
       if (is.null(core)) {
         if (length(state$args) != 1L) cli_abort("dump needs one PID (or --core FILE)")
-        print(winch_dump(cli_pid(state$args[[1L]]), libr = libr))
+        print(winch_dump(cli_pid(state$args[[1L]]), libr = libr, children = children))
       } else {
         if (length(state$args)) cli_abort("dump --core takes no PID")
+        if (children) cli_abort("dump --core takes no --children (a core file holds one process)")
         print(winch_dump(core = core, exe = exe, libr = libr))
       }
       0L

@@ -48,6 +48,19 @@
 #' `winch_error_permission` that says which applies. A process already
 #' traced (by a debugger) cannot be read (`winch_error_busy`).
 #'
+#' @section Child processes:
+#' With `children = TRUE`, every descendant of the process is read too,
+#' each in turn, after it: the workers of [parallel::mclapply()] or
+#' [parallel::mcparallel()] (forked: their R stack holds the parent's call
+#' that started them, then the work), [system2()]'s programs, callr's R
+#' sessions. Descendants are those the kernel lists as children not yet
+#' waited for (`/proc/PID/task/TID/children`; on a kernel without these
+#' files none is found), children of children included, at most 4096;
+#' PSOCK cluster workers are not descendants (the shell that starts them
+#' exits): dump them by their own pid. A descendant that ends before it is
+#' read, that may not be traced, or that a debugger traces, is listed with
+#' the reason, and the others are read all the same.
+#'
 #' @section Core files:
 #' With `core`, the same is read from a core file (the process is gone: a
 #' crash on a cluster node or in CI). Its threads' registers and memory are
@@ -77,6 +90,8 @@
 #'   program, the one the core's process ran (where the core records its
 #'   build-id, they must agree).
 #' @param libr Include frames of R's own library (the interpreter)?
+#' @param children Read the process's descendants too (see "Child
+#'   processes")? `TRUE` or `FALSE`; not with `core`.
 #' @return An object of class `winch_dump`: a list with one element per
 #'   thread, R's main thread first (named `"main"`, the others by thread
 #'   id), each a `winch_calls` list as [winch_sys_calls()] returns (R calls
@@ -88,7 +103,10 @@
 #'   `NA`: a core file cut short, R's state or R's frames not read, threads
 #'   that did not stop (counted; each has its `fallback_reason`), a
 #'   thread's stack that did not unwind whole; several reasons are joined
-#'   by `"; "`), `core` (the core file, or `NULL`). A thread whose native
+#'   by `"; "`), `core` (the core file, or `NULL`); with `children = TRUE`,
+#'   `children` (a list of `winch_dump`s, one per descendant read, named by
+#'   pid, each with attribute `parent`, its parent's pid) and
+#'   `children_not_read` (a data frame: `pid`, `parent`, `reason`). A thread whose native
 #'   stack could not be unwound whole has attributes `truncated = TRUE`
 #'   and `truncation` (why); a thread whose native frames could not be
 #'   placed among R's has `fallback_reason`. `print()` shows them all.
@@ -96,14 +114,17 @@
 #' \dontrun{
 #' # Another R session, busy: what is it doing?
 #' winch_dump(12345)
+#' # A stuck mclapply(): the parent and every worker.
+#' winch_dump(12345, children = TRUE)
 #' # From a shell:
 #' #   Rscript -e 'winch::winch_dump(12345)'
 #' # A core file left by a crash:
 #' winch_dump(core = "core.12345")
 #' }
 #' @export
-winch_dump <- function(pid, libr = FALSE, core = NULL, exe = NULL) {
+winch_dump <- function(pid, libr = FALSE, core = NULL, exe = NULL, children = FALSE) {
   check_flag(libr)
+  check_flag(children)
   if (is.null(core)) {
     check_required(pid, what = "a process id, or `core`, the path of a core file")
     pid <- check_pid(pid)
@@ -118,12 +139,58 @@ winch_dump <- function(pid, libr = FALSE, core = NULL, exe = NULL) {
   if (is.null(core) && !is.null(exe)) {
     abort_bad_argument("`exe` goes with `core`: a running process's executable is known.")
   }
+  if (children && !is.null(core)) {
+    abort_bad_argument("`children` goes with `pid`: a core file holds one process.")
+  }
   sync_options(capture_throws = FALSE)
   res <- if (is.null(core)) {
     check_result(rs_dump(pid, libr))
   } else {
     check_result(rs_dump_core(normalizePath(core), if (!is.null(exe)) normalizePath(exe), libr))
   }
+  out <- new_winch_dump(res, core)
+  if (children) {
+    out <- dump_descendants(out, libr)
+  }
+  out
+}
+
+# Each descendant of the dumped process read in turn (listed once, after
+# the process itself): `children`, their dumps by pid, each with its
+# `parent`; `children_not_read`, those that could not be read (ended
+# meanwhile, not allowed, traced by a debugger) with the reason.
+dump_descendants <- function(dump, libr) {
+  found <- check_result(rs_descendants(attr(dump, "pid")))
+  reasons <- rep(NA_character_, length(found$pid))
+  dumps <- vector("list", length(found$pid))
+  for (i in seq_along(found$pid)) {
+    if (found$pid[[i]] == Sys.getpid()) {
+      reasons[[i]] <- "it is this R process (see winch_sys_calls())"
+      next
+    }
+    dumps[i] <- list(tryCatch(
+      {
+        d <- new_winch_dump(check_result(rs_dump(found$pid[[i]], libr)), NULL)
+        attr(d, "parent") <- found$parent[[i]]
+        d
+      },
+      winch_error = function(e) {
+        reasons[[i]] <<- if (inherits(e, "winch_error_no_process")) "it ended while it was read" else conditionMessage(e)
+        NULL
+      }
+    ))
+  }
+  read <- is.na(reasons)
+  attr(dump, "children") <- stats::setNames(dumps[read], found$pid[read])
+  attr(dump, "children_not_read") <- data.frame(
+    pid = found$pid[!read], parent = found$parent[!read], reason = reasons[!read],
+    stringsAsFactors = FALSE
+  )
+  dump
+}
+
+# A dump's R form from what the core read (`res`).
+new_winch_dump <- function(res, core) {
   pid <- res$pid
   threads <- lapply(res$threads, dump_thread)
   tids <- vapply(res$threads, function(t) t$tid, 0L)
@@ -189,9 +256,11 @@ format.winch_dump <- function(x, ...) {
   pid <- attr(x, "pid")
   rv <- attr(x, "r_version")
   what <- if (is.na(rv)) "not R, or R not readable" else paste("R", rv)
+  kids <- NROW(attr(x, "children_not_read")) + length(attr(x, "children"))
   head <- sprintf(
-    "<winch_dump> process %d (%s), %d thread%s%s", pid, what, length(x), if (length(x) == 1L) "" else "s",
-    if (is.null(attr(x, "core"))) "" else paste0(", from core file ", attr(x, "core"))
+    "<winch_dump> process %d (%s), %d thread%s%s%s", pid, what, length(x), if (length(x) == 1L) "" else "s",
+    if (is.null(attr(x, "core"))) "" else paste0(", from core file ", attr(x, "core")),
+    if (is.null(attr(x, "children"))) "" else sprintf(", %d child process%s", kids, if (kids == 1L) "" else "es")
   )
   note <- attr(x, "note")
   if (length(note) == 1L && !is.na(note)) {
@@ -214,7 +283,25 @@ format.winch_dump <- function(x, ...) {
     if (!is.null(why) && !is.na(why)) lines <- c(lines, paste("note:", why))
     c(title, lines)
   }))
-  c(head, body)
+  c(head, body, format_descendants(x))
+}
+
+# The dumps of a process's descendants (`winch_dump(children = TRUE)`),
+# each under a rule naming it and its parent, then those not read.
+format_descendants <- function(x) {
+  kids <- attr(x, "children")
+  missed <- attr(x, "children_not_read")
+  if (is.null(kids) && is.null(missed)) {
+    return(character())
+  }
+  read <- unlist(lapply(kids, function(k) {
+    c("", sprintf("== Child process %d (of %d) ==", attr(k, "pid"), attr(k, "parent")), format(k))
+  }))
+  not_read <- if (NROW(missed)) {
+    c("", sprintf("Child process %d (of %d) not read: %s", missed$pid, missed$parent, missed$reason))
+  }
+  none <- if (!length(kids) && !NROW(missed)) c("", "No child processes.")
+  c(read, not_read, none)
 }
 
 #' @export

@@ -105,6 +105,7 @@ rs_record_tick <- function() .Call(C_rs_record_tick)
 rs_record_stop <- function() .Call(C_rs_record_stop)
 rs_record_discard <- function() .Call(C_rs_record_discard)
 rs_target_usage <- function(pid) .Call(C_rs_target_usage, pid)
+rs_descendants <- function(pid) .Call(C_rs_descendants, pid)
 
 # Files --------------------------------------------------------------------
 

@@ -59,6 +59,7 @@
   X(rs_record_stop, 0)          \
   X(rs_record_discard, 0)       \
   X(rs_target_usage, 1)         \
+  X(rs_descendants, 1)          \
   X(rs_file_kind, 1)
 
 /* Prototypes by number of arguments. */

@@ -170,7 +170,9 @@ bi_table <- function(core = NULL) {
       args = list(fun = "fun", env = "env"), accept = list(fun = c("a function" = "a function without arguments"))
     ),
     bi_function("winch_crash_report", quote(winch_crash_report(enable = FALSE)), args = list(enable = "flag")),
-    bi_function("winch_dump", quote(winch_dump(pid = PID, libr = FALSE)), args = list(pid = "pid", libr = "flag")),
+    bi_function("winch_dump", quote(winch_dump(pid = PID, libr = FALSE, children = FALSE)),
+      args = list(pid = "pid", libr = "flag", children = "flag")
+    ),
     bi_cases("winch_dump", "pid", c(
       "missing, and no core" = "winch_dump()", "missing, core NULL" = "winch_dump(core = NULL)"
     )),

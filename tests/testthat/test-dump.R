@@ -115,6 +115,8 @@ test_that("bad input is refused before any process is touched", {
   expect_error(winch_dump(Inf), class = "winch_error_bad_argument")
   expect_error(winch_dump(Sys.getpid()), "winch_sys_calls", class = "winch_error_bad_argument")
   expect_error(winch_dump(1, libr = NA), class = "winch_error_bad_argument")
+  expect_error(winch_dump(1, children = NA), class = "winch_error_bad_argument")
+  expect_error(winch_dump(1, children = c(TRUE, TRUE)), class = "winch_error_bad_argument")
   # A process that has exited.
   child <- local_child_command("true")
   expect_true(wait_exit(child$pid))
@@ -445,6 +447,64 @@ test_that("bad core files are refused with classed errors", {
   expect_error(winch_dump(core = 1), class = "winch_error_bad_argument")
   expect_error(winch_dump(core = c("a", "b")), class = "winch_error_bad_argument")
   expect_error(winch_dump(2, exe = "/bin/sh"), "core", class = "winch_error_bad_argument")
+  expect_error(winch_dump(core = not_core, children = TRUE), "one process", class = "winch_error_bad_argument")
+})
+
+# The pids of process `pid`'s children (not yet waited for), from /proc.
+child_pids <- function(pid) {
+  files <- Sys.glob(sprintf("/proc/%d/task/*/children", pid))
+  as.integer(unlist(strsplit(unlist(lapply(files, readLines, warn = FALSE)), " +")))
+}
+
+test_that("children = TRUE dumps every worker of a stuck mclapply() after its parent", {
+  skip_if(!length(Sys.glob("/proc/self/task/*/children")), "this kernel does not list children in /proc")
+  # Each worker marks itself, and the one that sees both marks says ready.
+  child <- local_r_child(c(
+    "work <- function(i) {",
+    "  file.create(sprintf('%s-%d', ready, i))",
+    "  if (all(file.exists(sprintf('%s-%d', ready, 1:2)))) file.create(ready)",
+    "  Sys.sleep(120)",
+    "}",
+    "hold <- function() parallel::mclapply(1:2, work, mc.cores = 2)",
+    "hold()"
+  ))
+  workers <- child_pids(child$pid)
+  withr::defer(for (w in workers) kill_child(w))
+  expect_length(workers, 2L)
+  d <- winch_dump(child$pid, children = TRUE)
+  kids <- attr(d, "children")
+  expect_identical(sort(as.integer(names(kids))), sort(workers))
+  expect_identical(nrow(attr(d, "children_not_read")), 0L)
+  for (k in kids) {
+    expect_s3_class(k, "winch_dump")
+    expect_identical(attr(k, "parent"), child$pid)
+    # A forked worker's stack: the parent's call that forked it, then the work.
+    lines <- dump_lines(k$main)
+    expect_identical(lines[[1L]], "hold()")
+    expect_true(any(grepl("mclapply(", lines, fixed = TRUE)), info = paste(lines, collapse = "\n"))
+    expect_true("Sys.sleep(120)" %in% lines, info = paste(lines, collapse = "\n"))
+  }
+  # The parent still waits for them, in mclapply().
+  expect_true(any(grepl("mclapply(", dump_lines(d$main), fixed = TRUE)))
+  out <- format(d)
+  expect_match(out[[1L]], ", 2 child processes$")
+  for (w in workers) {
+    expect_true(sprintf("== Child process %d (of %d) ==", w, child$pid) %in% out)
+  }
+  # Both workers go on sleeping, not stopped.
+  expect_true(all(vapply(workers, process_state, "") == "S"))
+  # Without children = TRUE: the parent alone, as before.
+  expect_null(attr(winch_dump(child$pid), "children"))
+})
+
+test_that("children = TRUE of a process without children says so", {
+  child <- local_child_command("sleep 60")
+  d <- winch_dump(child$pid, children = TRUE)
+  expect_identical(attr(d, "children"), stats::setNames(list(), character()))
+  expect_identical(nrow(attr(d, "children_not_read")), 0L)
+  out <- format(d)
+  expect_match(out[[1L]], ", 0 child processes$")
+  expect_identical(out[[length(out)]], "No child processes.")
 })
 
 test_that("the command line installed with the package dumps a process and says how to use it", {
@@ -463,8 +523,13 @@ test_that("the command line installed with the package dumps a process and says 
   expect_true(any(grepl("^<winch_dump> process [0-9]+ \\(R [0-9.]+\\)", out)))
   expect_true(any(grepl("cb()", out, fixed = TRUE)))
   expect_true(any(grepl("`/wtest_burn.so`::burn_call()", out, fixed = TRUE)))
+  kids <- run("dump", "--children", child$pid)
+  expect_identical(attr(kids, "status"), 0L, info = paste(kids, collapse = "\n"))
+  expect_true("No child processes." %in% kids)
+  expect_identical(attr(run("dump", "--core", tempfile(), "--children"), "status"), 2L)
   help <- run("help")
   expect_identical(attr(help, "status"), 0L)
+  expect_true(any(grepl("--children", help, fixed = TRUE)))
   expect_true(any(grepl("winch record PID", help, fixed = TRUE)))
   bad <- run("frobnicate")
   expect_identical(attr(bad, "status"), 2L)

@@ -624,6 +624,6 @@ pub fn rs_file_kind(path: Arg) -> Result<RValue> {
 }
 
 pub use crate::outside::{
-    rs_dump, rs_dump_core, rs_record_discard, rs_record_start, rs_record_stop, rs_record_tick,
-    rs_target_usage,
+    rs_descendants, rs_dump, rs_dump_core, rs_record_discard, rs_record_start, rs_record_stop,
+    rs_record_tick, rs_target_usage,
 };

@@ -125,5 +125,6 @@ entry_points! {
     rs_record_stop();
     rs_record_discard();
     rs_target_usage(pid);
+    rs_descendants(pid);
     rs_file_kind(path);
 }

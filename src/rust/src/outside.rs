@@ -179,6 +179,14 @@ pub fn rs_record_discard() -> Result<RValue> {
     Ok(recording().take().is_some().into())
 }
 
+/// The descendants of process `pid` now: `pid` and `parent` (integer
+/// vectors), each after its parent.
+pub fn rs_descendants(pid: Arg) -> Result<RValue> {
+    let found = winch_core::outside::descendants(pid.int()?);
+    let column = |f: fn(&(i32, i32)) -> i32| RValue::Int(found.iter().map(|d| Some(f(d))).collect());
+    Ok(RValue::List(vec![("pid", column(|d| d.0)), ("parent", column(|d| d.1))]))
+}
+
 /// What process `pid` has used so far, as `rs_resource_usage()` tells of
 /// this process (NA where `/proc` has nothing: block I/O always).
 pub fn rs_target_usage(pid: Arg) -> Result<RValue> {

@@ -35,6 +35,10 @@ pub fn rs_record_discard() -> Result<RValue> {
     Ok(false.into())
 }
 
+pub fn rs_descendants(_pid: Arg) -> Result<RValue> {
+    unavailable()
+}
+
 pub fn rs_target_usage(_pid: Arg) -> Result<RValue> {
     unavailable()
 }
