@@ -9,7 +9,7 @@ cli_usage <- function() {
     "  winch dump PID [--libr] [--children]    the joint stack of every thread of process PID",
     "                                          (--children: and of every process it started)",
     "  winch dump --core FILE [--exe PROGRAM]  the same from a core file",
-    "  winch record PID [-d SECONDS] [-i SECONDS] [-o FILE] [--idle] [--main]",
+    "  winch record PID [-d SECONDS] [-i SECONDS] [-o FILE] [--idle] [--main] [--children]",
     "                                          profile process PID for SECONDS (default 10);",
     "                                          FILE ending .pb.gz: pprof, .folded: collapsed stacks,",
     "                                          else Rprof's format; without -o, a summary is printed",
@@ -106,6 +106,7 @@ cli_run <- function(args) {
       out <- cli_take(state, c("-o", "--output"))
       idle <- cli_take(state, "--idle", flag = TRUE)
       main <- cli_take(state, "--main", flag = TRUE)
+      children <- cli_take(state, "--children", flag = TRUE)
       if (length(state$args) != 1L) cli_abort("record needs one PID")
       pid <- cli_pid(state$args[[1L]])
       if (!is.null(out)) {
@@ -113,7 +114,9 @@ cli_run <- function(args) {
         check_output_file(out, "-o")
         check_writable(out, "-o")
       }
-      p <- winch_record(pid, duration, interval = interval, threads = if (main) "main" else "all", idle = idle)
+      p <- winch_record(pid, duration,
+        interval = interval, threads = if (main) "main" else "all", idle = idle, children = children
+      )
       if (is.null(out)) {
         print(summary(p))
       } else if (grepl("\\.pb(\\.gz)?$", out)) {

@@ -100,7 +100,7 @@ rs_crash_handlers <- function() .Call(C_rs_crash_handlers)
 
 rs_dump <- function(pid, libr) .Call(C_rs_dump, pid, libr)
 rs_dump_core <- function(path, exe, libr) .Call(C_rs_dump_core, path, exe, libr)
-rs_record_start <- function(pid, interval, threads, idle, loops, lines) .Call(C_rs_record_start, pid, interval, threads, idle, loops, lines)
+rs_record_start <- function(pid, interval, threads, idle, loops, lines, children) .Call(C_rs_record_start, pid, interval, threads, idle, loops, lines, children)
 rs_record_tick <- function() .Call(C_rs_record_tick)
 rs_record_stop <- function() .Call(C_rs_record_stop)
 rs_record_discard <- function() .Call(C_rs_record_discard)

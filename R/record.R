@@ -62,6 +62,23 @@
 #' Totals (the time under each R call and native function) are not
 #' affected; self time at such call sites is.
 #'
+#' @section Child processes:
+#' With `children = TRUE`, the process's descendants are recorded too
+#' (those the kernel lists as children not yet waited for, children of
+#' children included: see "Child processes" in [winch_dump()]): looked for
+#' at every sample, each recorded from when it is first seen, one process
+#' after another at each sample, and kept when it ends. The result is the
+#' profiles of all of them combined with `c()` (see [c.winch_profile()]):
+#' each process's samples under its own `[process host:pid]` frame, the
+#' recorded process first. A forked worker's stack starts with the calls
+#' of its parent that forked it (`mclapply()`'s worker shows
+#' `hold > mclapply > lapply > FUN > ...`): from outside, the parent's
+#' frames are not cut off as [winch_profile()] cuts them in-process.
+#' Each descendant costs the recording a start (reading what it loaded) and
+#' a sample per interval: a descendant that lives shorter than an interval
+#' may be missed, and one that cannot be read is listed in
+#' `target$not_recorded` with the reason.
+#'
 #' @param pid The process id: one positive whole number, at most
 #'   `.Machine$integer.max`, not this R process's own (use
 #'   [winch_profile()] for that).
@@ -77,22 +94,28 @@
 #' @param loops Show R's loops as frames (see [winch_profile()])?
 #' @param lines Record source positions (where the process's R code was
 #'   parsed with `keep.source = TRUE`)? Written to `file` too.
+#' @param children Record the process's descendants too (see "Child
+#'   processes")? `TRUE` or `FALSE`.
 #' @return A `winch_profile`. Its `target` element holds the process's
 #'   `pid`, whether it `ended` during the recording, the number of samples
 #'   `missed` (ticks that took no sample: the threads to sample did not
 #'   stop in time, no thread was running, or, waiting for a core, a thread's
 #'   share had not made an interval yet) and a `note` saying why R's frames
-#'   are missing, if they are.
+#'   are missing, if they are; with `children = TRUE`, `children` (a data
+#'   frame of the descendants recorded: `pid`, `parent`, whether it `ended`,
+#'   samples `missed`) and `not_recorded` (`pid`, `parent`, `reason`).
 #' @examples
 #' \dontrun{
 #' p <- winch_record(12345, duration = 10)
 #' p
 #' plot(p)
 #' winch_write_pprof(p, "server.pb.gz")
+#' # An R session running mclapply(): the session and its workers.
+#' winch_record(12345, duration = 10, children = TRUE)
 #' }
 #' @export
 winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = c("all", "main"), idle = FALSE,
-                         loops = TRUE, lines = FALSE) {
+                         loops = TRUE, lines = FALSE, children = FALSE) {
   check_required(pid, what = "a process id")
   pid <- check_pid(pid)
   check_required(duration, what = "the seconds to record")
@@ -102,6 +125,7 @@ winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = 
   check_flag(idle)
   check_flag(loops)
   check_flag(lines)
+  check_flag(children)
   check_output_file(file, null_ok = TRUE)
   check_writable(file)
   sync_options(capture_throws = FALSE)
@@ -111,7 +135,7 @@ winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = 
   }
   usage <- target_usage(pid)
   started <- Sys.time()
-  check_result(rs_record_start(pid, interval, threads, idle, loops, lines))
+  check_result(rs_record_start(pid, interval, threads, idle, loops, lines, children))
   on.exit(rs_record_discard(), add = TRUE)
   ended <- FALSE
   next_at <- started
@@ -131,18 +155,34 @@ winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = 
       next_at <- now # late: no burst to catch up
     }
   }
-  raw <- check_result(rs_record_stop())
-  usage_end <- if (ended) usage else target_usage(pid)
-  session <- list(
-    opts = list(loops = loops, lines = lines, threads = threads),
-    usage = usage, gc_counter = list(count = function() NA_real_)
-  )
-  p <- new_winch_profile(raw, session, usage_end = usage_end, gc_time = c(NA_real_, NA_real_, NA_real_), pid = pid)
-  p$target <- list(pid = pid, ended = ended, missed = raw$missed, note = raw$note)
+  res <- check_result(rs_record_stop())
+  opts <- list(loops = loops, lines = lines, threads = threads)
+  raw <- res$root
+  p <- recorded_profile(raw, opts, usage, if (ended) usage else target_usage(pid), pid)
+  target <- list(pid = pid, ended = ended, missed = raw$missed, note = raw$note)
+  if (children) {
+    kids <- lapply(res$children, function(k) recorded_profile(k$profile, opts, k$usage_start, k$usage_end, k$pid))
+    p <- do.call(c, c(list(p), kids))
+    target$children <- data.frame(
+      pid = vapply(res$children, function(k) k$pid, 0L),
+      parent = vapply(res$children, function(k) k$parent, 0L),
+      ended = vapply(res$children, function(k) k$ended, NA),
+      missed = vapply(res$children, function(k) k$profile$missed, 0)
+    )
+    target$not_recorded <- as.data.frame(res$not_recorded, stringsAsFactors = FALSE)
+  }
+  p$target <- target
   if (!is.null(file)) {
     winch_write_rprof(p, file)
   }
   p
+}
+
+# The profile of one recorded process (`raw`, from rs_record_stop()), its
+# resource use from `usage` to `usage_end`.
+recorded_profile <- function(raw, opts, usage, usage_end, pid) {
+  session <- list(opts = opts, usage = usage, gc_counter = list(count = function() NA_real_))
+  new_winch_profile(raw, session, usage_end = usage_end, gc_time = c(NA_real_, NA_real_, NA_real_), pid = pid)
 }
 
 # The longest recording: one week (a deadline that is never reached would

@@ -54,7 +54,7 @@
   X(rs_crash_handlers, 0)       \
   X(rs_dump, 2)                 \
   X(rs_dump_core, 3)            \
-  X(rs_record_start, 6)         \
+  X(rs_record_start, 7)         \
   X(rs_record_tick, 0)          \
   X(rs_record_stop, 0)          \
   X(rs_record_discard, 0)       \

@@ -208,11 +208,11 @@ bi_table <- function(core = NULL) {
     ),
     bi_function("winch_record", quote(winch_record(
       pid = PID, duration = 0.05, interval = 0.01, file = NULL, threads = "all", idle = FALSE, loops = TRUE,
-      lines = FALSE
+      lines = FALSE, children = FALSE
     )),
     args = list(
       pid = "pid", duration = "number", interval = "number", file = "write", threads = "choice",
-      idle = "flag", loops = "flag", lines = "flag"
+      idle = "flag", loops = "flag", lines = "flag", children = "flag"
     ),
     area = list(file = "files"), accept = list(file = file_null)
     ),

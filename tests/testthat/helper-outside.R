@@ -203,3 +203,24 @@ process_ticks <- function(pid) {
   f <- strsplit(sub("^.*\\) ", "", st), " ")[[1L]]
   as.numeric(f[[12L]]) + as.numeric(f[[13L]])
 }
+
+# The pids of process `pid`'s children (not yet waited for), from /proc.
+child_pids <- function(pid) {
+  files <- Sys.glob(sprintf("/proc/%d/task/*/children", pid))
+  as.integer(unlist(strsplit(unlist(lapply(files, readLines, warn = FALSE)), " +")))
+}
+
+# Code for local_r_child(): `hold()` runs mclapply() of two workers, each
+# running `work` (a line of R code); the second worker to start says
+# ready. The workers are the caller's to kill (child_pids()).
+mclapply_child_code <- function(work) {
+  c(
+    "work <- function(i) {",
+    "  file.create(sprintf('%s-%d', ready, i))",
+    "  if (all(file.exists(sprintf('%s-%d', ready, 1:2)))) file.create(ready)",
+    paste0("  ", work),
+    "}",
+    "hold <- function() parallel::mclapply(1:2, work, mc.cores = 2)",
+    "hold()"
+  )
+}

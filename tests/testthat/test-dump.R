@@ -450,24 +450,9 @@ test_that("bad core files are refused with classed errors", {
   expect_error(winch_dump(core = not_core, children = TRUE), "one process", class = "winch_error_bad_argument")
 })
 
-# The pids of process `pid`'s children (not yet waited for), from /proc.
-child_pids <- function(pid) {
-  files <- Sys.glob(sprintf("/proc/%d/task/*/children", pid))
-  as.integer(unlist(strsplit(unlist(lapply(files, readLines, warn = FALSE)), " +")))
-}
-
 test_that("children = TRUE dumps every worker of a stuck mclapply() after its parent", {
   skip_if(!length(Sys.glob("/proc/self/task/*/children")), "this kernel does not list children in /proc")
-  # Each worker marks itself, and the one that sees both marks says ready.
-  child <- local_r_child(c(
-    "work <- function(i) {",
-    "  file.create(sprintf('%s-%d', ready, i))",
-    "  if (all(file.exists(sprintf('%s-%d', ready, 1:2)))) file.create(ready)",
-    "  Sys.sleep(120)",
-    "}",
-    "hold <- function() parallel::mclapply(1:2, work, mc.cores = 2)",
-    "hold()"
-  ))
+  child <- local_r_child(mclapply_child_code("Sys.sleep(120)"))
   workers <- child_pids(child$pid)
   withr::defer(for (w in workers) kill_child(w))
   expect_length(workers, 2L)

@@ -219,6 +219,42 @@ test_that("an error while recording leaves the process running and nothing recor
   expect_true(process_state(child$pid) %in% c("R", "S"))
 })
 
+test_that("children = TRUE records every worker of mclapply() under its own [process] frame", {
+  skip_if(!length(Sys.glob("/proc/self/task/*/children")), "this kernel does not list children in /proc")
+  child <- local_r_child(c(burn_child_code(character()), mclapply_child_code("r_a(100)")))
+  workers <- child_pids(child$pid)
+  withr::defer(for (w in workers) kill_child(w))
+  expect_length(workers, 2L)
+  p <- winch_record(child$pid, duration = 1.5, children = TRUE)
+  kids <- p$target$children
+  expect_identical(sort(kids$pid), sort(workers))
+  expect_true(all(kids$parent == child$pid))
+  expect_false(any(kids$ended))
+  expect_identical(nrow(p$target$not_recorded), 0L)
+  # Each worker's CPU time is sampled (within 15 % and 50 ms: each starts
+  # being recorded a moment after the recording does).
+  pr <- summary(p)$by_process
+  expect_identical(sort(pr$pid), sort(as.double(c(child$pid, workers))))
+  for (w in workers) {
+    row <- pr[pr$pid == w, ]
+    expect_lt(abs(row$sampled - row$cpu), 0.15 * row$cpu + 0.05)
+    expect_gt(row$sampled, 0.3)
+  }
+  # A worker's stack: its own frame, then its parent's calls that forked
+  # it, then the work.
+  d <- as.data.frame(p)
+  host <- Sys.info()[["nodename"]]
+  for (w in workers) {
+    mine <- d$stack[d$process == sprintf("process %s:%d", host, w)]
+    expect_true(any(startsWith(mine, sprintf("[process_%s:%d];hold;parallel::mclapply;", host, w)) &
+      grepl("/wtest_burn.so::burn_a", mine, fixed = TRUE)), info = paste(mine, collapse = "\n"))
+  }
+  # Without children = TRUE: the process alone, as before.
+  q <- winch_record(child$pid, duration = 0.2)
+  expect_null(q$target$children)
+  expect_identical(nrow(summary(q)$by_process), 1L)
+})
+
 test_that("bad arguments are refused before the process is touched", {
   expect_error(winch_record(Sys.getpid(), 1), class = "winch_error_bad_argument")
   expect_error(winch_record("1", 1), class = "winch_error_bad_argument")
@@ -230,6 +266,7 @@ test_that("bad arguments are refused before the process is touched", {
   }
   expect_error(winch_record(1, 1, threads = "some"), class = "winch_error_bad_argument")
   expect_error(winch_record(1, 1, idle = NA), class = "winch_error_bad_argument")
+  expect_error(winch_record(1, 1, children = NA), class = "winch_error_bad_argument")
   expect_error(winch_record(1, 1, file = file.path(tempfile(), "x.out")), class = "winch_error_bad_argument")
   child <- local_child_command("true")
   expect_true(wait_exit(child$pid))
@@ -256,6 +293,15 @@ test_that("the command line records a process into the file format its name says
   expect_true(file.exists(out))
   expect_identical(readBin(out, "raw", 2L), as.raw(c(0x1f, 0x8b))) # gzip
   expect_true(any(grepl("samples of process", res, fixed = TRUE)))
+  # --children: a summary by process (this child has none: itself alone).
+  kids <- suppressWarnings(system2(cli, c("record", child$pid, "-d", "0.3", "--children"), stdout = TRUE, stderr = TRUE, env = c(
+    paste0("R_LIBS=", paste(.libPaths(), collapse = ":")),
+    paste0("RSCRIPT=", file.path(R.home("bin"), "Rscript"))
+  )))
+  expect_null(attr(kids, "status"), info = paste(kids, collapse = "\n"))
+  expect_true(any(grepl(sprintf("[process_%s:%d]", Sys.info()[["nodename"]], child$pid), kids, fixed = TRUE)),
+    info = paste(kids, collapse = "\n")
+  )
 })
 
 test_that("garbage collection in the recorded process is a <GC> frame under the code that allocated", {

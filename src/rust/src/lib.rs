@@ -120,7 +120,7 @@ entry_points! {
     rs_crash_handlers();
     rs_dump(pid, libr);
     rs_dump_core(path, exe, libr);
-    rs_record_start(pid, interval, threads, idle, loops, lines);
+    rs_record_start(pid, interval, threads, idle, loops, lines, children);
     rs_record_tick();
     rs_record_stop();
     rs_record_discard();

@@ -9,6 +9,8 @@ use crate::value::RValue;
 use std::sync::Mutex;
 use winch_core::error::{Error, Result};
 use winch_core::outside::recorder::Recorder;
+use winch_core::outside::tree::{Settings, TreeRecorder};
+use winch_core::outside::Usage;
 use winch_core::profile::build;
 use winch_core::profile::model::Event;
 use winch_core::symbolizer;
@@ -99,9 +101,10 @@ fn dump_value(d: &winch_core::outside::dump::Dump, libr: bool) -> RValue {
     ])
 }
 
-/// A recording in progress, with what its profile is built with.
+/// A recording in progress (of a process, and of its descendants when
+/// asked), with what its profiles are built with.
 struct Recording {
-    recorder: Recorder,
+    tree: TreeRecorder,
     event: Event,
     interval_ns: u64,
 }
@@ -115,7 +118,7 @@ fn recording() -> std::sync::MutexGuard<'static, Option<Recording>> {
 
 /// Starts recording process `pid` every `interval` seconds (the ticks are
 /// R's to call): all threads or R's main thread (`threads`), idle threads
-/// too or not (`idle`).
+/// too or not (`idle`), and its descendants too or not (`children`).
 pub fn rs_record_start(
     pid: Arg,
     interval: Arg,
@@ -123,44 +126,81 @@ pub fn rs_record_start(
     idle: Arg,
     loops: Arg,
     lines: Arg,
+    children: Arg,
 ) -> Result<RValue> {
     let pid = pid.int()?;
     let interval_ns = (interval.number()? * 1e9).round() as u64;
     let all = threads.string()? == "all";
     let idle = idle.flag()?;
     let how = (loops.flag()?, lines.flag()?);
+    let follow = children.flag()?;
     let mut current = recording();
     if current.is_some() {
         return Err(Error::Busy("a recording is running already: stop it first".into()));
     }
     // What this session learnt about its own R holds for a target running
     // the same build (see `winch_core::r::learn::moved`).
-    let recorder = Recorder::start(pid, (all, idle), how, crate::rstate::libr_addr())?;
+    let settings = Settings { threads: (all, idle), how, own_r: crate::rstate::libr_addr() };
+    let tree = TreeRecorder::start(pid, settings, follow)?;
     let event = if idle { Event::Elapsed } else { Event::Cpu };
-    *current = Some(Recording { recorder, event, interval_ns });
+    *current = Some(Recording { tree, event, interval_ns });
     Ok(true.into())
 }
 
 /// One sample of the recorded process; FALSE when it has ended.
 pub fn rs_record_tick() -> Result<RValue> {
     let mut current = recording();
-    let Some(Recording { recorder, .. }) = current.as_mut() else {
+    let Some(Recording { tree, .. }) = current.as_mut() else {
         return Err(Error::BadArgument("no recording is running".into()));
     };
-    match recorder.tick() {
+    match tree.tick() {
         Ok(()) => Ok(true.into()),
         Err(Error::NoProcess(_)) => Ok(false.into()),
         Err(e) => Err(e),
     }
 }
 
-/// Ends the recording and builds its profile (as `rs_profile_stop`
-/// returns one), with `missed` (ticks that read nothing) and `note` (why
-/// R's frames are missing).
+/// Ends the recording and builds its profiles: `root`, the process's (as
+/// `rs_profile_stop` returns one, with `missed`, ticks that read nothing,
+/// and `note`, why R's frames are missing); `children`, each descendant
+/// recorded (`pid`, `parent`, `ended`, `usage_start`, `usage_end` and its
+/// `profile`); `not_recorded`, the others (`pid`, `parent`, `reason`).
 pub fn rs_record_stop() -> Result<RValue> {
-    let Some(Recording { recorder: r, event, interval_ns }) = recording().take() else {
+    let Some(Recording { tree, event, interval_ns }) = recording().take() else {
         return Err(Error::BadArgument("no recording is running".into()));
     };
+    let root = recorded_profile(tree.root, event, interval_ns);
+    let children = tree
+        .children
+        .into_iter()
+        .map(|m| {
+            RValue::List(vec![
+                ("pid", m.pid.into()),
+                ("parent", m.parent.into()),
+                ("ended", m.ended.into()),
+                ("usage_start", usage_value(&m.usage_start)),
+                ("usage_end", usage_value(&m.usage_last)),
+                ("profile", recorded_profile(m.recorder, event, interval_ns)),
+            ])
+        })
+        .collect();
+    let missed = &tree.not_recorded;
+    Ok(RValue::List(vec![
+        ("root", root),
+        ("children", RValue::Unnamed(children)),
+        (
+            "not_recorded",
+            RValue::List(vec![
+                ("pid", RValue::Int(missed.iter().map(|n| Some(n.pid)).collect())),
+                ("parent", RValue::Int(missed.iter().map(|n| Some(n.parent)).collect())),
+                ("reason", RValue::Str(missed.iter().map(|n| Some(n.reason.clone())).collect())),
+            ]),
+        ),
+    ]))
+}
+
+/// The profile of one recorded process.
+fn recorded_profile(r: Recorder, event: Event, interval_ns: u64) -> RValue {
     let (missed, note) = (r.missed, r.note.clone());
     let routines = r.routines.clone();
     let finished = r.finish();
@@ -171,7 +211,7 @@ pub fn rs_record_stop() -> Result<RValue> {
     let mut form = crate::profile::to_form(&profile, &stats);
     form.missed = Unread(Some(missed as f64));
     form.note = Unread(Some(vec![note]));
-    Ok(form.into_r().unwrap_or(RValue::Null))
+    form.into_r().unwrap_or(RValue::Null)
 }
 
 /// Ends the recording without building anything; TRUE if one was running.
@@ -190,11 +230,15 @@ pub fn rs_descendants(pid: Arg) -> Result<RValue> {
 /// What process `pid` has used so far, as `rs_resource_usage()` tells of
 /// this process (NA where `/proc` has nothing: block I/O always).
 pub fn rs_target_usage(pid: Arg) -> Result<RValue> {
-    let u = winch_core::outside::usage(pid.int()?);
+    Ok(usage_value(&winch_core::outside::usage(pid.int()?)))
+}
+
+/// A process's resource use as R's list.
+fn usage_value(u: &Usage) -> RValue {
     // SAFETY: R's NA_real_, set when R starts, read on R's main thread.
     let na = unsafe { crate::rapi::R_NaReal };
     let v = |x: Option<f64>| RValue::Dbl(vec![x.unwrap_or(na)]);
-    Ok(RValue::List(vec![
+    RValue::List(vec![
         ("user", v(u.user)),
         ("system", v(u.system)),
         ("children_user", v(u.children_user)),
@@ -206,5 +250,5 @@ pub fn rs_target_usage(pid: Arg) -> Result<RValue> {
         ("block_output", v(None)),
         ("voluntary_switches", v(u.voluntary_switches)),
         ("involuntary_switches", v(u.involuntary_switches)),
-    ]))
+    ])
 }

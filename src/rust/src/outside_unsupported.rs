@@ -22,6 +22,7 @@ pub fn rs_record_start(
     _idle: Arg,
     _loops: Arg,
     _lines: Arg,
+    _children: Arg,
 ) -> Result<RValue> {
     unavailable()
 }

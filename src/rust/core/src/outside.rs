@@ -12,7 +12,8 @@
 //!   them;
 //! * [`recorder`]: sampling it, into the profiler's sample records (`running`:
 //!   which threads each tick samples);
-//! * [`registration`]: R's table of registered native routines there.
+//! * [`registration`]: R's table of registered native routines there;
+//! * [`tree`]: recording a process and its descendants.
 
 pub(crate) mod core_file;
 pub(crate) mod deparse;
@@ -23,6 +24,7 @@ pub mod registration;
 mod running;
 pub(crate) mod target;
 mod tracees;
+pub mod tree;
 
 pub use crate::procfs::Usage;
 

@@ -35,6 +35,9 @@ pub struct Recorder {
     /// about itself holds for a target running the same build.
     own_r: Option<(usize, Vec<u8>)>,
     exe: String,
+    /// Its command line when the recording started (read again at the
+    /// end: a process may exec; kept if it has ended by then).
+    command: String,
     /// The modules as last seen (the offset-0 mappings of `/proc/PID/maps`)
     /// and the snapshots made of them, the current one last.
     seen: Vec<(usize, usize, String)>,
@@ -95,6 +98,7 @@ impl Recorder {
             lines,
             own_r,
             exe,
+            command: crate::procfs::cmdline(crate::procfs::Proc::Pid(pid)),
             seen: Vec::new(),
             maps: Vec::new(),
             snapshots: Vec::new(),
@@ -296,7 +300,9 @@ impl Recorder {
         let modules_now = self.snapshots.last().map(|s| s.map.clone());
         Finished {
             pid: self.pid,
-            command: crate::procfs::cmdline(crate::procfs::Proc::Pid(self.pid)),
+            command: Some(crate::procfs::cmdline(crate::procfs::Proc::Pid(self.pid)))
+                .filter(|c| !c.is_empty())
+                .unwrap_or_else(|| std::mem::take(&mut self.command)),
             modules_now,
             launch_module: None,
             collected: self.collected,
