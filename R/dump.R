@@ -59,7 +59,9 @@
 #' PSOCK cluster workers are not descendants (the shell that starts them
 #' exits): dump them by their own pid. A descendant that ends before it is
 #' read, that may not be traced, or that a debugger traces, is listed with
-#' the reason, and the others are read all the same.
+#' the reason, and the others are read all the same; those that are still
+#' there but could not be read are named in a warning of class
+#' `winch_warning_children_missed`.
 #'
 #' @section Core files:
 #' With `core`, the same is read from a core file (the process is gone: a
@@ -181,12 +183,29 @@ dump_descendants <- function(dump, libr) {
     ))
   }
   read <- is.na(reasons)
+  ended <- reasons %in% "it ended while it was read"
+  warn_children_missed(found$pid[!read & !ended], reasons[!read & !ended], "read")
   attr(dump, "children") <- stats::setNames(dumps[read], found$pid[read])
   attr(dump, "children_not_read") <- data.frame(
     pid = found$pid[!read], parent = found$parent[!read], reason = reasons[!read],
     stringsAsFactors = FALSE
   )
   dump
+}
+
+# A classed warning naming the descendants that could not be read or
+# recorded (`what`), with the reasons: never silently less.
+warn_children_missed <- function(pids, reasons, what) {
+  if (!length(pids)) {
+    return(invisible())
+  }
+  rlang::warn(
+    c(
+      sprintf("%d child process%s could not be %s:", length(pids), if (length(pids) == 1L) "" else "es", what),
+      stats::setNames(sprintf("process %d: %s", pids, reasons), rep("*", length(pids)))
+    ),
+    class = c("winch_warning_children_missed", "winch_warning")
+  )
 }
 
 # A dump's R form from what the core read (`res`).

@@ -77,7 +77,9 @@
 #' Each descendant costs the recording a start (reading what it loaded) and
 #' a sample per interval: a descendant that lives shorter than an interval
 #' may be missed, and one that cannot be read is listed in
-#' `target$not_recorded` with the reason.
+#' `target$not_recorded` with the reason (and, unless it ended before it
+#' was first read, named in a warning of class
+#' `winch_warning_children_missed`).
 #'
 #' @param pid The process id: one positive whole number, at most
 #'   `.Machine$integer.max`, not this R process's own (use
@@ -170,6 +172,10 @@ winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = 
       missed = vapply(res$children, function(k) k$profile$missed, 0)
     )
     target$not_recorded <- as.data.frame(res$not_recorded, stringsAsFactors = FALSE)
+    # (Those that ended before they were read, or this session itself,
+    # are listed, not warned about: nothing of them was there to record.)
+    lost <- with(target$not_recorded, !reason %in% c("it ended before it was first read", "it is the recording R process"))
+    warn_children_missed(target$not_recorded$pid[lost], target$not_recorded$reason[lost], "recorded")
   }
   p$target <- target
   if (!is.null(file)) {

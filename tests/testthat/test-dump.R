@@ -482,6 +482,36 @@ test_that("children = TRUE dumps every worker of a stuck mclapply() after its pa
   expect_null(attr(winch_dump(child$pid), "children"))
 })
 
+test_that("a descendant that cannot be read is named in a classed warning, and the others are read", {
+  skip_if(!length(Sys.glob("/proc/self/task/*/children")), "this kernel does not list children in /proc")
+  skip_if(!nzchar(Sys.which("strace")), "strace is not installed")
+  parent <- local_child_command("sh -c 'sleep 60 & sleep 61 & wait'")
+  deadline <- Sys.time() + 10
+  while (length(child_pids(parent$pid)) < 2L && Sys.time() < deadline) Sys.sleep(0.05)
+  kids <- child_pids(parent$pid)
+  withr::defer(for (k in kids) kill_child(k))
+  expect_length(kids, 2L)
+  # The first one traced by strace: winch cannot trace it too.
+  local_child_command(sprintf("strace -p %d -o /dev/null", kids[[1L]]))
+  traced <- function() {
+    st <- readLines(sprintf("/proc/%d/status", kids[[1L]]))
+    as.integer(sub("TracerPid:\\s*", "", grep("^TracerPid:", st, value = TRUE))) != 0L
+  }
+  while (!traced() && Sys.time() < deadline) Sys.sleep(0.05)
+  skip_if(!traced(), "strace did not attach")
+  expect_warning(d <- winch_dump(parent$pid, children = TRUE), "already being traced", class = "winch_warning_children_missed")
+  expect_identical(names(attr(d, "children")), as.character(kids[[2L]]))
+  missed <- attr(d, "children_not_read")
+  expect_identical(missed$pid, kids[[1L]])
+  expect_match(missed$reason, "already being traced")
+  expect_true(sprintf("Child process %d (of %d) not read: %s", kids[[1L]], parent$pid, missed$reason) %in% format(d))
+  expect_warning(p <- winch_record(parent$pid, duration = 0.2, children = TRUE), "already being traced",
+    class = "winch_warning_children_missed"
+  )
+  expect_identical(p$target$children$pid, kids[[2L]])
+  expect_identical(p$target$not_recorded$pid, kids[[1L]])
+})
+
 test_that("children = TRUE of a process without children says so", {
   child <- local_child_command("sleep 60")
   d <- winch_dump(child$pid, children = TRUE)
