@@ -102,6 +102,19 @@ memory_header <- function(p) {
   )
 }
 
+# What a memory profile says of the processes it forked: their
+# allocations are their own, not sampled.
+forked_note <- function(forked) {
+  forked <- forked %||% 0
+  if (is.na(forked) || forked == 0) {
+    return(character())
+  }
+  sprintf(
+    "Not in this profile: the allocations of the %s child process%s forked while it ran (a memory profile samples this process only).",
+    format(forked, big.mark = ","), if (forked == 1) "" else "es"
+  )
+}
+
 print_memory_profile <- function(x, n, width) {
   cat(memory_header(x), "\n", sep = "")
   total <- sum(stack_bytes(x, "alloc"))
@@ -114,6 +127,8 @@ print_memory_profile <- function(x, n, width) {
   }
   heap <- format_r_heap(x$stats$r_heap)
   if (!is.null(heap)) cat(heap, "\n", sep = "")
+  forked <- forked_note(x$stats$forked)
+  if (length(forked)) cat(forked, "\n", sep = "")
   cat("summary() for modules and the profiler's figures; plot() for a flame graph of bytes.\n")
   invisible(x)
 }
@@ -132,6 +147,7 @@ summary_memory_profile <- function(p) {
       allocations = s$allocations,
       sampled_allocations = s$sampled_allocations,
       untracked = s$untracked,
+      forked = s$forked %||% 0,
       dropped = s$dropped,
       truncated = s$truncated,
       by_function = fun[order(-fun$self, -fun$total), ],
@@ -190,6 +206,8 @@ print_memory_summary <- function(x, n) {
   }
   heap <- format_r_heap(x$r_heap)
   if (!is.null(heap)) cat("\n", heap, "\n", sep = "")
+  forked <- forked_note(x$forked)
+  if (length(forked)) cat("\n", forked, "\n", sep = "")
   u <- x$usage
   cat(sprintf(
     "\nResource use over the run: max RSS %.1f MB; R garbage collections: %d, %s\n",

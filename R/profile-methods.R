@@ -312,8 +312,8 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'   `alloc_bytes` and `inuse_bytes` (estimated bytes allocated, and still
 #'   allocated at the end), `allocations` and `sampled_allocations`
 #'   (counted by each thread up to its last sample), `untracked` (sampled
-#'   blocks whose free could not be followed: counted as freed),
-#'   `by_function` (bytes allocated self and total, and still allocated,
+#'   blocks whose free could not be followed: counted as freed), `forked`
+#'   (child processes forked during the run: not sampled), `by_function` (bytes allocated self and total, and still allocated,
 #'   per function), `by_module` (bytes allocated in and under each native
 #'   module), `largest_inuse` (the stacks holding the most bytes at
 #'   the end), `r_heap` (R's heap in bytes as [gc()] tells it: `before`

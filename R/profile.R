@@ -104,11 +104,12 @@
 #' every sample with `process` and `pid` (`go tool pprof
 #' -tagfocus=process=process_1`); `summary()` lists the processes with the
 #' CPU time each used and the share of the whole tree's CPU time the
-#' profile did not see (children that ended during the profile count in
-#' it, from the kernel's account, sampled or not).
+#' profile did not see (the CPU time every child used during the profile
+#' counts in it, from the kernel's account, sampled or not, ended or not).
 #'
 #' Not yet sampled: a child of a memory profile (its allocations are its
-#' own), processes not forked from this one (PSOCK clusters and future's
+#' own; `print()` and `summary()` say how many children were forked, and
+#' `stats$forked` counts them), processes not forked from this one (PSOCK clusters and future's
 #' `multisession` workers, `callr`, programs run by `system()`), threads
 #' other than a child's main thread, and children that load libraries
 #' after the fork have those libraries' frames unnamed. Profiles made in

@@ -245,6 +245,15 @@ test_that("forked children allocate freely while the parent profiles", {
   )
   expect_s3_class(p, "winch_profile")
   expect_true(malloc_is_libc())
+  # Their allocations are not in it, and the profile says so.
+  expect_identical(p$stats$forked, 2)
+  expect_output(print(p), "the allocations of the 2 child processes forked while it ran")
+  expect_identical(summary(p)$forked, 2)
+  expect_output(print(summary(p)), "2 child processes forked")
+  # A profile that forked nothing says nothing of it.
+  q <- winch_profile(numeric(1e5), event = "alloc")
+  expect_identical(q$stats$forked, 0)
+  expect_false(any(grepl("forked", capture.output(print(q)), fixed = TRUE)))
 })
 
 test_that("a forked child profiles its own memory while its parent profiles", {

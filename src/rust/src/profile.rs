@@ -338,6 +338,7 @@ pub(crate) fn to_form(p: &Profile, s: &Stats) -> ProfileForm {
             thread_alone: s.thread_alone as f64,
             thread_dropped: s.thread_dropped as f64,
             references: s.references as f64,
+            forked: s.forked as f64,
             allocations: s.allocations as f64,
             sampled_allocations: s.sampled_allocations as f64,
             untracked: s.untracked as f64,

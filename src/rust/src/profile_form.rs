@@ -453,6 +453,8 @@ r_list! {
         thread_dropped: f64,
         /// Samples of R's main thread taken for other threads'.
         references: f64,
+        /// `fork()`s the process made while the profile ran.
+        forked: f64,
         /// A memory profile's allocations seen.
         allocations: f64,
         /// A memory profile's allocations sampled.

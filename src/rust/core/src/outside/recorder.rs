@@ -323,6 +323,7 @@ impl Recorder {
                 .unwrap_or_else(|| procfs::comm(Proc::Pid(self.pid), self.pid)),
             main_cpu_ns: cpu(self.pid),
             thread_dropped: 0,
+            forked: 0,
             alloc: None,
         }
     }

@@ -96,17 +96,21 @@ impl TreeRecorder {
                 self.not_recorded.push(not("it is the recording R process"));
                 continue;
             }
-            let usage_start = super::usage(pid);
             let s = self.settings;
             match Recorder::start(pid, s.threads, s.how, s.own_r) {
-                Ok(recorder) => self.children.push(Member {
-                    pid,
-                    parent,
-                    recorder,
-                    ended: false,
-                    usage_start,
-                    usage_last: usage_start,
-                }),
+                // (Its use from here: what it used while its recorder
+                // started, reading what it loaded, cannot be sampled.)
+                Ok(recorder) => {
+                    let usage_start = super::usage(pid);
+                    self.children.push(Member {
+                        pid,
+                        parent,
+                        recorder,
+                        ended: false,
+                        usage_start,
+                        usage_last: usage_start,
+                    })
+                }
                 Err(Error::NoProcess(_)) => self.not_recorded.push(not("it ended before it was first read")),
                 Err(e) => self.not_recorded.push(not(&e.to_string())),
             }

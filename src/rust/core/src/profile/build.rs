@@ -43,6 +43,8 @@ pub struct Stats {
     pub thread_alone: u64,
     pub thread_dropped: u64,
     pub references: u64,
+    /// `fork()`s the process made while the profile ran.
+    pub forked: u64,
     /// A memory profile: allocations seen, sampled, and sampled blocks
     /// whose freeing could not be followed (counted as freed).
     pub allocations: u64,
@@ -146,6 +148,7 @@ pub fn build(f: &Finished, event: Event, period: u64) -> (Profile, Stats) {
         thread_joined: c.joined,
         thread_alone: c.alone,
         thread_dropped: f.thread_dropped,
+        forked: f.forked,
         references: c.references,
         allocations: f.alloc.as_ref().map_or(0, |a| a.allocations),
         sampled_allocations: f.alloc.as_ref().map_or(0, |a| a.sampled),

@@ -345,6 +345,9 @@ pub struct Finished {
     pub(crate) main_cpu_ns: u64,
     /// Other threads' samples lost.
     pub(crate) thread_dropped: u64,
+    /// `fork()`s the process made while the profile ran (0 from outside:
+    /// not known).
+    pub(crate) forked: u64,
     /// A memory profile's figures (None: a time profile).
     pub(crate) alloc: Option<AllocFigures>,
     /// The modules addresses are named through: None for this process's

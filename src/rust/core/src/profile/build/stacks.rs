@@ -600,6 +600,7 @@ mod tests {
             main_name: String::new(),
             main_cpu_ns: 0,
             thread_dropped: 0,
+            forked: 0,
             alloc: None,
             modules_now: Some(Arc::new(ModuleMap::new(Vec::new()))),
             pid: 1,

@@ -54,8 +54,14 @@ fn become_child(s: &super::shared::Session) -> bool {
     }
 }
 
-/// Registers the child's handler, once per process.
+/// In the parent after a `fork()`: counted (a memory profile does not
+/// sample its children; `summary()` says how many there were).
+extern "C" fn in_parent() {
+    ACTIVE.with(|s| s.forked.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+}
+
+/// Registers the handlers, once per process.
 pub fn register() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    crate::fork::register_once(&ONCE, None, None, Some(in_child));
+    crate::fork::register_once(&ONCE, None, Some(in_parent), Some(in_child));
 }

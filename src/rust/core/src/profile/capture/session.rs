@@ -144,6 +144,7 @@ fn new_session(
         requested: AtomicBool::new(false),
         requested_ns: AtomicU64::new(0),
         thread_dropped: AtomicU64::new(0),
+        forked: AtomicU64::new(0),
         handler_runs: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
         outside: AtomicU64::new(0),
@@ -406,6 +407,7 @@ impl Running {
             launch_module: launch_module(),
             main_cpu_ns,
             thread_dropped: s.thread_dropped.load(Ordering::Relaxed),
+            forked: s.forked.load(Ordering::Relaxed),
             alloc,
         }
     }

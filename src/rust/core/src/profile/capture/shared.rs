@@ -76,6 +76,8 @@ pub struct Session {
     pub(super) requested_ns: AtomicU64,
     /// Other threads' samples lost (no free slot, or a full ring).
     pub(super) thread_dropped: AtomicU64,
+    /// `fork()`s this process made while the session ran.
+    pub(super) forked: AtomicU64,
     pub(super) handler_runs: AtomicU64,
     /// R's main thread's samples lost to a full ring.
     pub(super) dropped: AtomicU64,
