@@ -100,6 +100,11 @@
 #' `future.apply`, `furrr`, `BiocParallel` and `foreach`; with another
 #' framework, its frames are shown.
 #'
+#' The parent's wait for its workers is in the framework's receiving call:
+#' `work > mclapply > selectChildren` (`mccollect()`'s likewise). It uses
+#' no CPU, so a CPU profile has no samples of it; an elapsed-time profile
+#' (`event = "elapsed"`) shows it beside the workers' time.
+#'
 #' `as.data.frame()` has a column `process`; [winch_write_pprof()] labels
 #' every sample with `process` and `pid` (`go tool pprof
 #' -tagfocus=process=process_1`); `summary()` lists the processes with the

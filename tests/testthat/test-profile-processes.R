@@ -127,6 +127,22 @@ test_that("a child not waited for when the profile ends is in the unseen share w
   expect_gt(summary(p)$unseen, 0.5)
 })
 
+test_that("the parent's wait for its workers shows in an elapsed-time profile, under mclapply", {
+  skip_if(parallel::detectCores() < 2, "mclapply() needs 2 cores")
+  work <- function() parallel::mclapply(1:2, function(i) r_burn(0.3), mc.cores = 2)
+  p <- winch_profile(work(), interval = 0.005, event = "elapsed")
+  d <- as.data.frame(p)
+  self <- d[d$process == "self", , drop = FALSE]
+  waiting <- grepl("^work;(parallel::)?mclapply;.*selectChildren", self$stack)
+  # The workers burn 0.3 s of CPU each, side by side: the parent waits
+  # that long at least (longer on a busy machine).
+  expect_gt(sum(self$samples[waiting]) * p$interval, 0.15)
+  # A CPU profile has no samples of the wait (it uses no CPU).
+  q <- winch_profile(work(), interval = 0.005)
+  cpu <- as.data.frame(q)
+  expect_lt(sum(cpu$samples[cpu$process == "self" & grepl("selectChildren", cpu$stack)]) * q$interval, 0.05)
+})
+
 test_that("a child that profiles itself stops sampling for its parent", {
   inner <- function(i) {
     q <- winch_profile(r_burn(0.2), interval = 0.005)
