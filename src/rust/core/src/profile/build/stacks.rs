@@ -49,13 +49,16 @@ impl Started {
 /// are kept, then its R frames), given the module the other thread started
 /// in (`entry`), for a thread started through a C++ library's
 /// `std::thread` the module of its callable (`callable`), and what is
-/// known of the R call that started it (`started`). None: the other thread
-/// is not shown under the main thread's stack (see `Builder::stack`).
+/// known of the R call that started it (`started`), and whether the main
+/// thread was itself starting a thread when sampled (`starting`: winch's
+/// hook of `pthread_create()` among its frames). None: the other thread is
+/// not shown under the main thread's stack (see `Builder::stack`).
 fn parent_cut(
     entry: Option<&str>,
     callable: Option<&str>,
     bases: &[Option<String>],
     started: Started,
+    starting: bool,
 ) -> Option<usize> {
     // R's main thread running R code: no R code is charged with the thread.
     let outer = bases.last()?.as_deref();
@@ -67,6 +70,12 @@ fn parent_cut(
         // module R called. A pool started by an earlier call serves this
         // one all the same.
         for m in std::iter::once(entry).chain(callable) {
+            // The C++ library's frames of a thread being started
+            // (`std::thread`'s constructor) are not where this one's work
+            // was dispatched, as its `join()` is.
+            if starting && is_thread_start_library(m) {
+                continue;
+            }
             if outer != Some(m) {
                 if let Some(j) = bases.iter().rposition(|b| b.as_deref() == Some(m)) {
                     return Some(j + 1);
@@ -229,7 +238,10 @@ impl<'a> Builder<'a> {
             let bases: Vec<Option<String>> =
                 rest[..inner].iter().map(|&e| self.module_base(e, psnap)).collect();
             let started = Started::of_marker(entries[t]).unwrap_or(Started::Unknown);
-            if let Some(from) = parent_cut(entry_module.as_deref(), callable.as_deref(), &bases, started) {
+            let starting = launch.is_some() && bases.contains(&launch);
+            if let Some(from) =
+                parent_cut(entry_module.as_deref(), callable.as_deref(), &bases, started, starting)
+            {
                 self.entries(&rest[from..], psnap, &mut out);
             }
         }
@@ -627,25 +639,25 @@ mod tests {
         // user.so (the region) -> libgomp (barrier); the worker started in
         // libgomp: kept from the caller of the outermost libgomp frame.
         let main = b(&["libgomp.so.1", "user.so", "libgomp.so.1", "user.so"]);
-        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &main, Started::Unknown), Some(3));
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &main, Started::Unknown, false), Some(3));
         // A pool started by an earlier call serves this one all the same.
-        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &main, Started::Elsewhere), Some(3));
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &main, Started::Elsewhere, false), Some(3));
         // A thread started directly by the module R called, the main thread
         // waiting in the C library: under the function R called.
         let joined = b(&["libc.so.6", "libc.so.6", "user.so", "user.so"]);
-        assert_eq!(parent_cut(Some("user.so"), None, &joined, Started::Unknown), Some(3));
+        assert_eq!(parent_cut(Some("user.so"), None, &joined, Started::Unknown, false), Some(3));
         // ... unless an earlier call started it (a detached thread still
         // running while R calls the module again).
-        assert_eq!(parent_cut(Some("user.so"), None, &joined, Started::Elsewhere), None);
+        assert_eq!(parent_cut(Some("user.so"), None, &joined, Started::Elsewhere, false), None);
         // std::thread: started in libstdc++, joined through it.
         let cxx = b(&["libc.so.6", "libstdc++.so.6", "user.so"]);
-        assert_eq!(parent_cut(Some("libstdc++.so.6"), None, &cxx, Started::Unknown), Some(2));
+        assert_eq!(parent_cut(Some("libstdc++.so.6"), None, &cxx, Started::Unknown, false), Some(2));
         // Nothing of the runtime on the main thread's stack (a pool's thread
         // after its region), R code running (no native frames), or a thread
         // whose start is unknown: at the root.
-        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &b(&["other.so"]), Started::Unknown), None);
-        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &[], Started::Unknown), None);
-        assert_eq!(parent_cut(None, None, &main, Started::Unknown), None);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &b(&["other.so"]), Started::Unknown, false), None);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &[], Started::Unknown, false), None);
+        assert_eq!(parent_cut(None, None, &main, Started::Unknown, false), None);
     }
 
     #[test]
@@ -657,29 +669,38 @@ mod tests {
         // (its wait inlined: no libstdc++ frame), sleeping, or computing:
         // under the function R called.
         let waits = b(&["libc.so.6", "user.so", "user.so", "user.so"]);
-        assert_eq!(parent_cut(cxx, Some("user.so"), &waits, Started::Unknown), Some(3));
+        assert_eq!(parent_cut(cxx, Some("user.so"), &waits, Started::Unknown, false), Some(3));
         let computes = b(&["user.so", "user.so"]);
-        assert_eq!(parent_cut(cxx, Some("user.so"), &computes, Started::Unknown), Some(1));
+        assert_eq!(parent_cut(cxx, Some("user.so"), &computes, Started::Unknown, false), Some(1));
         // Joined through libstdc++ (std::thread::join): from the caller of
         // its outermost frame, as before.
         let joins = b(&["libc.so.6", "libstdc++.so.6", "user.so", "user.so"]);
-        assert_eq!(parent_cut(cxx, Some("user.so"), &joins, Started::Unknown), Some(2));
+        assert_eq!(parent_cut(cxx, Some("user.so"), &joins, Started::Unknown, false), Some(2));
+        // Starting the next std::thread (inside its constructor, through
+        // winch's hook of pthread_create): not a wait in libstdc++; under
+        // the function R called when this call started it, else at the root.
+        let starts = b(&["libc.so.6", "libwinch.so", "libstdc++.so.6", "user.so", "user.so"]);
+        assert_eq!(parent_cut(cxx, Some("user.so"), &starts, Started::Here, true), Some(4));
+        assert_eq!(parent_cut(cxx, Some("user.so"), &starts, Started::Elsewhere, true), None);
+        // (OpenMP's team start is not affected: GOMP_parallel's caller.)
+        let team = b(&["libc.so.6", "libwinch.so", "libgomp.so.1", "libgomp.so.1", "user.so"]);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &team, Started::Unknown, true), Some(4));
         // Started by an earlier call (a detached std::thread still running
         // while R calls the module again): at the root.
-        assert_eq!(parent_cut(cxx, Some("user.so"), &waits, Started::Elsewhere), None);
+        assert_eq!(parent_cut(cxx, Some("user.so"), &waits, Started::Elsewhere, false), None);
         // A library R's call went through started them (their callable in
         // it) and waits for them in its own code: from the caller of its
         // outermost frame.
         let library = b(&["libc.so.6", "libarrow.so", "libarrow.so", "user.so"]);
-        assert_eq!(parent_cut(cxx, Some("libarrow.so"), &library, Started::Unknown), Some(3));
+        assert_eq!(parent_cut(cxx, Some("libarrow.so"), &library, Started::Unknown, false), Some(3));
         // Where they were started is not known, the callable is in another
         // module than any on the main thread's stack, R code runs, or the
         // callable is unknown: at the root.
-        assert_eq!(parent_cut(cxx, Some("other.so"), &waits, Started::Unknown), None);
-        assert_eq!(parent_cut(cxx, Some("user.so"), &[], Started::Unknown), None);
-        assert_eq!(parent_cut(cxx, None, &waits, Started::Unknown), None);
+        assert_eq!(parent_cut(cxx, Some("other.so"), &waits, Started::Unknown, false), None);
+        assert_eq!(parent_cut(cxx, Some("user.so"), &[], Started::Unknown, false), None);
+        assert_eq!(parent_cut(cxx, None, &waits, Started::Unknown, false), None);
         let unknown_outer = vec![Some("libc.so.6".to_string()), None];
-        assert_eq!(parent_cut(cxx, None, &unknown_outer, Started::Unknown), None);
+        assert_eq!(parent_cut(cxx, None, &unknown_outer, Started::Unknown, false), None);
     }
 
     #[test]
@@ -690,27 +711,30 @@ mod tests {
         // called, computing or waiting on its own condition variable:
         // under the function R called.
         let computes = b(&["user.so", "user.so", "user.so"]);
-        assert_eq!(parent_cut(Some("libfoo.so"), None, &computes, Started::Here), Some(2));
+        assert_eq!(parent_cut(Some("libfoo.so"), None, &computes, Started::Here, false), Some(2));
         let waits = b(&["libc.so.6", "user.so"]);
-        assert_eq!(parent_cut(Some("libstdc++.so.6"), Some("libfoo.so"), &waits, Started::Here), Some(1));
+        assert_eq!(
+            parent_cut(Some("libstdc++.so.6"), Some("libfoo.so"), &waits, Started::Here, false),
+            Some(1)
+        );
         // Its start not known: the same.
-        assert_eq!(parent_cut(None, None, &waits, Started::Here), Some(1));
+        assert_eq!(parent_cut(None, None, &waits, Started::Here, false), Some(1));
         // The runtime on the main thread's stack still says where the work
         // was started from.
         let omp = b(&["libgomp.so.1", "user.so", "user.so"]);
-        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &omp, Started::Here), Some(1));
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &omp, Started::Here, false), Some(1));
         // A pool this call created, still spinning after its region while
         // the call goes on computing: the call's (a pool created before the
         // call is at the root then).
         let after = b(&["user.so", "user.so"]);
-        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &after, Started::Here), Some(1));
-        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &after, Started::Unknown), None);
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &after, Started::Here, false), Some(1));
+        assert_eq!(parent_cut(Some("libgomp.so.1"), None, &after, Started::Unknown, false), None);
         // The same thread sampled while another call runs (the starting
         // call is over, or called back into R), or while R code of the
         // starting call runs: at the root.
-        assert_eq!(parent_cut(Some("libfoo.so"), None, &computes, Started::Elsewhere), None);
-        assert_eq!(parent_cut(Some("libfoo.so"), None, &computes, Started::Unknown), None);
-        assert_eq!(parent_cut(Some("libfoo.so"), None, &[], Started::Here), None);
+        assert_eq!(parent_cut(Some("libfoo.so"), None, &computes, Started::Elsewhere, false), None);
+        assert_eq!(parent_cut(Some("libfoo.so"), None, &computes, Started::Unknown, false), None);
+        assert_eq!(parent_cut(Some("libfoo.so"), None, &[], Started::Here, false), None);
     }
 
     #[test]
