@@ -66,7 +66,9 @@ pub fn sample(
     let first = (PREFIX..rec.len())
         .find(|&k| Entry::ip_of(rec[k]).is_none_or(|ip| !(extra.skip)(ip)))
         .unwrap_or(rec.len());
-    rec.copy_within(first.., PREFIX);
+    if first > PREFIX {
+        rec.copy_within(first.., PREFIX);
+    }
     let len = rec.len() - (first - PREFIX);
     let rec = &mut rec[..len];
     let spent = now_ns().saturating_sub(tick.started_ns);
