@@ -87,7 +87,9 @@ test_that("a target killed while another R process reads it is released and reap
     "    if (inherits(r, 'error')) { errors <- c(errors, class(r)[[1L]]); if (inherits(r, 'winch_error_no_process')) break } else ok <- ok + 1L",
     "    if (!alive(pid)) break",
     "  }",
-    "  writeLines(c(ok, unique(errors)), file.path(dir, paste0('done-', k)))",
+    "  tmp <- file.path(dir, paste0('tmp-done-', k))",
+    "  writeLines(c(ok, unique(errors)), tmp)",
+    "  file.rename(tmp, file.path(dir, paste0('done-', k)))",
     "}"
   ), env = paste0("R_LIBS=", paste(.libPaths(), collapse = ":")))
   set.seed(34)
@@ -98,7 +100,11 @@ test_that("a target killed while another R process reads it is released and reap
       k <- k + 1L
       delay <- round(runif(1, 0.05, 0.6), 3)
       child <- local_own_r_child(spinning_child_code(8L, die_after = delay))
-      writeLines(paste(child$pid, what), file.path(dir, paste0("job-", k)))
+      # Written whole, then renamed into place: the reader polls for the
+      # name and could read a file created but not yet written.
+      job <- file.path(dir, paste0("tmp-job-", k))
+      writeLines(paste(child$pid, what), job)
+      file.rename(job, file.path(dir, paste0("job-", k)))
       done <- file.path(dir, paste0("done-", k))
       deadline <- Sys.time() + 30
       while (!file.exists(done) && Sys.time() < deadline && process_alive(reader$pid)) Sys.sleep(0.01)
