@@ -7,7 +7,7 @@ cli_usage <- function() {
   c(
     "Usage:",
     "  winch dump PID [--libr] [--children]    the joint stack of every thread of process PID",
-    "                                          (--children: and of every process it started)",
+    "                                          (--children: and of every process working for it)",
     "  winch dump --core FILE [--exe PROGRAM]  the same from a core file",
     "  winch record PID [-d SECONDS] [-i SECONDS] [-o FILE] [--idle] [--main] [--children]",
     "                                          profile process PID for SECONDS (default 10);",

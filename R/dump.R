@@ -49,19 +49,30 @@
 #' traced (by a debugger) cannot be read (`winch_error_busy`).
 #'
 #' @section Child processes:
-#' With `children = TRUE`, every descendant of the process is read too,
-#' each in turn, after it: the workers of [parallel::mclapply()] or
-#' [parallel::mcparallel()] (forked: their R stack holds the parent's call
-#' that started them, then the work), [system2()]'s programs, callr's R
-#' sessions. Descendants are those the kernel lists as children not yet
-#' waited for (`/proc/PID/task/TID/children`; on a kernel without these
-#' files none is found), children of children included, at most 4096;
-#' PSOCK cluster workers are not descendants (the shell that starts them
-#' exits): dump them by their own pid. A descendant that ends before it is
-#' read, that may not be traced, or that a debugger traces, is listed with
-#' the reason, and the others are read all the same; those that are still
-#' there but could not be read are named in a warning of class
-#' `winch_warning_children_missed`.
+#' With `children = TRUE`, every process working for the process is read
+#' too, each in turn, after it: its descendants and its workers.
+#'
+#' * Descendants: the workers of [parallel::mclapply()] or
+#'   [parallel::mcparallel()] (forked: their R stack holds the parent's
+#'   call that started them, then the work), [system2()]'s programs,
+#'   callr's R sessions. They are those the kernel lists as children not
+#'   yet waited for (`/proc/PID/task/TID/children`; on a kernel without
+#'   these files none is found), children of children included.
+#' * Workers: the R sessions of a PSOCK cluster ([parallel::makeCluster()],
+#'   future's `multisession`), which are not descendants (the shell that
+#'   starts them exits, and their parent becomes init). A worker is a
+#'   process on this machine holding the other end of one of the
+#'   process's TCP connections, running the same R executable, and started
+#'   after it: a database server or a browser it talks to is not one, nor
+#'   is a worker's own R session one of the worker's. Workers started with
+#'   another R (`rscript =`) or on another machine are not found; dump
+#'   those by their own pid, where they run.
+#'
+#' Workers' descendants and workers are read too, at most 4096 processes
+#' in all. A process that ends before it is read, that may not be traced,
+#' or that a debugger traces, is listed with the reason, and the others are
+#' read all the same; those that are still there but could not be read
+#' are named in a warning of class `winch_warning_children_missed`.
 #'
 #' @section Core files:
 #' With `core`, the same is read from a core file (the process is gone: a
@@ -92,7 +103,7 @@
 #'   program, the one the core's process ran (where the core records its
 #'   build-id, they must agree).
 #' @param libr Include frames of R's own library (the interpreter)?
-#' @param children Read the process's descendants too (see "Child
+#' @param children Read the process's descendants and workers too (see "Child
 #'   processes")? `TRUE` or `FALSE`; not with `core`.
 #' @return An object of class `winch_dump`: a list with one element per
 #'   thread, R's main thread first (named `"main"`, the others by thread
@@ -106,9 +117,10 @@
 #'   that did not stop (counted; each has its `fallback_reason`), a
 #'   thread's stack that did not unwind whole; several reasons are joined
 #'   by `"; "`), `core` (the core file, or `NULL`); with `children = TRUE`,
-#'   `children` (a list of `winch_dump`s, one per descendant read, named by
-#'   pid, each with attribute `parent`, its parent's pid) and
-#'   `children_not_read` (a data frame: `pid`, `parent`, `reason`). A thread whose native
+#'   `children` (a list of `winch_dump`s, one per process read, named by
+#'   pid, each with attributes `parent`, the pid of the process it works
+#'   for, and `relation`, `"child"` or `"worker"`) and `children_not_read`
+#'   (a data frame: `pid`, `parent`, `relation`, `reason`). A thread whose native
 #'   stack could not be unwound whole has attributes `truncated = TRUE`
 #'   and `truncation` (why); a thread whose native frames could not be
 #'   placed among R's has `fallback_reason`. `print()` shows them all.
@@ -116,7 +128,7 @@
 #' \dontrun{
 #' # Another R session, busy: what is it doing?
 #' winch_dump(12345)
-#' # A stuck mclapply(): the parent and every worker.
+#' # A stuck mclapply() or parLapply(): the parent and every worker.
 #' winch_dump(12345, children = TRUE)
 #' # From a shell:
 #' #   Rscript -e 'winch::winch_dump(12345)'
@@ -174,6 +186,7 @@ dump_descendants <- function(dump, libr) {
       {
         d <- new_winch_dump(check_result(rs_dump(found$pid[[i]], libr)), NULL)
         attr(d, "parent") <- found$parent[[i]]
+        attr(d, "relation") <- found$relation[[i]]
         d
       },
       winch_error = function(e) {
@@ -187,7 +200,7 @@ dump_descendants <- function(dump, libr) {
   warn_children_missed(found$pid[!read & !ended], reasons[!read & !ended], "read")
   attr(dump, "children") <- stats::setNames(dumps[read], found$pid[read])
   attr(dump, "children_not_read") <- data.frame(
-    pid = found$pid[!read], parent = found$parent[!read], reason = reasons[!read],
+    pid = found$pid[!read], parent = found$parent[!read], relation = found$relation[!read], reason = reasons[!read],
     stringsAsFactors = FALSE
   )
   dump
@@ -314,13 +327,21 @@ format_descendants <- function(x) {
     return(character())
   }
   read <- unlist(lapply(kids, function(k) {
-    c("", sprintf("== Child process %d (of %d) ==", attr(k, "pid"), attr(k, "parent")), format(k))
+    what <- relation_title(attr(k, "relation"))
+    c("", sprintf("== %s process %d (of %d) ==", what, attr(k, "pid"), attr(k, "parent")), format(k))
   }))
   not_read <- if (NROW(missed)) {
-    c("", sprintf("Child process %d (of %d) not read: %s", missed$pid, missed$parent, missed$reason))
+    what <- relation_title(missed$relation)
+    c("", sprintf("%s process %d (of %d) not read: %s", what, missed$pid, missed$parent, missed$reason))
   }
   none <- if (!length(kids) && !NROW(missed)) c("", "No child processes.")
   c(read, not_read, none)
+}
+
+# "Child" or "Worker", as a dump's title names a process read with it
+# (dumps saved before workers were read have no relation: children).
+relation_title <- function(relation) {
+  ifelse(relation %in% "worker", "Worker", "Child")
 }
 
 #' @export

@@ -63,11 +63,13 @@
 #' affected; self time at such call sites is.
 #'
 #' @section Child processes:
-#' With `children = TRUE`, the process's descendants are recorded too
-#' (those the kernel lists as children not yet waited for, children of
-#' children included: see "Child processes" in [winch_dump()]): looked for
-#' at every sample, each recorded from when it is first seen, one process
-#' after another at each sample, and kept when it ends. The result is the
+#' With `children = TRUE`, the processes working for it are recorded too:
+#' its descendants (those the kernel lists as children not yet waited for,
+#' children of children included) and its workers (a PSOCK cluster's R
+#' sessions; see "Child processes" in [winch_dump()]). Descendants are
+#' looked for at every sample, workers every quarter of a second; each is
+#' recorded from when it is first seen, one process after another at each
+#' sample, and kept when it ends. The result is the
 #' profiles of all of them combined with `c()` (see [c.winch_profile()]):
 #' each process's samples under its own `[process host:pid]` frame, the
 #' recorded process first. A forked worker's stack starts with the calls
@@ -96,23 +98,25 @@
 #' @param loops Show R's loops as frames (see [winch_profile()])?
 #' @param lines Record source positions (where the process's R code was
 #'   parsed with `keep.source = TRUE`)? Written to `file` too.
-#' @param children Record the process's descendants too (see "Child
-#'   processes")? `TRUE` or `FALSE`.
+#' @param children Record the process's descendants and workers too (see
+#'   "Child processes")? `TRUE` or `FALSE`.
 #' @return A `winch_profile`. Its `target` element holds the process's
 #'   `pid`, whether it `ended` during the recording, the number of samples
 #'   `missed` (ticks that took no sample: the threads to sample did not
 #'   stop in time, no thread was running, or, waiting for a core, a thread's
 #'   share had not made an interval yet) and a `note` saying why R's frames
 #'   are missing, if they are; with `children = TRUE`, `children` (a data
-#'   frame of the descendants recorded: `pid`, `parent`, whether it `ended`,
-#'   samples `missed`) and `not_recorded` (`pid`, `parent`, `reason`).
+#'   frame of the processes recorded: `pid`, `parent` (the process it works
+#'   for), `relation` (`"child"` or `"worker"`), whether it `ended`, samples
+#'   `missed`) and `not_recorded` (`pid`, `parent`, `relation`, `reason`).
 #' @examples
 #' \dontrun{
 #' p <- winch_record(12345, duration = 10)
 #' p
 #' plot(p)
 #' winch_write_pprof(p, "server.pb.gz")
-#' # An R session running mclapply(): the session and its workers.
+#' # An R session running mclapply() or parLapply(): the session and its
+#' # workers.
 #' winch_record(12345, duration = 10, children = TRUE)
 #' }
 #' @export
@@ -168,6 +172,7 @@ winch_record <- function(pid, duration, interval = 0.01, file = NULL, threads = 
     target$children <- data.frame(
       pid = vapply(res$children, function(k) k$pid, 0L),
       parent = vapply(res$children, function(k) k$parent, 0L),
+      relation = vapply(res$children, function(k) k$relation, ""),
       ended = vapply(res$children, function(k) k$ended, NA),
       missed = vapply(res$children, function(k) k$profile$missed, 0)
     )

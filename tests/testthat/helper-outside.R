@@ -224,3 +224,34 @@ mclapply_child_code <- function(work) {
     "hold()"
   )
 }
+
+# Code for local_r_child(): `hold()` runs parallel::parLapply() on a PSOCK
+# cluster of two workers, each running `work` (a line of R code) after
+# `setup` (lines each worker runs first). Each worker writes its pid to
+# `ready`-I (whole: written aside and renamed into place), and the second
+# to start says ready. The workers are not the child's descendants (their
+# parent is init): the caller kills them (psock_worker_pids()).
+psock_child_code <- function(work, setup = character()) {
+  c(
+    "cl <- parallel::makeCluster(2)",
+    "parallel::clusterExport(cl, 'ready')",
+    if (length(setup)) sprintf("invisible(parallel::clusterEvalQ(cl, { %s }))", paste(setup, collapse = "; ")),
+    "work <- function(i) {",
+    "  tmp <- sprintf('%s-%d.tmp', ready, i)",
+    "  writeLines(as.character(Sys.getpid()), tmp)",
+    "  file.rename(tmp, sprintf('%s-%d', ready, i))",
+    "  if (all(file.exists(sprintf('%s-%d', ready, 1:2)))) file.create(ready)",
+    paste0("  ", work),
+    "}",
+    "hold <- function() parallel::parLapply(cl, 1:2, work)",
+    "hold()"
+  )
+}
+
+# The pids of the workers of a child started with psock_child_code(),
+# killed when the calling test ends.
+local_psock_workers <- function(child, frame = parent.frame()) {
+  pids <- as.integer(vapply(sprintf("%s-%d", child$ready, 1:2), readLines, "", warn = FALSE))
+  withr::defer(for (w in pids) kill_child(w), envir = frame)
+  pids
+}

@@ -482,6 +482,37 @@ test_that("children = TRUE dumps every worker of a stuck mclapply() after its pa
   expect_null(attr(winch_dump(child$pid), "children"))
 })
 
+test_that("children = TRUE dumps the workers of a stuck parLapply(), which are not its descendants", {
+  child <- local_r_child(psock_child_code("Sys.sleep(120)"))
+  workers <- local_psock_workers(child)
+  # Their parent is not the R session that made the cluster.
+  expect_false(any(workers %in% child_pids(child$pid)))
+  d <- winch_dump(child$pid, children = TRUE)
+  kids <- attr(d, "children")
+  expect_identical(sort(as.integer(names(kids))), sort(workers))
+  expect_identical(nrow(attr(d, "children_not_read")), 0L)
+  for (k in kids) {
+    expect_identical(attr(k, "parent"), child$pid)
+    expect_identical(attr(k, "relation"), "worker")
+    # A worker's stack: parallel's loop, then the work (`work` as
+    # parLapply() calls it).
+    lines <- dump_lines(k$main)
+    expect_true(any(grepl("workLoop(", lines, fixed = TRUE)), info = paste(lines, collapse = "\n"))
+    expect_true("FUN(X[[i]], ...)" %in% lines, info = paste(lines, collapse = "\n"))
+    expect_true("Sys.sleep(120)" %in% lines, info = paste(lines, collapse = "\n"))
+  }
+  # The parent waits for them, in parLapply().
+  expect_true(any(grepl("parLapply(", dump_lines(d$main), fixed = TRUE)))
+  out <- format(d)
+  expect_match(out[[1L]], ", 2 child processes$")
+  for (w in workers) {
+    expect_true(sprintf("== Worker process %d (of %d) ==", w, child$pid) %in% out)
+  }
+  expect_true(all(vapply(workers, process_state, "") == "S"))
+  # A worker's own dump does not take its R session for its worker.
+  expect_identical(names(attr(winch_dump(workers[[1L]], children = TRUE), "children")), character())
+})
+
 test_that("a descendant that cannot be read is named in a classed warning, and the others are read", {
   skip_if(!length(Sys.glob("/proc/self/task/*/children")), "this kernel does not list children in /proc")
   skip_if(!nzchar(Sys.which("strace")), "strace is not installed")

@@ -237,7 +237,7 @@ test_that("children = TRUE records every worker of mclapply() under its own [pro
   expect_identical(sort(pr$pid), sort(as.double(c(child$pid, workers))))
   for (w in workers) {
     row <- pr[pr$pid == w, ]
-    expect_equal(row$sampled, row$cpu, tolerance = 0.2, info = sprintf("sampled %.3f, CPU %.3f", row$sampled, row$cpu))
+    expect_equal(row$sampled, row$cpu, tolerance = 0.1, info = sprintf("sampled %.3f, CPU %.3f", row$sampled, row$cpu))
     expect_gt(row$sampled, 0.3)
   }
   # A worker's stack: its own frame, then its parent's calls that forked
@@ -253,6 +253,35 @@ test_that("children = TRUE records every worker of mclapply() under its own [pro
   q <- winch_record(child$pid, duration = 0.2)
   expect_null(q$target$children)
   expect_identical(nrow(summary(q)$by_process), 1L)
+})
+
+test_that("children = TRUE records the workers of parLapply(), which are not its descendants", {
+  setup <- burn_child_code(character())
+  child <- local_r_child(c(setup, psock_child_code("r_a(100)", setup = setup)))
+  workers <- local_psock_workers(child)
+  p <- winch_record(child$pid, duration = 1.5, children = TRUE)
+  kids <- p$target$children
+  expect_identical(sort(kids$pid), sort(workers))
+  expect_true(all(kids$parent == child$pid))
+  expect_identical(kids$relation, c("worker", "worker"))
+  expect_identical(nrow(p$target$not_recorded), 0L)
+  # Each worker's samples add up to the CPU time it used while recorded
+  # (found within a quarter of a second of the start).
+  pr <- summary(p)$by_process
+  for (w in workers) {
+    row <- pr[pr$pid == w, ]
+    expect_equal(row$sampled, row$cpu, tolerance = 0.1, info = sprintf("sampled %.3f, CPU %.3f", row$sampled, row$cpu))
+    expect_gt(row$sampled, 0.3)
+  }
+  # A worker's stack: its own frame, parallel's loop, the work, the
+  # native function it burns in.
+  d <- as.data.frame(p)
+  host <- Sys.info()[["nodename"]]
+  for (w in workers) {
+    mine <- d$stack[d$process == sprintf("process %s:%d", host, w)]
+    expect_true(any(startsWith(mine, sprintf("[process_%s:%d];", host, w)) & grepl(";workLoop;", mine, fixed = TRUE) &
+      grepl(";FUN;r_a;", mine, fixed = TRUE) & grepl("/wtest_burn.so::burn_a", mine, fixed = TRUE)), info = paste(mine, collapse = "\n"))
+  }
 })
 
 test_that("bad arguments are refused before the process is touched", {

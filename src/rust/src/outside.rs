@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use winch_core::error::{Error, Result};
 use winch_core::outside::recorder::Recorder;
 use winch_core::outside::tree::{Settings, TreeRecorder};
-use winch_core::outside::Usage;
+use winch_core::outside::{Relation, Relative, Usage};
 use winch_core::profile::build;
 use winch_core::profile::model::Event;
 use winch_core::symbolizer;
@@ -140,7 +140,7 @@ pub fn rs_record_start(
     }
     // What this session learnt about its own R holds for a target running
     // the same build (see `winch_core::r::learn::moved`).
-    let settings = Settings { threads: (all, idle), how, own_r: crate::rstate::libr_addr() };
+    let settings = Settings { threads: (all, idle), how, own_r: crate::rstate::libr_addr(), interval_ns };
     let tree = TreeRecorder::start(pid, settings, follow)?;
     let event = if idle { Event::Elapsed } else { Event::Cpu };
     *current = Some(Recording { tree, event, interval_ns });
@@ -162,9 +162,10 @@ pub fn rs_record_tick() -> Result<RValue> {
 
 /// Ends the recording and builds its profiles: `root`, the process's (as
 /// `rs_profile_stop` returns one, with `missed`, ticks that read nothing,
-/// and `note`, why R's frames are missing); `children`, each descendant
-/// recorded (`pid`, `parent`, `ended`, `usage_start`, `usage_end` and its
-/// `profile`); `not_recorded`, the others (`pid`, `parent`, `reason`).
+/// and `note`, why R's frames are missing); `children`, each descendant or
+/// worker recorded (`pid`, `parent`, `relation`, `ended`, `usage_start`,
+/// `usage_end` and its `profile`); `not_recorded`, the others (`pid`,
+/// `parent`, `relation`, `reason`).
 pub fn rs_record_stop() -> Result<RValue> {
     let Some(Recording { tree, event, interval_ns }) = recording().take() else {
         return Err(Error::BadArgument("no recording is running".into()));
@@ -177,6 +178,7 @@ pub fn rs_record_stop() -> Result<RValue> {
             RValue::List(vec![
                 ("pid", m.pid.into()),
                 ("parent", m.parent.into()),
+                ("relation", relation_name(m.relation).to_string().into()),
                 ("ended", m.ended.into()),
                 ("usage_start", usage_value(&m.usage_start)),
                 ("usage_end", usage_value(&m.usage_last)),
@@ -193,6 +195,10 @@ pub fn rs_record_stop() -> Result<RValue> {
             RValue::List(vec![
                 ("pid", RValue::Int(missed.iter().map(|n| Some(n.pid)).collect())),
                 ("parent", RValue::Int(missed.iter().map(|n| Some(n.parent)).collect())),
+                (
+                    "relation",
+                    RValue::Str(missed.iter().map(|n| Some(relation_name(n.relation).into())).collect()),
+                ),
                 ("reason", RValue::Str(missed.iter().map(|n| Some(n.reason.clone())).collect())),
             ]),
         ),
@@ -219,12 +225,27 @@ pub fn rs_record_discard() -> Result<RValue> {
     Ok(recording().take().is_some().into())
 }
 
-/// The descendants of process `pid` now: `pid` and `parent` (integer
-/// vectors), each after its parent.
+/// The processes working for process `pid` now, its descendants and its
+/// workers (see `winch_core::outside::relatives`): `pid`, `parent`
+/// (integer vectors) and `relation` (`"child"` or `"worker"`), each after
+/// the process it works for.
 pub fn rs_descendants(pid: Arg) -> Result<RValue> {
-    let found = winch_core::outside::descendants(pid.int()?);
-    let column = |f: fn(&(i32, i32)) -> i32| RValue::Int(found.iter().map(|d| Some(f(d))).collect());
-    Ok(RValue::List(vec![("pid", column(|d| d.0)), ("parent", column(|d| d.1))]))
+    let found = winch_core::outside::relatives(pid.int()?, true);
+    let column = |f: fn(&Relative) -> i32| RValue::Int(found.iter().map(|r| Some(f(r))).collect());
+    let relation = found.iter().map(|r| Some(relation_name(r.relation).to_string())).collect();
+    Ok(RValue::List(vec![
+        ("pid", column(|r| r.pid)),
+        ("parent", column(|r| r.parent)),
+        ("relation", RValue::Str(relation)),
+    ]))
+}
+
+/// How R names a [`Relation`].
+fn relation_name(r: Relation) -> &'static str {
+    match r {
+        Relation::Child => "child",
+        Relation::Worker => "worker",
+    }
 }
 
 /// What process `pid` has used so far, as `rs_resource_usage()` tells of

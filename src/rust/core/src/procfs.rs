@@ -1,8 +1,10 @@
 //! Everything winch reads from `/proc`, for this process and for others:
 //! the one place that knows the files' paths and how their text is laid
-//! out. Lines of `maps`, the thread list of `task/`, `comm`, `stat`,
-//! the `children` of threads, `schedstat`, the tracer in `status`, a variable of `environ`, the
-//! executable's link and the `mem` file.
+//! out. Lines of `maps`, the thread list of `task/`, `comm`, `stat`, the
+//! `children` of threads, `schedstat`, the tracer in `status`, a variable
+//! of `environ`, the executable's link, the `mem` file, the processes
+//! there, and TCP connections with the sockets that hold them
+//! ([`sockets`]).
 //!
 //! Each file has a pure parser over its text (tested on synthetic text
 //! below) and a thin reader that reads the file of a process or thread and
@@ -17,6 +19,8 @@
 //! and more than double their archive (see README, "Choices and why").
 
 use std::io;
+
+pub mod sockets;
 
 /// Whose files: this process's (`/proc/self`) or process `pid`'s
 /// (`/proc/PID`; a thread's id names its own directory there too).
@@ -311,6 +315,25 @@ impl Stat {
 /// process's own).
 pub fn stat(of: Proc, tid: Option<i32>) -> Option<Stat> {
     Stat::parse(&std::fs::read_to_string(of.path(tid, "stat")).ok()?)
+}
+
+/// When a process started, in clock ticks after boot: the 19th field after
+/// the command's name (field 22 of the whole line).
+pub fn parse_start(text: &str) -> Option<u64> {
+    text.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// When process `pid` started (see [`parse_start`]).
+pub fn start_ticks(pid: i32) -> Option<u64> {
+    parse_start(&std::fs::read_to_string(Proc::Pid(pid).path(None, "stat")).ok()?)
+}
+
+/// The processes there now (the numbered entries of `/proc`).
+pub fn pids() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
 }
 
 /// The pids in the text of a thread's `children` file (space-separated).
@@ -770,6 +793,17 @@ mod tests {
         format!(
             "4242 ({comm}) {state} 1 4242 4242 34816 4242 4194560 1234 0 5 0 {utime} {stime} 0 0 20 0 3 0"
         )
+    }
+
+    #[test]
+    fn start_time_after_the_name_and_the_processes_listed() {
+        let line = format!("{} 99 12 0 0", stat_line("a) (b", 'S', 1, 2));
+        assert_eq!(parse_start(&line), Some(99));
+        assert_eq!(parse_start(&stat_line("R", 'R', 1, 2)), None);
+        let me = std::process::id() as i32;
+        assert!(pids().contains(&me));
+        assert!(start_ticks(me).is_some_and(|t| t > 0));
+        assert_eq!(start_ticks(i32::MAX), None);
     }
 
     #[test]

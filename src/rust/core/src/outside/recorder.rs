@@ -23,6 +23,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+/// How a process is recorded.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Its threads' stacks (all, or R's main thread only), and with `idle`
+    /// threads that are not running too.
+    pub threads: (bool, bool),
+    /// Loops as frames, and source positions.
+    pub how: (bool, bool),
+    /// An address in this session's R (see `learn::moved`), 0 for none.
+    pub own_r: usize,
+    /// The time between ticks the recording is driven at.
+    pub interval_ns: u64,
+}
+
 /// A recording of process `pid` in progress.
 pub struct Recorder {
     pid: i32,
@@ -72,16 +86,10 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts recording process `pid`: its threads' stacks (all, or R's
-    /// main thread only); with `idle`, threads that are not running too; loops as frames with `with_loops`, source positions
-    /// with `lines`. `own_r`: an address in this session's R (see
-    /// `learn::moved`), 0 for none.
-    pub fn start(
-        pid: i32,
-        (all_threads, idle): (bool, bool),
-        (with_loops, lines): (bool, bool),
-        own_r: usize,
-    ) -> Result<Recorder> {
+    /// Starts recording process `pid` as `settings` say.
+    pub fn start(pid: i32, settings: Settings) -> Result<Recorder> {
+        let Settings { threads: (all_threads, idle), how: (with_loops, lines), own_r, interval_ns } =
+            settings;
         let exe = super::dump::check_target(pid)?;
         let own_r = (own_r != 0)
             .then(|| {
@@ -112,7 +120,7 @@ impl Recorder {
             missed: 0,
             names: HashMap::new(),
             cpu_start: thread_cpu(pid),
-            running: Running::new(),
+            running: Running::new(interval_ns),
             note: None,
             routines: Vec::new(),
             routines_stale: true,

@@ -4,14 +4,15 @@
 //! time on a CPU and waiting for one (`schedstat`).
 //!
 //! A thread is sampled when it runs at this look (on a CPU, or ready for
-//! one). A runnable thread is not always on a CPU: when threads wait for a
-//! core, each look stands for the share of the time since the last one the
-//! thread spent on a CPU rather than waiting for one (the kernel's counts
-//! of both), and the shares are added up until they make whole intervals;
-//! without contention every running look is one interval. So the samples
-//! stand for the CPU time used, whatever the process's share of the cores,
-//! and a thread asleep at a look (it may have worked since the last one) is
-//! never sampled in its sleep. A thread that used the CPU for less than a
+//! one), and each look stands for the CPU time the thread used since the
+//! last one (the kernel's count, `schedstat`), in intervals: the shares
+//! are added up until they make whole intervals. A runnable thread is not
+//! always on a CPU: when threads wait for a core, a look stands for less
+//! than an interval; when the recording itself waits for a core and looks
+//! late, for more. So the samples stand for the CPU time used, whatever the
+//! process's share of the cores and however late the looks, and a thread
+//! asleep at a look (it may have worked since the last one) is never
+//! sampled in its sleep (that time is not counted). A thread that used the CPU for less than a
 //! twentieth of the time since the last look is not sampled either: a
 //! thread woken by the last sample's stop runs for a moment before it
 //! sleeps again.
@@ -31,6 +32,8 @@ pub struct Look {
 
 /// What the choice keeps from one look to the next.
 pub struct Running {
+    /// The recording's interval.
+    interval_ns: u64,
     /// Each thread's `schedstat` at the last look.
     last: HashMap<i32, Schedstat>,
     /// Each thread's share of an interval that no sample stands for yet.
@@ -39,9 +42,15 @@ pub struct Running {
 }
 
 impl Running {
-    /// The first look's time is now.
-    pub fn new() -> Running {
-        Running { last: HashMap::new(), carry: HashMap::new(), last_look: Instant::now() }
+    /// For a recording sampling every `interval_ns`; the first look's time
+    /// is now.
+    pub fn new(interval_ns: u64) -> Running {
+        Running {
+            interval_ns: interval_ns.max(1),
+            last: HashMap::new(),
+            carry: HashMap::new(),
+            last_look: Instant::now(),
+        }
     }
 
     /// Looks at every thread of process `pid` now: the threads to sample,
@@ -76,11 +85,10 @@ impl Running {
             let share = match (l.sched, before) {
                 (Some(now), Some(then)) => {
                     let ran = now.run_ns.saturating_sub(then.run_ns);
-                    let waited = now.wait_ns.saturating_sub(then.wait_ns);
                     if ran.saturating_mul(20) < elapsed_ns {
                         continue;
                     }
-                    ran as f64 / (ran + waited).max(1) as f64
+                    ran as f64 / self.interval_ns as f64
                 }
                 _ => 1.0, // not known: one interval
             };
@@ -112,7 +120,7 @@ mod tests {
 
     #[test]
     fn running_threads_are_sampled_sleeping_and_gone_ones_not() {
-        let mut r = Running::new();
+        let mut r = Running::new(10 * MS);
         let gone = Look { tid: 4, stat: None, sched: None };
         let first = [look(1, 'R', Some((0, 0))), look(2, 'S', Some((0, 0))), look(3, 'D', None), gone];
         // The first look knows no earlier times: one interval a running
@@ -129,7 +137,7 @@ mod tests {
 
     #[test]
     fn under_contention_a_look_stands_for_the_share_on_a_cpu() {
-        let mut r = Running::new();
+        let mut r = Running::new(10 * MS);
         assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((0, 0)))]), [(1, 1)]);
         // Half the time on a CPU, half waiting: half an interval a look,
         // one sample every other look.
@@ -138,33 +146,46 @@ mod tests {
         // A quarter: one sample in four looks.
         let mut taken = 0;
         for i in 1..=8u64 {
-            let at = (10 + 2 * i) * MS;
-            let made = r.choose(8 * MS, &[look(1, 'R', Some((at, 10 * MS + 6 * i * MS)))]);
+            let (ran, waited) = (10 * MS + i * 5 * MS / 2, 10 * MS + i * 15 * MS / 2);
+            let made = r.choose(10 * MS, &[look(1, 'R', Some((ran, waited)))]);
             taken += made.iter().map(|m| m.1).sum::<u64>();
         }
         assert_eq!(taken, 2);
     }
 
     #[test]
+    fn a_late_look_stands_for_all_the_cpu_time_used_since_the_last() {
+        // The recording waited for a core: 25 ms between looks, all of it
+        // on a CPU for the thread. Two intervals, then three (the half
+        // carried), as the thread's 50 ms of CPU time make five.
+        let mut r = Running::new(10 * MS);
+        assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((0, 0)))]), [(1, 1)]);
+        assert_eq!(r.choose(25 * MS, &[look(1, 'R', Some((25 * MS, 0)))]), [(1, 2)]);
+        assert_eq!(r.choose(25 * MS, &[look(1, 'R', Some((50 * MS, 0)))]), [(1, 3)]);
+    }
+
+    #[test]
     fn a_thread_that_barely_ran_is_not_sampled() {
-        let mut r = Running::new();
+        let mut r = Running::new(10 * MS);
         assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((0, 0)))]), [(1, 1)]);
         // Less than a twentieth of the 20 ms since the last look on a CPU
-        // (woken by the last stop): not sampled, its share not carried.
+        // (woken by the last stop): not sampled, its time not carried
+        // (0.96 of an interval next, not 1.01).
         assert_eq!(r.choose(20 * MS, &[look(1, 'R', Some((MS / 2, 0)))]), []);
-        // A twentieth is enough.
-        assert_eq!(r.choose(20 * MS, &[look(1, 'R', Some((MS / 2 + MS, 0)))]), [(1, 1)]);
+        assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((MS / 2 + 96 * MS / 10, 0)))]), []);
+        // A twentieth is counted: 0.96 and 0.1 make one.
+        assert_eq!(r.choose(20 * MS, &[look(1, 'R', Some((MS / 2 + 106 * MS / 10, 0)))]), [(1, 1)]);
     }
 
     #[test]
     fn this_process_threads_are_looked_at() {
-        let mut r = Running::new();
+        let mut r = Running::new(10 * MS);
         let pid = std::process::id() as i32;
         // This thread runs as it looks (its stat says R).
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::gettid() };
         let chosen = r.look(pid);
         assert!(chosen.iter().any(|&(t, n)| t == me && n == 1), "{chosen:?}");
-        assert_eq!(Running::new().look(i32::MAX), []);
+        assert_eq!(Running::new(10 * MS).look(i32::MAX), []);
     }
 }

@@ -1,12 +1,16 @@
-//! Recording a process and, when asked, its descendants: one [`Recorder`]
-//! per process, ticked in turn. Descendants are looked for at every tick
-//! (a short-lived worker is seen if it lives through one), started on
-//! first sight, and kept when they end: their samples stay in the
-//! recording. Each process is stopped only while it is read, one after
-//! another, never two at once.
+//! Recording a process and, when asked, the processes working for it (its
+//! descendants and its workers, see `family`): one [`Recorder`] per
+//! process, ticked in turn. Descendants are looked for at every tick (a
+//! short-lived worker is seen if it lives through one), workers as the
+//! `finder` found them last (every quarter of a second). Each is started
+//! on first sight and kept when it ends: its samples stay in
+//! the recording. Each process is stopped only while it is read, one
+//! after another, never two at once.
 
+use super::finder::WorkerFinder;
 use super::recorder::Recorder;
-use super::Usage;
+pub use super::recorder::Settings;
+use super::{Relation, Usage};
 use crate::error::{Error, Result};
 use std::collections::HashSet;
 
@@ -14,6 +18,7 @@ use std::collections::HashSet;
 pub struct Member {
     pub pid: i32,
     pub parent: i32,
+    pub relation: Relation,
     pub recorder: Recorder,
     /// It ended (or could no longer be read) during the recording.
     pub ended: bool,
@@ -27,15 +32,8 @@ pub struct Member {
 pub struct NotRecorded {
     pub pid: i32,
     pub parent: i32,
+    pub relation: Relation,
     pub reason: String,
-}
-
-/// How each process is recorded (see [`Recorder::start`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Settings {
-    pub threads: (bool, bool),
-    pub how: (bool, bool),
-    pub own_r: usize,
 }
 
 pub struct TreeRecorder {
@@ -46,12 +44,14 @@ pub struct TreeRecorder {
     follow: bool,
     settings: Settings,
     seen: HashSet<i32>,
+    /// Looking for workers, with `follow`.
+    finder: Option<WorkerFinder>,
 }
 
 impl TreeRecorder {
     /// Starts recording process `pid`, and its descendants with `follow`.
     pub fn start(pid: i32, settings: Settings, follow: bool) -> Result<TreeRecorder> {
-        let root = Recorder::start(pid, settings.threads, settings.how, settings.own_r)?;
+        let root = Recorder::start(pid, settings)?;
         let mut tree = TreeRecorder {
             root,
             root_pid: pid,
@@ -60,6 +60,7 @@ impl TreeRecorder {
             follow,
             settings,
             seen: HashSet::from([pid]),
+            finder: follow.then(|| WorkerFinder::start(pid)),
         };
         tree.look_for_descendants();
         Ok(tree)
@@ -87,17 +88,23 @@ impl TreeRecorder {
         }
         // SAFETY: getpid has no preconditions.
         let own = unsafe { libc::getpid() };
-        for (pid, parent) in super::descendants(self.root_pid) {
+        let finder = self.finder.as_ref();
+        let found = super::family::relatives_with(self.root_pid, |p| {
+            let mut near = super::family::children(p);
+            let workers = finder.map(|f| f.workers_of(p)).unwrap_or_default();
+            near.extend(workers.into_iter().map(|w| (w, Relation::Worker)));
+            near
+        });
+        for super::Relative { pid, parent, relation } in found {
             if !self.seen.insert(pid) {
                 continue;
             }
-            let not = |reason: &str| NotRecorded { pid, parent, reason: reason.to_string() };
+            let not = |reason: &str| NotRecorded { pid, parent, relation, reason: reason.to_string() };
             if pid == own {
                 self.not_recorded.push(not("it is the recording R process"));
                 continue;
             }
-            let s = self.settings;
-            match Recorder::start(pid, s.threads, s.how, s.own_r) {
+            match Recorder::start(pid, self.settings) {
                 // (Its use from here: what it used while its recorder
                 // started, reading what it loaded, cannot be sampled.)
                 Ok(recorder) => {
@@ -105,6 +112,7 @@ impl TreeRecorder {
                     self.children.push(Member {
                         pid,
                         parent,
+                        relation,
                         recorder,
                         ended: false,
                         usage_start,
@@ -123,7 +131,7 @@ mod tests {
     use super::*;
 
     fn settings() -> Settings {
-        Settings { threads: (true, false), how: (false, false), own_r: 0 }
+        Settings { threads: (true, false), how: (false, false), own_r: 0, interval_ns: 10_000_000 }
     }
 
     #[test]

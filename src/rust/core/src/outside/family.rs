@@ -1,0 +1,237 @@
+//! The processes working for a process, as they are now: its descendants
+//! (forked workers, programs it runs, callr's sessions) and its workers,
+//! which are not its descendants: a PSOCK cluster's R sessions
+//! (`parallel::makeCluster()`, future's `multisession`) are started by a
+//! shell that exits, so their parent is init. A worker is found through
+//! its connection: a process on this machine holding the other end of one
+//! of the process's TCP connections, running the same executable, and
+//! started after it (so that a worker's own R session is never taken for
+//! its worker, nor is an unrelated server or a browser).
+
+use crate::procfs::{self, sockets, Proc};
+use std::collections::HashSet;
+
+/// At most this many processes are listed (a fork bomb is not followed).
+pub const MAX_DESCENDANTS: usize = 4096;
+
+/// How a listed process is related to the one before it in the listing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Relation {
+    /// Its child.
+    Child,
+    /// Its worker (see the module's comment).
+    Worker,
+}
+
+/// A process working for another, directly or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Relative {
+    pub pid: i32,
+    /// The process it works for: its parent, or the one it is a worker of.
+    pub parent: i32,
+    pub relation: Relation,
+}
+
+/// The descendants of process `pid` now, as (pid, parent pid), each after
+/// its parent (depth first, children in the kernel's order): processes not
+/// yet waited for by their parent, living or ended. At most
+/// [`MAX_DESCENDANTS`]; none where the kernel does not list children
+/// (`task/*/children`, see `procfs::children`) or `pid` is gone.
+pub fn descendants(pid: i32) -> Vec<(i32, i32)> {
+    relatives(pid, false).into_iter().map(|r| (r.pid, r.parent)).collect()
+}
+
+/// The processes working for process `pid` now, each after the one it
+/// works for (depth first): its descendants as [`descendants`] lists them
+/// and, with `with_workers`, its [`workers`], their descendants and
+/// workers, and the workers of its descendants. At most
+/// [`MAX_DESCENDANTS`].
+pub fn relatives(pid: i32, with_workers: bool) -> Vec<Relative> {
+    let mut tables = Tables::default();
+    relatives_with(pid, |p| {
+        let mut near = children(p);
+        if with_workers {
+            near.extend(workers_with(p, &mut tables).into_iter().map(|w| (w, Relation::Worker)));
+        }
+        near
+    })
+}
+
+/// The children of process `p` (see [`descendants`]), as relatives.
+pub(super) fn children(p: i32) -> Vec<(i32, Relation)> {
+    procfs::children(Proc::Pid(p)).unwrap_or_default().into_iter().map(|c| (c, Relation::Child)).collect()
+}
+
+/// [`relatives`] over a listing of each process's nearest relatives.
+pub(super) fn relatives_with(pid: i32, mut near: impl FnMut(i32) -> Vec<(i32, Relation)>) -> Vec<Relative> {
+    let mut out: Vec<Relative> = Vec::new();
+    let mut seen = HashSet::from([pid]);
+    // (A stack of processes, each with its relatives not yet visited.)
+    let mut stack = vec![(pid, near(pid).into_iter())];
+    while let Some((parent, rest)) = stack.last_mut() {
+        let parent = *parent;
+        let Some((child, relation)) = rest.next() else {
+            stack.pop();
+            continue;
+        };
+        // (A pid reused while listing could make a loop.)
+        if out.len() >= MAX_DESCENDANTS || !seen.insert(child) {
+            continue;
+        }
+        out.push(Relative { pid: child, parent, relation });
+        stack.push((child, near(child).into_iter()));
+    }
+    out
+}
+
+/// The connection tables of the network namespaces seen in one listing,
+/// each read once: the kernel walks every bucket of its connection hash to
+/// write them (about 5 ms a table on a machine with 24 GiB).
+#[derive(Default)]
+pub(super) struct Tables {
+    by_namespace: Vec<(std::path::PathBuf, Vec<sockets::Connection>)>,
+}
+
+impl Tables {
+    /// The connections of process `pid`'s network namespace.
+    fn of(&mut self, pid: i32) -> &[sockets::Connection] {
+        let ns = std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap_or_default();
+        let at = match self.by_namespace.iter().position(|(n, _)| *n == ns && !ns.as_os_str().is_empty()) {
+            Some(at) => at,
+            None => {
+                self.by_namespace.push((ns, sockets::connections(Proc::Pid(pid))));
+                self.by_namespace.len() - 1
+            }
+        };
+        &self.by_namespace[at].1
+    }
+}
+
+/// The workers of process `pid` now, in pid order: processes holding the
+/// other end of one of its established TCP connections (in its network
+/// namespace), running the same executable, started after it (in the same
+/// clock tick: with a larger pid). None when it has no connection, or is
+/// gone; processes of other users are not seen.
+pub fn workers(pid: i32) -> Vec<i32> {
+    workers_with(pid, &mut Tables::default())
+}
+
+/// [`workers`] with the connection tables read so far.
+pub(super) fn workers_with(pid: i32, tables: &mut Tables) -> Vec<i32> {
+    let of = Proc::Pid(pid);
+    let mine: HashSet<u64> = sockets::socket_inodes(of).into_iter().collect();
+    if mine.is_empty() {
+        return Vec::new();
+    }
+    let peers = sockets::peer_inodes(tables.of(pid), &mine);
+    if peers.is_empty() {
+        return Vec::new();
+    }
+    let (Ok(exe), Some(start)) = (procfs::exe(of), procfs::start_ticks(pid)) else {
+        return Vec::new();
+    };
+    let later = |p: i32| procfs::start_ticks(p).is_some_and(|t| t > start || (t == start && p > pid));
+    let mut out: Vec<i32> = procfs::pids()
+        .into_iter()
+        .filter(|&p| {
+            p != pid
+                && procfs::exe(Proc::Pid(p)).is_ok_and(|e| e == exe)
+                && later(p)
+                && sockets::socket_inodes(Proc::Pid(p)).iter().any(|i| peers.contains(i))
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn relatives_come_depth_first_after_the_process_they_work_for_without_loops() {
+        use Relation::{Child, Worker};
+        let tree = |p: i32| match p {
+            1 => vec![(2, Child), (5, Worker)],
+            2 => vec![(3, Child), (4, Child)],
+            4 => vec![(1, Child)],  // a reused pid pointing back: not followed
+            5 => vec![(3, Worker)], // seen already
+            _ => vec![],
+        };
+        let r = |pid, parent, relation| Relative { pid, parent, relation };
+        assert_eq!(
+            relatives_with(1, tree),
+            vec![r(2, 1, Child), r(3, 2, Child), r(4, 2, Child), r(5, 1, Worker)]
+        );
+        assert_eq!(relatives_with(9, tree), vec![]);
+        let wide = |p: i32| if p == 0 { (1..=5000).map(|c| (c, Child)).collect() } else { vec![] };
+        assert_eq!(relatives_with(0, wide).len(), MAX_DESCENDANTS);
+    }
+
+    #[test]
+    fn this_process_children_are_its_descendants() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let found = descendants(std::process::id() as i32).contains(&(pid, std::process::id() as i32));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        if procfs::children(Proc::This).is_none() {
+            eprintln!("skipped: this kernel has no task/*/children files");
+            return;
+        }
+        assert!(found);
+        assert!(descendants(i32::MAX).is_empty());
+    }
+
+    #[test]
+    fn a_process_connected_to_this_one_and_started_after_it_is_its_worker_not_the_reverse() {
+        // The worker: a fork of this test (the same executable, started
+        // later) that connects to this process's listener and stays until
+        // the connection closes, or 20 s. A `sleep` child, started later
+        // too but not connected, and one connected but running another
+        // program are not workers.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // SAFETY: the child connects, reads and leaves with _exit; glibc's
+        // malloc is usable after fork.
+        let worker = unsafe { libc::fork() };
+        if worker == 0 {
+            if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+                let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(20)));
+                let _ = s.read(&mut [0u8; 1]);
+            }
+            // SAFETY: leaves the child at once, nothing run at exit.
+            unsafe { libc::_exit(0) };
+        }
+        assert!(worker > 0);
+        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let accepted = listener.accept();
+        let script = format!("exec 3<>/dev/tcp/127.0.0.1/{}; read -t 20 <&3", addr.port());
+        let mut other = std::process::Command::new("bash").args(["-c", &script]).spawn().unwrap();
+        let accepted_other = listener.accept();
+        let me = std::process::id() as i32;
+        let found = workers(me);
+        let of_worker = workers(worker);
+        let listed = relatives(me, true);
+        drop((accepted, accepted_other));
+        other.kill().ok();
+        other.wait().ok();
+        // SAFETY: our own child; waited for below.
+        unsafe { libc::kill(worker, libc::SIGKILL) };
+        let mut status = 0;
+        // SAFETY: as above.
+        unsafe { libc::waitpid(worker, &mut status, 0) };
+        sleeper.kill().ok();
+        sleeper.wait().ok();
+        assert!(found.contains(&worker), "{found:?} has the worker {worker}");
+        assert!(!found.contains(&(sleeper.id() as i32)), "not connected");
+        assert!(!found.contains(&(other.id() as i32)), "connected, another program");
+        assert!(!of_worker.contains(&me), "a worker's R session is not its worker");
+        if procfs::children(Proc::This).is_some() {
+            // Also this process's child: listed once, as the first found.
+            assert_eq!(listed.iter().filter(|r| r.pid == worker).count(), 1);
+        }
+        assert!(workers(i32::MAX).is_empty());
+    }
+}
