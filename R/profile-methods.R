@@ -522,7 +522,7 @@ plot.winch_profile <- function(x, ..., min_width = 0.002, focus = NULL, what = c
   modules <- unique(f$module[rects$fn][!is.na(f$module[rects$fn])])
   names <- basename(p$modules$path[modules])
   palette <- module_colours(names)
-  fill <- ifelse(f$kind == "loop", "grey88", ifelse(f$kind %in% c("thread", "wait", "none"), "grey95", "grey72"))
+  fill <- ifelse(f$kind == "loop", "grey88", ifelse(f$kind %in% c("thread", "wait", "none", "kernel"), "grey95", "grey72"))
   native <- !is.na(f$module) & f$module %in% modules
   fill[native] <- palette[match(f$module[native], modules)]
   depth <- max(rects$depth, 0) + 1

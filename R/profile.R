@@ -77,6 +77,20 @@
 #' thread was at) is the one frame `[no frames]` (kind `"none"`): it counts
 #' like any other sample and is never an empty stack.
 #'
+#' In a CPU profile, time the kernel spent for a thread (system calls, page
+#' faults) is a frame `[kernel]` (kind `"kernel"`) innermost, under where
+#' the thread was: the system call's wrapper (`__GI_sched_yield`), or the
+#' code that faulted. A timer on a thread's CPU clock signals the thread on
+#' its way back to its own code, so its samples cannot tell kernel time
+#' from its own; instead each sample reads the thread's user and system
+#' time (`getrusage(RUSAGE_THREAD)`) and the system share of the time
+#' since its last sample is added up: when it makes a whole sample, that
+#' sample is the kernel's. So `[kernel]`'s share of a thread's samples is
+#' the share of its CPU time the kernel counted as system time (as `perf`
+#' counts its kernel samples), and samples at a system call's wrapper
+#' without it are the thread's own time there. The kernel's own frames are
+#' not shown. Profiles of elapsed time and of memory have no `[kernel]`.
+#'
 #' `threads = "main"` samples R's main thread only, as before.
 #'
 #' @section Processes:

@@ -31,6 +31,11 @@ stack_labels <- function(p) {
   lapply(p$stacks$locations, function(locs) p$functions$label[unlist(by_location[locs], use.names = FALSE)])
 }
 
+# A stack's labels without `[kernel]` (innermost where a CPU sample stood
+# for the kernel's time, see ?winch_profile): where the thread's own code
+# was.
+own_labels <- function(s) s[s != "[kernel]"]
+
 # Seconds sampled in stacks that hold a frame labelled `label`.
 seconds_in <- function(p, label) {
   hit <- vapply(stack_labels(p), function(s) label %in% s, NA)

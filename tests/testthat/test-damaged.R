@@ -192,7 +192,7 @@ time_damages <- list(
     p
   }, "`threads$number` [1] must be a whole number from 0"),
   thread_number_twice = damage(function(p) {
-    p$threads <- rbind(p$threads, p$threads)
+    p$threads <- rbind(p$threads[1L, ], p$threads)
     p
   }, "`threads$number` [2] is 0, a number another thread has"),
   thread_id = damage(function(p) {

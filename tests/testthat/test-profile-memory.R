@@ -263,7 +263,10 @@ test_that("a forked child profiles its own memory while its parent profiles", {
   child <- function(i) {
     tryCatch(
       {
-        q <- winch_profile(x <- lapply(1:2e4, function(i) numeric(100)), event = "alloc")
+        # (A sample every 16 KiB: about 1000 samples, so that the bounds
+        # below are many standard deviations of the estimate away; at the
+        # default 512 KiB, about 33, and 2/3 was two.)
+        q <- winch_profile(x <- lapply(1:2e4, function(i) numeric(100)), event = "alloc", sample_bytes = 16384)
         c(ok = 1, bytes = sum(as.data.frame(q)$alloc_bytes), pid = Sys.getpid())
       },
       error = function(e) c(ok = 0, bytes = NA, pid = Sys.getpid())
@@ -275,7 +278,7 @@ test_that("a forked child profiles its own memory while its parent profiles", {
       res <- parallel::mclapply(1:2, child, mc.cores = 2)
       y <- lapply(1:2e4, function(i) numeric(100))
     },
-    event = "alloc"
+    event = "alloc", sample_bytes = 16384
   )
   expect_length(res, 2L)
   for (r in res) {

@@ -151,7 +151,7 @@ test_that("an OpenMP region's worker is sampled on its own CPU time, under the R
     grepl("^/libgomp", s[j - 1L]) && (!worker %in% s || s[j - 2L] == paste0(TH, "thr_omp._omp_fn.0"))
   }, NA)))
   # R's main thread, done first, waits at the region's end: [wait].
-  expect_gt(seconds_where(p, function(s) length(s) > 0L && s[[1L]] == "[wait]"), 0)
+  expect_gt(seconds_where(p, function(s) length(own_labels(s)) > 0L && own_labels(s)[[1L]] == "[wait]"), 0)
   # The threads table: R's main thread first, the worker numbered 1, with
   # its kernel id and CPU time.
   expect_identical(p$threads$number[1:2], 0:1)

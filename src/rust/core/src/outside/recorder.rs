@@ -7,7 +7,7 @@
 
 use super::dump::{native_walk, stack_of, Behind};
 use super::ptrace::{self, task_ids, Stopped};
-use super::running::Running;
+use super::running::{Chosen, Running};
 use super::target::{self, TargetR};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, Process, Ranges};
@@ -16,6 +16,7 @@ use crate::procfs::{self, Mapping, Proc};
 use crate::profile::collect::Collected;
 use crate::profile::collect::Finished;
 use crate::profile::compose::{self, LineFacts, LoopSymbols, Moment, RFacts, Reads, Region, Scratch};
+use crate::profile::labels;
 use crate::profile::record::{self, Entry, Flags, Header, Origin, Prefix};
 use crate::r::{gc, learn};
 use crate::unwind::walk::{Frame, Modules, Snapshot};
@@ -196,7 +197,7 @@ impl Recorder {
         let took = ptrace::traced(self.pid, |tracer| {
             // Which threads ran since the last sample (read before they
             // are stopped: then they all show as stopped).
-            let running: Option<Vec<(i32, u64)>> = (!self.idle).then(|| self.running.look(self.pid));
+            let running: Option<Vec<Chosen>> = (!self.idle).then(|| self.running.look(self.pid));
             // The mappings are read before the process is stopped, to keep
             // it stopped for as short a time as can be: a module loaded
             // between the two shows as unknown code in this sample only.
@@ -213,8 +214,9 @@ impl Recorder {
     }
 
     /// Samples the threads of `stopped` (those `running` names, with the
-    /// intervals it gives; all, one interval each, when None): how many.
-    fn sample(&mut self, stopped: &Stopped, running: Option<&[(i32, u64)]>) -> u64 {
+    /// intervals it gives, `[kernel]` innermost where it says; all, one
+    /// interval each, when None): how many.
+    fn sample(&mut self, stopped: &Stopped, running: Option<&[Chosen]>) -> u64 {
         // A sample's cost: from the stop on (the process runs before).
         let started = stopped.started;
         self.seq += 1;
@@ -230,13 +232,14 @@ impl Recorder {
                 continue;
             }
             // The intervals this sample stands for (elapsed time: one).
-            let weight = match running {
-                Some(r) => match r.iter().find(|x| x.0 == t.tid) {
-                    Some(&(_, w)) => w.min(Header::MAX_WEIGHT),
+            let (weight, kernel) = match running {
+                Some(r) => match r.iter().find(|x| x.tid == t.tid) {
+                    Some(c) => (c.intervals.min(Header::MAX_WEIGHT), c.kernel),
                     None => continue,
                 },
-                None => 1,
+                None => (1, false),
             };
+            let head: &[u64] = if kernel { &[Entry::r(labels::KERNEL)] } else { &[] };
             if !self.names.contains_key(&t.tid) || self.seq.is_multiple_of(100) {
                 self.names.insert(t.tid, t.name.clone());
             }
@@ -252,7 +255,8 @@ impl Recorder {
                 let reads = Reads { heap: &behind, chain: &behind };
                 let at = Moment { snapshot: snap, index: index as u32, seq: self.seq, context, fork: &[] };
                 let made = compose::compose(t.regs, Flags::NONE, at, facts, &reads, &mut self.scratch);
-                let rec = self.scratch.record(made.len);
+                let len = self.scratch.splice_head(made.len, record::PREFIX, head);
+                let rec = self.scratch.record(len);
                 record::write_prefix(rec, made.prefix(weight, spent()));
                 self.collected.absorb(rec);
                 took += 1;
@@ -270,6 +274,7 @@ impl Recorder {
                 context: 0,
             };
             let mut rec = prefix.encode().to_vec();
+            rec.extend(head);
             rec.extend(
                 frames
                     .iter()

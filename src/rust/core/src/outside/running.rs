@@ -12,7 +12,14 @@
 //! late, for more. So the samples stand for the CPU time used, whatever the
 //! process's share of the cores and however late the looks, and a thread
 //! asleep at a look (it may have worked since the last one) is never
-//! sampled in its sleep (that time is not counted). A thread that used the CPU for less than a
+//! sampled in its sleep (that time is not counted).
+//!
+//! Which samples stand for the kernel's time (`[kernel]`, as in-process:
+//! see `profile::capture::kernel`) follows each thread's own account of
+//! its user and system time (`stat`, in clock ticks, too coarse for one
+//! look): of the intervals a thread's samples stand for so far, the
+//! system share since the recording began is the kernel's, given to
+//! samples in turn as it comes due. A thread that used the CPU for less than a
 //! twentieth of the time since the last look is not sampled either: a
 //! thread woken by the last sample's stop runs for a moment before it
 //! sleeps again.
@@ -30,6 +37,47 @@ pub struct Look {
     pub sched: Option<Schedstat>,
 }
 
+/// A thread to sample at a tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chosen {
+    pub tid: i32,
+    /// The intervals its sample stands for.
+    pub intervals: u64,
+    /// The sample stands for the kernel's time.
+    pub kernel: bool,
+}
+
+/// A thread's user and system ticks when first looked at, the intervals
+/// its samples have stood for since, and those given to the kernel.
+struct KernelShare {
+    first: (u64, u64),
+    intervals: u64,
+    given: u64,
+}
+
+impl KernelShare {
+    fn new(s: Stat) -> KernelShare {
+        KernelShare { first: (s.utime, s.stime), intervals: 0, given: 0 }
+    }
+
+    /// Whether a sample of `w` intervals, now that the thread's `stat` is
+    /// `s`, is the kernel's.
+    fn due(&mut self, s: Stat, w: u64) -> bool {
+        self.intervals += w;
+        let user = s.utime.saturating_sub(self.first.0);
+        let system = s.stime.saturating_sub(self.first.1);
+        if user + system == 0 {
+            return false;
+        }
+        let due = (self.intervals as u128 * system as u128 / (user + system) as u128) as u64;
+        let kernel = due >= self.given + w;
+        if kernel {
+            self.given += w;
+        }
+        kernel
+    }
+}
+
 /// What the choice keeps from one look to the next.
 pub struct Running {
     /// The recording's interval.
@@ -38,6 +86,8 @@ pub struct Running {
     last: HashMap<i32, Schedstat>,
     /// Each thread's share of an interval that no sample stands for yet.
     carry: HashMap<i32, f64>,
+    /// Each thread's kernel account (see the module's comment).
+    kernel: HashMap<i32, KernelShare>,
     last_look: Instant,
 }
 
@@ -49,13 +99,15 @@ impl Running {
             interval_ns: interval_ns.max(1),
             last: HashMap::new(),
             carry: HashMap::new(),
+            kernel: HashMap::new(),
             last_look: Instant::now(),
         }
     }
 
     /// Looks at every thread of process `pid` now: the threads to sample,
-    /// with the intervals each sample stands for.
-    pub fn look(&mut self, pid: i32) -> Vec<(i32, u64)> {
+    /// with the intervals each sample stands for and whether it is the
+    /// kernel's.
+    pub fn look(&mut self, pid: i32) -> Vec<Chosen> {
         let now = Instant::now();
         let elapsed_ns = now.duration_since(self.last_look).as_nanos() as u64;
         self.last_look = now;
@@ -73,7 +125,7 @@ impl Running {
 
     /// The choice of [`Running::look`], from what it found, `elapsed_ns`
     /// after the last look.
-    pub fn choose(&mut self, elapsed_ns: u64, looks: &[Look]) -> Vec<(i32, u64)> {
+    pub fn choose(&mut self, elapsed_ns: u64, looks: &[Look]) -> Vec<Chosen> {
         let mut out = Vec::new();
         for l in looks {
             // Kept whatever the state: the next look's shares count from
@@ -97,7 +149,15 @@ impl Running {
             let intervals = carry.floor();
             if intervals >= 1.0 {
                 *carry -= intervals;
-                out.push((l.tid, intervals as u64));
+                let kernel = match l.stat {
+                    Some(s) => self
+                        .kernel
+                        .entry(l.tid)
+                        .or_insert_with(|| KernelShare::new(s))
+                        .due(s, intervals as u64),
+                    None => false,
+                };
+                out.push(Chosen { tid: l.tid, intervals: intervals as u64, kernel });
             }
         }
         out
@@ -118,6 +178,11 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// A user-time sample of thread `tid` standing for `n` intervals.
+    fn c(tid: i32, n: u64) -> Chosen {
+        Chosen { tid, intervals: n, kernel: false }
+    }
+
     #[test]
     fn running_threads_are_sampled_sleeping_and_gone_ones_not() {
         let mut r = Running::new(10 * MS);
@@ -125,30 +190,30 @@ mod tests {
         let first = [look(1, 'R', Some((0, 0))), look(2, 'S', Some((0, 0))), look(3, 'D', None), gone];
         // The first look knows no earlier times: one interval a running
         // thread.
-        assert_eq!(r.choose(10 * MS, &first), [(1, 1)]);
+        assert_eq!(r.choose(10 * MS, &first), [c(1, 1)]);
         // Without contention (no waiting), each running look is one.
         let second = [look(1, 'R', Some((10 * MS, 0))), look(2, 'S', Some((4 * MS, 0)))];
-        assert_eq!(r.choose(10 * MS, &second), [(1, 1)]);
+        assert_eq!(r.choose(10 * MS, &second), [c(1, 1)]);
         // The sleeper worked between the looks, but sleeps at this one.
         assert_eq!(r.choose(10 * MS, &[look(2, 'S', Some((9 * MS, 0)))]), []);
         // A running thread whose times are unreadable: one interval.
-        assert_eq!(r.choose(10 * MS, &[look(5, 'R', None)]), [(5, 1)]);
+        assert_eq!(r.choose(10 * MS, &[look(5, 'R', None)]), [c(5, 1)]);
     }
 
     #[test]
     fn under_contention_a_look_stands_for_the_share_on_a_cpu() {
         let mut r = Running::new(10 * MS);
-        assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((0, 0)))]), [(1, 1)]);
+        assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((0, 0)))]), [c(1, 1)]);
         // Half the time on a CPU, half waiting: half an interval a look,
         // one sample every other look.
         assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((5 * MS, 5 * MS)))]), []);
-        assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((10 * MS, 10 * MS)))]), [(1, 1)]);
+        assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((10 * MS, 10 * MS)))]), [c(1, 1)]);
         // A quarter: one sample in four looks.
         let mut taken = 0;
         for i in 1..=8u64 {
             let (ran, waited) = (10 * MS + i * 5 * MS / 2, 10 * MS + i * 15 * MS / 2);
             let made = r.choose(10 * MS, &[look(1, 'R', Some((ran, waited)))]);
-            taken += made.iter().map(|m| m.1).sum::<u64>();
+            taken += made.iter().map(|m| m.intervals).sum::<u64>();
         }
         assert_eq!(taken, 2);
     }
@@ -159,22 +224,45 @@ mod tests {
         // on a CPU for the thread. Two intervals, then three (the half
         // carried), as the thread's 50 ms of CPU time make five.
         let mut r = Running::new(10 * MS);
-        assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((0, 0)))]), [(1, 1)]);
-        assert_eq!(r.choose(25 * MS, &[look(1, 'R', Some((25 * MS, 0)))]), [(1, 2)]);
-        assert_eq!(r.choose(25 * MS, &[look(1, 'R', Some((50 * MS, 0)))]), [(1, 3)]);
+        assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((0, 0)))]), [c(1, 1)]);
+        assert_eq!(r.choose(25 * MS, &[look(1, 'R', Some((25 * MS, 0)))]), [c(1, 2)]);
+        assert_eq!(r.choose(25 * MS, &[look(1, 'R', Some((50 * MS, 0)))]), [c(1, 3)]);
+    }
+
+    #[test]
+    fn samples_are_the_kernel_s_in_the_system_share_of_the_thread_s_ticks() {
+        let at = |ran: u64, (user, system): (u64, u64)| {
+            let stat = format!("1 (w) R 1 1 1 0 -1 4194560 12 0 0 0 {user} {system} 0 0 20 0 4 0 100");
+            Look { tid: 1, stat: Stat::parse(&stat), sched: Schedstat::parse(&format!("{ran} 0 1\n")) }
+        };
+        let mut r = Running::new(10 * MS);
+        // The first look knows no share yet.
+        assert_eq!(r.choose(10 * MS, &[at(0, (100, 50))]), [c(1, 1)]);
+        // Then a quarter of the thread's ticks are system time: one sample
+        // in four is the kernel's, as its share comes due.
+        let mut kernel = Vec::new();
+        for i in 1..=40u64 {
+            let made = r.choose(10 * MS, &[at(i * 10 * MS, (100 + 3 * i, 50 + i))]);
+            assert_eq!(made.len(), 1);
+            if made[0].kernel {
+                kernel.push(i);
+            }
+        }
+        assert_eq!(kernel.len(), 10, "{kernel:?}");
+        assert_eq!(kernel[0], 3, "due once four intervals are sampled");
     }
 
     #[test]
     fn a_thread_that_barely_ran_is_not_sampled() {
         let mut r = Running::new(10 * MS);
-        assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((0, 0)))]), [(1, 1)]);
+        assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((0, 0)))]), [c(1, 1)]);
         // Less than a twentieth of the 20 ms since the last look on a CPU
         // (woken by the last stop): not sampled, its time not carried
         // (0.96 of an interval next, not 1.01).
         assert_eq!(r.choose(20 * MS, &[look(1, 'R', Some((MS / 2, 0)))]), []);
         assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((MS / 2 + 96 * MS / 10, 0)))]), []);
         // A twentieth is counted: 0.96 and 0.1 make one.
-        assert_eq!(r.choose(20 * MS, &[look(1, 'R', Some((MS / 2 + 106 * MS / 10, 0)))]), [(1, 1)]);
+        assert_eq!(r.choose(20 * MS, &[look(1, 'R', Some((MS / 2 + 106 * MS / 10, 0)))]), [c(1, 1)]);
     }
 
     #[test]
@@ -185,7 +273,7 @@ mod tests {
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::gettid() };
         let chosen = r.look(pid);
-        assert!(chosen.iter().any(|&(t, n)| t == me && n == 1), "{chosen:?}");
+        assert!(chosen.iter().any(|c| c.tid == me && c.intervals == 1), "{chosen:?}");
         assert_eq!(Running::new(10 * MS).look(i32::MAX), []);
     }
 }

@@ -333,6 +333,20 @@ impl Scratch {
         &mut self.record[..len]
     }
 
+    /// The record `len` words long with its entries from the first to
+    /// `first` (the sampler's own frames) replaced by `head`: its new
+    /// length. `head` is left out if the record would not fit.
+    pub fn splice_head(&mut self, len: usize, first: usize, head: &[u64]) -> usize {
+        let len = len.min(self.record.len());
+        let first = first.clamp(PREFIX.min(len), len);
+        let kept = len - first;
+        let head = if PREFIX + head.len() + kept <= self.record.len() { head } else { &[] };
+        let at = PREFIX.min(len) + head.len();
+        self.record.copy_within(first..len, at);
+        self.record[at - head.len()..at].copy_from_slice(head);
+        at + kept
+    }
+
     /// The record [`compose`] made, `len` words long, and the labels its R
     /// entries name.
     pub fn record_and_labels(&mut self, len: usize) -> (&mut [u64], &Labels) {
@@ -585,6 +599,24 @@ fn read_contexts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sampler_s_frames_are_replaced_by_the_head() {
+        let mut s = Scratch::default();
+        let rec = [10, 11, 12, 13, 1, 2, 3, 4];
+        s.record[..rec.len()].copy_from_slice(&rec);
+        // Two of the sampler's own frames out, one marker in.
+        let len = s.splice_head(rec.len(), PREFIX + 2, &[99]);
+        assert_eq!(s.record(len), [10, 11, 12, 13, 99, 3, 4]);
+        // Nothing out, nothing in.
+        let len = s.splice_head(len, PREFIX, &[]);
+        assert_eq!(s.record(len), [10, 11, 12, 13, 99, 3, 4]);
+        // A full record keeps its frames: the head is left out.
+        let full = s.record.len();
+        s.record.fill(7);
+        assert_eq!(s.splice_head(full, PREFIX, &[99]), full);
+        assert!(s.record.iter().all(|&w| w == 7));
+    }
     use crate::memory::Image;
     use crate::r::layout::{Layout, CTXT_BUILTIN, CTXT_FUNCTION, CTXT_TOPLEVEL};
 

@@ -26,7 +26,10 @@ pub const PROCESS: u32 = 9;
 /// `THREAD` for a thread that R's innermost call when the sample was
 /// taken started (see `collect`).
 pub const THREAD_HERE: u32 = 10;
-const FIXED: [&str; 11] = [
+/// A CPU sample that stands for the kernel's time (see
+/// `capture::kernel`): the innermost entry, `[kernel]`.
+pub const KERNEL: u32 = 11;
+const FIXED: [&str; 12] = [
     "<Anonymous>",
     "[for]",
     "[while]",
@@ -38,6 +41,7 @@ const FIXED: [&str; 11] = [
     "<GC>",
     "[process]",
     "[thread+]",
+    "[kernel]",
 ];
 
 /// Ids from here on name labels made outside the table: by forked child

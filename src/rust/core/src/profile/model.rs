@@ -30,6 +30,8 @@ pub enum FrameKind {
     Process,
     /// A sample whose stack could not be read at all: `[no frames]`.
     NoFrames,
+    /// A CPU sample that stands for the kernel's time: `[kernel]`.
+    Kernel,
 }
 
 impl FrameKind {
@@ -42,6 +44,7 @@ impl FrameKind {
             FrameKind::Wait => "wait",
             FrameKind::Process => "process",
             FrameKind::NoFrames => "none",
+            FrameKind::Kernel => "kernel",
         }
     }
 
@@ -54,6 +57,7 @@ impl FrameKind {
             FrameKind::Wait,
             FrameKind::Process,
             FrameKind::NoFrames,
+            FrameKind::Kernel,
         ]
         .into_iter()
         .find(|k| k.name() == name)

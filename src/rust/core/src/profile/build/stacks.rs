@@ -178,8 +178,21 @@ impl<'a> Builder<'a> {
     /// A stack with no frame at all (nothing readable, not even where the
     /// thread was) is `[no frames]`: the sample counts, never as an empty
     /// stack.
+    /// A sample that stands for the kernel's time (its first entry after
+    /// the origin, see `capture::kernel`) has `[kernel]` innermost, under
+    /// the frames of where the thread was.
     pub(super) fn stack(&mut self, entries: &[u64]) -> (Vec<usize>, Sampled) {
-        let (mut out, who) = self.frames(entries);
+        let kernel = entries.get(1) == Some(&Entry::r(labels::KERNEL));
+        let (mut out, who) = if kernel {
+            let rest: Vec<u64> = entries[..1].iter().chain(&entries[2..]).copied().collect();
+            self.frames(&rest)
+        } else {
+            self.frames(entries)
+        };
+        if kernel {
+            let f = self.function(FrameKind::Kernel, "[kernel]".into(), "[kernel]".into(), None);
+            out.insert(0, self.marker_location(f));
+        }
         if out.is_empty() {
             let f = self.function(FrameKind::NoFrames, "[no frames]".into(), "[no_frames]".into(), None);
             out.push(self.marker_location(f));
@@ -234,6 +247,9 @@ impl<'a> Builder<'a> {
         let parent = &entries[t + 1..];
         if let Some((&pword, rest)) = parent.split_first() {
             let psnap = Origin::decode(pword);
+            // (Where R's main thread was is what counts, not whether its
+            // sample was the kernel's.)
+            let rest = rest.strip_prefix(&[Entry::r(labels::KERNEL)]).unwrap_or(rest);
             let inner = rest.iter().take_while(|&&e| Entry::is_native(e)).count();
             let bases: Vec<Option<String>> =
                 rest[..inner].iter().map(|&e| self.module_base(e, psnap)).collect();
@@ -595,9 +611,9 @@ mod tests {
         assert_eq!(placement(&maps, &now, word(0), 0x5), Place::Unknown);
     }
 
-    #[test]
-    fn a_sample_without_frames_is_labelled_not_empty() {
-        let fin = Finished {
+    /// A finished session with nothing in it (no snapshots, no modules).
+    fn empty_finished() -> Finished {
+        Finished {
             collected: Default::default(),
             labels: Labels::new(),
             snapshots: Vec::new(),
@@ -618,7 +634,12 @@ mod tests {
             pid: 1,
             command: String::new(),
             launch_module: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_sample_without_frames_is_labelled_not_empty() {
+        let fin = empty_finished();
         let labels = Labels::new();
         let mut b = Builder::new(&labels, &fin);
         // R's main thread's sample: its origin word, nothing after it.
@@ -630,6 +651,38 @@ mod tests {
         assert_eq!((f.kind, f.name.as_str()), (FrameKind::NoFrames, "[no frames]"));
         // The same location for every such sample.
         assert_eq!(b.stack(&[Origin::main(0).encode()]).0, locations);
+    }
+
+    #[test]
+    fn a_kernel_sample_has_kernel_innermost_and_a_thread_s_parent_part_never_has_it() {
+        let fin = empty_finished();
+        let labels = Labels::new();
+        let mut b = Builder::new(&labels, &fin);
+        let kinds = |b: &Builder, locs: &[usize]| -> Vec<FrameKind> {
+            locs.iter().map(|&l| b.functions[b.locations[l].lines[0].function].kind).collect()
+        };
+        let kernel = Entry::r(labels::KERNEL);
+        let anon = Entry::r(labels::ANONYMOUS);
+        // R's main thread in the kernel, under an R call.
+        let (main, _) = b.stack(&[Origin::main(0).encode(), kernel, anon]);
+        assert_eq!(kinds(&b, &main), [FrameKind::Kernel, FrameKind::R]);
+        let f = &b.functions[b.locations[main[0]].lines[0].function];
+        assert_eq!((f.name.as_str(), f.label.as_str()), ("[kernel]", "[kernel]"));
+        // A thread started by the running call, in the kernel too, joined
+        // to a main thread's sample that was the kernel's: `[kernel]`
+        // innermost once, the main thread's frames after `[thread N]`.
+        let thread = [
+            Origin::thread(0, 5).encode(),
+            kernel,
+            Entry::r(labels::THREAD_HERE),
+            Origin::main(0).encode(),
+            kernel,
+            Entry::native(0x5, false),
+            anon,
+        ];
+        let (locs, who) = b.stack(&thread);
+        assert_eq!(who.thread, 5);
+        assert_eq!(kinds(&b, &locs), [FrameKind::Kernel, FrameKind::Thread, FrameKind::Native, FrameKind::R]);
     }
 
     #[test]

@@ -7,10 +7,12 @@
 //!
 //! Everything here is async-signal-safe: no allocation, no lock, no R API;
 //! system calls only `clock_gettime`, `process_vm_readv` (another thread's
-//! stack) and `tgkill` (asking R's main thread for a reference sample).
+//! stack), `tgkill` (asking R's main thread for a reference sample),
+//! `gettid` and `getrusage` (a thread's system time, see `kernel`).
 
 use super::super::compose::Moment;
-use super::super::record::{self, Flags};
+use super::super::labels;
+use super::super::record::{self, Entry, Flags};
 use super::active::Active;
 use super::clock::{gettid, now_ns, MIN_INTERVAL_NS};
 use super::main_ref::MainSample;
@@ -20,6 +22,20 @@ use super::worker::{sample_worker, Extra, ThreadId};
 use crate::memory::Memory;
 use crate::unwind::walk::Snapshot;
 use std::sync::atomic::Ordering;
+
+/// What a sample that stands for the kernel's time starts with.
+const KERNEL_HEAD: [u64; 1] = [Entry::r(labels::KERNEL)];
+
+/// What a timer's sample of the calling thread `tid` carries: `[kernel]`
+/// when it stands for the kernel's time (a CPU profile, see `kernel`).
+fn timer_extra(s: &Session, timer: bool, tid: i32, weight: u64) -> Extra<'static> {
+    let kernel = timer && s.kernel.as_ref().is_some_and(|k| k.sample_is_kernel(tid, weight));
+    if kernel {
+        Extra { head: &KERNEL_HEAD, ..Extra::NONE }
+    } else {
+        Extra::NONE
+    }
+}
 
 /// The session samples are taken for (see `active`).
 pub(super) static ACTIVE: Active<Session> = Active::new();
@@ -86,24 +102,22 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     let (timer, weight) = unsafe { expirations(info) };
     let Some((snapshot, index)) = s.snapshot() else { return };
     let context = s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0);
+    let tid = if main { s.main_tid } else { gettid() };
     // A forked child sampling itself: its main thread only.
     if let Some(slot) = super::children::current() {
         if main {
-            child_tick(
-                s,
-                slot,
-                regs,
-                Tick { weight, flags: Flags::PROCESS, started_ns: start },
-                (snapshot, index),
-                context,
-            );
+            let tick = Tick { weight, flags: Flags::PROCESS, started_ns: start };
+            // (The child's own id: `main_tid` is its parent's.)
+            let extra = timer_extra(s, timer, gettid(), weight);
+            child_tick(s, slot, regs, tick, (snapshot, index), context, extra);
         }
         return;
     }
     s.handler_runs.fetch_add(1, Ordering::Relaxed);
     if !main {
         let tick = Tick { weight, flags: Flags::NONE, started_ns: start };
-        sample_other_thread(s, regs, tick, (snapshot, index), context, Extra::NONE);
+        let extra = timer_extra(s, timer, tid, weight);
+        sample_other_thread(s, regs, tick, (snapshot, index), context, extra);
         return;
     }
     // A signal from another thread's handler (not the timer) asks for a
@@ -121,7 +135,8 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
     let tick = Tick { weight, flags, started_ns: start };
     let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
-    let out = sample(regs, tick, at, Extra::NONE, &s.facts, scratch, Sink::Ring(&s.ring));
+    let extra = timer_extra(s, timer, tid, weight);
+    let out = sample(regs, tick, at, extra, &s.facts, scratch, Sink::Ring(&s.ring));
     // Other threads' samples may be shown under this one only if it was
     // kept (see `link_to_main`).
     s.main_ref.publish(MainSample { seq, context: if out.pushed { context } else { 0 }, taken_ns: start });
@@ -141,6 +156,7 @@ fn child_tick(
     tick: Tick,
     (snapshot, index): (&Snapshot, u32),
     context: usize,
+    extra: Extra,
 ) {
     let Some(children) = &s.children else { return };
     if super::children::stopped(children) {
@@ -152,7 +168,7 @@ fn child_tick(
     let seq = s.main_ref.next_seq();
     s.main_ref.publish(MainSample { seq, context: 0, taken_ns: tick.started_ns });
     let at = Moment { snapshot, index, seq, context: context as u64, fork: super::children::fork_records() };
-    sample(regs, tick, at, Extra::NONE, &s.facts, scratch, Sink::Child(children, slot));
+    sample(regs, tick, at, extra, &s.facts, scratch, Sink::Child(children, slot));
 }
 
 /// One sample of the calling thread, not R's main thread, taken while R's
@@ -253,7 +269,7 @@ fn allocation(s: &Session, size: usize) -> u64 {
     s.handler_runs.fetch_add(1, Ordering::Relaxed);
     let tick = Tick { weight: 1, flags: Flags::ALLOC, started_ns: start };
     let tail = record::alloc_tail(n, size as u64);
-    let extra = Extra { skip: &own, tail: &tail };
+    let extra = Extra { skip: &own, head: &[], tail: &tail };
     let kept = if s.on_main_thread() {
         // (A reference sample another thread asks for, by signal, leaves
         // the scratch alone meanwhile.)

@@ -4,7 +4,8 @@
 //! of R's main thread (`sample`) or of another thread (`worker`, into
 //! one of the `slots`) into a `ring`, with the modules of the current
 //! `snapshots`; threads are found as they start (`spawn`) or by
-//! listing them (`threads`); a memory profile samples allocations
+//! listing them (`threads`); `kernel` tells which CPU samples are the
+//! kernel's time; a memory profile samples allocations
 //! instead (`alloc`). The `collector` thread empties the rings into
 //! `collect`. `active` is the protocol that lets a
 //! session end while handlers run; `fork` keeps a child of a profiled
@@ -19,6 +20,7 @@ pub(crate) mod collector;
 pub(crate) mod cost;
 pub(crate) mod fork;
 pub(crate) mod handler;
+pub(crate) mod kernel;
 pub(crate) mod main_ref;
 pub(crate) mod ring;
 pub(crate) mod sample;

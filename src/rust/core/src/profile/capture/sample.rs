@@ -61,16 +61,14 @@ pub fn sample(
         return Outcome { flags: made.flags, frames: 0, pushed: false, outside: true };
     }
     let len = s.append(made.len, extra.tail);
-    let (rec, labels) = s.record_and_labels(len);
-    // The sampler's own frames (innermost, before any R frame) left out.
+    // The sampler's own frames (innermost, before any R frame) left out,
+    // `extra.head` put innermost.
+    let rec = s.record(len);
     let first = (PREFIX..rec.len())
         .find(|&k| Entry::ip_of(rec[k]).is_none_or(|ip| !(extra.skip)(ip)))
         .unwrap_or(rec.len());
-    if first > PREFIX {
-        rec.copy_within(first.., PREFIX);
-    }
-    let len = rec.len() - (first - PREFIX);
-    let rec = &mut rec[..len];
+    let len = s.splice_head(len, first, extra.head);
+    let (rec, labels) = s.record_and_labels(len);
     let spent = now_ns().saturating_sub(tick.started_ns);
     record::write_prefix(rec, made.prefix(tick.weight, spent));
     let pushed = match sink {

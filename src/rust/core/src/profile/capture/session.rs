@@ -153,6 +153,7 @@ fn new_session(
         alloc_seq: AtomicU64::new(0),
         own_code,
         main_busy: AtomicBool::new(false),
+        kernel: matches!(trigger, Trigger::Timer { clock: Clock::Cpu, .. }).then(Default::default),
     })
 }
 

@@ -93,6 +93,8 @@ pub struct Session {
     /// the signal handler (a reference sample another thread asked for)
     /// leaves it alone then.
     pub(super) main_busy: AtomicBool,
+    /// A CPU profile: which samples are the kernel's time.
+    pub(super) kernel: Option<super::kernel::KernelTime>,
 }
 
 // SAFETY: `scratch` is touched only by R's main thread's samples, one at a

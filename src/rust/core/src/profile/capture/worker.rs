@@ -117,19 +117,21 @@ impl StackCopy<'_> {
     }
 }
 
-/// What a sample of another thread carries besides its stack: the
-/// innermost frames to leave out (those of the code that takes the sample,
-/// when it is not a signal handler: the allocation hook), and words to end
-/// the record with (an allocation's number and bytes).
+/// What a sample carries besides its stack: the innermost frames to leave
+/// out (those of the code that takes the sample, when it is not a signal
+/// handler: the allocation hook), entries to put innermost (`[kernel]`,
+/// see `kernel`), and words to end the record with (an allocation's
+/// number and bytes).
 #[derive(Clone, Copy)]
 pub struct Extra<'a> {
     pub skip: &'a dyn Fn(usize) -> bool,
+    pub head: &'a [u64],
     pub tail: &'a [u64],
 }
 
 impl Extra<'_> {
     /// Nothing left out, nothing added: a timer's sample.
-    pub const NONE: Extra<'static> = Extra { skip: &|_| false, tail: &[] };
+    pub const NONE: Extra<'static> = Extra { skip: &|_| false, head: &[], tail: &[] };
 }
 
 /// The sampled thread: the process (whose memory holds its stack) and its
@@ -169,6 +171,9 @@ pub fn sample_worker(
         flags |= Flags::TRUNCATED_NATIVE;
     }
     let mut w = Writer::new(&mut s.record);
+    for &word in extra.head {
+        w.push(word);
+    }
     // Frames of the sampler's own caller left out (an allocation hook).
     let first = s.frames[..n].iter().position(|f| !(extra.skip)(f.ip)).unwrap_or(n);
     for (i, f) in s.frames[..n].iter().enumerate().skip(first) {
@@ -291,7 +296,7 @@ mod tests {
             let skip_ip = Entry::ip_of(innermost).unwrap();
             let skip = move |ip: usize| ip == skip_ip;
             let tail = crate::profile::record::alloc_tail(42, 4096);
-            let (out, rec, all) = sample_here(Extra { skip: &skip, tail: &tail }, 1 << 14);
+            let (out, rec, all) = sample_here(Extra { skip: &skip, head: &[], tail: &tail }, 1 << 14);
             (out, rec, all, skip_ip)
         });
         let (out, rec, all, skip_ip) = h.join().unwrap();

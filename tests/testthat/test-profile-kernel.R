@@ -1,0 +1,85 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+
+# The kernel's share of a CPU profile: a sample that stands for the
+# kernel's time has `[kernel]` innermost, under where the thread was (the
+# system call's wrapper), and such samples are the share of the thread's
+# CPU time the kernel counted as system time (clib/syscalls.c alternates
+# its own arithmetic with sched_yield() calls and returns what the kernel
+# counted).
+
+syscalls <- function() compile_clib("wtest_syscalls", "syscalls.c")
+mix <- function(secs, work) .Call("sys_mix", secs, as.integer(work), PACKAGE = "wtest_syscalls")
+
+# Shares of `p`'s samples: in the kernel, and, of those, with a system
+# call's wrapper as the frame outside `[kernel]`.
+kernel_shares <- function(p) {
+  d <- as.data.frame(p)
+  kernel <- endsWith(d$stack, ";[kernel]") | d$stack == "[kernel]"
+  wrapper <- kernel & grepl("(sched_yield|clock_gettime);\\[kernel\\]$", d$stack)
+  c(kernel = sum(d$samples[kernel]) / sum(d$samples), wrapper = sum(d$samples[wrapper]) / max(1, sum(d$samples[kernel])))
+}
+
+test_that("the kernel's share of the samples is the system share of the thread's CPU time", {
+  syscalls()
+  # Mostly system time, about half, and almost none.
+  profiles <- list()
+  for (work in c(0L, 2000L, 200000L)) {
+    used <- NULL
+    p <- profiles[[length(profiles) + 1L]] <- winch_profile(used <- mix(1, work), interval = 0.002)
+    system <- used[[2L]] / sum(used)
+    s <- kernel_shares(p)
+    info <- sprintf("work %d: system share %.3f, [kernel] share %.3f", work, system, s[["kernel"]])
+    expect_equal(s[["kernel"]], system, tolerance = 0.05 / max(system, 0.05), info = info)
+    if (system > 0.2) {
+      # Where the thread was: the system call's wrapper.
+      expect_gt(s[["wrapper"]], 0.9)
+    }
+  }
+  # `[kernel]` is a frame of its own kind.
+  p <- profiles[[1L]]
+  f <- p$functions[p$functions$name == "[kernel]", ]
+  expect_identical(f$kind, "kernel")
+  expect_identical(f$label, "[kernel]")
+})
+
+test_that("no [kernel] frame where samples do not stand for CPU time", {
+  syscalls()
+  p <- winch_profile(mix(0.3, 0L), interval = 0.002, event = "elapsed")
+  expect_false("[kernel]" %in% p$functions$name)
+  p <- winch_profile(for (i in 1:20) mix(0.01, 0L), event = "alloc", sample_bytes = 64)
+  expect_false("[kernel]" %in% p$functions$name)
+})
+
+test_that("[kernel] is written to every format", {
+  syscalls()
+  p <- winch_profile(mix(0.5, 0L), interval = 0.002)
+  expect_true("[kernel]" %in% p$functions$name)
+  rprof <- tempfile()
+  winch_write_rprof(p, rprof)
+  expect_true(any(grepl("\"[kernel]\"", readLines(rprof), fixed = TRUE)))
+  collapsed <- tempfile()
+  winch_write_collapsed(p, collapsed)
+  expect_true(any(grepl(";[kernel] ", readLines(collapsed), fixed = TRUE)))
+})
+
+test_that("a recording from outside shows the kernel's share as the thread's system ticks give it", {
+  lib <- build_clib_once("wtest_syscalls", "syscalls.c")
+  child <- local_r_child(c(
+    sprintf("dyn.load(%s)", deparse(lib$path)),
+    "file.create(ready)",
+    "repeat .Call('sys_mix', 10, 2000L, PACKAGE = 'wtest_syscalls')"
+  ))
+  ticks <- function() {
+    f <- strsplit(sub("^.*\\) ", "", readLines(sprintf("/proc/%d/stat", child$pid), warn = FALSE)[[1L]]), " ")[[1L]]
+    as.numeric(f[12:13])
+  }
+  before <- ticks()
+  p <- winch_record(child$pid, duration = 2, interval = 0.01)
+  used <- ticks() - before
+  system <- used[[2L]] / sum(used)
+  s <- kernel_shares(p)
+  info <- sprintf("system share %.3f, [kernel] share %.3f", system, s[["kernel"]])
+  expect_gt(system, 0.2)
+  expect_equal(s[["kernel"]], system, tolerance = 0.1 / system, info = info)
+  expect_gt(s[["wrapper"]], 0.9)
+})
