@@ -77,6 +77,12 @@
 #' thread was at) is the one frame `[no frames]` (kind `"none"`): it counts
 #' like any other sample and is never an empty stack.
 #'
+#' In a CPU profile, a sample stands for its thread's CPU time since the
+#' thread's last sample (its CPU clock, in whole intervals, the rest
+#' carried), not for one timer expiration: on a busy machine the kernel
+#' delivers a CPU timer's signals late and rarely, and a thread whose
+#' samples fall two intervals and 8 ms behind its clock is asked for one.
+#'
 #' In a CPU profile, time the kernel spent for a thread (system calls, page
 #' faults) is a frame `[kernel]` (kind `"kernel"`) innermost, under where
 #' the thread was: the system call's wrapper (`__GI_sched_yield`), or the

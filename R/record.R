@@ -62,6 +62,13 @@
 #' Totals (the time under each R call and native function) are not
 #' affected; self time at such call sites is.
 #'
+#' As in [winch_profile()], a sample that stands for the kernel's time has
+#' a frame `[kernel]` innermost; from outside, each thread's system share
+#' comes from `/proc/PID/task/TID/stat` (in clock ticks, too coarse for one
+#' sample), so `[kernel]` goes to the thread's samples in turn as its
+#' system share comes due, wherever the thread was, not to the samples
+#' taken in a system call.
+#'
 #' @section Child processes:
 #' With `children = TRUE`, the processes working for it are recorded too:
 #' its descendants (those the kernel lists as children not yet waited for,

@@ -10,13 +10,18 @@ skip_if_not(winch_available(), "native unwinding is not available on this platfo
 syscalls <- function() compile_clib("wtest_syscalls", "syscalls.c")
 mix <- function(secs, work) .Call("sys_mix", secs, as.integer(work), PACKAGE = "wtest_syscalls")
 
-# Shares of `p`'s samples: in the kernel, and, of those, with a system
-# call's wrapper as the frame outside `[kernel]`.
+# Shares of `p`'s samples: in the kernel; of those, with a system call's
+# wrapper as the frame outside `[kernel]`; and of all samples, in the
+# wrapper (what `[kernel]` placed at random would give).
 kernel_shares <- function(p) {
   d <- as.data.frame(p)
   kernel <- endsWith(d$stack, ";[kernel]") | d$stack == "[kernel]"
-  wrapper <- kernel & grepl("(sched_yield|clock_gettime);\\[kernel\\]$", d$stack)
-  c(kernel = sum(d$samples[kernel]) / sum(d$samples), wrapper = sum(d$samples[wrapper]) / max(1, sum(d$samples[kernel])))
+  at_wrapper <- grepl("(sched_yield|clock_gettime)(;\\[kernel\\])?$", d$stack)
+  c(
+    kernel = sum(d$samples[kernel]) / sum(d$samples),
+    wrapper = sum(d$samples[kernel & at_wrapper]) / max(1, sum(d$samples[kernel])),
+    random = sum(d$samples[at_wrapper]) / sum(d$samples)
+  )
 }
 
 test_that("the kernel's share of the samples is the system share of the thread's CPU time", {
@@ -30,9 +35,10 @@ test_that("the kernel's share of the samples is the system share of the thread's
     s <- kernel_shares(p)
     info <- sprintf("work %d: system share %.3f, [kernel] share %.3f", work, system, s[["kernel"]])
     expect_equal(s[["kernel"]], system, tolerance = 0.05 / max(system, 0.05), info = info)
-    if (system > 0.2) {
-      # Where the thread was: the system call's wrapper.
-      expect_gt(s[["wrapper"]], 0.9)
+    if (work == 2000L) {
+      # Where the thread was: the system call's wrapper, far more often
+      # than where samples are at all (about 0.6 of them here).
+      expect_gt(s[["wrapper"]], s[["random"]] + 0.2)
     }
   }
   # `[kernel]` is a frame of its own kind.
@@ -76,10 +82,14 @@ test_that("a recording from outside shows the kernel's share as the thread's sys
   before <- ticks()
   p <- winch_record(child$pid, duration = 2, interval = 0.01)
   used <- ticks() - before
+  # (A thread that yields the CPU at once to busy processes is rarely seen
+  # running: on a loaded machine there may be nothing to compare.)
+  skip_if(sum(p$stacks$count) < 50, "the child got too little CPU time to be sampled (a loaded machine)")
   system <- used[[2L]] / sum(used)
   s <- kernel_shares(p)
   info <- sprintf("system share %.3f, [kernel] share %.3f", system, s[["kernel"]])
   expect_gt(system, 0.2)
   expect_equal(s[["kernel"]], system, tolerance = 0.1 / system, info = info)
-  expect_gt(s[["wrapper"]], 0.9)
+  # (From outside, `[kernel]` goes to the samples in turn as the thread's
+  # system share comes due, wherever the thread was: see ?winch_record.)
 })

@@ -2,17 +2,20 @@
 //! the session's `Collected` (each sample marked certain or not, see
 //! `snapshots`), follows modules loaded and unloaded (a new snapshot, and
 //! the hooks of the new modules), and with timers for every thread finds
-//! new threads (see `threads`). It returns what it knows of them when the
-//! session stops.
+//! new threads (see `threads`); in a CPU profile it asks a thread whose
+//! CPU clock runs well ahead of its samples for one (see `account`). It
+//! returns what it knows of them when the session stops.
 
-use super::clock;
+use super::clock::{self, read_clock};
 use super::shared::{Session, Trigger};
 use super::threads::Threads;
 use crate::modules::Generation;
 use crate::profile::collect::Thread;
 use crate::profile::record;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How often the collector looks for new threads, empties the rings and
 /// checks the loaded modules.
@@ -33,10 +36,12 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Vec<Threa
                 }
                 _ => None,
             };
+            let mut poked = HashMap::new();
             while !s.stop.load(Ordering::Acquire) {
                 if let Some(t) = threads.as_mut() {
                     t.poll();
                 }
+                poke_behind(&s, threads.as_ref(), &mut poked);
                 let generation = collect(&s, &mut buf);
                 refresh(&s, generation);
                 std::thread::sleep(POLL);
@@ -46,6 +51,28 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Vec<Threa
             found
         })
         .ok()
+}
+
+/// Asks each sampled thread whose CPU clock has run two intervals and two
+/// of the kernel's ticks (8 ms at HZ = 250) ahead of its samples for one,
+/// at most once in that time: its timer's signals are not coming (see
+/// `account`).
+fn poke_behind(s: &Session, threads: Option<&Threads>, poked: &mut HashMap<i32, Instant>) {
+    let (Some(accounts), Trigger::Timer { interval_ns, .. }) = (s.accounts.as_ref(), s.trigger) else {
+        return;
+    };
+    let lag_ns = 2 * interval_ns + 8_000_000;
+    let main = std::iter::once((s.main_tid, clock::cpu_clock(s.main_tid)));
+    for (tid, clock) in main.chain(threads.into_iter().flat_map(Threads::live)) {
+        let Some(now) = read_clock(clock) else { continue };
+        accounts.open(tid, now);
+        if accounts.behind(tid, now, lag_ns)
+            && poked.get(&tid).is_none_or(|at| at.elapsed() >= Duration::from_nanos(lag_ns))
+        {
+            super::handler::poke(s, tid);
+            poked.insert(tid, Instant::now());
+        }
+    }
 }
 
 /// A new snapshot if modules were loaded or unloaded (the loader's

@@ -8,7 +8,7 @@
 //! Everything here is async-signal-safe: no allocation, no lock, no R API;
 //! system calls only `clock_gettime`, `process_vm_readv` (another thread's
 //! stack), `tgkill` (asking R's main thread for a reference sample),
-//! `gettid` and `getrusage` (a thread's system time, see `kernel`).
+//! `gettid`, and the thread's CPU clock and `getrusage` (see `account`).
 
 use super::super::compose::Moment;
 use super::super::labels;
@@ -26,15 +26,41 @@ use std::sync::atomic::Ordering;
 /// What a sample that stands for the kernel's time starts with.
 const KERNEL_HEAD: [u64; 1] = [Entry::r(labels::KERNEL)];
 
-/// What a timer's sample of the calling thread `tid` carries: `[kernel]`
-/// when it stands for the kernel's time (a CPU profile, see `kernel`).
-fn timer_extra(s: &Session, timer: bool, tid: i32, weight: u64) -> Extra<'static> {
-    let kernel = timer && s.kernel.as_ref().is_some_and(|k| k.sample_is_kernel(tid, weight));
-    if kernel {
-        Extra { head: &KERNEL_HEAD, ..Extra::NONE }
-    } else {
-        Extra::NONE
+/// What a timer's sample of the calling thread `tid` stands for, its
+/// timer saying `weight`, and what it carries: in a CPU profile, the
+/// intervals of the thread's account and `[kernel]` when it is the
+/// kernel's time (see `account`). 0 intervals: no sample.
+fn weighed(s: &Session, timer: bool, tid: i32, weight: u64) -> (u64, Extra<'static>) {
+    let Some(accounts) = s.accounts.as_ref().filter(|_| timer) else { return (weight, Extra::NONE) };
+    let w = accounts.weigh(tid, weight);
+    (w.intervals, if w.kernel { Extra { head: &KERNEL_HEAD, ..Extra::NONE } } else { Extra::NONE })
+}
+
+/// What the collector's signal asking a thread for a sample carries (see
+/// [`poke`]).
+const POKE: i32 = 0x5749_4e43;
+
+/// Asks thread `tid` for a sample: its timer's signals are not coming
+/// (see `account`). The signal is queued with [`POKE`], which the handler
+/// takes for its timer's.
+pub(super) fn poke(s: &Session, tid: i32) {
+    // SAFETY: a zeroed siginfo_t is a valid value to fill in.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    info.si_signo = s.signal;
+    info.si_code = libc::SI_QUEUE;
+    let p = &mut info as *mut libc::siginfo_t as *mut u8;
+    // SAFETY: the sender's pid and uid, then the value, at their offsets
+    // in a queued signal's siginfo_t (16, 20 and 24 on Linux).
+    unsafe {
+        std::ptr::write_unaligned(p.add(16) as *mut libc::pid_t, s.pid);
+        std::ptr::write_unaligned(p.add(20) as *mut libc::uid_t, libc::getuid());
+        std::ptr::write_unaligned(p.add(24) as *mut i32, POKE);
     }
+    // SAFETY: a thread of this process, our own handled signal, a filled
+    // siginfo_t.
+    unsafe {
+        libc::syscall(libc::SYS_rt_tgsigqueueinfo, s.pid, tid, s.signal, &info as *const libc::siginfo_t)
+    };
 }
 
 /// The session samples are taken for (see `active`).
@@ -64,7 +90,20 @@ unsafe fn interrupted(uctx: *mut libc::c_void) -> (usize, usize, usize) {
 /// `info` is the kernel's `siginfo_t` for the signal being handled.
 unsafe fn expirations(info: *mut libc::siginfo_t) -> (bool, u64) {
     // SAFETY: `info` points to a siginfo_t.
-    let timer = unsafe { (*info).si_code } == libc::SI_TIMER;
+    let code = unsafe { (*info).si_code };
+    // The collector asking for a sample stands for the timer (see `poke`):
+    // a queued signal from this process with its value.
+    // SAFETY: `info` points to a siginfo_t; the sender's pid and the value
+    // of a queued signal at their offsets.
+    let poked = code == libc::SI_QUEUE
+        && unsafe {
+            std::ptr::read_unaligned((info as *const u8).add(16) as *const libc::pid_t) == libc::getpid()
+                && std::ptr::read_unaligned((info as *const u8).add(24) as *const i32) == POKE
+        };
+    if poked {
+        return (true, 1);
+    }
+    let timer = code == libc::SI_TIMER;
     // Timer expirations while this signal was pending (si_overrun: the int
     // after si_tid at the start of the union, for SI_TIMER signals).
     // SAFETY: `info` points to a siginfo_t; offsets of the timer fields.
@@ -106,18 +145,22 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     // A forked child sampling itself: its main thread only.
     if let Some(slot) = super::children::current() {
         if main {
-            let tick = Tick { weight, flags: Flags::PROCESS, started_ns: start };
             // (The child's own id: `main_tid` is its parent's.)
-            let extra = timer_extra(s, timer, gettid(), weight);
-            child_tick(s, slot, regs, tick, (snapshot, index), context, extra);
+            let (weight, extra) = weighed(s, timer, gettid(), weight);
+            if weight > 0 {
+                let tick = Tick { weight, flags: Flags::PROCESS, started_ns: start };
+                child_tick(s, slot, regs, tick, (snapshot, index), context, extra);
+            }
         }
         return;
     }
     s.handler_runs.fetch_add(1, Ordering::Relaxed);
     if !main {
-        let tick = Tick { weight, flags: Flags::NONE, started_ns: start };
-        let extra = timer_extra(s, timer, tid, weight);
-        sample_other_thread(s, regs, tick, (snapshot, index), context, extra);
+        let (weight, extra) = weighed(s, timer, tid, weight);
+        if weight > 0 {
+            let tick = Tick { weight, flags: Flags::NONE, started_ns: start };
+            sample_other_thread(s, regs, tick, (snapshot, index), context, extra);
+        }
         return;
     }
     // A signal from another thread's handler (not the timer) asks for a
@@ -133,9 +176,12 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     // SAFETY: only the main thread's handler uses `scratch` while the
     // session runs, and it does not nest (the signal is blocked in it).
     let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
+    let (weight, extra) = weighed(s, timer, tid, weight);
+    if timer && weight == 0 {
+        return;
+    }
     let tick = Tick { weight, flags, started_ns: start };
     let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
-    let extra = timer_extra(s, timer, tid, weight);
     let out = sample(regs, tick, at, extra, &s.facts, scratch, Sink::Ring(&s.ring));
     // Other threads' samples may be shown under this one only if it was
     // kept (see `link_to_main`).

@@ -4,14 +4,15 @@
 //! of R's main thread (`sample`) or of another thread (`worker`, into
 //! one of the `slots`) into a `ring`, with the modules of the current
 //! `snapshots`; threads are found as they start (`spawn`) or by
-//! listing them (`threads`); `kernel` tells which CPU samples are the
-//! kernel's time; a memory profile samples allocations
+//! listing them (`threads`); each thread's `account` of its CPU time
+//! weighs its CPU samples; a memory profile samples allocations
 //! instead (`alloc`). The `collector` thread empties the rings into
 //! `collect`. `active` is the protocol that lets a
 //! session end while handlers run; `fork` keeps a child of a profiled
 //! process unsampled. Nothing here names a frame: that is the reporting
 //! side's work, after the session.
 
+pub(crate) mod account;
 pub(crate) mod active;
 pub(crate) mod alloc;
 pub(crate) mod children;
@@ -20,7 +21,6 @@ pub(crate) mod collector;
 pub(crate) mod cost;
 pub(crate) mod fork;
 pub(crate) mod handler;
-pub(crate) mod kernel;
 pub(crate) mod main_ref;
 pub(crate) mod ring;
 pub(crate) mod sample;

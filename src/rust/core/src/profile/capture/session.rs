@@ -153,7 +153,12 @@ fn new_session(
         alloc_seq: AtomicU64::new(0),
         own_code,
         main_busy: AtomicBool::new(false),
-        kernel: matches!(trigger, Trigger::Timer { clock: Clock::Cpu, .. }).then(Default::default),
+        accounts: match trigger {
+            Trigger::Timer { clock: Clock::Cpu, interval_ns } => {
+                Some(super::account::Accounts::new(interval_ns))
+            }
+            _ => None,
+        },
     })
 }
 
@@ -208,6 +213,11 @@ pub fn start(facts: RFacts, interpreter_addr: usize, trigger: Trigger, scope: Sc
     }
     let signal = ready_to_start()?;
     let session = new_session(facts, interpreter_addr, trigger, scope, signal);
+    // R's main thread's account starts now: its samples stand for its CPU
+    // time from here, even if its timer's first signal never comes.
+    if let Some(accounts) = &session.accounts {
+        accounts.weigh(session.main_tid, 0);
+    }
     let main_cpu_start = clock::read_clock(clock::cpu_clock(session.main_tid)).unwrap_or(0);
     ACTIVE.publish(Arc::as_ptr(&session));
     let (sampling, old_action) = match trigger {

@@ -93,8 +93,9 @@ pub struct Session {
     /// the signal handler (a reference sample another thread asked for)
     /// leaves it alone then.
     pub(super) main_busy: AtomicBool,
-    /// A CPU profile: which samples are the kernel's time.
-    pub(super) kernel: Option<super::kernel::KernelTime>,
+    /// A CPU profile: each thread's account of its CPU time (what its
+    /// samples stand for).
+    pub(super) accounts: Option<super::account::Accounts>,
 }
 
 // SAFETY: `scratch` is touched only by R's main thread's samples, one at a

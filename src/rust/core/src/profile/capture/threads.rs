@@ -153,6 +153,11 @@ impl Threads {
 
     /// Deletes every timer (sampling stops) and returns what is known of
     /// the threads, in the order they were found.
+    /// The threads found and not ended, with their CPU clocks.
+    pub fn live(&self) -> impl Iterator<Item = (i32, libc::clockid_t)> + '_ {
+        self.known.iter().filter(|k| !k.thread.ended).map(|k| (k.thread.tid, k.clock))
+    }
+
     pub fn stop(mut self) -> Vec<Thread> {
         for k in self.known.iter_mut() {
             if let Some(t) = k.timer.take() {
