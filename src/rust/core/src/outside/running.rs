@@ -131,21 +131,22 @@ impl Running {
             // Kept whatever the state: the next look's shares count from
             // this one.
             let before = l.sched.and_then(|s| self.last.insert(l.tid, s));
-            if l.stat.is_none_or(|s| !s.running()) {
+            let ran = match (l.sched, before) {
+                (Some(now), Some(then)) => Some(now.run_ns.saturating_sub(then.run_ns)),
+                _ => None,
+            };
+            // The CPU time used since the last look is carried, whether or
+            // not this look samples the thread: a thread asleep now (it
+            // worked, then slept) or one that barely ran (woken by the last
+            // stop) is not sampled, but its time goes to its next sample.
+            let carry = self.carry.entry(l.tid).or_insert(0.0);
+            *carry += ran.map_or(0.0, |r| r as f64 / self.interval_ns as f64);
+            if l.stat.is_none_or(|s| !s.running()) || ran.is_some_and(|r| r.saturating_mul(20) < elapsed_ns) {
                 continue;
             }
-            let share = match (l.sched, before) {
-                (Some(now), Some(then)) => {
-                    let ran = now.run_ns.saturating_sub(then.run_ns);
-                    if ran.saturating_mul(20) < elapsed_ns {
-                        continue;
-                    }
-                    ran as f64 / self.interval_ns as f64
-                }
-                _ => 1.0, // not known: one interval
-            };
-            let carry = self.carry.entry(l.tid).or_insert(0.0);
-            *carry += share;
+            if ran.is_none() {
+                *carry += 1.0; // not known: one interval
+            }
             let intervals = carry.floor();
             if intervals >= 1.0 {
                 *carry -= intervals;
@@ -194,8 +195,10 @@ mod tests {
         // Without contention (no waiting), each running look is one.
         let second = [look(1, 'R', Some((10 * MS, 0))), look(2, 'S', Some((4 * MS, 0)))];
         assert_eq!(r.choose(10 * MS, &second), [c(1, 1)]);
-        // The sleeper worked between the looks, but sleeps at this one.
+        // The sleeper worked between the looks, but sleeps at this one:
+        // not sampled in its sleep; its 9 ms go to its next sample.
         assert_eq!(r.choose(10 * MS, &[look(2, 'S', Some((9 * MS, 0)))]), []);
+        assert_eq!(r.choose(10 * MS, &[look(2, 'R', Some((12 * MS, 0)))]), [c(2, 1)]);
         // A running thread whose times are unreadable: one interval.
         assert_eq!(r.choose(10 * MS, &[look(5, 'R', None)]), [c(5, 1)]);
     }
@@ -257,12 +260,10 @@ mod tests {
         let mut r = Running::new(10 * MS);
         assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((0, 0)))]), [c(1, 1)]);
         // Less than a twentieth of the 20 ms since the last look on a CPU
-        // (woken by the last stop): not sampled, its time not carried
-        // (0.96 of an interval next, not 1.01).
+        // (woken by the last stop): not sampled, its time carried (0.05,
+        // then 0.96 make one).
         assert_eq!(r.choose(20 * MS, &[look(1, 'R', Some((MS / 2, 0)))]), []);
-        assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((MS / 2 + 96 * MS / 10, 0)))]), []);
-        // A twentieth is counted: 0.96 and 0.1 make one.
-        assert_eq!(r.choose(20 * MS, &[look(1, 'R', Some((MS / 2 + 106 * MS / 10, 0)))]), [c(1, 1)]);
+        assert_eq!(r.choose(10 * MS, &[look(1, 'R', Some((MS / 2 + 96 * MS / 10, 0)))]), [c(1, 1)]);
     }
 
     #[test]
