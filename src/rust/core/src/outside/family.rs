@@ -48,22 +48,25 @@ pub fn descendants(pid: i32) -> Vec<(i32, i32)> {
 /// [`MAX_DESCENDANTS`].
 pub fn relatives(pid: i32, with_workers: bool) -> Vec<Relative> {
     let mut tables = Tables::default();
+    relatives_by(pid, |p| if with_workers { workers_with(p, &mut tables) } else { Vec::new() })
+}
+
+/// [`relatives`] with each process's workers as `workers_of` gives them
+/// (a recording takes those its finder found last).
+pub(super) fn relatives_by(pid: i32, mut workers_of: impl FnMut(i32) -> Vec<i32>) -> Vec<Relative> {
     relatives_with(pid, |p| {
-        let mut near = children(p);
-        if with_workers {
-            near.extend(workers_with(p, &mut tables).into_iter().map(|w| (w, Relation::Worker)));
-        }
+        let mut near: Vec<(i32, Relation)> = procfs::children(Proc::Pid(p))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| (c, Relation::Child))
+            .collect();
+        near.extend(workers_of(p).into_iter().map(|w| (w, Relation::Worker)));
         near
     })
 }
 
-/// The children of process `p` (see [`descendants`]), as relatives.
-pub(super) fn children(p: i32) -> Vec<(i32, Relation)> {
-    procfs::children(Proc::Pid(p)).unwrap_or_default().into_iter().map(|c| (c, Relation::Child)).collect()
-}
-
 /// [`relatives`] over a listing of each process's nearest relatives.
-pub(super) fn relatives_with(pid: i32, mut near: impl FnMut(i32) -> Vec<(i32, Relation)>) -> Vec<Relative> {
+fn relatives_with(pid: i32, mut near: impl FnMut(i32) -> Vec<(i32, Relation)>) -> Vec<Relative> {
     let mut out: Vec<Relative> = Vec::new();
     let mut seen = HashSet::from([pid]);
     // (A stack of processes, each with its relatives not yet visited.)

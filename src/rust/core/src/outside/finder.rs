@@ -4,7 +4,7 @@
 //! [`EVERY`] and publishes each process's workers; a tick takes what was
 //! found last (a PSOCK cluster's workers live as long as it does).
 
-use super::family::{self, Relation, Tables};
+use super::family::{self, Tables};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -68,12 +68,10 @@ impl Drop for WorkerFinder {
 fn look(root: i32) -> Found {
     let mut tables = Tables::default();
     let mut found = Found::new();
-    family::relatives_with(root, |p| {
+    family::relatives_by(root, |p| {
         let workers = family::workers_with(p, &mut tables);
-        let mut near = family::children(p);
-        near.extend(workers.iter().map(|&w| (w, Relation::Worker)));
-        found.insert(p, workers);
-        near
+        found.insert(p, workers.clone());
+        workers
     });
     found
 }

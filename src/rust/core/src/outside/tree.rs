@@ -89,11 +89,8 @@ impl TreeRecorder {
         // SAFETY: getpid has no preconditions.
         let own = unsafe { libc::getpid() };
         let finder = self.finder.as_ref();
-        let found = super::family::relatives_with(self.root_pid, |p| {
-            let mut near = super::family::children(p);
-            let workers = finder.map(|f| f.workers_of(p)).unwrap_or_default();
-            near.extend(workers.into_iter().map(|w| (w, Relation::Worker)));
-            near
+        let found = super::family::relatives_by(self.root_pid, |p| {
+            finder.map(|f| f.workers_of(p)).unwrap_or_default()
         });
         for super::Relative { pid, parent, relation } in found {
             if !self.seen.insert(pid) {

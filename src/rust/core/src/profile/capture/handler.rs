@@ -159,7 +159,7 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
         let (weight, extra) = weighed(s, timer, tid, weight);
         if weight > 0 {
             let tick = Tick { weight, flags: Flags::NONE, started_ns: start };
-            sample_other_thread(s, regs, tick, (snapshot, index), context, extra);
+            sample_other_thread(s, tid, regs, tick, (snapshot, index), context, extra);
         }
         return;
     }
@@ -217,12 +217,13 @@ fn child_tick(
     sample(regs, tick, at, extra, &s.facts, scratch, Sink::Child(children, slot));
 }
 
-/// One sample of the calling thread, not R's main thread, taken while R's
+/// One sample of the calling thread `tid`, not R's main thread, taken while R's
 /// innermost context record was `context`: into a free slot, joined to R's
 /// main thread's sample (see [`link_to_main`]). Whether it was kept; a
 /// sample not kept (no free slot, a full ring) is counted as dropped.
 fn sample_other_thread(
     s: &Session,
+    tid: i32,
     regs: (usize, usize, usize),
     tick: Tick,
     (snapshot, index): (&Snapshot, u32),
@@ -235,7 +236,7 @@ fn sample_other_thread(
     };
     let seq = link_to_main(s, context, tick.started_ns);
     let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
-    let thread = ThreadId { pid: s.pid, tid: gettid() };
+    let thread = ThreadId { pid: s.pid, tid };
     let (scratch, ring) = slot.parts();
     let out = sample_worker(regs, tick, at, extra, thread, scratch, ring);
     drop(slot);
@@ -328,7 +329,7 @@ fn allocation(s: &Session, size: usize) -> u64 {
     } else {
         // Joined to R's main thread's stack as another thread's CPU sample is.
         let context = s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0);
-        sample_other_thread(s, regs, tick, (snapshot, index), context, extra)
+        sample_other_thread(s, gettid(), regs, tick, (snapshot, index), context, extra)
     };
     if kept {
         n
