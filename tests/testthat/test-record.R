@@ -219,6 +219,27 @@ test_that("an error while recording leaves the process running and nothing recor
   expect_true(process_state(child$pid) %in% c("R", "S"))
 })
 
+# What every recording of a process's workers shows: exactly `workers`
+# recorded, each working for `parent`, none left out, and each worker's
+# samples adding up to the CPU time it used while recorded (its kernel's
+# count), as a single process's do. Returns each worker's stacks (as
+# as.data.frame() writes them), by pid.
+expect_workers_recorded <- function(p, workers, parent) {
+  kids <- p$target$children
+  expect_identical(sort(kids$pid), sort(workers))
+  expect_true(all(kids$parent == parent))
+  expect_identical(nrow(p$target$not_recorded), 0L)
+  pr <- summary(p)$by_process
+  for (w in workers) {
+    row <- pr[pr$pid == w, ]
+    expect_equal(row$sampled, row$cpu, tolerance = 0.1, info = sprintf("sampled %.3f, CPU %.3f", row$sampled, row$cpu))
+    expect_gt(row$sampled, 0.3)
+  }
+  d <- as.data.frame(p)
+  host <- Sys.info()[["nodename"]]
+  stats::setNames(lapply(workers, function(w) d$stack[d$process == sprintf("process %s:%d", host, w)]), workers)
+}
+
 test_that("children = TRUE records every worker of mclapply() under its own [process] frame", {
   skip_if(!length(Sys.glob("/proc/self/task/*/children")), "this kernel does not list children in /proc")
   child <- local_r_child(c(burn_child_code(character()), mclapply_child_code("r_a(100)")))
@@ -226,26 +247,14 @@ test_that("children = TRUE records every worker of mclapply() under its own [pro
   withr::defer(for (w in workers) kill_child(w))
   expect_length(workers, 2L)
   p <- winch_record(child$pid, duration = 1.5, children = TRUE)
-  kids <- p$target$children
-  expect_identical(sort(kids$pid), sort(workers))
-  expect_true(all(kids$parent == child$pid))
-  expect_false(any(kids$ended))
-  expect_identical(nrow(p$target$not_recorded), 0L)
-  # Each worker's samples add up to the CPU time it used while recorded
-  # (its kernel's count), as a single process's do.
-  pr <- summary(p)$by_process
-  expect_identical(sort(pr$pid), sort(as.double(c(child$pid, workers))))
-  for (w in workers) {
-    row <- pr[pr$pid == w, ]
-    expect_equal(row$sampled, row$cpu, tolerance = 0.1, info = sprintf("sampled %.3f, CPU %.3f", row$sampled, row$cpu))
-    expect_gt(row$sampled, 0.3)
-  }
+  stacks <- expect_workers_recorded(p, workers, child$pid)
+  expect_false(any(p$target$children$ended))
+  expect_identical(sort(summary(p)$by_process$pid), sort(as.double(c(child$pid, workers))))
   # A worker's stack: its own frame, then its parent's calls that forked
   # it, then the work.
-  d <- as.data.frame(p)
   host <- Sys.info()[["nodename"]]
   for (w in workers) {
-    mine <- d$stack[d$process == sprintf("process %s:%d", host, w)]
+    mine <- stacks[[as.character(w)]]
     expect_true(any(startsWith(mine, sprintf("[process_%s:%d];hold;parallel::mclapply;", host, w)) &
       grepl("/wtest_burn.so::burn_a", mine, fixed = TRUE)), info = paste(mine, collapse = "\n"))
   }
@@ -260,25 +269,14 @@ test_that("children = TRUE records the workers of parLapply(), which are not its
   child <- local_r_child(c(setup, psock_child_code("r_a(100)", setup = setup)))
   workers <- local_psock_workers(child)
   p <- winch_record(child$pid, duration = 1.5, children = TRUE)
-  kids <- p$target$children
-  expect_identical(sort(kids$pid), sort(workers))
-  expect_true(all(kids$parent == child$pid))
-  expect_identical(kids$relation, c("worker", "worker"))
-  expect_identical(nrow(p$target$not_recorded), 0L)
-  # Each worker's samples add up to the CPU time it used while recorded
-  # (found within a quarter of a second of the start).
-  pr <- summary(p)$by_process
-  for (w in workers) {
-    row <- pr[pr$pid == w, ]
-    expect_equal(row$sampled, row$cpu, tolerance = 0.1, info = sprintf("sampled %.3f, CPU %.3f", row$sampled, row$cpu))
-    expect_gt(row$sampled, 0.3)
-  }
+  # (Found within a quarter of a second of the start.)
+  stacks <- expect_workers_recorded(p, workers, child$pid)
+  expect_identical(p$target$children$relation, c("worker", "worker"))
   # A worker's stack: its own frame, parallel's loop, the work, the
   # native function it burns in.
-  d <- as.data.frame(p)
   host <- Sys.info()[["nodename"]]
   for (w in workers) {
-    mine <- d$stack[d$process == sprintf("process %s:%d", host, w)]
+    mine <- stacks[[as.character(w)]]
     expect_true(any(startsWith(mine, sprintf("[process_%s:%d];", host, w)) & grepl(";workLoop;", mine, fixed = TRUE) &
       grepl(";FUN;r_a;", mine, fixed = TRUE) & grepl("/wtest_burn.so::burn_a", mine, fixed = TRUE)), info = paste(mine, collapse = "\n"))
   }
