@@ -65,6 +65,30 @@ test_that("mclapply()'s children are sampled under [process N] under the call th
   expect_true(any(grepl("\"[process_1]\"", readLines(out), fixed = TRUE)))
 })
 
+test_that("no child's CPU time goes unsampled when busy processes compete for the cores", {
+  skip_if(parallel::detectCores() < 2, "mclapply() needs 2 cores")
+  # Four processes burning CPU: a child's CPU timer then goes tens of ms
+  # without a signal; its next sample stands for the time, but what it
+  # burned after its last one was lost when it ended (0.34 s of a child's
+  # 0.59 s once). A child's watch asks for a sample two intervals of wall
+  # time after the last while it runs: at most its last intervals and
+  # what it ran after its watch's last signal (sending its result,
+  # exiting) may go unsampled, and the kernel's figure is in 10 ms ticks.
+  for (i in 1:4) local_child_command("yes > /dev/null")
+  task <- function(i) r_burn(0.3)
+  for (k in 1:3) {
+    p <- winch_profile(parallel::mclapply(1:2, task, mc.cores = 2), interval = 0.005)
+    pr <- summary(p)$by_process
+    children <- pr[pr$process != "self", , drop = FALSE]
+    expect_identical(nrow(children), 2L)
+    for (i in seq_len(nrow(children))) {
+      got <- sprintf("%s: sampled %.3f s of %.3f s", children$process[[i]], children$sampled[[i]], children$cpu[[i]])
+      expect_gt(children$sampled[[i]], children$cpu[[i]] - 3 * 0.005 - 0.01, label = got)
+      expect_lte(children$sampled[[i]], children$cpu[[i]] + 0.001, label = got)
+    }
+  }
+})
+
 test_that("a child of mcparallel() is under mcparallel, and mccollect() waits in the parent", {
   start <- function() parallel::mcparallel(r_burn(0.4))
   p <- winch_profile(

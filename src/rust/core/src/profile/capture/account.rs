@@ -148,6 +148,23 @@ impl Accounts {
         cell.busy.store(false, Ordering::Release);
     }
 
+    /// In a forked child (its `fork()` handler, on its only thread): the
+    /// calling thread's account, opened at its clocks now whatever its cell
+    /// held in the copy of the parent's table (another thread's account,
+    /// or one busy at the fork, which nothing here would ever release).
+    /// Its first sample then stands for its CPU time since the fork.
+    /// Async-signal-safe.
+    pub fn adopt(&self, tid: i32) {
+        let (Some(cpu_ns), Some((user, system))) = (thread_cpu_ns(), thread_times()) else { return };
+        let cell = self.cell(tid);
+        cell.tid.store(tid, Ordering::Relaxed);
+        cell.cpu_ns.store(cpu_ns, Ordering::Relaxed);
+        cell.user_us.store(user, Ordering::Relaxed);
+        cell.system_us.store(system, Ordering::Relaxed);
+        cell.carry.store(0, Ordering::Relaxed);
+        cell.busy.store(false, Ordering::Release);
+    }
+
     /// Whether thread `tid`, whose CPU clock reads `cpu_ns`, is owed a
     /// sample: its account is its own and lags the clock by `lag_ns` or
     /// more (its timer's signals are not coming). Read by the collector.
@@ -261,6 +278,24 @@ mod tests {
         // A cell in use is not opened again.
         a.open(7, 0);
         assert!(!a.behind(7, 115 * MS, 2 * MS));
+    }
+
+    #[test]
+    fn a_forked_child_takes_its_cell_whatever_the_parent_left_in_it() {
+        let a = Accounts::new(MS);
+        let me = super::super::clock::gettid();
+        // The parent's copy: another thread's account in the cell, busy
+        // (its handler was running when the process forked).
+        let other = me + CELLS as i32;
+        a.account(other, 1, 0, 0, 0);
+        a.cell(me).busy.store(true, Ordering::Relaxed);
+        a.adopt(me);
+        let opened = a.cell(me).cpu_ns.load(Ordering::Relaxed);
+        assert!(opened > 0);
+        // Its next sample stands for its time since, not the timer's count.
+        let w = a.account(me, 99, opened + 3 * MS, 0, 0);
+        assert_eq!(w.intervals, 3);
+        assert!(a.behind(me, opened + 13 * MS, 10 * MS));
     }
 
     #[test]

@@ -13,6 +13,16 @@
 //! Labels the child makes that its parent does not know reach the parent
 //! as label records before the samples that use them.
 //!
+//! A child's CPU-time timer may go without a signal for tens of
+//! milliseconds on a busy machine (see `account`): the time is not lost
+//! while the child runs on (its next sample stands for it), but what it
+//! spends after its last signal is, when it ends. So a child also has a
+//! watch: a one-shot timer on the monotonic clock, two intervals ahead,
+//! whose signal takes a sample when the child's clock says one is owed.
+//! Each signal of either timer re-arms it if the child's CPU clock moved
+//! by a twentieth of that since the last arming (it runs, if slowly on a
+//! busy machine); a child that sleeps is woken by it at most once.
+//!
 //! A slot is freed by the parent once the child has ended and its ring is
 //! empty. A child finding no free slot is not sampled (counted: the
 //! profile says how many were missed).
@@ -274,8 +284,11 @@ static SLOT: AtomicUsize = AtomicUsize::new(0);
 static PID: AtomicI32 = AtomicI32::new(0);
 static EXPORTED: AtomicU32 = AtomicU32::new(0);
 static TIMER: AtomicUsize = AtomicUsize::new(NO_TIMER);
+static WATCH: AtomicUsize = AtomicUsize::new(NO_TIMER);
+static WATCH_NS: AtomicU64 = AtomicU64::new(0);
+static WATCHED_CPU_NS: AtomicU64 = AtomicU64::new(0);
 
-/// `TIMER` when the child has none (a kernel timer id may be 0: a child's
+/// `TIMER` (or `WATCH`) when the child has none (a kernel timer id may be 0: a child's
 /// first timer is).
 const NO_TIMER: usize = usize::MAX;
 
@@ -355,23 +368,53 @@ pub fn set_timer(timer: libc::timer_t) {
     TIMER.store(timer as usize, Ordering::Release);
 }
 
+/// Keeps the child's watch (see above) and arms it to fire `ns` from now.
+pub fn set_watch(timer: libc::timer_t, ns: u64) {
+    WATCH_NS.store(ns, Ordering::Relaxed);
+    WATCHED_CPU_NS.store(0, Ordering::Relaxed);
+    super::clock::arm_once(timer, ns);
+    WATCH.store(timer as usize, Ordering::Release);
+}
+
+/// A signal of the child (its timer's or its watch's): the watch is armed
+/// again if the child ran since it was last (see above). Async-signal-safe.
+pub fn rewatch() {
+    let timer = WATCH.load(Ordering::Acquire);
+    let Some(cpu_ns) = super::clock::read_clock(libc::CLOCK_THREAD_CPUTIME_ID) else { return };
+    let ns = WATCH_NS.load(Ordering::Relaxed);
+    if timer != NO_TIMER && ran(WATCHED_CPU_NS.load(Ordering::Relaxed), cpu_ns, ns) {
+        WATCHED_CPU_NS.store(cpu_ns, Ordering::Relaxed);
+        super::clock::arm_once(timer as libc::timer_t, ns);
+    }
+}
+
+/// Whether a child whose CPU clock read `then_ns` when its watch (of `ns`)
+/// was armed and reads `now_ns` ran in between: by more than its signal
+/// handler takes (a twentieth of `ns`; the handler takes tens of µs).
+fn ran(then_ns: u64, now_ns: u64, ns: u64) -> bool {
+    now_ns.saturating_sub(then_ns) >= ns / 20
+}
+
 /// In a new child (its `fork()` handler): not a sampled child yet, and no
-/// timer; a parent that was one left its slot and timer id here, neither
+/// timers; a parent that was one left its slot and timer ids here, none
 /// of them this process's. Async-signal-safe.
 pub fn reset_in_child() {
     SLOT.store(0, Ordering::Release);
     TIMER.store(NO_TIMER, Ordering::Release);
+    WATCH.store(NO_TIMER, Ordering::Release);
     FORK.len.store(0, Ordering::Release);
 }
 
 /// A child stops sampling itself (it starts a session of its own, or winch
-/// is unloaded): its timer is deleted; its slot stays its until it ends.
+/// is unloaded): its timers are deleted; its slot stays its until it ends.
 pub fn leave() {
     SLOT.store(0, Ordering::Release);
-    let timer = TIMER.swap(NO_TIMER, Ordering::AcqRel);
-    if timer != NO_TIMER {
-        // SAFETY: the timer made for this child, deleted once.
-        unsafe { libc::timer_delete(timer as libc::timer_t) };
+    for timer in [&TIMER, &WATCH] {
+        let timer = timer.swap(NO_TIMER, Ordering::AcqRel);
+        if timer != NO_TIMER {
+            // SAFETY: a timer made for this child, deleted once.
+            unsafe { libc::timer_delete(timer as libc::timer_t) };
+        }
     }
 }
 
@@ -431,6 +474,16 @@ mod tests {
     use super::*;
     use crate::profile::labels::Labels;
     use crate::profile::record::{Flags, Header, Prefix};
+
+    #[test]
+    fn a_watch_is_armed_again_while_the_child_runs_not_while_it_sleeps() {
+        let ms = 1_000_000;
+        // A watch of 10 ms: 0.5 ms of CPU since the last arming is running.
+        assert!(ran(0, 3 * ms, 10 * ms), "at 30 % of a core");
+        assert!(ran(100 * ms, 100 * ms + ms / 2, 10 * ms));
+        assert!(!ran(100 * ms, 100 * ms + 60_000, 10 * ms), "asleep: only its handler ran");
+        assert!(!ran(100 * ms, 90 * ms, 10 * ms));
+    }
 
     #[test]
     fn a_forked_child_hands_its_samples_and_labels_to_its_parent() {

@@ -38,13 +38,25 @@ fn become_child(s: &super::shared::Session) -> bool {
     if super::children::become_child(children, read, labels).is_none() {
         return false;
     }
+    // Its samples stand for its CPU time from the fork (see `account`).
+    if let Some(accounts) = &s.accounts {
+        accounts.adopt(super::clock::gettid());
+    }
     let clock_id = match clock {
         super::clock::Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
         super::clock::Clock::Elapsed => libc::CLOCK_MONOTONIC,
     };
-    match super::clock::timer(s.signal, clock_id, super::clock::gettid(), interval_ns) {
+    let tid = super::clock::gettid();
+    match super::clock::timer(s.signal, clock_id, tid, interval_ns) {
         Some(t) => {
             super::children::set_timer(t);
+            // Its CPU time after its timer's last signal is not lost (see
+            // `children`); without a watch, only that is.
+            if s.accounts.is_some() {
+                if let Some(w) = super::clock::watch(s.signal, tid) {
+                    super::children::set_watch(w, 2 * interval_ns);
+                }
+            }
             true
         }
         None => {

@@ -14,7 +14,7 @@ use super::super::compose::Moment;
 use super::super::labels;
 use super::super::record::{self, Entry, Flags};
 use super::active::Active;
-use super::clock::{gettid, now_ns, MIN_INTERVAL_NS};
+use super::clock::{gettid, now_ns, MIN_INTERVAL_NS, WATCH};
 use super::main_ref::MainSample;
 use super::sample::{sample, Sink, Tick};
 use super::shared::Session;
@@ -104,6 +104,13 @@ unsafe fn expirations(info: *mut libc::siginfo_t) -> (bool, u64) {
         return (true, 1);
     }
     let timer = code == libc::SI_TIMER;
+    // A forked child's watch (see `children`): the time its account says
+    // is owed, nothing else.
+    // SAFETY: `info` points to a siginfo_t; a timer signal's value at its
+    // offset (after its id and overrun).
+    if timer && unsafe { std::ptr::read_unaligned((info as *const u8).add(24) as *const i32) } == WATCH {
+        return (true, 0);
+    }
     // Timer expirations while this signal was pending (si_overrun: the int
     // after si_tid at the start of the union, for SI_TIMER signals).
     // SAFETY: `info` points to a siginfo_t; offsets of the timer fields.
@@ -151,6 +158,7 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
                 let tick = Tick { weight, flags: Flags::PROCESS, started_ns: start };
                 child_tick(s, slot, regs, tick, (snapshot, index), context, extra);
             }
+            super::children::rewatch();
         }
         return;
     }
