@@ -12,18 +12,36 @@
 //! makes the whole vector. R copies, serializes and compares the columns
 //! through these methods, so they behave as plain vectors.
 //!
+//! The pointer's finalizer frees the rows at the second collection that
+//! finds it unreachable with no read in between, not at the first: R runs
+//! the finalizers of everything one collection found unreachable together,
+//! in an order of its own, and another object's finalizer
+//! (`reg.finalizer()`) may read a trace that dies with it. The first run
+//! keeps the pointer from the collector (`R_PreserveObject`) and gives it
+//! its finalizer again later, at the next capture or top-level call
+//! ([`settle`]): a finalizer registered while R runs finalizers can be
+//! lost (R unlinks each finished one from the head of its list). (Only a
+//! finalizer that hands such a trace, unread, to another object with a
+//! finalizer, which dies with it at the next collection and then reads
+//! it, finds the rows gone: an R error says so.)
+//!
 //! One class per column (`columns.rs` lists them), each with the methods of
 //! its own column.
 
 use crate::columns::{self, Column, EachColumn, Read, COUNT};
 use crate::frame_rows::FrameRows;
 use crate::rapi::{self, AltClass, Sexp};
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Tables whose rows a lazy column holds (for tests: none may leak).
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Pointers whose finalizer spared their rows, kept from R's collector
+/// until [`settle`] gives them their finalizer again.
+static SPARED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 /// The classes, one per column (by `Column::ALL`'s order), as the
 /// addresses of their class objects (R's registry keeps them). Replaced
@@ -94,8 +112,37 @@ unsafe fn class<const K: usize>(dll: *mut c_void) -> AltClass {
     }
 }
 
+/// The rows a table's columns hold, with what their finalizer needs to
+/// know (see the module's comment). Used on R's main thread only.
+struct Held {
+    rows: FrameRows,
+    fate: Fate,
+}
+
+/// What the finalizer of a table's rows knows (see [`Fate::spare`]).
+#[derive(Default)]
+struct Fate {
+    /// Read since the finalizer last ran.
+    read: Cell<bool>,
+    /// The finalizer ran once.
+    spared: Cell<bool>,
+}
+
+impl Fate {
+    /// Whether rows whose finalizer runs now are kept to the next
+    /// collection: the first time, or when they were read since the last
+    /// time (a finalizer of that collection read them, and may have kept
+    /// them).
+    fn spare(&self) -> bool {
+        let spare = !self.spared.get() || self.read.get();
+        self.spared.set(true);
+        self.read.set(false);
+        spare
+    }
+}
+
 /// `rows` for a table's columns, as an external pointer that frees them
-/// when R collects it; None without the classes (the columns are then made
+/// when R collects it (see the module's comment); None without the classes (the columns are then made
 /// at once).
 ///
 /// # Safety
@@ -103,12 +150,13 @@ unsafe fn class<const K: usize>(dll: *mut c_void) -> AltClass {
 /// result is unprotected.
 pub unsafe fn shared(rows: &FrameRows) -> Option<Sexp> {
     classes()?;
+    settle();
     // The columns' methods and the pointer's finalizer are code of this
     // library: it stays mapped even if something unloads it while they
     // live (`dyn.unload()`; winch's own unload keeps it loaded then).
     winch_core::pin_self();
     let n = rows.len();
-    let shared = Box::new(rows.clone());
+    let shared = Box::new(Held { rows: rows.clone(), fate: Fate::default() });
     let p = Box::into_raw(shared) as *mut c_void;
     // SAFETY: the caller's contract. If R cannot allocate the pointer or
     // its finalizer, it leaves by longjmp and the rows leak (the frames
@@ -136,15 +184,49 @@ pub unsafe fn column(shared: Sexp, kind: Column) -> Option<Sexp> {
 
 extern "C" fn finalize(x: Sexp) {
     // SAFETY: `x` is one of the pointers made by `shared`, whose address is
-    // a leaked `Box<FrameRows>` until it is cleared here, once.
+    // a leaked `Box<Held>` until it is cleared here, once; R runs
+    // finalizers on its main thread, where it may allocate.
     unsafe {
-        let p = rapi::R_ExternalPtrAddr(x) as *mut FrameRows;
-        if !p.is_null() {
-            rapi::R_ClearExternalPtr(x);
-            // Dropping frees Rust memory only (no R API, cannot fail).
-            drop(Box::from_raw(p));
-            LIVE.fetch_sub(1, Ordering::Relaxed);
+        let p = rapi::R_ExternalPtrAddr(x) as *mut Held;
+        let Some(held) = p.as_ref() else { return };
+        if held.fate.spare() {
+            // Kept to the next collection that finds it unreachable after
+            // `settle` (if R cannot allocate this, it leaves by longjmp to
+            // the finalizer's own context and the rows leak).
+            rapi::R_PreserveObject(x);
+            spared().push(x as usize);
+            return;
         }
+        rapi::R_ClearExternalPtr(x);
+        // Dropping frees Rust memory only (no R API, cannot fail).
+        drop(Box::from_raw(p));
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn spared() -> std::sync::MutexGuard<'static, Vec<usize>> {
+    SPARED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Gives the pointers whose finalizer spared their rows their finalizer
+/// again, and lets R collect them. At the next capture and after each
+/// top-level call (R's main thread; not from a finalizer, where R can
+/// lose the registration: the rows would then stay). If R cannot
+/// allocate, the pointer in hand stays kept (its rows leak).
+pub fn settle() {
+    // (The lock is not held while R allocates: a collection may run
+    // finalizers, `finalize` among them.)
+    while let Some(x) = spared().pop() {
+        crate::value::make(&mut |_| {
+            // SAFETY: inside R_ToplevelExec on R's main thread; `x` is a
+            // pointer made by `shared`, preserved by `finalize`, released
+            // once here.
+            unsafe {
+                rapi::R_RegisterCFinalizerEx(x as Sexp, finalize, 0);
+                rapi::R_ReleaseObject(x as Sexp);
+                rapi::R_NilValue
+            }
+        });
     }
 }
 
@@ -155,7 +237,9 @@ extern "C" fn finalize(x: Sexp) {
 /// alive while `x` is.
 unsafe fn rows_of<'a>(x: Sexp) -> Option<&'a FrameRows> {
     // SAFETY: the caller's contract.
-    unsafe { (rapi::R_ExternalPtrAddr(rapi::R_altrep_data1(x)) as *const FrameRows).as_ref() }
+    let held = unsafe { (rapi::R_ExternalPtrAddr(rapi::R_altrep_data1(x)) as *const Held).as_ref() }?;
+    held.fate.read.set(true);
+    Some(&held.rows)
 }
 
 /// The column's strings once made (None before).
@@ -189,9 +273,9 @@ unsafe fn vector<const K: usize>(x: Sexp) -> Sexp {
                 rapi::R_set_altrep_data2(x, col);
                 col
             }
-            // R runs finalizers in an order of its own: another object's
-            // finalizer may read a trace collected with it, after this
-            // column's rows were freed.
+            // A finalizer that kept a trace past its rows' second
+            // finalizer without reading it, then read it from a
+            // finalizer (see the module's comment): the rows are gone.
             None if rows_of(x).is_none() => rapi::Rf_error(
                 c"%s".as_ptr(),
                 c"winch: this column's native frames were freed (read from a finalizer after its trace was collected)".as_ptr(),
@@ -294,4 +378,23 @@ pub unsafe fn state(x: Sexp) -> &'static str {
 /// The number of tables whose rows lazy columns hold.
 pub fn live() -> usize {
     LIVE.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Fate;
+
+    #[test]
+    fn rows_are_freed_at_the_second_finalizer_with_no_read_in_between() {
+        let f = Fate::default();
+        assert!(f.spare(), "a finalizer of the same collection may read them");
+        assert!(!f.spare());
+        // Read by another finalizer of that collection: kept once more.
+        let f = Fate::default();
+        f.read.set(true);
+        assert!(f.spare());
+        f.read.set(true);
+        assert!(f.spare());
+        assert!(!f.spare());
+    }
 }

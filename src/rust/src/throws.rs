@@ -50,10 +50,13 @@ pub fn rs_throws_status() -> Result<RValue> {
 }
 
 /// After each top-level expression: a new epoch (earlier throws are never
-/// matched again), and a scan for modules loaded meanwhile by other means
-/// than R's own `dlopen`.
+/// matched again), a scan for modules loaded meanwhile by other means
+/// than R's own `dlopen`, and the rows of dead traces spared by their
+/// finalizer given it back (see `lazy_columns`).
 pub fn rs_throws_tick() -> Result<RValue> {
     require_main_thread()?;
+    // (R's task callback: a top-level call ended, no finalizer runs.)
+    crate::lazy_columns::settle();
     throws::next_epoch();
     if throws::installed() {
         throws::rescan_if_changed();
