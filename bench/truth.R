@@ -3,8 +3,9 @@
 # libR's own native frames shown, as perf shows them) while
 # `perf record -e cpu-clock` samples the same process (every thread, 1000
 # Hz): both measure the same run (two runs differ: under load, how long
-# OpenMP's threads spin depends on the scheduler). winch's own module is
-# left out of perf's shares (its sampling's cost). Each sample's self time is put in the module
+# OpenMP's threads spin depends on the scheduler). winch's own module and
+# its collector thread are left out of perf's shares (its sampling's
+# cost). Each sample's self time is put in the module
 # its innermost native frame belongs to (an R frame innermost is R's
 # interpreter, libR.so; `[wait]` marks the runtime frame above it); the
 # table gives each module's share of all samples in both, and the
@@ -69,14 +70,17 @@ perf_shares <- function(f) {
   f()
   tools::pskill(pid, tools::SIGINT)
   for (i in 1:100) if (!dir.exists(sprintf("/proc/%d", pid))) break else Sys.sleep(0.05)
-  rep <- system2(perf, c("report", "-i", data, "--stdio", "--sort", "dso", "-q", "--percent-limit", "0"),
-    stdout = TRUE, stderr = FALSE
-  )
-  rep <- grep("%", rep, value = TRUE)
-  share <- as.numeric(sub("%.*$", "", trimws(rep)))
-  module <- trimws(sub("^ *[0-9.]+% *", "", rep))
-  share <- stats::setNames(share, module_name(module))
-  share <- share[names(share) != "winch.so"]
+  rep <- system2(perf, c(
+    "report", "-i", data, "--stdio", "--sort", "comm,dso", "-q", "--percent-limit", "0", "-t", shQuote("|")
+  ), stdout = TRUE, stderr = FALSE)
+  rep <- strsplit(grep("%", rep, value = TRUE), "|", fixed = TRUE)
+  share <- as.numeric(sub("%.*$", "", trimws(vapply(rep, `[[`, "", 1L))))
+  thread <- trimws(vapply(rep, `[[`, "", 2L))
+  module <- module_name(trimws(vapply(rep, `[[`, "", 3L)))
+  # winch's own code, and its collector thread's (user and kernel), are
+  # the profiler's cost, not the workload's.
+  own <- module == "winch.so" | thread == "winch-profile"
+  share <- tapply(share[!own], module[!own], sum)
   share / sum(share)
 }
 
