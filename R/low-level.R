@@ -49,6 +49,7 @@ rs_splice_calls <- function(n, r_frame) .Call(C_rs_splice_calls, n, r_frame)
 rs_thread_capture <- function(backend) .Call(C_rs_thread_capture, backend)
 rs_cache_info <- function() .Call(C_rs_cache_info)
 rs_lazy_columns <- function(x) .Call(C_rs_lazy_columns, x)
+rs_lazy_columns_settle <- function() .Call(C_rs_lazy_columns_settle)
 
 # Names: debug files, registered routines, debuginfod -----------------------
 

@@ -41,14 +41,15 @@
 # Whether columns made by winch's library are alive (after collections, so
 # that only reachable ones count: the first spares the rows of dead traces,
 # which get their finalizer back at the end of each top-level call, as
-# rs_throws_tick() does, and go at the next; src/rust/src/lazy_columns.rs);
+# rs_lazy_columns_settle() does, and go at the next;
+# src/rust/src/lazy_columns.rs);
 # TRUE when that cannot be told.
 lazy_columns_alive <- function() {
   tryCatch(
     {
       if (rs_lazy_columns(NULL)$live > 0) {
         gc(verbose = FALSE)
-        rs_throws_tick()
+        rs_lazy_columns_settle()
         gc(verbose = FALSE)
       }
       rs_lazy_columns(NULL)$live > 0

@@ -24,6 +24,7 @@
   X(rs_stage_times, 2)          \
   X(rs_cache_info, 0)           \
   X(rs_lazy_columns, 1)         \
+  X(rs_lazy_columns_settle, 0)  \
   X(rs_set_debug_dirs, 1)       \
   X(rs_set_registered_dlls, 1)  \
   X(rs_loader_state, 1)         \

@@ -417,6 +417,14 @@ pub fn rs_lazy_columns(x: Arg) -> Result<RValue> {
     ]))
 }
 
+/// Gives the rows of dead traces spared by a collection their finalizer
+/// back (as the end of each top-level call does; `lazy_columns::settle`).
+pub fn rs_lazy_columns_settle() -> Result<RValue> {
+    require_main_thread()?;
+    crate::lazy_columns::settle();
+    Ok(RValue::Null)
+}
+
 /// Figures about the symbol caches.
 pub fn rs_cache_info() -> Result<RValue> {
     let (s, per_module) =

@@ -142,8 +142,8 @@ impl Fate {
 }
 
 /// `rows` for a table's columns, as an external pointer that frees them
-/// when R collects it (see the module's comment); None without the classes (the columns are then made
-/// at once).
+/// when R collects it (see the module's comment); None without the classes
+/// (the columns are then made at once).
 ///
 /// # Safety
 /// As for `Build::build`: R's main thread, inside `R_ToplevelExec`. The

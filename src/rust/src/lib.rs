@@ -90,6 +90,7 @@ entry_points! {
     rs_stage_times(backend, n);
     rs_cache_info();
     rs_lazy_columns(x);
+    rs_lazy_columns_settle();
     rs_set_debug_dirs(dirs);
     rs_set_registered_dlls(infos);
     rs_loader_state(paths);

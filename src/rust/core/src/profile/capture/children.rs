@@ -288,8 +288,8 @@ static WATCH: AtomicUsize = AtomicUsize::new(NO_TIMER);
 static WATCH_NS: AtomicU64 = AtomicU64::new(0);
 static WATCHED_CPU_NS: AtomicU64 = AtomicU64::new(0);
 
-/// `TIMER` (or `WATCH`) when the child has none (a kernel timer id may be 0: a child's
-/// first timer is).
+/// `TIMER` (or `WATCH`) when the child has none (a kernel timer id may be
+/// 0: a child's first timer is).
 const NO_TIMER: usize = usize::MAX;
 
 /// Records of R's chain a child remembers of its fork, at most.
@@ -380,9 +380,13 @@ pub fn set_watch(timer: libc::timer_t, ns: u64) {
 /// again if the child ran since it was last (see above). Async-signal-safe.
 pub fn rewatch() {
     let timer = WATCH.load(Ordering::Acquire);
+    // A child without a watch (sampling on elapsed time) reads no clock.
+    if timer == NO_TIMER {
+        return;
+    }
     let Some(cpu_ns) = super::clock::read_clock(libc::CLOCK_THREAD_CPUTIME_ID) else { return };
     let ns = WATCH_NS.load(Ordering::Relaxed);
-    if timer != NO_TIMER && ran(WATCHED_CPU_NS.load(Ordering::Relaxed), cpu_ns, ns) {
+    if ran(WATCHED_CPU_NS.load(Ordering::Relaxed), cpu_ns, ns) {
         WATCHED_CPU_NS.store(cpu_ns, Ordering::Relaxed);
         super::clock::arm_once(timer as libc::timer_t, ns);
     }

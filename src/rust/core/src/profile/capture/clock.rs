@@ -129,14 +129,8 @@ mod tests {
     #[test]
     fn a_watch_fires_once_per_arming_with_its_value() {
         let signal = libc::SIGRTMIN() + 7;
-        // SAFETY: blocks the signal on this test's thread only; the timers
-        // send it to this thread.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, signal);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        }
+        // Blocked on this test's thread only; the timers send it there.
+        super::super::signal::block(signal);
         let w = watch(signal, gettid()).unwrap();
         assert_eq!(wait(signal, 30), None, "created disarmed");
         assert!(arm_once(w, 2_000_000));

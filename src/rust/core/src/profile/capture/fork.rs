@@ -38,15 +38,15 @@ fn become_child(s: &super::shared::Session) -> bool {
     if super::children::become_child(children, read, labels).is_none() {
         return false;
     }
+    let tid = super::clock::gettid();
     // Its samples stand for its CPU time from the fork (see `account`).
     if let Some(accounts) = &s.accounts {
-        accounts.adopt(super::clock::gettid());
+        accounts.adopt(tid);
     }
     let clock_id = match clock {
         super::clock::Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
         super::clock::Clock::Elapsed => libc::CLOCK_MONOTONIC,
     };
-    let tid = super::clock::gettid();
     match super::clock::timer(s.signal, clock_id, tid, interval_ns) {
         Some(t) => {
             super::children::set_timer(t);

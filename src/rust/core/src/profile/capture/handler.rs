@@ -83,6 +83,17 @@ unsafe fn interrupted(uctx: *mut libc::c_void) -> (usize, usize, usize) {
     }
 }
 
+/// The value a queued or timer signal carries (`si_value`'s int: at offset
+/// 24 on Linux, after the sender's pid and uid or the timer's id and
+/// overrun).
+///
+/// # Safety
+/// `info` is the kernel's `siginfo_t` for the signal being handled.
+unsafe fn value(info: *const libc::siginfo_t) -> i32 {
+    // SAFETY: `info` points to a siginfo_t, at least 128 bytes long.
+    unsafe { std::ptr::read_unaligned((info as *const u8).add(24) as *const i32) }
+}
+
 /// Whether a signal came from a timer, and the expirations it stands for
 /// (1 and those that happened while it was pending).
 ///
@@ -93,22 +104,21 @@ unsafe fn expirations(info: *mut libc::siginfo_t) -> (bool, u64) {
     let code = unsafe { (*info).si_code };
     // The collector asking for a sample stands for the timer (see `poke`):
     // a queued signal from this process with its value.
-    // SAFETY: `info` points to a siginfo_t; the sender's pid and the value
-    // of a queued signal at their offsets.
+    // SAFETY: `info` points to a siginfo_t; the sender's pid of a queued
+    // signal at its offset.
     let poked = code == libc::SI_QUEUE
-        && unsafe {
-            std::ptr::read_unaligned((info as *const u8).add(16) as *const libc::pid_t) == libc::getpid()
-                && std::ptr::read_unaligned((info as *const u8).add(24) as *const i32) == POKE
-        };
+        && unsafe { std::ptr::read_unaligned((info as *const u8).add(16) as *const libc::pid_t) }
+            == unsafe { libc::getpid() }
+        // SAFETY: as above.
+        && unsafe { value(info) } == POKE;
     if poked {
         return (true, 1);
     }
     let timer = code == libc::SI_TIMER;
     // A forked child's watch (see `children`): the time its account says
     // is owed, nothing else.
-    // SAFETY: `info` points to a siginfo_t; a timer signal's value at its
-    // offset (after its id and overrun).
-    if timer && unsafe { std::ptr::read_unaligned((info as *const u8).add(24) as *const i32) } == WATCH {
+    // SAFETY: `info` points to a siginfo_t.
+    if timer && unsafe { value(info) } == WATCH {
         return (true, 0);
     }
     // Timer expirations while this signal was pending (si_overrun: the int
