@@ -53,7 +53,9 @@
 #'   garbage collections) and resource use are summed; `max_rss` is the
 #'   largest; the handler's median and 99th percentile per sample are the
 #'   largest of the sources' (an upper bound of the merged figure); R's heap
-#'   (`r_heap`) is summed; a figure a source lacks makes the sum `NA`.
+#'   (`r_heap`) is summed; a figure a source lacks makes the sum `NA`; the
+#'   processes that worked for a source unsampled (`unsampled`) are all
+#'   listed.
 #' * `functions`, `locations`, `lines`, `files`, `modules`: each source's,
 #'   one after the other (addresses belong to their process).
 #' * `options`: `loops` and `lines` if any source had them; `threads` and
@@ -392,7 +394,7 @@ merge_stats <- function(stats) {
   names <- unique(unlist(lapply(stats, names)))
   figure <- function(f) vapply(stats, function(s) as.double(s[[f]] %||% NA_real_)[1L], 0)
   out <- list()
-  for (f in setdiff(names, c("usage", "r_heap", "labels_full"))) {
+  for (f in setdiff(names, c("usage", "r_heap", "labels_full", "unsampled"))) {
     x <- figure(f)
     out[[f]] <- if (f %in% largest) max(x) else sum(x)
   }
@@ -406,6 +408,9 @@ merge_stats <- function(stats) {
     usage[[f]] <- if (f == "max_rss") max(x) else sum(x)
   }
   out$usage <- usage
+  # Processes that worked for a source unsampled: all of them.
+  unsampled <- Filter(is.data.frame, lapply(stats, `[[`, "unsampled"))
+  if (length(unsampled)) out$unsampled <- do.call(rbind, unsampled)
   heaps <- lapply(stats, `[[`, "r_heap")
   if (!all(vapply(heaps, is.null, NA))) {
     out$r_heap <- lapply(c(before = "before", after = "after", peak = "peak"), function(f) {

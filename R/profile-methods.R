@@ -72,7 +72,7 @@ by_process_table <- function(p) {
   u <- p$stats$usage
   cpu <- pr$cpu
   cpu[pr$number == 0L] <- (u$user %||% NA_real_) + (u$system %||% NA_real_)
-  data.frame(
+  out <- data.frame(
     process = ifelse(pr$number == 0L, "self", paste0("[", process_names(pr), "]")),
     pid = pr$pid,
     host = pr$host,
@@ -81,6 +81,16 @@ by_process_table <- function(p) {
     sampled = sampled,
     stringsAsFactors = FALSE
   )
+  # Processes that worked for it unsampled (R/profile-processes.R).
+  un <- p$stats$unsampled
+  if (is.data.frame(un) && nrow(un)) {
+    out <- rbind(out, data.frame(
+      process = ifelse(un$relation == "worker", "[worker, not sampled]", "[child, not sampled]"),
+      pid = as.double(un$pid), host = un$host, command = un$command, cpu = un$cpu,
+      sampled = 0, stringsAsFactors = FALSE
+    ))
+  }
+  out
 }
 
 # CPU time per thread: measured from each thread's own clock, and sampled.
@@ -110,8 +120,14 @@ unseen_share <- function(p, threads = by_thread_table(p), processes = by_process
   # children used during it (the kernel's account of those waited for, and
   # the time of those not yet waited for, living or ended), whichever is
   # more: a child not sampled is unseen.
-  children <- processes[!process_sources(profile_processes(p)), , drop = FALSE]
+  # (Processes that worked for it unsampled are rows after its own: see
+  # by_process_table(). The time of those not its children, workers of a
+  # PSOCK cluster, is in no account of its children.)
+  sources <- process_sources(profile_processes(p))
+  children <- processes[c(!sources, rep(TRUE, nrow(processes) - length(sources))), , drop = FALSE]
   used <- (u$children_user %||% 0) + (u$children_system %||% 0)
+  un <- p$stats$unsampled
+  if (is.data.frame(un) && is.finite(used)) used <- used + sum(un$cpu[!counted_as_child(un)])
   followed <- sum(ifelse(is.na(children$cpu), children$sampled, children$cpu))
   children_cpu <- max(if (is.finite(used)) used else 0, followed)
   seen <- if (p$event == "cpu") {
@@ -421,7 +437,11 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
       if (isTRUE(x$merged)) {
         "the merged processes' (and their children's)"
       } else if (!is.null(pr) && nrow(pr) > 1L) "the process's and its children's" else "the process's",
-      if (isTRUE(x$unseen > 0.05) && nrow(th) == 1L) " (other threads: profile them with threads = \"all\")" else ""
+      if (!isTRUE(x$unseen > 0.05)) {
+        ""
+      } else if (any(endsWith(pr$process, "not sampled]"))) {
+        " (processes not sampled: see ?winch_profile, \"Processes\")"
+      } else if (nrow(th) == 1L) " (other threads: profile them with threads = \"all\")" else ""
     ))
   }
   cat("\nBy function:\n")

@@ -140,6 +140,19 @@
 #' after the fork have those libraries' frames unnamed. Profiles made in
 #' other processes can be combined with [c()][c.winch_profile].
 #'
+#' Such processes are not lost silently: the processes working for this one
+#' (its descendants, and the R sessions of its PSOCK clusters, found through
+#' their connections to it) are listed with their CPU time at the
+#' profile's start and end. Those that used CPU time during the profile
+#' without being sampled are rows `[worker, not sampled]` or `[child, not
+#' sampled]` of `summary()`'s processes, with that time (a process listed
+#' at the start counts its time since then, one that was not counts all
+#' of it), which counts as unseen; when they used 5 % of the tree's CPU
+#' time or more, a warning of class `winch_warning_processes_unsampled`
+#' names them. (A program that ended before the profile's end is in
+#' neither listing: its time is counted as unseen from the kernel's
+#' account of the children this process waited for, without a name.)
+#'
 #' @section Memory:
 #' With `event = "alloc"`, allocations are sampled instead of time: the
 #' allocation functions of every loaded library (`malloc()`, `calloc()`,
@@ -467,6 +480,9 @@ profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
   }
   probes <- label_probes()
   usage <- resource_usage()
+  # What the processes working for this one used so far: those the
+  # profile does not sample are told at its end (see unsampled_processes()).
+  relatives <- if (identical(opts$processes, "all")) relatives_now()
   gc_time <- gc.time()
   gc_counter <- new_gc_counter()
   # An entry left from a session that ended without forgetting it (the
@@ -476,7 +492,7 @@ profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
   }
   session <- list(
     opts = opts, usage = usage, gc_time = gc_time, gc_counter = gc_counter,
-    token = token, kind = kind, pid = Sys.getpid()
+    token = token, kind = kind, pid = Sys.getpid(), relatives = relatives
   )
   the$profile_session <- session
   check_result(
@@ -501,7 +517,9 @@ profile_end <- function(session, call = rlang::caller_env()) {
   sync_registrations()
   raw <- check_result(rs_profile_stop(), call = call)
   profile_forget(session)
-  new_winch_profile(raw, session)
+  p <- new_winch_profile(raw, session)
+  warn_unsampled_processes(p, call = call)
+  p
 }
 
 # Stops the session of `token` if it did not end normally (an error or an
@@ -618,7 +636,10 @@ new_winch_profile <- function(raw, session, usage_end = resource_usage(), gc_tim
       stats = c(raw$stats, list(
         usage = usage,
         gc_time = gc_time[[3L]],
-        gc_count = session$gc_counter$count()
+        gc_count = session$gc_counter$count(),
+        unsampled = if (!is.null(session$relatives)) {
+          unsampled_processes(session$relatives, relatives_now(), raw$processes$pid)
+        }
       )),
       options = list(
         loops = session$opts$loops, lines = session$opts$lines, threads = session$opts$threads,

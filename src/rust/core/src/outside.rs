@@ -39,4 +39,6 @@ pub fn usage(pid: i32) -> Usage {
     crate::procfs::usage(crate::procfs::Proc::Pid(pid))
 }
 
-pub use family::{descendants, relatives, workers, Relation, Relative, MAX_DESCENDANTS};
+pub use family::{
+    descendants, relatives, relatives_use, workers, Relation, Relative, RelativeUse, MAX_DESCENDANTS,
+};

@@ -147,6 +147,41 @@ pub(super) fn workers_with(pid: i32, tables: &mut Tables) -> Vec<i32> {
     out
 }
 
+/// A process working for another, with what it used so far: what a
+/// profile of the other compares at its start and end to say which
+/// processes worked for it unsampled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RelativeUse {
+    pub relative: Relative,
+    /// When it started, in clock ticks after boot (a pid reused between
+    /// two listings is another process).
+    pub start_ticks: u64,
+    /// Its CPU time so far, user and system, in seconds.
+    pub cpu_s: f64,
+    pub command: String,
+}
+
+/// The processes working for process `pid` now ([`relatives`], workers
+/// included) with their CPU time and command lines; those that ended
+/// while being listed are left out.
+pub fn relatives_use(pid: i32) -> Vec<RelativeUse> {
+    let hz = procfs::clock_ticks() as f64;
+    relatives(pid, true)
+        .into_iter()
+        .filter_map(|relative| {
+            let of = Proc::Pid(relative.pid);
+            let stat = procfs::stat(of, None)?;
+            let start_ticks = procfs::start_ticks(relative.pid)?;
+            Some(RelativeUse {
+                relative,
+                start_ticks,
+                cpu_s: (stat.utime + stat.stime) as f64 / hz,
+                command: procfs::cmdline(of),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,6 +220,34 @@ mod tests {
         }
         assert!(found);
         assert!(descendants(i32::MAX).is_empty());
+    }
+
+    #[test]
+    fn a_child_burning_cpu_is_listed_with_its_time_and_command() {
+        // A shell that counts (CPU time of its own, no programs run), then
+        // sleeps until killed: listed once its `sleep` has started.
+        let script = "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 30";
+        let mut child = std::process::Command::new("sh").args(["-c", script]).spawn().unwrap();
+        let pid = child.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !procfs::cmdline(Proc::Pid(pid)).starts_with("sleep") && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let found = relatives_use(std::process::id() as i32);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        if procfs::children(Proc::This).is_none() {
+            eprintln!("skipped: this kernel has no task/*/children files");
+            return;
+        }
+        let me = found.iter().find(|r| r.relative.pid == pid).expect("the child is listed");
+        assert_eq!(me.relative.relation, Relation::Child);
+        assert_eq!(me.command, "sleep 30");
+        assert!(me.start_ticks > 0);
+        // Counting to 200,000 in a shell takes tens of milliseconds at
+        // least: more than one clock tick.
+        assert!(me.cpu_s > 0.0, "{}", me.cpu_s);
+        assert!(relatives_use(i32::MAX).is_empty());
     }
 
     #[test]

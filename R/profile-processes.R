@@ -1,0 +1,85 @@
+# Processes that worked for a profiled process without being sampled ----
+#
+# winch_profile() samples the forked children of the profiled process
+# (mclapply(), mcparallel(), future's multicore) from inside them. Other
+# processes working for it are not sampled yet: programs it runs
+# (system2(), callr and processx children) and the R sessions of a PSOCK
+# cluster (parallel::makeCluster(), future's multisession), which are not
+# even its descendants (see winch_core::outside::family). Their CPU time
+# is compared at the profile's start and end, so that summary() lists
+# them and counts their time as unseen, and a warning says so: a profile
+# never shows less than what happened without saying it.
+
+# The processes working for this one now, with their CPU time so far;
+# NULL where they cannot be listed (no /proc).
+relatives_now <- function() {
+  tryCatch(check_result(rs_descendants(Sys.getpid())), error = function(e) NULL)
+}
+
+# The processes of `after` (a listing at the profile's end) that used CPU
+# time during it and are not among `sampled` (pids): pid, parent,
+# relation ("child" or "worker"), command and cpu (seconds during the
+# profile: a process listed at the start too by its pid and start time
+# counts its time since then, one that was not counts all of its time).
+# Processes that started and ended between the two listings are not in
+# it (their time is in the profile's children's time when the profiled
+# process waited for them).
+unsampled_processes <- function(before, after, sampled) {
+  if (is.null(after) || is.null(before)) {
+    return(NULL)
+  }
+  at <- match(paste(after$pid, after$start), paste(before$pid, before$start))
+  cpu <- after$cpu - ifelse(is.na(at), 0, before$cpu[at])
+  keep <- cpu > 0 & !(after$pid %in% sampled) & after$pid != Sys.getpid()
+  data.frame(
+    pid = after$pid[keep], parent = after$parent[keep], relation = after$relation[keep],
+    command = after$command[keep], cpu = cpu[keep],
+    own_child = after$relation[keep] == "child" & after$parent[keep] == Sys.getpid(),
+    host = rep(Sys.info()[["nodename"]], sum(keep)), stringsAsFactors = FALSE
+  )
+}
+
+# Which processes of `un` (see unsampled_processes()) the profile's usage
+# counts as its children's time already: the profiled process's own
+# children (waited for or not, see `winch_core::own_children_time`); not
+# its workers, nor the processes working for those.
+counted_as_child <- function(un) {
+  un$own_child %in% TRUE
+}
+
+# A classed warning when processes working for the profiled one used a
+# share of the whole tree's CPU time worth telling (5 %; summary() lists
+# any) without being sampled.
+warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
+  un <- p$stats$unsampled
+  if (!is.data.frame(un) || !nrow(un) || p$event == "alloc") {
+    return(invisible())
+  }
+  u <- p$stats$usage
+  tree <- sum(u$user, u$system, u$children_user, u$children_system, na.rm = TRUE) +
+    sum(un$cpu[!counted_as_child(un)])
+  if (!(tree > 0) || sum(un$cpu) < 0.05 * tree) {
+    return(invisible())
+  }
+  workers <- sum(un$relation == "worker")
+  what <- if (workers == nrow(un)) {
+    "worker processes (R sessions of a PSOCK cluster or of future's multisession)"
+  } else if (workers == 0) {
+    "child processes that are not forks of R (programs, callr sessions)"
+  } else {
+    "processes (workers of a PSOCK cluster, programs, callr sessions)"
+  }
+  pids <- un$pid[order(-un$cpu)]
+  rlang::warn(
+    c(
+      sprintf(
+        "%d %s worked for the profiled process and were not sampled: %s of CPU time (%.0f%% of the tree's) is not in the profile.",
+        nrow(un), what, format_seconds(sum(un$cpu)), 100 * sum(un$cpu) / tree
+      ),
+      i = sprintf("pid%s %s; see summary() of the profile.", if (length(pids) > 1) "s" else "", paste(utils::head(pids, 5), collapse = ", ")),
+      i = "winch_profile() samples forked children (mclapply(), future's multicore); record other processes with winch_record(pid, children = TRUE) from another R session, or profile inside the workers and combine the profiles with c()."
+    ),
+    class = c("winch_warning_processes_unsampled", "winch_warning"),
+    call = call
+  )
+}

@@ -1,0 +1,90 @@
+skip_if_not(winch_available(), "native unwinding is not available on this platform")
+skip_if_not(Sys.info()[["sysname"]] == "Linux" && R.version$arch == "x86_64", "the profiler samples x86_64 Linux")
+
+# Processes that work for the profiled one but are not sampled yet (the R
+# sessions of a PSOCK cluster, programs it runs): summary() lists them
+# with the CPU time they used during the profile, counts it as unseen, and
+# a classed warning says so (R/profile-processes.R).
+
+listing <- function(pid, start, cpu, relation = "worker", parent = 1000L) {
+  list(
+    pid = as.integer(pid), parent = rep(as.integer(parent), length.out = length(pid)),
+    relation = rep(relation, length.out = length(pid)), start = as.double(start), cpu = as.double(cpu),
+    command = paste("cmd", pid)
+  )
+}
+
+test_that("a process's time during the profile is told from its listings at the start and end", {
+  before <- listing(c(11, 12, 13), c(100, 100, 100), c(1, 2, 3))
+  # 11 used 0.5 s; 12 none; 13 is gone; 14 is new (all of its 0.25 s); 15
+  # is 12's pid reused by another process (all of its 0.75 s); 16 was
+  # sampled by the profile.
+  after <- listing(c(11, 12, 14, 15, 16), c(100, 100, 120, 130, 140), c(1.5, 2, 0.25, 0.75, 4))
+  after$start[after$pid == 12] <- 100
+  un <- unsampled_processes(before, after, sampled = 16)
+  expect_identical(un$pid, c(11L, 14L, 15L))
+  expect_equal(un$cpu, c(0.5, 0.25, 0.75))
+  expect_identical(un$command, c("cmd 11", "cmd 14", "cmd 15"))
+  expect_null(unsampled_processes(NULL, after, 16))
+  expect_null(unsampled_processes(before, NULL, 16))
+  # This process itself is never one.
+  me <- listing(Sys.getpid(), 1, 5)
+  expect_identical(nrow(unsampled_processes(listing(integer(), numeric(), numeric()), me, integer())), 0L)
+})
+
+test_that("only processes not its own children add to the profile's children's time", {
+  me <- Sys.getpid()
+  after <- listing(1:4, 1:4, 1:4, relation = c("child", "worker", "child", "worker"), parent = c(me, me, 2L, me))
+  un <- unsampled_processes(listing(integer(), numeric(), numeric()), after, integer())
+  expect_identical(counted_as_child(un), c(TRUE, FALSE, FALSE, FALSE))
+  expect_identical(un$host, rep(Sys.info()[["nodename"]], 4))
+})
+
+test_that("a PSOCK cluster's workers are listed as not sampled, counted as unseen, and warned of", {
+  skip_if(parallel::detectCores() < 2, "a cluster of two workers needs 2 cores")
+  cl <- parallel::makeCluster(2)
+  withr::defer(parallel::stopCluster(cl))
+  pids <- unlist(parallel::clusterEvalQ(cl, Sys.getpid()))
+  # Each worker burns 0.3 s of its CPU time twice.
+  burn <- function(i) {
+    t0 <- proc.time()[["user.self"]] + proc.time()[["sys.self"]]
+    x <- 0
+    while (proc.time()[["user.self"]] + proc.time()[["sys.self"]] - t0 < 0.3) x <- x + sum(seq_len(100))
+    x
+  }
+  work <- function() parallel::parLapply(cl, 1:4, burn)
+  expect_warning(p <- winch_profile(work(), interval = 0.005), class = "winch_warning_processes_unsampled")
+  w <- tryCatch(winch_profile(work(), interval = 0.005), winch_warning_processes_unsampled = function(w) w)
+  expect_match(conditionMessage(w), "2 worker processes")
+  expect_match(conditionMessage(w), "winch_record", fixed = TRUE)
+  s <- summary(p)
+  workers <- s$by_process[s$by_process$process == "[worker, not sampled]", , drop = FALSE]
+  expect_setequal(workers$pid, pids)
+  expect_true(all(workers$sampled == 0))
+  # (stat's clock ticks: 10 ms.)
+  expect_true(all(workers$cpu >= 0.55), info = paste(workers$cpu, collapse = ", "))
+  expect_true(all(grepl("R", workers$command)))
+  expect_gt(s$unseen, 0.8)
+  out <- capture.output(print(s))
+  expect_true(any(grepl("[worker, not sampled]", out, fixed = TRUE)))
+  expect_true(any(grepl("processes not sampled: see ?winch_profile", out, fixed = TRUE)))
+  # processes = "self": the profiled process alone, nothing listed, no
+  # warning.
+  expect_no_warning(q <- winch_profile(work(), interval = 0.005, processes = "self"))
+  expect_null(q$stats$unsampled)
+  expect_false(any(grepl("not sampled", summary(q)$by_process$process)))
+  # c() of profiles keeps every source's unsampled processes.
+  both <- c(p, q)
+  expect_setequal(both$stats$unsampled$pid, pids)
+  expect_identical(sum(summary(both)$by_process$process == "[worker, not sampled]"), 2L)
+})
+
+test_that("forked children sampled by the profile are not listed as unsampled", {
+  skip_if(parallel::detectCores() < 2, "mclapply() needs 2 cores")
+  burn <- function(i) {
+    t0 <- proc.time()[["user.self"]]
+    while (proc.time()[["user.self"]] - t0 < 0.2) NULL
+  }
+  expect_no_warning(p <- winch_profile(parallel::mclapply(1:2, burn, mc.cores = 2), interval = 0.005))
+  expect_false(any(grepl("not sampled", summary(p)$by_process$process)))
+})
