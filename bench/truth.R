@@ -3,9 +3,10 @@
 # libR's own native frames shown, as perf shows them) while
 # `perf record -e cpu-clock` samples the same process (every thread, 1000
 # Hz): both measure the same run (two runs differ: under load, how long
-# OpenMP's threads spin depends on the scheduler). winch's own module and
-# its collector thread are left out of perf's shares (its sampling's
-# cost). Each sample's self time is put in the module
+# OpenMP's threads spin depends on the scheduler). perf's samples inside
+# winch's signal handler (its code and the libc and kernel functions it
+# calls) and of its collector thread are left out of perf's shares (its
+# sampling's cost; see perf_shares()). Each sample's self time is put in the module
 # its innermost native frame belongs to (an R frame innermost is R's
 # interpreter, libR.so; `[wait]` marks the runtime frame above it); the
 # table gives each module's share of all samples in both, and the
@@ -58,29 +59,53 @@ workloads <- list(
   }
 )
 
-# perf's share of samples by module while `f` runs.
+# perf's share of samples by module while `f` runs. perf records each
+# sample's call chain (DWARF, the top 16 KiB of the stack: enough to
+# reach the signal handler's frames from a system call it makes), so that
+# samples taken inside winch's signal handler are left out whatever they
+# are in: winch's own code, but also the libc functions and the kernel's
+# system calls the handler calls (reading clocks and memory), which
+# perf's shares by module would otherwise count as the workload's kernel
+# and libc time (7 % of perf's samples of a loaded data.table run were in
+# the handler, half of them in the kernel). winch's collector thread is
+# left out too. Both are the profiler's cost, not the workload's.
 perf_shares <- function(f) {
   data <- tempfile(fileext = ".data")
   log <- tempfile()
   pid <- as.integer(system2("sh", c("-c", shQuote(sprintf(
-    "%s record -e cpu-clock -F 1000 -p %d -o %s > %s 2>&1 & echo $!", perf, Sys.getpid(), data, log
+    "%s record -e cpu-clock -F 1000 --call-graph dwarf,16384 -p %d -o %s > %s 2>&1 & echo $!",
+    perf, Sys.getpid(), data, log
   ))), stdout = TRUE))
   # (perf says nothing when it is attached: give it a moment.)
   Sys.sleep(0.5)
   f()
   tools::pskill(pid, tools::SIGINT)
-  for (i in 1:100) if (!dir.exists(sprintf("/proc/%d", pid))) break else Sys.sleep(0.05)
-  rep <- system2(perf, c(
-    "report", "-i", data, "--stdio", "--sort", "comm,dso", "-q", "--percent-limit", "0", "-t", shQuote("|")
-  ), stdout = TRUE, stderr = FALSE)
-  rep <- strsplit(grep("%", rep, value = TRUE), "|", fixed = TRUE)
-  share <- as.numeric(sub("%.*$", "", trimws(vapply(rep, `[[`, "", 1L))))
-  thread <- trimws(vapply(rep, `[[`, "", 2L))
-  module <- module_name(trimws(vapply(rep, `[[`, "", 3L)))
-  # winch's own code, and its collector thread's (user and kernel), are
-  # the profiler's cost, not the workload's.
-  own <- module == "winch.so" | thread == "winch-profile"
-  share <- tapply(share[!own], module[!own], sum)
+  for (i in 1:200) if (!dir.exists(sprintf("/proc/%d", pid))) break else Sys.sleep(0.05)
+  lines <- system2(perf, c("script", "--no-inline", "-i", data, "-F", "comm,tid,ip,dso"), stdout = TRUE, stderr = FALSE)
+  unlink(data)
+  # A sample: a line with the thread's name and id, then its frames (one
+  # indented line each, innermost first), then an empty line.
+  head <- !startsWith(lines, "\t") & nzchar(trimws(lines))
+  sample <- cumsum(head)
+  frame <- startsWith(lines, "\t") & sample > 0
+  dso <- sub("^.*\\((.*)\\)\\s*$", "\\1", lines[frame])
+  of <- sample[frame]
+  thread <- sub("\\s+[0-9]+\\s*$", "", trimws(lines[head]))
+  # In the handler: its innermost frame that is not the kernel's, libc's
+  # or the vDSO's (the functions the handler calls) is winch's. (Not any
+  # frame of winch: a thread started through winch's hook of
+  # pthread_create has winch's frame at its outer end.)
+  own <- startsWith(dso, "[kernel") | dso == "[vdso]" | grepl("/libc\\.so", dso)
+  inner <- which(!own)
+  inner <- inner[!duplicated(of[inner])]
+  in_handler <- rep(FALSE, length(thread))
+  in_handler[of[inner]] <- grepl("winch.so", dso[inner], fixed = TRUE)
+  first <- !duplicated(of)
+  leaf <- rep(NA_character_, length(thread))
+  leaf[of[first]] <- dso[first]
+  keep <- !is.na(leaf) & !in_handler & thread != "winch-profile"
+  module <- module_name(ifelse(startsWith(leaf[keep], "[kernel"), "[kernel.kallsyms]", leaf[keep]))
+  share <- c(table(module))
   share / sum(share)
 }
 
