@@ -88,3 +88,34 @@ test_that("forked children sampled by the profile are not listed as unsampled", 
   expect_no_warning(p <- winch_profile(parallel::mclapply(1:2, burn, mc.cores = 2), interval = 0.005))
   expect_false(any(grepl("not sampled", summary(p)$by_process$process)))
 })
+
+test_that("a program the profiled process runs is listed as a child not sampled", {
+  # A shell started by pipe() (a child of this process, not a fork of R)
+  # counts (0.3 s of its own CPU time or more), says it is done, and waits
+  # for its input to close, after the profile.
+  done <- withr::local_tempfile()
+  script <- sprintf(
+    "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; echo > %s; exec cat > /dev/null",
+    shQuote(done)
+  )
+  con <- NULL
+  withr::defer(if (!is.null(con)) close(con))
+  work <- function() {
+    con <<- pipe(script, open = "w")
+    deadline <- Sys.time() + 60
+    while (!file.exists(done) && Sys.time() < deadline) Sys.sleep(0.01)
+  }
+  expect_warning(p <- winch_profile(work(), interval = 0.005), class = "winch_warning_processes_unsampled")
+  expect_true(file.exists(done))
+  w <- tryCatch(warn_unsampled_processes(p), warning = function(w) w)
+  expect_match(conditionMessage(w), "child processes that are not forks of R", fixed = TRUE)
+  pr <- summary(p)$by_process
+  child <- pr[pr$process == "[child, not sampled]", , drop = FALSE]
+  # The shell, which became `cat` (its command when the profile ended),
+  # with the time its loop took (counting to 200,000 in a shell takes
+  # tens of milliseconds or more).
+  expect_identical(nrow(child), 1L)
+  expect_identical(child$command, "cat")
+  expect_gt(child$cpu, 0.02)
+  expect_identical(p$stats$unsampled$own_child, TRUE)
+})
