@@ -175,7 +175,7 @@ pub fn relatives_use(pid: i32) -> Vec<RelativeUse> {
             Some(RelativeUse {
                 relative,
                 start_ticks,
-                cpu_s: (stat.utime + stat.stime) as f64 / hz,
+                cpu_s: stat.cpu_ticks() as f64 / hz,
                 command: procfs::cmdline(of),
             })
         })

@@ -387,8 +387,7 @@ fn is_interp(snap: &Snapshot, f: &Frame) -> bool {
 /// CPU time used so far by each thread of `pid`, in nanoseconds (utime +
 /// stime of its `stat`, in clock ticks).
 fn thread_cpu(pid: i32) -> Vec<(i32, u64)> {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let hz = procfs::clock_ticks();
     task_ids(pid)
         .unwrap_or_default()
         .into_iter()
