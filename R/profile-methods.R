@@ -90,6 +90,9 @@ by_process_table <- function(p) {
       sampled = 0, stringsAsFactors = FALSE
     ))
   }
+  # Each process's CPU time no sample stands for (a CPU profile's samples
+  # are CPU time; an elapsed profile's are not comparable).
+  out$unseen <- if (p$event == "cpu") pmax(0, out$cpu - out$sampled) else NA_real_
   out
 }
 
@@ -315,8 +318,11 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'     from its own clock while the profile ran, and time sampled;
 #'   * `by_process`: per process (the profiled one, `self`, then each
 #'     child as `[process N]`; in a merged profile, each source as
-#'     `[process host:pid]` and its children), its id, host, command, CPU
-#'     time and time sampled;
+#'     `[process host:pid]` and its children; then the processes that
+#'     worked for it unsampled, `[worker, not sampled]` and `[child, not
+#'     sampled]`, see [winch_profile()], "Processes"), its id, host,
+#'     command, CPU time, time sampled and `unseen`, the CPU time no sample
+#'     stands for (`NA` in an elapsed-time profile);
 #'   * `unseen`: the share of the CPU time of the process and its child
 #'     processes over the run that no sample stands for (with
 #'     `threads = "main"`, the other threads' share; with `"all"`, threads
@@ -418,10 +424,15 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
   }
   pr <- x$by_process
   if (!is.null(pr) && nrow(pr) > 1L) {
-    cat("\nBy process (CPU time from each process's accounting, and time sampled):\n")
+    cat(if (all(is.na(pr$unseen))) {
+      "\nBy process (CPU time from each process's accounting, and time sampled):\n"
+    } else {
+      "\nBy process (CPU time from each process's accounting, time sampled, unseen):\n"
+    })
     out <- data.frame(
       process = pr$process, pid = format(pr$pid, scientific = FALSE), host = pr$host,
       cpu = format_seconds_column(pr$cpu), sampled = format_seconds_column(pr$sampled),
+      unseen = if (all(is.na(pr$unseen))) NULL else format_seconds_column(pr$unseen),
       command = shorten(pr$command, 40L),
       stringsAsFactors = FALSE
     )

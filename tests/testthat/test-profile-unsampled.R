@@ -61,6 +61,8 @@ test_that("a PSOCK cluster's workers are listed as not sampled, counted as unsee
   workers <- s$by_process[s$by_process$process == "[worker, not sampled]", , drop = FALSE]
   expect_setequal(workers$pid, pids)
   expect_true(all(workers$sampled == 0))
+  # All of a worker's time is unseen.
+  expect_equal(workers$unseen, workers$cpu)
   # (stat's clock ticks: 10 ms.)
   expect_true(all(workers$cpu >= 0.55), info = paste(workers$cpu, collapse = ", "))
   expect_true(all(grepl("R", workers$command)))
