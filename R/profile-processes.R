@@ -21,9 +21,10 @@ relatives_now <- function() {
 # relation ("child" or "worker"), command and cpu (seconds during the
 # profile: a process listed at the start too by its pid and start time
 # counts its time since then, one that was not counts all of its time).
-# Processes that started and ended between the two listings are not in
-# it (their time is in the profile's children's time when the profiled
-# process waited for them).
+# Processes that ended before the second listing are not in it: the
+# time of children the profiled process waited for is in its children's
+# time; that of workers (a cluster stopped inside the profiled code) is in
+# no figure.
 unsampled_processes <- function(before, after, sampled) {
   if (is.null(after) || is.null(before)) {
     return(NULL)

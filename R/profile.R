@@ -149,9 +149,11 @@
 #' at the start counts its time since then, one that was not counts all
 #' of it), which counts as unseen; when they used 5 % of the tree's CPU
 #' time or more, a warning of class `winch_warning_processes_unsampled`
-#' names them. (A program that ended before the profile's end is in
-#' neither listing: its time is counted as unseen from the kernel's
-#' account of the children this process waited for, without a name.)
+#' names them. A process that ended before the profile's end is in
+#' neither listing: a program this process waited for (`system2()`) is
+#' counted as unseen from the kernel's account of its children, without a
+#' name; the workers of a cluster stopped inside the profiled code are not
+#' counted at all (they are not its children), a gap still to close.
 #'
 #' @section Memory:
 #' With `event = "alloc"`, allocations are sampled instead of time: the
