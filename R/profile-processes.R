@@ -5,37 +5,24 @@
 # processes working for it are not sampled yet: programs it runs
 # (system2(), callr and processx children) and the R sessions of a PSOCK
 # cluster (parallel::makeCluster(), future's multisession), which are not
-# even its descendants (see winch_core::outside::family). Their CPU time
-# is compared at the profile's start and end, so that summary() lists
-# them and counts their time as unseen, and a warning says so: a profile
-# never shows less than what happened without saying it.
+# even its descendants (see winch_core::relatives). The profile's
+# collector looks at them while it runs (every 0.1 s; workers are looked
+# for every second) and keeps the CPU time each used, so that summary()
+# lists them and counts their time as unseen, and a warning says so: a
+# profile never shows less than what happened without saying it.
 
-# The processes working for this one now, with their CPU time so far;
-# NULL where they cannot be listed (no /proc).
-relatives_now <- function() {
-  tryCatch(check_result(rs_descendants(Sys.getpid())), error = function(e) NULL)
-}
-
-# The processes of `after` (a listing at the profile's end) that used CPU
-# time during it and are not among `sampled` (pids): pid, parent,
-# relation ("child" or "worker"), command and cpu (seconds during the
-# profile: a process listed at the start too by its pid and start time
-# counts its time since then, one that was not counts all of its time).
-# Processes that ended before the second listing are not in it: the
-# time of children the profiled process waited for is in its children's
-# time; that of workers (a cluster stopped inside the profiled code) is in
-# no figure.
-unsampled_processes <- function(before, after, sampled) {
-  if (is.null(after) || is.null(before)) {
-    return(NULL)
-  }
-  at <- match(paste(after$pid, after$start), paste(before$pid, before$start))
-  cpu <- after$cpu - ifelse(is.na(at), 0, before$cpu[at])
-  keep <- cpu > 0 & !(after$pid %in% sampled) & after$pid != Sys.getpid()
+# The processes of `seen` (those that worked for the profiled process
+# while it ran, each with the CPU time it used meanwhile: see
+# rs_profile_stop() and `winch_core::relatives::watch`) that used CPU time
+# and are not among `sampled` (pids): pid, parent, relation ("child" or
+# "worker"), command, cpu, whether it is the profiled process's own child
+# (`own_child`) and this machine's name (`host`).
+unsampled_processes <- function(seen, sampled) {
+  keep <- seen$cpu > 0 & !(seen$pid %in% sampled) & seen$pid != Sys.getpid()
   data.frame(
-    pid = after$pid[keep], parent = after$parent[keep], relation = after$relation[keep],
-    command = after$command[keep], cpu = cpu[keep],
-    own_child = after$relation[keep] == "child" & after$parent[keep] == Sys.getpid(),
+    pid = seen$pid[keep], parent = seen$parent[keep], relation = seen$relation[keep],
+    command = seen$command[keep], cpu = seen$cpu[keep],
+    own_child = seen$relation[keep] == "child" & seen$parent[keep] == Sys.getpid(),
     host = rep(Sys.info()[["nodename"]], sum(keep)), stringsAsFactors = FALSE
   )
 }

@@ -140,20 +140,20 @@
 #' after the fork have those libraries' frames unnamed. Profiles made in
 #' other processes can be combined with [c()][c.winch_profile].
 #'
-#' Such processes are not lost silently: the processes working for this one
-#' (its descendants, and the R sessions of its PSOCK clusters, found through
-#' their connections to it) are listed with their CPU time at the
-#' profile's start and end. Those that used CPU time during the profile
-#' without being sampled are rows `[worker, not sampled]` or `[child, not
-#' sampled]` of `summary()`'s processes, with that time (a process listed
-#' at the start counts its time since then, one that was not counts all
-#' of it), which counts as unseen; when they used 5 % of the tree's CPU
-#' time or more, a warning of class `winch_warning_processes_unsampled`
-#' names them. A process that ended before the profile's end is in
-#' neither listing: a program this process waited for (`system2()`) is
-#' counted as unseen from the kernel's account of its children, without a
-#' name; the workers of a cluster stopped inside the profiled code are not
-#' counted at all (they are not its children), a gap still to close.
+#' Such processes are not lost silently: while the profile runs, the
+#' processes working for this one (its descendants, every 0.1 s, and the R
+#' sessions of its PSOCK clusters, found through their connections to it,
+#' every second) are looked at with the CPU time each has used. Those that
+#' used CPU time during the profile without being sampled are rows
+#' `[worker, not sampled]` or `[child, not sampled]` of `summary()`'s
+#' processes, with that time (a process there at the start counts its
+#' time since then, a later one all of its time), which counts as unseen;
+#' when they used 5 % of the tree's CPU time or more, a warning of class
+#' `winch_warning_processes_unsampled` names them. A process that ended
+#' between two looks keeps the time it had at the last; one that started
+#' and ended between two looks is not named (a child's time is still
+#' counted as unseen, from the kernel's account of the children this
+#' process waited for).
 #'
 #' @section Memory:
 #' With `event = "alloc"`, allocations are sampled instead of time: the
@@ -482,9 +482,6 @@ profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
   }
   probes <- label_probes()
   usage <- resource_usage()
-  # What the processes working for this one used so far: those the
-  # profile does not sample are told at its end (see unsampled_processes()).
-  relatives <- if (identical(opts$processes, "all")) relatives_now()
   gc_time <- gc.time()
   gc_counter <- new_gc_counter()
   # An entry left from a session that ended without forgetting it (the
@@ -494,7 +491,7 @@ profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {
   }
   session <- list(
     opts = opts, usage = usage, gc_time = gc_time, gc_counter = gc_counter,
-    token = token, kind = kind, pid = Sys.getpid(), relatives = relatives
+    token = token, kind = kind, pid = Sys.getpid()
   )
   the$profile_session <- session
   check_result(
@@ -639,9 +636,7 @@ new_winch_profile <- function(raw, session, usage_end = resource_usage(), gc_tim
         usage = usage,
         gc_time = gc_time[[3L]],
         gc_count = session$gc_counter$count(),
-        unsampled = if (!is.null(session$relatives)) {
-          unsampled_processes(session$relatives, relatives_now(), raw$processes$pid)
-        }
+        unsampled = if (!is.null(raw$relatives)) unsampled_processes(raw$relatives, raw$processes$pid)
       )),
       options = list(
         loops = session$opts$loops, lines = session$opts$lines, threads = session$opts$threads,

@@ -6,38 +6,33 @@ skip_if_not(Sys.info()[["sysname"]] == "Linux" && R.version$arch == "x86_64", "t
 # with the CPU time they used during the profile, counts it as unseen, and
 # a classed warning says so (R/profile-processes.R).
 
-listing <- function(pid, start, cpu, relation = "worker", parent = 1000L) {
+seen <- function(pid, cpu, relation = "worker", parent = 1000L) {
   list(
     pid = as.integer(pid), parent = rep(as.integer(parent), length.out = length(pid)),
-    relation = rep(relation, length.out = length(pid)), start = as.double(start), cpu = as.double(cpu),
-    command = paste("cmd", pid)
+    relation = rep(relation, length.out = length(pid)), command = paste("cmd", pid), cpu = as.double(cpu)
   )
 }
 
-test_that("a process's time during the profile is told from its listings at the start and end", {
-  before <- listing(c(11, 12, 13), c(100, 100, 100), c(1, 2, 3))
-  # 11 used 0.5 s; 12 none; 13 is gone; 14 is new (all of its 0.25 s); 15
-  # is 12's pid reused by another process (all of its 0.75 s); 16 was
-  # sampled by the profile.
-  after <- listing(c(11, 12, 14, 15, 16), c(100, 100, 120, 130, 140), c(1.5, 2, 0.25, 0.75, 4))
-  after$start[after$pid == 12] <- 100
-  un <- unsampled_processes(before, after, sampled = 16)
-  expect_identical(un$pid, c(11L, 14L, 15L))
-  expect_equal(un$cpu, c(0.5, 0.25, 0.75))
-  expect_identical(un$command, c("cmd 11", "cmd 14", "cmd 15"))
-  expect_null(unsampled_processes(NULL, after, 16))
-  expect_null(unsampled_processes(before, NULL, 16))
-  # This process itself is never one.
-  me <- listing(Sys.getpid(), 1, 5)
-  expect_identical(nrow(unsampled_processes(listing(integer(), numeric(), numeric()), me, integer())), 0L)
+test_that("processes that used CPU time and were not sampled are the unsampled ones", {
+  # (What each used while the profile ran is the collector's: see the
+  # cargo tests of relatives::watch.) 12 used none; 16 was sampled; this
+  # process is never one.
+  me <- Sys.getpid()
+  un <- unsampled_processes(seen(c(11, 12, 14, 16, me), c(0.5, 0, 0.25, 4, 1)), sampled = 16)
+  expect_identical(un$pid, c(11L, 14L))
+  expect_equal(un$cpu, c(0.5, 0.25))
+  expect_identical(un$command, c("cmd 11", "cmd 14"))
+  expect_identical(un$host, rep(Sys.info()[["nodename"]], 2))
+  expect_identical(nrow(unsampled_processes(seen(integer(), numeric()), integer())), 0L)
 })
 
 test_that("only processes not its own children add to the profile's children's time", {
   me <- Sys.getpid()
-  after <- listing(1:4, 1:4, 1:4, relation = c("child", "worker", "child", "worker"), parent = c(me, me, 2L, me))
-  un <- unsampled_processes(listing(integer(), numeric(), numeric()), after, integer())
+  un <- unsampled_processes(
+    seen(1:4, 1:4, relation = c("child", "worker", "child", "worker"), parent = c(me, me, 2L, me)),
+    integer()
+  )
   expect_identical(counted_as_child(un), c(TRUE, FALSE, FALSE, FALSE))
-  expect_identical(un$host, rep(Sys.info()[["nodename"]], 4))
 })
 
 test_that("a PSOCK cluster's workers are listed as not sampled, counted as unseen, and warned of", {
@@ -120,4 +115,27 @@ test_that("a program the profiled process runs is listed as a child not sampled"
   expect_identical(child$command, "cat")
   expect_gt(child$cpu, 0.02)
   expect_identical(p$stats$unsampled$own_child, TRUE)
+})
+
+test_that("the workers of a cluster made and stopped inside the profiled code are listed", {
+  skip_if(parallel::detectCores() < 2, "a cluster of two workers needs 2 cores")
+  burn <- function(i) {
+    t0 <- proc.time()[["user.self"]] + proc.time()[["sys.self"]]
+    x <- 0
+    while (proc.time()[["user.self"]] + proc.time()[["sys.self"]] - t0 < 0.3) x <- x + sum(seq_len(100))
+    Sys.getpid()
+  }
+  pids <- NULL
+  work <- function() {
+    cl <- parallel::makeCluster(2)
+    on.exit(parallel::stopCluster(cl))
+    pids <<- unique(unlist(parallel::parLapply(cl, 1:4, burn)))
+  }
+  expect_warning(p <- winch_profile(work(), interval = 0.005), class = "winch_warning_processes_unsampled")
+  # Both ended before the profile did; each keeps what it had used when
+  # last looked at (every 0.1 s): at least its first task's 0.3 s.
+  workers <- summary(p)$by_process
+  workers <- workers[workers$process == "[worker, not sampled]", , drop = FALSE]
+  expect_true(all(pids %in% workers$pid), info = paste(workers$pid, collapse = ", "))
+  expect_true(all(workers$cpu[workers$pid %in% pids] >= 0.3), info = paste(workers$cpu, collapse = ", "))
 })

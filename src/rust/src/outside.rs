@@ -226,26 +226,22 @@ pub fn rs_record_discard() -> Result<RValue> {
 }
 
 /// The processes working for process `pid` now, its descendants and its
-/// workers (see `winch_core::outside::relatives_use`): `pid`, `parent`
-/// (integer vectors), `relation` (`"child"` or `"worker"`), `start` (clock
-/// ticks after boot), `cpu` (seconds so far) and `command`, each after the
-/// process it works for.
+/// workers (see `winch_core::outside::relatives`): `pid`, `parent`
+/// (integer vectors) and `relation` (`"child"` or `"worker"`), each after
+/// the process it works for.
 pub fn rs_descendants(pid: Arg) -> Result<RValue> {
-    let found = winch_core::outside::relatives_use(pid.int()?);
-    let column = |f: fn(&Relative) -> i32| RValue::Int(found.iter().map(|r| Some(f(&r.relative))).collect());
-    let relation = found.iter().map(|r| Some(relation_name(r.relative.relation).to_string())).collect();
+    let found = winch_core::outside::relatives(pid.int()?, true);
+    let column = |f: fn(&Relative) -> i32| RValue::Int(found.iter().map(|r| Some(f(r))).collect());
+    let relation = found.iter().map(|r| Some(relation_name(r.relation).to_string())).collect();
     Ok(RValue::List(vec![
         ("pid", column(|r| r.pid)),
         ("parent", column(|r| r.parent)),
         ("relation", RValue::Str(relation)),
-        ("start", RValue::Dbl(found.iter().map(|r| r.start_ticks as f64).collect())),
-        ("cpu", RValue::Dbl(found.iter().map(|r| r.cpu_s).collect())),
-        ("command", RValue::Str(found.iter().map(|r| Some(r.command.clone())).collect())),
     ]))
 }
 
 /// How R names a [`Relation`].
-fn relation_name(r: Relation) -> &'static str {
+pub(crate) fn relation_name(r: Relation) -> &'static str {
     match r {
         Relation::Child => "child",
         Relation::Worker => "worker",

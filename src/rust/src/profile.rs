@@ -150,17 +150,41 @@ pub fn rs_profile_active() -> Result<RValue> {
     Ok(current().is_some().into())
 }
 
-/// Stops the session and returns the profile (its R form).
+/// Stops the session and returns the profile (its R form) with, beside
+/// it, `relatives`: the processes that worked for this one while it ran
+/// (`pid`, `parent`, `relation`, `command`, and `cpu`, the seconds each
+/// used while watched; NULL when they were not watched).
 pub fn rs_profile_stop() -> Result<RValue> {
     let current = current().take();
     let Some(Current { running, event }) = current else {
         return Err(Error::BadArgument("no winch profile is running".into()));
     };
     let period = running.trigger.period();
+    let watched = running.watches_relatives();
     let finished = running.stop();
     let (profile, stats) = build::build(&finished, event, period);
+    let relatives = watched.then(|| relatives_value(&finished.relatives));
     session::recycle(finished);
-    Ok(to_r(&profile, &stats))
+    let mut out = to_r(&profile, &stats);
+    if let (RValue::List(parts), Some(r)) = (&mut out, relatives) {
+        parts.push(("relatives", r));
+    }
+    Ok(out)
+}
+
+/// The R value of the processes a profile watched (see `rs_profile_stop`).
+fn relatives_value(seen: &[winch_core::outside::Seen]) -> RValue {
+    let relation = crate::outside::relation_name;
+    RValue::List(vec![
+        ("pid", RValue::Int(seen.iter().map(|s| Some(s.now.relative.pid)).collect())),
+        ("parent", RValue::Int(seen.iter().map(|s| Some(s.now.relative.parent)).collect())),
+        (
+            "relation",
+            RValue::Str(seen.iter().map(|s| Some(relation(s.now.relative.relation).to_string())).collect()),
+        ),
+        ("command", RValue::Str(seen.iter().map(|s| Some(s.now.command.clone())).collect())),
+        ("cpu", RValue::Dbl(seen.iter().map(|s| s.cpu_s()).collect())),
+    ])
 }
 
 /// Stops the session and throws its samples away, without building a

@@ -82,6 +82,7 @@ pub mod profile;
 mod published;
 pub mod r;
 mod reentry;
+mod relatives;
 mod scopes;
 pub mod splice;
 mod stack;

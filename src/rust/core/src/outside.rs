@@ -13,16 +13,12 @@
 //! * [`recorder`]: sampling it, into the profiler's sample records (`running`:
 //!   which threads each tick samples);
 //! * [`registration`]: R's table of registered native routines there;
-//! * [`tree`]: recording a process and its descendants;
-//! * `family`: a process's descendants and workers (the processes it
-//!   works with, found as they are now); `finder`: its workers looked for
-//!   in the background while it is recorded.
+//! * [`tree`]: recording a process and its descendants (found by
+//!   `crate::relatives`).
 
 pub(crate) mod core_file;
 pub(crate) mod deparse;
 pub mod dump;
-mod family;
-mod finder;
 pub(crate) mod ptrace;
 pub mod recorder;
 pub mod registration;
@@ -39,6 +35,5 @@ pub fn usage(pid: i32) -> Usage {
     crate::procfs::usage(crate::procfs::Proc::Pid(pid))
 }
 
-pub use family::{
-    descendants, relatives, relatives_use, workers, Relation, Relative, RelativeUse, MAX_DESCENDANTS,
-};
+pub use crate::relatives::family::{descendants, relatives, workers, Relation, Relative, MAX_DESCENDANTS};
+pub use crate::relatives::watch::Seen;

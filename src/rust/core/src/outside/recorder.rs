@@ -335,6 +335,7 @@ impl Recorder {
                 .cloned()
                 .unwrap_or_else(|| procfs::comm(Proc::Pid(self.pid), self.pid)),
             main_cpu_ns: cpu(self.pid),
+            relatives: Vec::new(),
             thread_dropped: 0,
             forked: 0,
             alloc: None,

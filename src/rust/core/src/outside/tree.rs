@@ -7,11 +7,11 @@
 //! the recording. Each process is stopped only while it is read, one
 //! after another, never two at once.
 
-use super::finder::WorkerFinder;
 use super::recorder::Recorder;
 pub use super::recorder::Settings;
 use super::{Relation, Usage};
 use crate::error::{Error, Result};
+use crate::relatives::finder::WorkerFinder;
 use std::collections::HashSet;
 
 /// A descendant being recorded.
@@ -89,7 +89,7 @@ impl TreeRecorder {
         // SAFETY: getpid has no preconditions.
         let own = unsafe { libc::getpid() };
         let finder = self.finder.as_ref();
-        let found = super::family::relatives_by(self.root_pid, |p| {
+        let found = crate::relatives::family::relatives_by(self.root_pid, |p| {
             finder.map(|f| f.workers_of(p)).unwrap_or_default()
         });
         for super::Relative { pid, parent, relation } in found {

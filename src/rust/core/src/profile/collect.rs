@@ -343,6 +343,9 @@ pub struct Finished {
     /// Its name (`comm`).
     pub(crate) main_name: String,
     pub(crate) main_cpu_ns: u64,
+    /// The processes that worked for the profiled one while it ran, with
+    /// what each used (see `relatives::watch`; none from outside).
+    pub relatives: Vec<crate::relatives::watch::Seen>,
     /// Other threads' samples lost.
     pub(crate) thread_dropped: u64,
     /// `fork()`s the process made while the profile ran (0 from outside:

@@ -627,6 +627,7 @@ mod tests {
             main_tid: 1,
             main_name: String::new(),
             main_cpu_ns: 0,
+            relatives: Vec::new(),
             thread_dropped: 0,
             forked: 0,
             alloc: None,

@@ -42,6 +42,11 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Vec<Threa
                     t.poll();
                 }
                 poke_behind(&s, threads.as_ref(), &mut poked);
+                if let Ok(mut watch) = s.relatives.try_lock() {
+                    if let Some(w) = watch.as_mut() {
+                        w.look(Instant::now());
+                    }
+                }
                 let generation = collect(&s, &mut buf);
                 refresh(&s, generation);
                 std::thread::sleep(POLL);

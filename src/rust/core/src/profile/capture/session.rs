@@ -36,6 +36,7 @@ use super::slots::Slots;
 use super::snapshots::{self, Snapshots};
 use super::{collector, fork, signal};
 use crate::error::{Error, Result};
+use crate::relatives::watch::Watch;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -117,6 +118,12 @@ fn new_session(
     // (A memory profile's children are not sampled: see `children`.)
     let children =
         (scope.processes && !trigger.is_allocations()).then(super::children::Children::new).flatten();
+    // The processes working for this one, watched by the collector (see
+    // `relatives::watch`).
+    // SAFETY: getpid has no preconditions.
+    let relatives = Mutex::new(
+        (scope.processes && !trigger.is_allocations()).then(|| Watch::start(unsafe { libc::getpid() })),
+    );
     let first = snapshots::first(interpreter_addr);
     let own_code = own_code(&first.map);
     // Other threads' stacks are read through the kernel (see `worker`).
@@ -138,6 +145,7 @@ fn new_session(
         pid: unsafe { libc::getpid() },
         signal,
         children,
+        relatives,
         parent: Mutex::new(Default::default()),
         slots,
         main_ref: super::main_ref::MainRef::new(),
@@ -327,6 +335,12 @@ impl Running {
         std::mem::forget(self);
     }
 
+    /// Whether the processes working for this one are watched (a CPU or
+    /// elapsed profile with `processes`; see `relatives::watch`).
+    pub fn watches_relatives(&self) -> bool {
+        self.session.relatives.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
     /// Stops sampling, restores the signal's disposition and returns what
     /// was collected. Call on the thread that started the session.
     pub fn stop(mut self) -> Finished {
@@ -417,6 +431,13 @@ impl Running {
             modules_now: None,
             launch_module: launch_module(),
             main_cpu_ns,
+            relatives: s
+                .relatives
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .map(Watch::finish)
+                .unwrap_or_default(),
             thread_dropped: s.thread_dropped.load(Ordering::Relaxed),
             forked: s.forked.load(Ordering::Relaxed),
             alloc,

@@ -62,6 +62,9 @@ pub struct Session {
     /// The slots of forked children sampling themselves (None: children
     /// are not sampled).
     pub(super) children: Option<super::children::Children>,
+    /// The processes working for this one, looked at by the collector
+    /// (None: not watched; taken when the session stops).
+    pub(super) relatives: Mutex<Option<crate::relatives::watch::Watch>>,
     /// What the collector knows of them (the collector's; at the end, the
     /// stopping thread's).
     pub(super) parent: Mutex<super::children::Parent>,

@@ -27,6 +27,11 @@ impl WorkerFinder {
     /// Looks once now, so that the first tick has them, then in the
     /// background until dropped (only once if no thread can be started).
     pub fn start(root: i32) -> WorkerFinder {
+        WorkerFinder::start_every(root, EVERY)
+    }
+
+    /// [`start`](Self::start), looking every `every`.
+    pub fn start_every(root: i32, every: Duration) -> WorkerFinder {
         let found = Arc::new(Mutex::new(look(root)));
         let stop = Arc::new(AtomicBool::new(false));
         let (f, s) = (found.clone(), stop.clone());
@@ -35,7 +40,7 @@ impl WorkerFinder {
             .spawn(move || {
                 while !s.load(Ordering::Relaxed) {
                     let since = Instant::now();
-                    while since.elapsed() < EVERY {
+                    while since.elapsed() < every {
                         if s.load(Ordering::Relaxed) {
                             return;
                         }

@@ -53,7 +53,7 @@ pub fn relatives(pid: i32, with_workers: bool) -> Vec<Relative> {
 
 /// [`relatives`] with each process's workers as `workers_of` gives them
 /// (a recording takes those its finder found last).
-pub(super) fn relatives_by(pid: i32, mut workers_of: impl FnMut(i32) -> Vec<i32>) -> Vec<Relative> {
+pub(crate) fn relatives_by(pid: i32, mut workers_of: impl FnMut(i32) -> Vec<i32>) -> Vec<Relative> {
     relatives_with(pid, |p| {
         let mut near: Vec<(i32, Relation)> = procfs::children(Proc::Pid(p))
             .unwrap_or_default()
@@ -91,7 +91,7 @@ fn relatives_with(pid: i32, mut near: impl FnMut(i32) -> Vec<(i32, Relation)>) -
 /// each read once: the kernel walks every bucket of its connection hash to
 /// write them (about 5 ms a table on a machine with 24 GiB).
 #[derive(Default)]
-pub(super) struct Tables {
+pub(crate) struct Tables {
     by_namespace: Vec<(std::path::PathBuf, Vec<sockets::Connection>)>,
 }
 
@@ -120,7 +120,7 @@ pub fn workers(pid: i32) -> Vec<i32> {
 }
 
 /// [`workers`] with the connection tables read so far.
-pub(super) fn workers_with(pid: i32, tables: &mut Tables) -> Vec<i32> {
+pub(crate) fn workers_with(pid: i32, tables: &mut Tables) -> Vec<i32> {
     let of = Proc::Pid(pid);
     let mine: HashSet<u64> = sockets::socket_inodes(of).into_iter().collect();
     if mine.is_empty() {
@@ -147,9 +147,8 @@ pub(super) fn workers_with(pid: i32, tables: &mut Tables) -> Vec<i32> {
     out
 }
 
-/// A process working for another, with what it used so far: what a
-/// profile of the other compares at its start and end to say which
-/// processes worked for it unsampled.
+/// A process working for another, with what it used so far (see
+/// `watch`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RelativeUse {
     pub relative: Relative,
@@ -161,25 +160,17 @@ pub struct RelativeUse {
     pub command: String,
 }
 
-/// The processes working for process `pid` now ([`relatives`], workers
-/// included) with their CPU time and command lines; those that ended
-/// while being listed are left out.
-pub fn relatives_use(pid: i32) -> Vec<RelativeUse> {
-    let hz = procfs::clock_ticks() as f64;
-    relatives(pid, true)
-        .into_iter()
-        .filter_map(|relative| {
-            let of = Proc::Pid(relative.pid);
-            let stat = procfs::stat(of, None)?;
-            let start_ticks = procfs::start_ticks(relative.pid)?;
-            Some(RelativeUse {
-                relative,
-                start_ticks,
-                cpu_s: stat.cpu_ticks() as f64 / hz,
-                command: procfs::cmdline(of),
-            })
-        })
-        .collect()
+/// What `relative` has used so far; None if it has ended.
+pub(crate) fn use_of(relative: Relative) -> Option<RelativeUse> {
+    let of = Proc::Pid(relative.pid);
+    let stat = procfs::stat(of, None)?;
+    let start_ticks = procfs::start_ticks(relative.pid)?;
+    Some(RelativeUse {
+        relative,
+        start_ticks,
+        cpu_s: stat.cpu_ticks() as f64 / procfs::clock_ticks() as f64,
+        command: procfs::cmdline(of),
+    })
 }
 
 #[cfg(test)]
@@ -233,7 +224,8 @@ mod tests {
         while !procfs::cmdline(Proc::Pid(pid)).starts_with("sleep") && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let found = relatives_use(std::process::id() as i32);
+        let found: Vec<RelativeUse> =
+            relatives(std::process::id() as i32, true).into_iter().filter_map(use_of).collect();
         child.kill().unwrap();
         child.wait().unwrap();
         if procfs::children(Proc::This).is_none() {
@@ -247,7 +239,7 @@ mod tests {
         // Counting to 200,000 in a shell takes tens of milliseconds at
         // least: more than one clock tick.
         assert!(me.cpu_s > 0.0, "{}", me.cpu_s);
-        assert!(relatives_use(i32::MAX).is_empty());
+        assert!(relatives(i32::MAX, true).is_empty());
     }
 
     #[test]

@@ -1,0 +1,166 @@
+//! What the processes working for a profiled process used while the
+//! profile ran. The profile's collector thread looks every [`EVERY`] (its
+//! descendants as they are then, its workers as the finder found them
+//! last, looked for every [`WORKERS_EVERY`]: reading the kernel's
+//! connection tables takes milliseconds) and each process is remembered
+//! with its CPU time when first and last seen, so that one that ends
+//! before the profile does is not lost: only its time after the last look
+//! is.
+
+use super::family::{relatives_by, use_of, RelativeUse};
+use super::finder::WorkerFinder;
+use std::time::{Duration, Instant};
+
+/// How often the processes are looked at.
+pub const EVERY: Duration = Duration::from_millis(100);
+
+/// How often workers are looked for.
+pub const WORKERS_EVERY: Duration = Duration::from_secs(1);
+
+/// At most this many processes are remembered (short-lived processes
+/// started in a loop are not followed further).
+pub const MAX_SEEN: usize = 4096;
+
+/// A process that worked for the watched one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Seen {
+    pub now: RelativeUse,
+    /// Its CPU time when first seen, in seconds: at the watch's first
+    /// look, or 0 for a process first seen later (all of its time is the
+    /// profile's).
+    pub first_cpu_s: f64,
+}
+
+impl Seen {
+    /// The CPU time it used while watched (up to the last look that saw
+    /// it).
+    pub fn cpu_s(&self) -> f64 {
+        (self.now.cpu_s - self.first_cpu_s).max(0.0)
+    }
+}
+
+/// The processes working for one process, watched.
+pub struct Watch {
+    pid: i32,
+    finder: WorkerFinder,
+    seen: Vec<Seen>,
+    next: Instant,
+}
+
+impl Watch {
+    /// Starts watching the processes working for `pid`: a first look now.
+    pub fn start(pid: i32) -> Watch {
+        let mut w = Watch {
+            pid,
+            finder: WorkerFinder::start_every(pid, WORKERS_EVERY),
+            seen: Vec::new(),
+            next: Instant::now(),
+        };
+        let now = w.listing();
+        update(&mut w.seen, now, true);
+        w.next = Instant::now() + EVERY;
+        w
+    }
+
+    /// Looks if it is time to.
+    pub fn look(&mut self, now: Instant) {
+        if now < self.next {
+            return;
+        }
+        self.next = now + EVERY;
+        let listing = self.listing();
+        update(&mut self.seen, listing, false);
+    }
+
+    /// A last look, and every process seen (the finder's thread ends).
+    pub fn finish(mut self) -> Vec<Seen> {
+        let listing = self.listing();
+        update(&mut self.seen, listing, false);
+        self.seen
+    }
+
+    fn listing(&self) -> Vec<RelativeUse> {
+        relatives_by(self.pid, |p| self.finder.workers_of(p)).into_iter().filter_map(use_of).collect()
+    }
+}
+
+/// Adds a look's `listing` to `seen`: a process seen before (the same pid
+/// and start time) takes its latest CPU time and command; another is
+/// added (up to [`MAX_SEEN`]) with its CPU time then as its first if this
+/// is the first look (`first`), else 0.
+pub(crate) fn update(seen: &mut Vec<Seen>, listing: Vec<RelativeUse>, first: bool) {
+    for now in listing {
+        let same =
+            |s: &&mut Seen| s.now.relative.pid == now.relative.pid && s.now.start_ticks == now.start_ticks;
+        if let Some(s) = seen.iter_mut().find(|s| same(s)) {
+            s.now = now;
+        } else if seen.len() < MAX_SEEN {
+            let first_cpu_s = if first { now.cpu_s } else { 0.0 };
+            seen.push(Seen { now, first_cpu_s });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::family::{Relation, Relative};
+    use super::*;
+
+    fn used(pid: i32, start_ticks: u64, cpu_s: f64) -> RelativeUse {
+        RelativeUse {
+            relative: Relative { pid, parent: 1, relation: Relation::Worker },
+            start_ticks,
+            cpu_s,
+            command: format!("cmd {pid}"),
+        }
+    }
+
+    #[test]
+    fn each_process_counts_its_time_from_when_it_was_first_seen() {
+        let mut seen = Vec::new();
+        // At the start: 11 had used 1 s, 12 2 s.
+        update(&mut seen, vec![used(11, 100, 1.0), used(12, 100, 2.0)], true);
+        // Later: 11 at 1.5 s; 12 has ended; 13 started (0.25 s).
+        update(&mut seen, vec![used(11, 100, 1.5), used(13, 120, 0.25)], false);
+        // Later still: 11 has ended; 13 at 0.5 s; 11's pid reused by
+        // another process (0.75 s).
+        update(&mut seen, vec![used(13, 120, 0.5), used(11, 130, 0.75)], false);
+        let got: Vec<(i32, u64, f64)> =
+            seen.iter().map(|s| (s.now.relative.pid, s.now.start_ticks, s.cpu_s())).collect();
+        assert_eq!(got, vec![(11, 100, 0.5), (12, 100, 0.0), (13, 120, 0.5), (11, 130, 0.75)]);
+        assert_eq!(seen[2].now.command, "cmd 13");
+    }
+
+    #[test]
+    fn at_most_max_seen_processes_are_remembered() {
+        let mut seen = Vec::new();
+        update(&mut seen, (0..MAX_SEEN as i32 + 10).map(|p| used(p, 1, 1.0)).collect(), false);
+        assert_eq!(seen.len(), MAX_SEEN);
+    }
+
+    #[test]
+    fn a_child_that_ended_before_the_end_keeps_the_time_it_was_seen_with() {
+        // A shell that counts (CPU time of its own), then sleeps 0.3 s and
+        // ends: watched while it runs, it is remembered after it ended.
+        let script = "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 0.3";
+        let mut watch = Watch::start(std::process::id() as i32);
+        let mut child = std::process::Command::new("sh").args(["-c", script]).spawn().unwrap();
+        let pid = child.id() as i32;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            watch.look(Instant::now());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.wait().unwrap();
+        let seen = watch.finish();
+        if crate::procfs::children(crate::procfs::Proc::This).is_none() {
+            eprintln!("skipped: this kernel has no task/*/children files");
+            return;
+        }
+        let me = seen.iter().find(|s| s.now.relative.pid == pid).expect("the child was seen");
+        assert_eq!(me.now.relative.relation, Relation::Child);
+        // (Started after the first look: all of its time.)
+        assert_eq!(me.first_cpu_s, 0.0);
+        assert!(me.cpu_s() > 0.0, "{}", me.cpu_s());
+    }
+}
