@@ -238,7 +238,13 @@ impl Core {
         let reg = |i: usize| u64_at(d, REGS + 8 * i).unwrap_or(0) as usize;
         let tid = u32_at(d, 32).unwrap_or(0) as i32;
         // user_regs_struct: rbp is the 5th register, rip the 17th, rsp the 20th.
-        self.threads.push(Thread { tid, name: String::new(), regs: (reg(16), reg(19), reg(4)) });
+        // (Whether it was waiting is not kept: a dump shows every thread.)
+        self.threads.push(Thread {
+            tid,
+            name: String::new(),
+            regs: (reg(16), reg(19), reg(4)),
+            waiting: false,
+        });
     }
 
     fn nt_file(&mut self, d: &[u8]) {

@@ -44,6 +44,9 @@ pub struct Thread {
     pub name: String,
     /// `(rip, rsp, rbp)`.
     pub regs: (usize, usize, usize),
+    /// It was stopped in a system call that waits (asleep: the call is
+    /// restarted when it goes on), so it was not running.
+    pub waiting: bool,
 }
 
 /// A thread that did not stop in time, so was not read: why.
@@ -239,8 +242,8 @@ impl Stopped {
             let Tracee { tid, state } = s.tracees.list[i];
             match state {
                 State::Stopped(_) => match registers(tid) {
-                    Some(regs) => {
-                        s.threads.push(Thread { tid, name: procfs::comm(Proc::Pid(pid), tid), regs })
+                    Some((regs, waiting)) => {
+                        s.threads.push(Thread { tid, name: procfs::comm(Proc::Pid(pid), tid), regs, waiting })
                     }
                     // Killed since it stopped.
                     None => s.tracees.list[i].state = State::Ended,
@@ -433,14 +436,29 @@ fn seize(pid: i32, tid: i32) -> std::result::Result<(), SeizeError> {
     Ok(())
 }
 
-/// The registers of stopped tracee `tid`: `(rip, rsp, rbp)`.
+/// The registers of stopped tracee `tid`, `(rip, rsp, rbp)`, and whether
+/// it was stopped in a system call that waits (see [`waits`]).
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-fn registers(tid: i32) -> Option<(usize, usize, usize)> {
+fn registers(tid: i32) -> Option<((usize, usize, usize), bool)> {
     // SAFETY: user_regs_struct is plain data; zeroed is a valid value.
     let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
     // SAFETY: PTRACE_GETREGS writes one user_regs_struct to `regs`.
     let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0, &mut regs as *mut libc::user_regs_struct) };
-    (r == 0).then_some((regs.rip as usize, regs.rsp as usize, regs.rbp as usize))
+    (r == 0).then_some((
+        (regs.rip as usize, regs.rsp as usize, regs.rbp as usize),
+        waits(regs.orig_rax, regs.rax),
+    ))
+}
+
+/// Whether a thread stopped with these registers was asleep in a system
+/// call: the kernel interrupted the call to stop it and will restart it
+/// (`orig_rax` the call's number, `rax` one of the kernel's
+/// `-ERESTART*` codes, which never reach user code). A thread stopped in
+/// its own code has `orig_rax` -1.
+fn waits(orig_rax: u64, rax: u64) -> bool {
+    // ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK.
+    const RESTART: [i64; 4] = [-512, -513, -514, -516];
+    orig_rax as i64 >= 0 && RESTART.contains(&(rax as i64))
 }
 
 /// Whether our tracee `tid` is still in a tracer's stop (a request that
@@ -484,6 +502,20 @@ pub fn permission_advice(pid: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_stopped_in_a_call_to_be_restarted_was_waiting() {
+        let code = |c: i64| c as u64;
+        // nanosleep (35) interrupted to stop: restarted with its block.
+        assert!(waits(35, code(-516)));
+        // futex (202) waiting: ERESTARTSYS.
+        assert!(waits(202, code(-512)));
+        // Stopped in its own code (no system call), or at the end of one
+        // that returned (its result, or an error user code sees).
+        assert!(!waits(code(-1), code(-516)));
+        assert!(!waits(0, 42));
+        assert!(!waits(35, code(-4))); // EINTR
+    }
 
     #[test]
     fn a_process_that_runs_is_not_exiting() {
@@ -698,12 +730,17 @@ mod tests {
         let pid = target.pid;
         let (read, states) = with_stopped(pid, |s| {
             let states: Vec<Option<char>> = s.threads.iter().map(|t| state(pid, t.tid)).collect();
-            (s.threads.iter().map(|t| (t.tid, t.regs.0 != 0)).collect::<Vec<_>>(), states)
+            (s.threads.iter().map(|t| (t.tid, t.regs.0 != 0, t.waiting)).collect::<Vec<_>>(), states)
         })
         .unwrap();
         assert!(read.len() >= 5, "{read:?}");
         assert_eq!(read[0].0, pid, "the main thread first");
         assert!(read.iter().all(|t| t.1), "registers read: {read:?}");
+        // The main thread waits for the test's thread (which sleeps a
+        // second at a time): stopped in a system call that waits. The four
+        // spinning threads were stopped in their own code.
+        assert!(read[0].2, "the main thread was waiting: {read:?}");
+        assert!(read.iter().filter(|t| !t.2).count() >= 4, "the spinning threads were not: {read:?}");
         assert!(states.iter().all(|s| *s == Some('t')), "stopped while read: {states:?}");
         // Afterwards: not traced, running (the spinning threads spin).
         for tid in target.threads() {

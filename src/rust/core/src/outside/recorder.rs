@@ -233,7 +233,14 @@ impl Recorder {
             }
             // The intervals this sample stands for (elapsed time: one).
             let (weight, kernel) = match running {
+                // A thread seen running that was asleep in a system call
+                // when stopped (on a busy machine, a thread that works and
+                // sleeps in turn often is): its time was not spent there.
                 Some(r) => match r.iter().find(|x| x.tid == t.tid) {
+                    Some(c) if t.waiting => {
+                        self.running.give_back(t.tid, c.intervals);
+                        continue;
+                    }
                     Some(c) => (c.intervals.min(Header::MAX_WEIGHT), c.kernel),
                     None => continue,
                 },

@@ -104,6 +104,13 @@ impl Running {
         }
     }
 
+    /// Gives back the intervals chosen for thread `tid` that were not
+    /// sampled: it was asleep when stopped (it went to sleep between the
+    /// look and the stop), so its time goes to its next sample.
+    pub fn give_back(&mut self, tid: i32, intervals: u64) {
+        *self.carry.entry(tid).or_insert(0.0) += intervals as f64;
+    }
+
     /// Looks at every thread of process `pid` now: the threads to sample,
     /// with the intervals each sample stands for and whether it is the
     /// kernel's.
