@@ -139,3 +139,12 @@ test_that("the workers of a cluster made and stopped inside the profiled code ar
   expect_true(all(pids %in% workers$pid), info = paste(workers$pid, collapse = ", "))
   expect_true(all(workers$cpu[workers$pid %in% pids] >= 0.3), info = paste(workers$cpu, collapse = ", "))
 })
+
+test_that("watching the processes adds no thread of winch's to the profile", {
+  # (An earlier version looked for workers on a thread of its own, which
+  # was sampled as one of the profiled process's.)
+  for (event in c("cpu", "elapsed")) {
+    p <- winch_profile(for (i in 1:20) Sys.sleep(0.01), event = event, interval = 0.005)
+    expect_false(any(startsWith(p$threads$name, "winch")), info = paste(event, p$threads$name))
+  }
+})

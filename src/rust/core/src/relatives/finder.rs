@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 /// How often workers are looked for.
 pub const EVERY: Duration = Duration::from_millis(250);
 
-type Found = HashMap<i32, Vec<i32>>;
+pub(crate) type Found = HashMap<i32, Vec<i32>>;
 
 /// The workers of a process tree, as last looked for.
 pub struct WorkerFinder {
@@ -27,11 +27,6 @@ impl WorkerFinder {
     /// Looks once now, so that the first tick has them, then in the
     /// background until dropped (only once if no thread can be started).
     pub fn start(root: i32) -> WorkerFinder {
-        WorkerFinder::start_every(root, EVERY)
-    }
-
-    /// [`start`](Self::start), looking every `every`.
-    pub fn start_every(root: i32, every: Duration) -> WorkerFinder {
         let found = Arc::new(Mutex::new(look(root)));
         let stop = Arc::new(AtomicBool::new(false));
         let (f, s) = (found.clone(), stop.clone());
@@ -40,7 +35,7 @@ impl WorkerFinder {
             .spawn(move || {
                 while !s.load(Ordering::Relaxed) {
                     let since = Instant::now();
-                    while since.elapsed() < every {
+                    while since.elapsed() < EVERY {
                         if s.load(Ordering::Relaxed) {
                             return;
                         }
@@ -70,7 +65,7 @@ impl Drop for WorkerFinder {
 }
 
 /// The workers of every process working for `root`, by process.
-fn look(root: i32) -> Found {
+pub(crate) fn look(root: i32) -> Found {
     let mut tables = Tables::default();
     let mut found = Found::new();
     family::relatives_by(root, |p| {

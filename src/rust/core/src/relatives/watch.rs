@@ -1,14 +1,14 @@
 //! What the processes working for a profiled process used while the
 //! profile ran. The profile's collector thread looks every [`EVERY`] (its
-//! descendants as they are then, its workers as the finder found them
-//! last, looked for every [`WORKERS_EVERY`]: reading the kernel's
-//! connection tables takes milliseconds) and each process is remembered
-//! with its CPU time when first and last seen, so that one that ends
-//! before the profile does is not lost: only its time after the last look
-//! is.
+//! descendants as they are then, its workers as found last, looked for
+//! every [`WORKERS_EVERY`]: reading the kernel's connection tables takes
+//! milliseconds) and each process is remembered with its CPU time when
+//! first and last seen, so that one that ends before the profile does is
+//! not lost: only its time after the last look is. (No thread of its
+//! own: a thread would be one of the profiled process's, and sampled.)
 
 use super::family::{relatives_by, use_of, RelativeUse};
-use super::finder::WorkerFinder;
+use super::finder::{self, Found};
 use std::time::{Duration, Instant};
 
 /// How often the processes are looked at.
@@ -42,23 +42,20 @@ impl Seen {
 /// The processes working for one process, watched.
 pub struct Watch {
     pid: i32,
-    finder: WorkerFinder,
+    /// The workers of each process, as last looked for.
+    workers: Found,
     seen: Vec<Seen>,
     next: Instant,
+    next_workers: Instant,
 }
 
 impl Watch {
     /// Starts watching the processes working for `pid`: a first look now.
     pub fn start(pid: i32) -> Watch {
-        let mut w = Watch {
-            pid,
-            finder: WorkerFinder::start_every(pid, WORKERS_EVERY),
-            seen: Vec::new(),
-            next: Instant::now(),
-        };
-        let now = w.listing();
-        update(&mut w.seen, now, true);
-        w.next = Instant::now() + EVERY;
+        let now = Instant::now();
+        let mut w = Watch { pid, workers: Found::new(), seen: Vec::new(), next: now, next_workers: now };
+        let listing = w.listing(now);
+        update(&mut w.seen, listing, true);
         w
     }
 
@@ -67,20 +64,30 @@ impl Watch {
         if now < self.next {
             return;
         }
-        self.next = now + EVERY;
-        let listing = self.listing();
+        let listing = self.listing(now);
         update(&mut self.seen, listing, false);
     }
 
-    /// A last look, and every process seen (the finder's thread ends).
+    /// A last look, and every process seen.
     pub fn finish(mut self) -> Vec<Seen> {
-        let listing = self.listing();
+        let listing = self.listing(Instant::now());
         update(&mut self.seen, listing, false);
         self.seen
     }
 
-    fn listing(&self) -> Vec<RelativeUse> {
-        relatives_by(self.pid, |p| self.finder.workers_of(p)).into_iter().filter_map(use_of).collect()
+    /// The processes working for the watched one now (its workers looked
+    /// for again if it is time to).
+    fn listing(&mut self, now: Instant) -> Vec<RelativeUse> {
+        self.next = now + EVERY;
+        if now >= self.next_workers {
+            self.next_workers = now + WORKERS_EVERY;
+            self.workers = finder::look(self.pid);
+        }
+        let workers = &self.workers;
+        relatives_by(self.pid, |p| workers.get(&p).cloned().unwrap_or_default())
+            .into_iter()
+            .filter_map(use_of)
+            .collect()
     }
 }
 
