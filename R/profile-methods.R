@@ -131,12 +131,15 @@ unseen_share <- function(p, threads = by_thread_table(p), processes = by_process
   used <- (u$children_user %||% 0) + (u$children_system %||% 0)
   un <- p$stats$unsampled
   if (is.data.frame(un) && is.finite(used)) used <- used + sum(un$cpu[!counted_as_child(un)])
-  followed <- sum(ifelse(is.na(children$cpu), children$sampled, children$cpu))
-  children_cpu <- max(if (is.finite(used)) used else 0, followed)
+  followed <- ifelse(is.na(children$cpu), children$sampled, children$cpu)
+  children_cpu <- max(if (is.finite(used)) used else 0, sum(followed))
   seen <- if (p$event == "cpu") {
     sum(threads$sampled) + sum(children$sampled)
   } else {
-    sum(threads$cpu[threads$sampled > 0], na.rm = TRUE) + followed
+    # (An elapsed profile's samples are not CPU time: a process sampled
+    # is seen for the CPU time it used, one not sampled is not.)
+    sampled <- !endsWith(children$process, "not sampled]")
+    sum(threads$cpu[threads$sampled > 0], na.rm = TRUE) + sum(followed[sampled])
   }
   total <- process + children_cpu
   if (!is.finite(total) || total <= 0) {

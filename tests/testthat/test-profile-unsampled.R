@@ -26,6 +26,22 @@ test_that("processes that used CPU time and were not sampled are the unsampled o
   expect_identical(nrow(unsampled_processes(seen(integer(), numeric()), integer())), 0L)
 })
 
+test_that("an unsampled process's time is unseen in an elapsed profile too", {
+  skip_if(parallel::detectCores() < 2, "a cluster of two workers needs 2 cores")
+  cl <- parallel::makeCluster(2)
+  withr::defer(parallel::stopCluster(cl))
+  burn <- function(i) {
+    t0 <- proc.time()[["user.self"]]
+    while (proc.time()[["user.self"]] - t0 < 0.3) NULL
+  }
+  expect_warning(
+    p <- winch_profile(parallel::parLapply(cl, 1:2, burn), event = "elapsed", interval = 0.005),
+    class = "winch_warning_processes_unsampled"
+  )
+  # The workers' 0.6 s against the parent's few milliseconds.
+  expect_gt(summary(p)$unseen, 0.8)
+})
+
 test_that("only processes not its own children add to the profile's children's time", {
   me <- Sys.getpid()
   un <- unsampled_processes(
