@@ -37,32 +37,54 @@ counted_as_child <- function(un) {
 
 # A classed warning when processes working for the profiled one used a
 # share of the whole tree's CPU time worth telling (5 %; summary() lists
-# any) without being sampled.
+# any) that no sample stands for: processes not sampled at all, and, in a
+# CPU profile, forked children most of whose time is unseen: sampled only
+# until they ran another program (R 4.5 and later fork for system() and
+# pipe(); the sampling timer does not survive exec) or started a profile
+# of their own.
 warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
   un <- p$stats$unsampled
-  if (!is.data.frame(un) || !nrow(un) || p$event == "alloc") {
+  if (!is.data.frame(un) || p$event == "alloc") {
+    return(invisible())
+  }
+  pr <- by_process_table(p)
+  pr <- pr[pr$process != "self", , drop = FALSE]
+  not_sampled <- endsWith(pr$process, "not sampled]")
+  # An elapsed profile's samples are not CPU time: there, only processes
+  # not sampled at all count, with all their time. (A forked child counts
+  # when most of its time is unseen; one sampled throughout misses a
+  # little, as any sampled process does.)
+  pr$unseen <- if (p$event == "cpu") pr$unseen else ifelse(not_sampled, pr$cpu, 0)
+  mostly <- is.finite(pr$unseen) & pr$unseen > 0.5 * pr$cpu
+  pr <- pr[pr$unseen > 0 & (not_sampled | mostly), , drop = FALSE]
+  if (!nrow(pr)) {
     return(invisible())
   }
   u <- p$stats$usage
   tree <- sum(u$user, u$system, u$children_user, u$children_system, na.rm = TRUE) +
     sum(un$cpu[!counted_as_child(un)])
-  if (!(tree > 0) || sum(un$cpu) < 0.05 * tree) {
+  unseen <- sum(pr$unseen)
+  if (!(tree > 0) || unseen < 0.05 * tree) {
     return(invisible())
   }
-  workers <- sum(un$relation == "worker")
-  what <- if (workers == nrow(un)) {
+  kind <- ifelse(pr$process == "[worker, not sampled]", "worker",
+    ifelse(pr$process == "[child, not sampled]", "child", "fork")
+  )
+  what <- if (all(kind == "worker")) {
     "worker processes (R sessions of a PSOCK cluster or of future's multisession)"
-  } else if (workers == 0) {
+  } else if (all(kind == "child")) {
     "child processes that are not forks of R (programs, callr sessions)"
+  } else if (all(kind == "fork")) {
+    "forked children that stopped being sampled (they ran another program, with system() or pipe(), or profiled themselves)"
   } else {
     "processes (workers of a PSOCK cluster, programs, callr sessions)"
   }
-  pids <- un$pid[order(-un$cpu)]
+  pids <- pr$pid[order(-pr$unseen)]
   rlang::warn(
     c(
       sprintf(
-        "%d %s worked for the profiled process and were not sampled: %s of CPU time (%.0f%% of the tree's) is not in the profile.",
-        nrow(un), what, format_seconds(sum(un$cpu)), 100 * sum(un$cpu) / tree
+        "%d %s worked for the profiled process: %s of their CPU time (%.0f%% of the tree's) is not in the profile.",
+        nrow(pr), what, format_seconds(unseen), 100 * unseen / tree
       ),
       i = sprintf("pid%s %s; see summary() of the profile.", if (length(pids) > 1) "s" else "", paste(utils::head(pids, 5), collapse = ", ")),
       i = "winch_profile() samples forked children (mclapply(), future's multicore); record other processes with winch_record(pid, children = TRUE) from another R session, or profile inside the workers and combine the profiles with c()."

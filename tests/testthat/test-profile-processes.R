@@ -175,7 +175,12 @@ test_that("a child that profiles itself stops sampling for its parent", {
     sum(as.data.frame(q)$samples[grepl("burn_a", as.data.frame(q)$stack, fixed = TRUE)])
   }
   counts <- NULL
-  p <- winch_profile(counts <- parallel::mclapply(1:2, inner, mc.cores = 2), interval = 0.005)
+  # The children's burns are in their own profiles, not in this one: said.
+  expect_warning(
+    p <- winch_profile(counts <- parallel::mclapply(1:2, inner, mc.cores = 2), interval = 0.005),
+    "forked children that stopped being sampled",
+    class = "winch_warning_processes_unsampled"
+  )
   # Each child lived to return (a child killed by the sampling signal
   # returns a try-error), and its own profile saw its burn.
   expect_length(counts, 2)
@@ -188,10 +193,14 @@ test_that("a child that profiles itself stops sampling for its parent", {
   # mcparallel()'s child too: its sampling timer for the parent is the
   # child's first, whose id is 0, and it is deleted all the same.
   q <- NULL
-  p <- winch_profile({
-    job <- parallel::mcparallel(inner(1))
-    q <- parallel::mccollect(job, wait = TRUE)[[1]]
-  }, interval = 0.005)
+  expect_warning(
+    p <- winch_profile({
+      job <- parallel::mcparallel(inner(1))
+      q <- parallel::mccollect(job, wait = TRUE)[[1]]
+    }, interval = 0.005),
+    "forked children that stopped being sampled",
+    class = "winch_warning_processes_unsampled"
+  )
   expect_type(q, "double")
   expect_gt(q * 0.005, 0.12)
 })
