@@ -27,6 +27,23 @@ unsampled_processes <- function(seen, sampled) {
   )
 }
 
+# The sampled processes' table `pr` with each command as the watch last
+# saw it (`seen`, as above): a forked child that ran another program (R
+# 4.5 and later fork for system() and pipe()) is named by that program,
+# not by R's command line, which it had when first sampled. Only a pid
+# seen once is taken: one reused during the profile is two processes.
+latest_commands <- function(pr, seen) {
+  if (is.null(seen) || !length(pr$pid) || is.null(pr$command)) {
+    return(pr)
+  }
+  once <- seen$pid[!(seen$pid %in% seen$pid[duplicated(seen$pid)])]
+  i <- match(pr$pid, once)
+  now <- seen$command[match(once, seen$pid)][i]
+  take <- !is.na(now) & nzchar(now)
+  pr$command[take] <- now[take]
+  pr
+}
+
 # Which processes of `un` (see unsampled_processes()) the profile's usage
 # counts as its children's time already: the profiled process's own
 # children (waited for or not, see `winch_core::own_children_time`); not

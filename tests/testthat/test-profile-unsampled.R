@@ -42,6 +42,14 @@ test_that("an unsampled process's time is unseen in an elapsed profile too", {
   expect_gt(summary(p)$unseen, 0.8)
 })
 
+test_that("a sampled process is named by its command when last seen, unless its pid was reused", {
+  pr <- data.frame(number = 0:2, pid = c(10, 11, 12), command = c("R", "R", "R"))
+  now <- latest_commands(pr, seen(c(11, 12, 12, 13), 1, relation = "child"))
+  # 11 became a program; 12 was two processes; 10 was not seen.
+  expect_identical(now$command, c("R", "cmd 11", "R"))
+  expect_identical(latest_commands(pr, NULL), pr)
+})
+
 test_that("only processes not its own children add to the profile's children's time", {
   me <- Sys.getpid()
   un <- unsampled_processes(
@@ -134,8 +142,10 @@ test_that("a program the profiled process runs is listed as a child not sampled"
     expect_identical(child$command, "cat")
     expect_identical(p$stats$unsampled$own_child, TRUE)
   } else {
-    expect_match(conditionMessage(w), "forked children that ran another program", fixed = TRUE)
+    expect_match(conditionMessage(w), "forked children that stopped being sampled", fixed = TRUE)
     expect_match(child$process, "^\\[process [0-9]+\\]$")
+    # Named by the program it became, not by R's command line.
+    expect_identical(child$command, "cat")
   }
   # (Counting to 200,000 in a shell takes tens of milliseconds or more.)
   expect_gt(child$unseen, 0.02)
