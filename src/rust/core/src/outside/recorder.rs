@@ -238,7 +238,7 @@ impl Recorder {
                 // sleeps in turn often is): its time was not spent there.
                 Some(r) => match r.iter().find(|x| x.tid == t.tid) {
                     Some(c) if t.waiting => {
-                        self.running.give_back(t.tid, c.intervals);
+                        self.running.give_back(*c);
                         continue;
                     }
                     Some(c) => (c.intervals.min(Header::MAX_WEIGHT), c.kernel),

@@ -76,6 +76,15 @@ impl KernelShare {
         }
         kernel
     }
+
+    /// Undoes a sample of `w` intervals that [`KernelShare::due`] counted
+    /// (and gave the kernel if `kernel`) but that was not taken.
+    fn undo(&mut self, w: u64, kernel: bool) {
+        self.intervals = self.intervals.saturating_sub(w);
+        if kernel {
+            self.given = self.given.saturating_sub(w);
+        }
+    }
 }
 
 /// What the choice keeps from one look to the next.
@@ -104,11 +113,15 @@ impl Running {
         }
     }
 
-    /// Gives back the intervals chosen for thread `tid` that were not
-    /// sampled: it was asleep when stopped (it went to sleep between the
-    /// look and the stop), so its time goes to its next sample.
-    pub fn give_back(&mut self, tid: i32, intervals: u64) {
-        *self.carry.entry(tid).or_insert(0.0) += intervals as f64;
+    /// Gives back a choice that was not sampled: the thread was asleep
+    /// when stopped (it went to sleep between the look and the stop), so
+    /// its time goes to its next sample, and its kernel account is as if
+    /// it had not been chosen (or the next sample would count it twice).
+    pub fn give_back(&mut self, c: Chosen) {
+        *self.carry.entry(c.tid).or_insert(0.0) += c.intervals as f64;
+        if let Some(k) = self.kernel.get_mut(&c.tid) {
+            k.undo(c.intervals, c.kernel);
+        }
     }
 
     /// Looks at every thread of process `pid` now: the threads to sample,
@@ -260,6 +273,37 @@ mod tests {
         }
         assert_eq!(kernel.len(), 10, "{kernel:?}");
         assert_eq!(kernel[0], 3, "due once four intervals are sampled");
+    }
+
+    #[test]
+    fn a_choice_given_back_leaves_the_kernel_share_as_it_was() {
+        let at = |ran: u64, (user, system): (u64, u64)| {
+            let stat = format!("1 (w) R 1 1 1 0 -1 4194560 12 0 0 0 {user} {system} 0 0 20 0 4 0 100");
+            Look { tid: 1, stat: Stat::parse(&stat), sched: Schedstat::parse(&format!("{ran} 0 1\n")) }
+        };
+        // As above (a quarter of the ticks are system time), but every
+        // other choice is given back (the thread was found asleep at the
+        // stop): its intervals come with the next, which stands for two.
+        let mut r = Running::new(10 * MS);
+        assert_eq!(r.choose(10 * MS, &[at(0, (100, 50))]), [c(1, 1)]);
+        let (mut kernel, mut all) = (0, 0);
+        for i in 1..=40u64 {
+            let made = r.choose(10 * MS, &[at(i * 10 * MS, (100 + 3 * i, 50 + i))]);
+            assert_eq!(made.len(), 1);
+            if i % 2 == 1 {
+                r.give_back(made[0]);
+                continue;
+            }
+            assert_eq!(made[0].intervals, 2);
+            all += made[0].intervals;
+            if made[0].kernel {
+                kernel += made[0].intervals;
+            }
+        }
+        // A quarter of the 40 intervals sampled, as without give-backs
+        // (counted twice, the share would come due twice as often).
+        assert_eq!(all, 40);
+        assert_eq!(kernel, 10, "{kernel} of {all}");
     }
 
     #[test]
