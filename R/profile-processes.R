@@ -28,8 +28,8 @@ unsampled_processes <- function(seen, sampled) {
 }
 
 # The sampled processes' table `pr` with each command as the watch last
-# saw it (`seen`, as above): a forked child that ran another program (R
-# 4.5 and later fork for system() and pipe()) is named by that program,
+# saw it (`seen`, as above): a forked child that ran another program
+# (pipe()'s shell under R 4.5 and 4.6) is named by that program,
 # not by R's command line, which it had when first sampled. Only a pid
 # seen once is taken: one reused during the profile is two processes.
 latest_commands <- function(pr, seen) {
@@ -56,8 +56,8 @@ counted_as_child <- function(un) {
 # share of the whole tree's CPU time worth telling (5 %; summary() lists
 # any) that no sample stands for: processes not sampled at all, and, in a
 # CPU profile, forked children most of whose time is unseen: sampled only
-# until they ran another program (R 4.5 and later fork for system() and
-# pipe(); the sampling timer does not survive exec) or started a profile
+# until they ran another program (pipe()'s shell under R 4.5 and 4.6;
+# the sampling timer does not survive exec) or started a profile
 # of their own.
 warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
   un <- p$stats$unsampled
@@ -92,7 +92,7 @@ warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
   } else if (all(kind == "child")) {
     "child processes that are not forks of R (programs, callr sessions)"
   } else if (all(kind == "fork")) {
-    "forked children that stopped being sampled (they ran another program, with system() or pipe(), or profiled themselves)"
+    "forked children that stopped being sampled (they ran another program, as pipe() does, or profiled themselves)"
   } else {
     "processes (workers of a PSOCK cluster, programs, callr sessions)"
   }

@@ -151,8 +151,8 @@
 #' when they used 5 % of the tree's CPU time or more, a warning of class
 #' `winch_warning_processes_unsampled` names them. The warning names,
 #' too, forked children most of whose CPU time is unseen: a child sampled
-#' until it ran another program (R 4.5 and later fork for `system()` and
-#' `pipe()`, and a program's time is not sampled) or started a profile of
+#' until it ran another program (as `pipe()` does under R 4.5 and 4.6; a
+#' program's time is not sampled) or started a profile of
 #' its own (then its samples are in that profile). A process that ended
 #' between two looks keeps the time it had at the last; one that started
 #' and ended between two looks is not named (a child's time is still

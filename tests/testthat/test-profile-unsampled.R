@@ -128,8 +128,8 @@ test_that("a program the profiled process runs is listed as a child not sampled"
   }
   expect_warning(p <- winch_profile(work(), interval = 0.005), class = "winch_warning_processes_unsampled")
   expect_true(file.exists(done))
-  # R 4.2 starts it with posix_spawn(): a child not sampled at all, listed
-  # as the program it became. R 4.5 and later fork() it: a sampled child
+  # Under R 4.2 it is a child not sampled at all, listed as the program
+  # it became. Under R 4.5 and 4.6 it is a sampled fork of R
   # until it ran the shell, then not, so most of its time is unseen.
   pr <- summary(p)$by_process
   child <- pr[pr$process != "self", , drop = FALSE]
