@@ -16,15 +16,49 @@
 # rs_profile_stop() and `winch_core::relatives::watch`) that used CPU time
 # and are not among `sampled` (pids): pid, parent, relation ("child" or
 # "worker"), command, cpu, whether it is the profiled process's own child
-# (`own_child`) and this machine's name (`host`).
+# (`own_child`), whether its time is in the profiled process's account of
+# its children (`counted`, see children_accounted()) and this machine's
+# name (`host`).
 unsampled_processes <- function(seen, sampled) {
   keep <- seen$cpu > 0 & !(seen$pid %in% sampled) & seen$pid != Sys.getpid()
   data.frame(
     pid = seen$pid[keep], parent = seen$parent[keep], relation = seen$relation[keep],
     command = seen$command[keep], cpu = seen$cpu[keep],
     own_child = seen$relation[keep] == "child" & seen$parent[keep] == Sys.getpid(),
+    counted = children_accounted(seen)[keep],
     host = rep(Sys.info()[["nodename"]], sum(keep)), stringsAsFactors = FALSE
   )
+}
+
+# Which processes of `seen` the profiled process's account of its children
+# (see `winch_core::procfs::children_time`) holds the time of: its own
+# children, ended or not, and a descendant through children only whose
+# every ancestor below its own child had ended by the last look, as had
+# itself (each waited for by its parent, so in its parent's account, and
+# so on up). A descendant still running, or one under a process still
+# running below its own child, is in no account yet; a worker and what
+# works for it never are. (`seen$ended` missing: own children only. A
+# parent pid seen twice, reused: not followed.)
+children_accounted <- function(seen, me = Sys.getpid()) {
+  n <- length(seen$pid)
+  ended <- seen$ended %||% rep(FALSE, n)
+  vapply(seq_len(n), function(i) {
+    j <- i
+    for (step in seq_len(n)) {
+      if (!identical(seen$relation[j], "child")) {
+        return(FALSE)
+      }
+      if (seen$parent[j] == me) {
+        return(TRUE)
+      }
+      parent <- which(seen$pid == seen$parent[j])
+      if (!isTRUE(ended[j]) || length(parent) != 1L) {
+        return(FALSE)
+      }
+      j <- parent
+    }
+    FALSE
+  }, logical(1))
 }
 
 # The sampled processes' table `pr` with each command as the watch last
@@ -45,10 +79,13 @@ latest_commands <- function(pr, seen) {
 }
 
 # Which processes of `un` (see unsampled_processes()) the profile's usage
-# counts as its children's time already: the profiled process's own
-# children (waited for or not, see `winch_core::own_children_time`); not
-# its workers, nor the processes working for those.
+# counts as its children's time already (`counted`, see
+# children_accounted(); a table without it, of an earlier version: its own
+# children only); not its workers, nor the processes working for those.
 counted_as_child <- function(un) {
+  if (!is.null(un$counted)) {
+    return(un$counted %in% TRUE)
+  }
   un$own_child %in% TRUE
 }
 
@@ -57,8 +94,8 @@ counted_as_child <- function(un) {
 # any) that no sample stands for: processes not sampled at all, and, in a
 # CPU profile, forked children most of whose time is unseen: sampled only
 # until they ran another program (pipe()'s shell under R 4.5 and 4.6;
-# the sampling timer does not survive exec) or started a profile
-# of their own.
+# the sampling timer does not survive exec), working in threads of their
+# own (only a child's main thread is sampled), or profiling themselves.
 warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
   un <- p$stats$unsampled
   if (!is.data.frame(un) || p$event == "alloc") {
@@ -90,9 +127,9 @@ warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
   what <- if (all(kind == "worker")) {
     "worker processes (R sessions of a PSOCK cluster or of future's multisession)"
   } else if (all(kind == "child")) {
-    "child processes that are not forks of R (programs, callr sessions)"
+    "child processes not sampled (programs, callr sessions, forks made before the profile or beyond the 32 sampled at once)"
   } else if (all(kind == "fork")) {
-    "forked children that stopped being sampled (they ran another program, as pipe() does, or profiled themselves)"
+    "forked children most of whose CPU time no sample stands for (a program they ran, as pipe() does; threads of their own; a profile of their own)"
   } else {
     "processes (workers of a PSOCK cluster, programs, callr sessions)"
   }

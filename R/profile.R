@@ -152,12 +152,16 @@
 #' `winch_warning_processes_unsampled` names them. The warning names,
 #' too, forked children most of whose CPU time is unseen: a child sampled
 #' until it ran another program (as `pipe()` does under R 4.5 and 4.6; a
-#' program's time is not sampled) or started a profile of
+#' program's time is not sampled), one working in threads of its own
+#' (only a child's main thread is sampled), or one that started a profile of
 #' its own (then its samples are in that profile). A process that ended
 #' between two looks keeps the time it had at the last; one that started
 #' and ended between two looks is not named (a child's time is still
 #' counted as unseen, from the kernel's account of the children this
-#' process waited for).
+#' process waited for). Workers are looked for once a second: the workers
+#' of a cluster made and stopped between two such looks are not seen, and
+#' as they are not this process's children, no account holds their time
+#' (a gap).
 #'
 #' @section Memory:
 #' With `event = "alloc"`, allocations are sampled instead of time: the

@@ -110,8 +110,9 @@
 #' @return A `winch_profile`. Its `target` element holds the process's
 #'   `pid`, whether it `ended` during the recording, the number of samples
 #'   `missed` (ticks that took no sample: the threads to sample did not
-#'   stop in time, no thread was running, or, waiting for a core, a thread's
-#'   share had not made an interval yet) and a `note` saying why R's frames
+#'   stop in time, no thread was running, waiting for a core, a thread's
+#'   share had not made an interval yet, or the threads seen running had
+#'   gone to sleep in a system call by the time they stopped) and a `note` saying why R's frames
 #'   are missing, if they are; with `children = TRUE`, `children` (a data
 #'   frame of the processes recorded: `pid`, `parent` (the process it works
 #'   for), `relation` (`"child"` or `"worker"`), whether it `ended`, samples

@@ -95,7 +95,9 @@ perf_shares <- function(f) {
   # or the vDSO's (the functions the handler calls) is winch's. (Not any
   # frame of winch: a thread started through winch's hook of
   # pthread_create has winch's frame at its outer end.)
-  own <- startsWith(dso, "[kernel") | dso == "[vdso]" | grepl("/libc\\.so", dso)
+  # (glibc before 2.34 has its threads and loader's functions in
+  # libpthread and ld-linux, and names its files libc-2.31.so.)
+  own <- startsWith(dso, "[kernel") | dso == "[vdso]" | grepl("/(libc|libpthread|ld-linux[^/]*)[-.][^/]*$", dso)
   inner <- which(!own)
   inner <- inner[!duplicated(of[inner])]
   in_handler <- rep(FALSE, length(thread))

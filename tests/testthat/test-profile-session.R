@@ -349,7 +349,13 @@ test_that("a fork child (mclapply) starts with no session: it profiles itself; t
   }, mc.cores = 2)
   setTimeLimit()
   after()
-  p <- winch_rprof(NULL)
+  # The children's work is in their own profiles, not in the parent's:
+  # said.
+  expect_warning(
+    p <- winch_rprof(NULL),
+    "forked children most of whose CPU time",
+    class = "winch_warning_processes_unsampled"
+  )
   # Each child's profiles hold its own work. (Two children share two cores
   # with whatever else runs: their proportions are tested elsewhere, here
   # only that they sampled.)

@@ -59,6 +59,27 @@ test_that("only processes not its own children add to the profile's children's t
   expect_identical(counted_as_child(un), c(TRUE, FALSE, FALSE, FALSE))
 })
 
+test_that("a descendant waited for by every ancestor below this process's child is in its children's account", {
+  me <- 1000L
+  # 1: own child (running); 2 under 1, ended (waited for by 1: in 1's
+  # account, which is read while 1 runs); 3 under 2, ended; 4 under 2,
+  # running (in nobody's account yet); 5 a worker; 6 under 5, ended; 7
+  # under 8, ended, but 8 (a child of 1) still runs: not in 1's account.
+  s <- seen(1:8, 1,
+    relation = c("child", "child", "child", "child", "worker", "child", "child", "child"),
+    parent = c(me, 1L, 2L, 2L, me, 5L, 8L, 1L)
+  )
+  s$ended <- c(FALSE, TRUE, TRUE, FALSE, FALSE, TRUE, TRUE, FALSE)
+  expect_identical(children_accounted(s, me), c(TRUE, TRUE, TRUE, FALSE, FALSE, FALSE, FALSE, FALSE))
+  # Without `ended` (an earlier version's table): own children only.
+  s$ended <- NULL
+  expect_identical(children_accounted(s, me), c(TRUE, rep(FALSE, 7)))
+  # A parent pid seen twice (reused) is not followed.
+  s <- seen(c(1L, 2L, 1L), 1, relation = "child", parent = c(me, 1L, 9L))
+  s$ended <- c(TRUE, TRUE, TRUE)
+  expect_identical(children_accounted(s, me), c(TRUE, FALSE, FALSE))
+})
+
 test_that("a PSOCK cluster's workers are listed as not sampled, counted as unseen, and warned of", {
   skip_if(parallel::detectCores() < 2, "a cluster of two workers needs 2 cores")
   cl <- parallel::makeCluster(2)
@@ -137,12 +158,12 @@ test_that("a program the profiled process runs is listed as a child not sampled"
   expect_identical(nrow(child), 1L)
   w <- tryCatch(warn_unsampled_processes(p), warning = function(w) w)
   if (child$process == "[child, not sampled]") {
-    expect_match(conditionMessage(w), "child processes that are not forks of R", fixed = TRUE)
+    expect_match(conditionMessage(w), "child processes not sampled", fixed = TRUE)
     # The shell, which became `cat` (its command when the profile ended).
     expect_identical(child$command, "cat")
     expect_identical(p$stats$unsampled$own_child, TRUE)
   } else {
-    expect_match(conditionMessage(w), "forked children that stopped being sampled", fixed = TRUE)
+    expect_match(conditionMessage(w), "forked children most of whose CPU time", fixed = TRUE)
     expect_match(child$process, "^\\[process [0-9]+\\]$")
     # Named by the program it became, not by R's command line.
     expect_identical(child$command, "cat")
@@ -164,7 +185,10 @@ test_that("the workers of a cluster made and stopped inside the profiled code ar
   work <- function() {
     cl <- parallel::makeCluster(2)
     on.exit(parallel::stopCluster(cl))
-    pids <<- unique(unlist(parallel::parLapply(cl, 1:4, burn)))
+    # Four tasks of 0.3 s each: the workers work for more than a second,
+    # past one of the looks for workers (once a second) whatever the
+    # time they take to start.
+    pids <<- unique(unlist(parallel::parLapply(cl, 1:8, burn)))
   }
   expect_warning(p <- winch_profile(work(), interval = 0.005), class = "winch_warning_processes_unsampled")
   # Both ended before the profile did; each keeps what it had used when

@@ -152,8 +152,9 @@ pub fn rs_profile_active() -> Result<RValue> {
 
 /// Stops the session and returns the profile (its R form) with, beside
 /// it, `relatives`: the processes that worked for this one while it ran
-/// (`pid`, `parent`, `relation`, `command`, and `cpu`, the seconds each
-/// used while watched; NULL when they were not watched).
+/// (`pid`, `parent`, `relation`, `command`, `cpu`, the seconds each used
+/// while watched, and `ended`, whether it had ended by the last look; NULL
+/// when they were not watched).
 pub fn rs_profile_stop() -> Result<RValue> {
     let current = current().take();
     let Some(Current { running, event }) = current else {
@@ -184,6 +185,7 @@ fn relatives_value(seen: &[winch_core::outside::Seen]) -> RValue {
         ),
         ("command", RValue::Str(seen.iter().map(|s| Some(s.now.command.clone())).collect())),
         ("cpu", RValue::Dbl(seen.iter().map(|s| s.cpu_s()).collect())),
+        ("ended", RValue::Lgl(seen.iter().map(|s| s.ended).collect())),
     ])
 }
 

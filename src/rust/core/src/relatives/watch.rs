@@ -29,6 +29,9 @@ pub struct Seen {
     /// look, or 0 for a process first seen later (all of its time is the
     /// profile's).
     pub first_cpu_s: f64,
+    /// It was not there at the latest look: it had ended (a child its
+    /// parent waited for is then in the parent's account of its children).
+    pub ended: bool,
 }
 
 impl Seen {
@@ -92,18 +95,27 @@ impl Watch {
 }
 
 /// Adds a look's `listing` to `seen`: a process seen before (the same pid
-/// and start time) takes its latest CPU time and command; another is
-/// added (up to [`MAX_SEEN`]) with its CPU time then as its first if this
-/// is the first look (`first`), else 0.
+/// and start time) takes its latest CPU time and command (an empty one
+/// kept from before: a process that has ended but not been waited for has
+/// no command line); another is added (up to [`MAX_SEEN`]) with its CPU
+/// time then as its first if this is the first look (`first`), else 0.
+/// Those not in `listing` have ended.
 pub(crate) fn update(seen: &mut Vec<Seen>, listing: Vec<RelativeUse>, first: bool) {
-    for now in listing {
+    for s in seen.iter_mut() {
+        s.ended = true;
+    }
+    for mut now in listing {
         let same =
             |s: &&mut Seen| s.now.relative.pid == now.relative.pid && s.now.start_ticks == now.start_ticks;
         if let Some(s) = seen.iter_mut().find(|s| same(s)) {
+            if now.command.is_empty() {
+                now.command = std::mem::take(&mut s.now.command);
+            }
             s.now = now;
+            s.ended = false;
         } else if seen.len() < MAX_SEEN {
             let first_cpu_s = if first { now.cpu_s } else { 0.0 };
-            seen.push(Seen { now, first_cpu_s });
+            seen.push(Seen { now, first_cpu_s, ended: false });
         }
     }
 }
@@ -136,6 +148,22 @@ mod tests {
             seen.iter().map(|s| (s.now.relative.pid, s.now.start_ticks, s.cpu_s())).collect();
         assert_eq!(got, vec![(11, 100, 0.5), (12, 100, 0.0), (13, 120, 0.5), (11, 130, 0.75)]);
         assert_eq!(seen[2].now.command, "cmd 13");
+        // 11 (the first) and 12 were not at the last look: ended.
+        let ended: Vec<bool> = seen.iter().map(|s| s.ended).collect();
+        assert_eq!(ended, vec![true, true, false, false]);
+    }
+
+    #[test]
+    fn a_process_seen_without_a_command_line_keeps_the_one_it_had() {
+        // (Ended, not yet waited for: its cmdline file is empty.)
+        let mut seen = Vec::new();
+        update(&mut seen, vec![used(11, 100, 1.0)], false);
+        let mut zombie = used(11, 100, 1.5);
+        zombie.command = String::new();
+        update(&mut seen, vec![zombie], false);
+        assert_eq!(seen[0].now.command, "cmd 11");
+        assert_eq!(seen[0].cpu_s(), 1.5);
+        assert!(!seen[0].ended);
     }
 
     #[test]
@@ -169,5 +197,6 @@ mod tests {
         // (Started after the first look: all of its time.)
         assert_eq!(me.first_cpu_s, 0.0);
         assert!(me.cpu_s() > 0.0, "{}", me.cpu_s());
+        assert!(me.ended);
     }
 }

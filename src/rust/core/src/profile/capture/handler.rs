@@ -108,6 +108,7 @@ unsafe fn expirations(info: *mut libc::siginfo_t) -> (bool, u64) {
     // signal at its offset.
     let poked = code == libc::SI_QUEUE
         && unsafe { std::ptr::read_unaligned((info as *const u8).add(16) as *const libc::pid_t) }
+            // SAFETY: getpid has no preconditions (and is async-signal-safe).
             == unsafe { libc::getpid() }
         // SAFETY: as above.
         && unsafe { value(info) } == POKE;
