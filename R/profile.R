@@ -51,7 +51,11 @@
 #'   workers created earlier) is under it while R's main thread is inside
 #'   the thread's runtime (an OpenMP region, a TBB or RcppParallel loop), or
 #'   when its work starts in the module R called (its start routine, or the
-#'   function a `std::thread` runs, is there) and no other R call started it;
+#'   function a `std::thread` runs, is there) and no other R call started it
+#'   (a thread an earlier R call started is under a later one only inside
+#'   the runtime it started in, not while the main thread is merely in the
+#'   library whose function it runs: asking a pool whether it is done is
+#'   not giving it work);
 #' * otherwise (R's main thread runs R code; a thread of a pool created
 #'   before the call, still spinning after its region ended; a thread
 #'   started by an R call that has returned since, such as a detached

@@ -68,7 +68,11 @@ fn parent_cut(
         // GOMP_parallel, std::thread::join, a library's own wait for the
         // std::threads it started), when the thread did not start in the
         // module R called. A pool started by an earlier call serves this
-        // one all the same.
+        // one all the same when this call is in the runtime it started in
+        // (OpenMP's), not merely in the module of its callable: the main
+        // thread there may only be asking the pool how it is doing (and
+        // would be charged with its work in a sample now and then).
+        let callable = callable.filter(|_| started != Started::Elsewhere);
         for m in std::iter::once(entry).chain(callable) {
             // The C++ library's frames of a thread being started
             // (`std::thread`'s constructor) are not where this one's work
@@ -747,6 +751,10 @@ mod tests {
         // outermost frame.
         let library = b(&["libc.so.6", "libarrow.so", "libarrow.so", "user.so"]);
         assert_eq!(parent_cut(cxx, Some("libarrow.so"), &library, Started::Unknown, false), Some(3));
+        // ... but not when an earlier call, over since, started them: the
+        // main thread may be only polling the library (a pool started by
+        // an earlier .Call, a later one asking it whether it is done).
+        assert_eq!(parent_cut(cxx, Some("libarrow.so"), &library, Started::Elsewhere, false), None);
         // Where they were started is not known, the callable is in another
         // module than any on the main thread's stack, R code runs, or the
         // callable is unknown: at the root.
