@@ -229,7 +229,12 @@ impl Collected {
             if let Some((number, bytes)) = alloc {
                 self.allocs.insert(number, (bytes, i));
             }
-            self.mains.insert(link, (context, i));
+            // A main sample whose native walk stopped early (a frame no
+            // rule unwinds, such as the dynamic linker's lazy binding) has
+            // not the frames other threads are shown under: they take
+            // the next one in the same record of R's instead.
+            let joinable = if flags.contains(Flags::TRUNCATED_NATIVE) { 0 } else { context };
+            self.mains.insert(link, (joinable, i));
             self.last_main = self.last_main.max(link);
             return;
         }
@@ -557,6 +562,17 @@ mod tests {
         c.settle_pending(false);
         assert_eq!((c.joined, c.alone), (3, 2));
         assert_eq!(c.counts(&under(5, 0x30)).unwrap().weight, 1);
+        // The sample asked for came with its native walk cut short: not
+        // joined to it, but to the next one in the same record.
+        c.absorb(&worker(5, 13, 0x500));
+        let mut cut = main(13, 0x500, 0x40);
+        cut[0] = header(Flags::TRUNCATED_NATIVE, 1, 500);
+        c.absorb(&cut);
+        c.absorb(&main(14, 0x500, 0x50));
+        c.settle_pending(false);
+        assert_eq!((c.joined, c.alone), (4, 2));
+        assert_eq!(c.counts(&under(5, 0x50)).unwrap().weight, 1);
+        assert!(c.counts(&under(5, 0x40)).is_none());
     }
 
     #[test]
