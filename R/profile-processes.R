@@ -70,9 +70,8 @@ latest_commands <- function(pr, seen) {
   if (is.null(seen) || !length(pr$pid) || is.null(pr$command)) {
     return(pr)
   }
-  once <- seen$pid[!(seen$pid %in% seen$pid[duplicated(seen$pid)])]
-  i <- match(pr$pid, once)
-  now <- seen$command[match(once, seen$pid)][i]
+  reused <- seen$pid %in% seen$pid[duplicated(seen$pid)]
+  now <- seen$command[!reused][match(pr$pid, seen$pid[!reused])]
   take <- !is.na(now) & nzchar(now)
   pr$command[take] <- now[take]
   pr

@@ -199,6 +199,13 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// A look at running thread 1 that has run `ran` ns, with `user` and
+    /// `system` clock ticks in its `stat`.
+    fn at(ran: u64, (user, system): (u64, u64)) -> Look {
+        let stat = format!("1 (w) R 1 1 1 0 -1 4194560 12 0 0 0 {user} {system} 0 0 20 0 4 0 100");
+        Look { tid: 1, stat: Stat::parse(&stat), sched: Schedstat::parse(&format!("{ran} 0 1\n")) }
+    }
+
     /// A user-time sample of thread `tid` standing for `n` intervals.
     fn c(tid: i32, n: u64) -> Chosen {
         Chosen { tid, intervals: n, kernel: false }
@@ -254,10 +261,6 @@ mod tests {
 
     #[test]
     fn samples_are_the_kernel_s_in_the_system_share_of_the_thread_s_ticks() {
-        let at = |ran: u64, (user, system): (u64, u64)| {
-            let stat = format!("1 (w) R 1 1 1 0 -1 4194560 12 0 0 0 {user} {system} 0 0 20 0 4 0 100");
-            Look { tid: 1, stat: Stat::parse(&stat), sched: Schedstat::parse(&format!("{ran} 0 1\n")) }
-        };
         let mut r = Running::new(10 * MS);
         // The first look knows no share yet.
         assert_eq!(r.choose(10 * MS, &[at(0, (100, 50))]), [c(1, 1)]);
@@ -277,10 +280,6 @@ mod tests {
 
     #[test]
     fn a_choice_given_back_leaves_the_kernel_share_as_it_was() {
-        let at = |ran: u64, (user, system): (u64, u64)| {
-            let stat = format!("1 (w) R 1 1 1 0 -1 4194560 12 0 0 0 {user} {system} 0 0 20 0 4 0 100");
-            Look { tid: 1, stat: Stat::parse(&stat), sched: Schedstat::parse(&format!("{ran} 0 1\n")) }
-        };
         // As above (a quarter of the ticks are system time), but every
         // other choice is given back (the thread was found asleep at the
         // stop): its intervals come with the next, which stands for two.

@@ -229,11 +229,9 @@ impl Collected {
             if let Some((number, bytes)) = alloc {
                 self.allocs.insert(number, (bytes, i));
             }
-            // A main sample whose native walk stopped early (a frame no
-            // rule unwinds, such as the dynamic linker's lazy binding) has
-            // not the frames other threads are shown under: they take
-            // the next one in the same record of R's instead.
-            let joinable = if flags.contains(Flags::TRUNCATED_NATIVE) { 0 } else { context };
+            // (Other threads take the next one in the same record of R's
+            // instead of one that cannot anchor them.)
+            let joinable = if flags.anchors_threads() { context } else { 0 };
             self.mains.insert(link, (joinable, i));
             self.last_main = self.last_main.max(link);
             return;

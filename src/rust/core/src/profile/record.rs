@@ -117,6 +117,16 @@ impl Flags {
     pub const fn truncated(self) -> bool {
         self.intersects(Flags::TRUNCATED_NATIVE.union(Flags::TRUNCATED_R))
     }
+
+    /// Whether other threads' samples may be shown under this sample of R's
+    /// main thread: not if its native walk stopped early (a frame no rule
+    /// unwinds, such as the dynamic linker's lazy binding), which leaves out
+    /// the frames they hang under. The handler does not offer such a sample
+    /// for reuse, nor does `collect` join to it.
+    #[inline]
+    pub const fn anchors_threads(self) -> bool {
+        !self.contains(Flags::TRUNCATED_NATIVE)
+    }
 }
 
 impl std::ops::BitOr for Flags {

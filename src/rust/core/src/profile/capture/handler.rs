@@ -203,9 +203,8 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     let at = Moment { snapshot, index, seq, context: context as u64, fork: &[] };
     let out = sample(regs, tick, at, extra, &s.facts, scratch, Sink::Ring(&s.ring));
     // Other threads' samples may be shown under this one only if it was
-    // kept (see `link_to_main`) and its native walk was not cut short
-    // (`collect` does not join them to such a sample either).
-    let joinable = out.pushed && !out.flags.contains(Flags::TRUNCATED_NATIVE);
+    // kept (see `link_to_main`) and can anchor them.
+    let joinable = out.pushed && out.flags.anchors_threads();
     s.main_ref.publish(MainSample { seq, context: if joinable { context } else { 0 }, taken_ns: start });
     if out.outside {
         s.outside.fetch_add(weight, Ordering::Relaxed);
