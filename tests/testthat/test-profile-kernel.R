@@ -36,9 +36,13 @@ test_that("the kernel's share of the samples is the system share of the thread's
     info <- sprintf("work %d: system share %.3f, [kernel] share %.3f", work, system, s[["kernel"]])
     expect_equal(s[["kernel"]], system, tolerance = 0.05 / max(system, 0.05), info = info)
     if (work == 2000L) {
-      # Where the thread was: the system call's wrapper, far more often
-      # than where samples are at all (about 0.6 of them here).
-      expect_gt(s[["wrapper"]], s[["random"]] + 0.2)
+      # Where the thread was: the system call's wrapper. Samples at large
+      # are away from it (1 - random) in a share that depends on what a
+      # system call costs on this machine; `[kernel]` samples are away
+      # from it less than half as often (placed at random: as often).
+      away <- sprintf("[kernel] samples away from the wrapper (%s; at it: %.3f of [kernel], %.3f of all)",
+                      info, s[["wrapper"]], s[["random"]])
+      expect_lt(1 - s[["wrapper"]], 0.5 * (1 - s[["random"]]), label = away)
     }
   }
   # `[kernel]` is a frame of its own kind.
