@@ -151,7 +151,7 @@
 #' used CPU time during the profile without being sampled are rows
 #' `[worker, not sampled]` or `[child, not sampled]` of `summary()`'s
 #' processes, with that time (a process there at the start counts its
-#' time since then, a later one all of its time), which counts as unseen;
+#' time since then, one started later all of its time), which counts as unseen;
 #' when they used 5 % of the tree's CPU time or more, a warning of class
 #' `winch_warning_processes_unsampled` names them. The warning names,
 #' too, forked children most of whose CPU time is unseen: a child sampled

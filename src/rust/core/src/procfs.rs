@@ -328,6 +328,19 @@ pub fn start_ticks(pid: i32) -> Option<u64> {
     parse_start(&std::fs::read_to_string(Proc::Pid(pid).path(None, "stat")).ok()?)
 }
 
+/// Now, in the unit of [`start_ticks`]: clock ticks after boot (the
+/// kernel's boot-time clock, which the start times are read from).
+pub fn now_ticks() -> Option<u64> {
+    // SAFETY: a zeroed timespec is a valid value for the kernel to fill.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime writes into `ts`.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return None;
+    }
+    let ns = ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128;
+    Some((ns * clock_ticks() as u128 / 1_000_000_000) as u64)
+}
+
 /// The processes there now (the numbered entries of `/proc`).
 pub fn pids() -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -804,6 +817,14 @@ mod tests {
         assert!(pids().contains(&me));
         assert!(start_ticks(me).is_some_and(|t| t > 0));
         assert_eq!(start_ticks(i32::MAX), None);
+        // This process started before now, and a process started now
+        // starts no earlier than now was.
+        let before = now_ticks().unwrap();
+        assert!(start_ticks(me).unwrap() <= before);
+        let mut child = std::process::Command::new("sleep").arg("0.1").spawn().unwrap();
+        let started = start_ticks(child.id() as i32);
+        child.wait().unwrap();
+        assert!(started.unwrap() >= before, "{started:?} {before}");
     }
 
     #[test]

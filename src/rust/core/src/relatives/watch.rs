@@ -9,6 +9,7 @@
 
 use super::family::{relatives_by, use_of, RelativeUse};
 use super::finder::{self, Found};
+use crate::procfs;
 use std::time::{Duration, Instant};
 
 /// How often the processes are looked at.
@@ -26,8 +27,10 @@ pub const MAX_SEEN: usize = 4096;
 pub struct Seen {
     pub now: RelativeUse,
     /// Its CPU time when first seen, in seconds: at the watch's first
-    /// look, or 0 for a process first seen later (all of its time is the
-    /// profile's).
+    /// look; 0 for a process first seen later that started after the
+    /// watch did (all of its time is the profile's); at the look that
+    /// first saw it for one that started before and was first seen later
+    /// (what it used before that look is not known).
     pub first_cpu_s: f64,
     /// It was not there at the latest look: it had ended (a child its
     /// parent waited for is then in the parent's account of its children).
@@ -48,6 +51,8 @@ pub struct Watch {
     /// The workers of each process, as last looked for.
     workers: Found,
     seen: Vec<Seen>,
+    /// When the watch started, in clock ticks after boot (0: not known).
+    since_ticks: u64,
     next: Instant,
     next_workers: Instant,
 }
@@ -56,9 +61,11 @@ impl Watch {
     /// Starts watching the processes working for `pid`: a first look now.
     pub fn start(pid: i32) -> Watch {
         let now = Instant::now();
-        let mut w = Watch { pid, workers: Found::new(), seen: Vec::new(), next: now, next_workers: now };
+        let since_ticks = procfs::now_ticks().unwrap_or(0);
+        let mut w =
+            Watch { pid, workers: Found::new(), seen: Vec::new(), since_ticks, next: now, next_workers: now };
         let listing = w.listing(now);
-        update(&mut w.seen, listing, true);
+        update(&mut w.seen, listing, u64::MAX);
         w
     }
 
@@ -68,13 +75,13 @@ impl Watch {
             return;
         }
         let listing = self.listing(now);
-        update(&mut self.seen, listing, false);
+        update(&mut self.seen, listing, self.since_ticks);
     }
 
     /// A last look, and every process seen.
     pub fn finish(mut self) -> Vec<Seen> {
         let listing = self.listing(Instant::now());
-        update(&mut self.seen, listing, false);
+        update(&mut self.seen, listing, self.since_ticks);
         self.seen
     }
 
@@ -87,7 +94,7 @@ impl Watch {
             self.workers = finder::look(self.pid);
         }
         let workers = &self.workers;
-        relatives_by(self.pid, |p| workers.get(&p).cloned().unwrap_or_default())
+        relatives_by(self.pid, |p| finder::still_there(workers.get(&p).map_or(&[], |w| w.as_slice())))
             .into_iter()
             .filter_map(use_of)
             .collect()
@@ -98,9 +105,11 @@ impl Watch {
 /// and start time) takes its latest CPU time and command (an empty one
 /// kept from before: a process that has ended but not been waited for has
 /// no command line); another is added (up to [`MAX_SEEN`]) with its CPU
-/// time then as its first if this is the first look (`first`), else 0.
-/// Those not in `listing` have ended.
-pub(crate) fn update(seen: &mut Vec<Seen>, listing: Vec<RelativeUse>, first: bool) {
+/// time then as its first if it started before `since_ticks` (the watch's
+/// start, or `u64::MAX` at its first look), else 0. (One started in the
+/// clock tick the watch started in counts as started after: at most a
+/// tick too much.) Those not in `listing` have ended.
+pub(crate) fn update(seen: &mut Vec<Seen>, listing: Vec<RelativeUse>, since_ticks: u64) {
     for s in seen.iter_mut() {
         s.ended = true;
     }
@@ -114,7 +123,7 @@ pub(crate) fn update(seen: &mut Vec<Seen>, listing: Vec<RelativeUse>, first: boo
             s.now = now;
             s.ended = false;
         } else if seen.len() < MAX_SEEN {
-            let first_cpu_s = if first { now.cpu_s } else { 0.0 };
+            let first_cpu_s = if now.start_ticks < since_ticks { now.cpu_s } else { 0.0 };
             seen.push(Seen { now, first_cpu_s, ended: false });
         }
     }
@@ -137,30 +146,34 @@ mod tests {
     #[test]
     fn each_process_counts_its_time_from_when_it_was_first_seen() {
         let mut seen = Vec::new();
-        // At the start: 11 had used 1 s, 12 2 s.
-        update(&mut seen, vec![used(11, 100, 1.0), used(12, 100, 2.0)], true);
-        // Later: 11 at 1.5 s; 12 has ended; 13 started (0.25 s).
-        update(&mut seen, vec![used(11, 100, 1.5), used(13, 120, 0.25)], false);
-        // Later still: 11 has ended; 13 at 0.5 s; 11's pid reused by
-        // another process (0.75 s).
-        update(&mut seen, vec![used(13, 120, 0.5), used(11, 130, 0.75)], false);
+        // At the start (tick 110): 11 had used 1 s, 12 2 s.
+        update(&mut seen, vec![used(11, 100, 1.0), used(12, 100, 2.0)], u64::MAX);
+        // Later: 11 at 1.5 s; 12 has ended; 13 started (0.25 s); 14,
+        // started before the watch did, first seen now at 3 s.
+        update(&mut seen, vec![used(11, 100, 1.5), used(13, 120, 0.25), used(14, 105, 3.0)], 110);
+        // Later still: 11 has ended; 13 at 0.5 s; 14 at 3.5 s; 11's pid
+        // reused by another process (0.75 s).
+        update(&mut seen, vec![used(13, 120, 0.5), used(14, 105, 3.5), used(11, 130, 0.75)], 110);
         let got: Vec<(i32, u64, f64)> =
             seen.iter().map(|s| (s.now.relative.pid, s.now.start_ticks, s.cpu_s())).collect();
-        assert_eq!(got, vec![(11, 100, 0.5), (12, 100, 0.0), (13, 120, 0.5), (11, 130, 0.75)]);
+        assert_eq!(
+            got,
+            vec![(11, 100, 0.5), (12, 100, 0.0), (13, 120, 0.5), (14, 105, 0.5), (11, 130, 0.75)]
+        );
         assert_eq!(seen[2].now.command, "cmd 13");
         // 11 (the first) and 12 were not at the last look: ended.
         let ended: Vec<bool> = seen.iter().map(|s| s.ended).collect();
-        assert_eq!(ended, vec![true, true, false, false]);
+        assert_eq!(ended, vec![true, true, false, false, false]);
     }
 
     #[test]
     fn a_process_seen_without_a_command_line_keeps_the_one_it_had() {
         // (Ended, not yet waited for: its cmdline file is empty.)
         let mut seen = Vec::new();
-        update(&mut seen, vec![used(11, 100, 1.0)], false);
+        update(&mut seen, vec![used(11, 100, 1.0)], 0);
         let mut zombie = used(11, 100, 1.5);
         zombie.command = String::new();
-        update(&mut seen, vec![zombie], false);
+        update(&mut seen, vec![zombie], 0);
         assert_eq!(seen[0].now.command, "cmd 11");
         assert_eq!(seen[0].cpu_s(), 1.5);
         assert!(!seen[0].ended);
@@ -169,7 +182,7 @@ mod tests {
     #[test]
     fn at_most_max_seen_processes_are_remembered() {
         let mut seen = Vec::new();
-        update(&mut seen, (0..MAX_SEEN as i32 + 10).map(|p| used(p, 1, 1.0)).collect(), false);
+        update(&mut seen, (0..MAX_SEEN as i32 + 10).map(|p| used(p, 1, 1.0)).collect(), 0);
         assert_eq!(seen.len(), MAX_SEEN);
     }
 
