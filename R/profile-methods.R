@@ -117,6 +117,27 @@ by_thread_table <- function(p) {
 # for: threads not sampled (all but the main thread with threads = "main",
 # threads shorter than the profiler's poll), samples lost.
 unseen_share <- function(p, threads = by_thread_table(p), processes = by_process_table(p)) {
+  tree <- tree_cpu(p, processes)
+  children <- tree$children
+  seen <- if (p$event == "cpu") {
+    sum(threads$sampled) + sum(children$sampled)
+  } else {
+    # (An elapsed profile's samples are not CPU time: a process sampled
+    # is seen for the CPU time it used, one not sampled is not.)
+    sampled <- !endsWith(children$process, "not sampled]")
+    sum(threads$cpu[threads$sampled > 0], na.rm = TRUE) + sum(tree$followed[sampled])
+  }
+  if (!is.finite(tree$total) || tree$total <= 0) {
+    return(NA_real_)
+  }
+  max(0, tree$total - seen) / tree$total
+}
+
+# The CPU time the profiled process and those working for it used during
+# the profile (`total`; NA when the process's own is not known), with the
+# rows of `processes` (see by_process_table()) other than its own
+# (`children`) and the time each is known to have used (`followed`).
+tree_cpu <- function(p, processes = by_process_table(p)) {
   u <- p$stats$usage
   process <- (u$user %||% NA_real_) + (u$system %||% NA_real_)
   # The children's CPU time: those the profile followed, or what all
@@ -133,19 +154,7 @@ unseen_share <- function(p, threads = by_thread_table(p), processes = by_process
   if (is.data.frame(un) && is.finite(used)) used <- used + sum(un$cpu[!counted_as_child(un)])
   followed <- ifelse(is.na(children$cpu), children$sampled, children$cpu)
   children_cpu <- max(if (is.finite(used)) used else 0, sum(followed))
-  seen <- if (p$event == "cpu") {
-    sum(threads$sampled) + sum(children$sampled)
-  } else {
-    # (An elapsed profile's samples are not CPU time: a process sampled
-    # is seen for the CPU time it used, one not sampled is not.)
-    sampled <- !endsWith(children$process, "not sampled]")
-    sum(threads$cpu[threads$sampled > 0], na.rm = TRUE) + sum(followed[sampled])
-  }
-  total <- process + children_cpu
-  if (!is.finite(total) || total <= 0) {
-    return(NA_real_)
-  }
-  max(0, total - seen) / total
+  list(total = process + children_cpu, children = children, followed = followed)
 }
 
 #' Print a profile

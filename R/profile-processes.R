@@ -100,8 +100,8 @@ warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
   if (!is.data.frame(un) || p$event == "alloc") {
     return(invisible())
   }
-  pr <- by_process_table(p)
-  pr <- pr[pr$process != "self", , drop = FALSE]
+  all <- by_process_table(p)
+  pr <- all[all$process != "self", , drop = FALSE]
   not_sampled <- endsWith(pr$process, "not sampled]")
   # An elapsed profile's samples are not CPU time: there, only processes
   # not sampled at all count, with all their time. (A forked child counts
@@ -113,11 +113,9 @@ warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
   if (!nrow(pr)) {
     return(invisible())
   }
-  u <- p$stats$usage
-  tree <- sum(u$user, u$system, u$children_user, u$children_system, na.rm = TRUE) +
-    sum(un$cpu[!counted_as_child(un)])
+  tree <- tree_cpu(p, all)$total
   unseen <- sum(pr$unseen)
-  if (!(tree > 0) || unseen < 0.05 * tree) {
+  if (!isTRUE(tree > 0) || unseen < 0.05 * tree) {
     return(invisible())
   }
   kind <- ifelse(pr$process == "[worker, not sampled]", "worker",
