@@ -250,8 +250,7 @@ merge_one <- function(out, p, factor) {
     where <- profile_origin(p)
     rows$host[[own]] <- if (is.na(where$host)) "" else where$host
     rows$pid[[own]] <- if (is.na(where$pid)) 0 else where$pid
-    u <- p$stats$usage
-    rows$cpu[[own]] <- (u$user %||% NA_real_) + (u$system %||% NA_real_)
+    rows$cpu[[own]] <- own_cpu(p$stats)
   }
   out$processes <- rbind(out$processes, rows)
   process_number <- new_number
@@ -396,7 +395,9 @@ merge_stats <- function(stats) {
   out <- list()
   for (f in setdiff(names, c("usage", "r_heap", "labels_full", "unsampled"))) {
     x <- figure(f)
-    out[[f]] <- if (f %in% largest) max(x) else sum(x)
+    # (A source that does not know its collector's time, a recording,
+    # had none.)
+    out[[f]] <- if (f %in% largest) max(x) else sum(x, na.rm = f == "collector_cpu")
   }
   if ("labels_full" %in% names) {
     out$labels_full <- all(vapply(stats, function(s) isTRUE(s$labels_full), NA))

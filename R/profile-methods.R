@@ -63,15 +63,24 @@ stacks_of_self <- function(p) {
   process == 1L
 }
 
+# The CPU time the profiled process used while it was profiled, from its
+# own accounting (`stats`: a profile's), less its profiler's collector
+# thread's (the profiler's cost, not the profiled code's; see the cost in
+# summary()).
+own_cpu <- function(stats) {
+  u <- stats$usage
+  collector <- stats$collector_cpu %||% 0
+  (u$user %||% NA_real_) + (u$system %||% NA_real_) - if (is.finite(collector)) collector else 0
+}
+
 # CPU time per process: the profiled process (from its own accounting) and
 # each child (from its clock, or the kernel's account), and sampled.
 by_process_table <- function(p) {
   pr <- profile_processes(p)
   process <- p$stacks$process %||% rep(1L, length(p$stacks$count))
   sampled <- vapply(seq_len(nrow(pr)), function(i) sum(p$stacks$count[process == i]), 0) * p$interval
-  u <- p$stats$usage
   cpu <- pr$cpu
-  cpu[pr$number == 0L] <- (u$user %||% NA_real_) + (u$system %||% NA_real_)
+  cpu[pr$number == 0L] <- own_cpu(p$stats)
   out <- data.frame(
     process = ifelse(pr$number == 0L, "self", paste0("[", process_names(pr), "]")),
     pid = pr$pid,
@@ -139,7 +148,7 @@ unseen_share <- function(p, threads = by_thread_table(p), processes = by_process
 # (`children`) and the time each is known to have used (`followed`).
 tree_cpu <- function(p, processes = by_process_table(p)) {
   u <- p$stats$usage
-  process <- (u$user %||% NA_real_) + (u$system %||% NA_real_)
+  process <- own_cpu(p$stats)
   # The children's CPU time: those the profile followed, or what all
   # children used during it (the kernel's account of those waited for, and
   # the time of those not yet waited for, living or ended), whichever is
@@ -318,13 +327,18 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'     and counted), `dropped` (intervals lost because the buffer was
 #'     full) and `outside` (intervals sampled while the profiler itself was
 #'     starting or stopping, left out);
-#'   * `usage`: the run's resource use (`getrusage()` deltas: user and system
+#'   * `usage`: the run's resource use (`getrusage()` deltas from once
+#'     sampling had begun to once it had stopped, so that starting the
+#'     profiler and building the profile are left out: user and system
 #'     time, largest resident set, minor and major page faults, block input
 #'     and output, voluntary and involuntary context switches) and R's
 #'     garbage collections (`gc_count`, `gc_time`);
 #'   * `cost`: the profiler's own cost: time spent in the signal handler in
 #'     total, median and 99th percentile per sample, and as a share of the
-#'     run;
+#'     run; and `collector`, the CPU time of the profiler's collector
+#'     thread (looking for threads and processes, taking the samples from
+#'     their buffers), which is not the profiled code's: the process's CPU
+#'     time in `by_process` and `unseen` leaves it out;
 #'   * `by_thread`: per thread (R's main thread first, then `[thread N]`
 #'     as numbered in the stacks): its kernel id, name, CPU time measured
 #'     from its own clock while the profile ran, and time sampled;
@@ -387,7 +401,8 @@ summary.winch_profile <- function(object, ...) {
         handler_total = s$handler_total,
         handler_median = s$handler_median,
         handler_p99 = s$handler_p99,
-        share = if (p$duration > 0) s$handler_total / p$duration else NA_real_
+        share = if (p$duration > 0) s$handler_total / p$duration else NA_real_,
+        collector = s$collector_cpu %||% NA_real_
       ),
       by_thread = threads,
       by_process = processes,
@@ -491,8 +506,9 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
   cat(sprintf("  R garbage collections: %d, %s\n", as.integer(u$gc_count), format_seconds(u$gc_time)))
   k <- x$cost
   cat(sprintf(
-    "\nProfiler's own cost: %s in the signal handler (%.2f%% of the run), %s median and %s 99th percentile per sample\n",
-    format_seconds(k$handler_total), 100 * k$share, format_seconds(k$handler_median), format_seconds(k$handler_p99)
+    "\nProfiler's own cost: %s in the signal handler (%.2f%% of the run), %s median and %s 99th percentile per sample%s\n",
+    format_seconds(k$handler_total), 100 * k$share, format_seconds(k$handler_median), format_seconds(k$handler_p99),
+    if (is.finite(k$collector %||% NA_real_)) sprintf("; %s of CPU time in its collector thread", format_seconds(k$collector)) else ""
   ))
   invisible(x)
 }

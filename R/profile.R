@@ -627,7 +627,12 @@ new_winch_profile <- function(raw, session, usage_end = resource_usage(), gc_tim
     class(x) <- "data.frame"
     x
   }
-  usage <- mapply(function(a, b) b - a, session$usage, usage_end, SIMPLIFY = FALSE)
+  # The process's use while sampling ran, read where the session began
+  # and ended (raw$usage_start/_end), so that what starting the profiler
+  # and building the profile cost is left out; from R's side otherwise.
+  usage_start <- raw$usage_start %||% session$usage
+  usage_end <- raw$usage_end %||% usage_end
+  usage <- mapply(function(a, b) b - a, usage_start, usage_end, SIMPLIFY = FALSE)
   usage$max_rss <- usage_end$max_rss
   structure(
     list(

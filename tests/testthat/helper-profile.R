@@ -146,7 +146,7 @@ synthetic_profile <- function() {
     stats = list(
       samples = 202, intervals = 202, truncated = 0, dropped = 0, outside = 0, distinct_stacks = 3,
       handler_total = 0.002, handler_median = 9e-6, handler_p99 = 3e-5, labels_full = FALSE, memory = 1000,
-      thread_joined = 0, thread_alone = 0, thread_dropped = 0, references = 0,
+      thread_joined = 0, thread_alone = 0, thread_dropped = 0, references = 0, collector_cpu = 0.004,
       usage = list(
         user = 2.0, system = 0.05, max_rss = 2^27, minor_faults = 100, major_faults = 0, block_input = 0,
         block_output = 8, voluntary_switches = 3, involuntary_switches = 5

@@ -222,7 +222,13 @@ test_that("the figures combine: counts and resource use summed, the largest RSS 
   expect_identical(p$stats$gc_count, 4)
   expect_identical(p$duration, 5)
   expect_equal(p$threads$cpu, 3.03)
-  expect_equal(p$processes$cpu, c(2.05, 2.05))
+  # Each source's CPU time, its collector thread's (0.004 s) left out.
+  expect_equal(p$processes$cpu, c(2.046, 2.046))
+  expect_equal(p$stats$collector_cpu, 0.008)
+  # A source that does not know its collector's time (a recording) had none.
+  b2 <- b
+  b2$stats$collector_cpu <- NULL
+  expect_equal(c(a, b2)$stats$collector_cpu, 0.004)
   # A figure one source lacks is unknown in the sum.
   b$stats$gc_time <- NULL
   expect_true(is.na(c(a, b)$stats$gc_time))

@@ -55,13 +55,16 @@ test_that("print(), summary() and plot() describe the profile", {
   expect_gt(u$max_rss, 0)
 
   k <- s$cost
-  expect_named(k, c("handler_total", "handler_median", "handler_p99", "share"))
+  expect_named(k, c("handler_total", "handler_median", "handler_p99", "share", "collector"))
   expect_gt(k$handler_median, 0)
   expect_lte(k$handler_median, k$handler_p99)
   expect_lt(k$handler_median, p$interval)
   expect_gt(k$handler_total, 0)
   expect_gt(k$share, 0)
   expect_lt(k$share, 0.5)
+  # (The collector thread's CPU time, read from its own clock.)
+  expect_gte(k$collector, 0)
+  expect_lt(k$collector, u$user + u$system)
 
   out <- capture.output(res <- withVisible(print(s)))
   expect_false(res$visible)

@@ -28,6 +28,9 @@ mod read;
 struct Current {
     running: Running,
     event: Event,
+    /// The process's resource use when sampling began (see
+    /// `rs_profile_stop`).
+    usage_start: Option<RValue>,
 }
 
 static CURRENT: Mutex<Option<Current>> = Mutex::new(None);
@@ -127,7 +130,10 @@ pub fn rs_profile_start(args: ProfileStartArgs) -> Result<RValue> {
         let trigger = Trigger::Timer { clock, interval_ns: interval_ns as u64 };
         session::start(facts, rstate::libr_addr(), trigger, scope)?
     };
-    *current = Some(Current { running, event });
+    // (Read once sampling runs: what starting it cost is not the profiled
+    // code's.)
+    let usage_start = crate::entries::rs_resource_usage().ok();
+    *current = Some(Current { running, event, usage_start });
     Ok(true.into()) // NULL would read as "out of memory"
 }
 
@@ -154,21 +160,33 @@ pub fn rs_profile_active() -> Result<RValue> {
 /// it, `relatives`: the processes that worked for this one while it ran
 /// (`pid`, `parent`, `relation`, `command`, `cpu`, the seconds each used
 /// while watched, and `ended`, whether it had ended by the last look; NULL
-/// when they were not watched).
+/// when they were not watched), and `usage_start` and `usage_end`: the
+/// process's resource use (as `rs_resource_usage`) once sampling had
+/// begun and once it had stopped, so that what the profiler's start and
+/// the profile's building cost is not counted as the profiled code's.
 pub fn rs_profile_stop() -> Result<RValue> {
     let current = current().take();
-    let Some(Current { running, event }) = current else {
+    let Some(Current { running, event, usage_start }) = current else {
         return Err(Error::BadArgument("no winch profile is running".into()));
     };
     let period = running.trigger.period();
     let watched = running.watches_relatives();
     let finished = running.stop();
+    // (Read before the profile is built: building it is not the profiled
+    // code's work either.)
+    let usage_end = crate::entries::rs_resource_usage().ok();
     let (profile, stats) = build::build(&finished, event, period);
     let relatives = watched.then(|| relatives_value(&finished.relatives));
     session::recycle(finished);
     let mut out = to_r(&profile, &stats);
-    if let (RValue::List(parts), Some(r)) = (&mut out, relatives) {
-        parts.push(("relatives", r));
+    if let RValue::List(parts) = &mut out {
+        if let Some(r) = relatives {
+            parts.push(("relatives", r));
+        }
+        if let (Some(a), Some(b)) = (usage_start, usage_end) {
+            parts.push(("usage_start", a));
+            parts.push(("usage_end", b));
+        }
     }
     Ok(out)
 }
@@ -365,6 +383,7 @@ pub(crate) fn to_form(p: &Profile, s: &Stats) -> ProfileForm {
             thread_dropped: s.thread_dropped as f64,
             references: s.references as f64,
             forked: s.forked as f64,
+            collector_cpu: s.collector_cpu_ns as f64 / 1e9,
             allocations: s.allocations as f64,
             sampled_allocations: s.sampled_allocations as f64,
             untracked: s.untracked as f64,

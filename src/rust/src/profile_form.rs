@@ -455,6 +455,9 @@ r_list! {
         references: f64,
         /// `fork()`s the process made while the profile ran.
         forked: f64,
+        /// Seconds of CPU time the profiler's collector thread used (its
+        /// own cost: not the profiled code's; 0 from outside).
+        collector_cpu: f64,
         /// A memory profile's allocations seen.
         allocations: f64,
         /// A memory profile's allocations sampled.

@@ -45,6 +45,8 @@ pub struct Stats {
     pub references: u64,
     /// `fork()`s the process made while the profile ran.
     pub forked: u64,
+    /// The CPU time the profiler's collector thread used.
+    pub collector_cpu_ns: u64,
     /// A memory profile: allocations seen, sampled, and sampled blocks
     /// whose freeing could not be followed (counted as freed).
     pub allocations: u64,
@@ -149,6 +151,7 @@ pub fn build(f: &Finished, event: Event, period: u64) -> (Profile, Stats) {
         thread_alone: c.alone,
         thread_dropped: f.thread_dropped,
         forked: f.forked,
+        collector_cpu_ns: f.collector_cpu_ns,
         references: c.references,
         allocations: f.alloc.as_ref().map_or(0, |a| a.allocations),
         sampled_allocations: f.alloc.as_ref().map_or(0, |a| a.sampled),

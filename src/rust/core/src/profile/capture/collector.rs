@@ -21,9 +21,14 @@ use std::time::{Duration, Instant};
 /// checks the loaded modules.
 const POLL: std::time::Duration = std::time::Duration::from_millis(2);
 
+/// What the collector found when it stops: the threads it sampled, and
+/// the CPU time it used itself (nanoseconds: the profiler's, not the
+/// profiled code's).
+pub type Found = (Vec<Thread>, u64);
+
 /// Starts the collector thread of `session` (None if it could not start:
 /// the samples are then collected when the session stops).
-pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Vec<Thread>>> {
+pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
     let s = session.clone();
     std::thread::Builder::new()
         .name("winch-profile".into())
@@ -53,7 +58,7 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Vec<Threa
             }
             let found = threads.map(Threads::stop).unwrap_or_default();
             collect(&s, &mut buf);
-            found
+            (found, read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0))
         })
         .ok()
 }

@@ -26,7 +26,7 @@
 //! (see `active`), quiets the signal (see `signal`), and hands what was
 //! collected over as a [`Finished`].
 
-use super::super::collect::{AllocFigures, Collected, Finished, Thread};
+use super::super::collect::{AllocFigures, Collected, Finished};
 use super::super::compose::{RFacts, Scratch};
 use super::clock::{self, Clock, MIN_INTERVAL_NS};
 use super::handler::{on_allocation, on_signal, ACTIVE};
@@ -59,7 +59,7 @@ pub struct Running {
     session: Arc<Session>,
     sampling: Sampling,
     old_action: libc::sigaction,
-    collector: Option<std::thread::JoinHandle<Vec<Thread>>>,
+    collector: Option<std::thread::JoinHandle<collector::Found>>,
     /// R's main thread's CPU clock at the start.
     main_cpu_start: u64,
     pub trigger: Trigger,
@@ -376,11 +376,12 @@ impl Running {
             }
         };
         self.session.stop.store(true, Ordering::Release);
-        let threads = self.collector.take().and_then(|c| c.join().ok()).unwrap_or_default();
+        let (threads, collector_cpu_ns) =
+            self.collector.take().and_then(|c| c.join().ok()).unwrap_or_default();
         ACTIVE.clear();
         signal::quiet(signal, &self.old_action, old_mask, &ACTIVE);
         let figures = alloc.map(|()| self.alloc_figures());
-        self.finish(main_cpu_ns, threads, figures)
+        self.finish(main_cpu_ns, (threads, collector_cpu_ns), figures)
     }
 
     /// A stopped memory profile's figures: the sampled blocks not freed.
@@ -397,7 +398,12 @@ impl Running {
     }
 
     /// What the stopped session collected.
-    fn finish(self, main_cpu_ns: u64, threads: Vec<Thread>, alloc: Option<AllocFigures>) -> Finished {
+    fn finish(
+        self,
+        main_cpu_ns: u64,
+        (threads, collector_cpu_ns): collector::Found,
+        alloc: Option<AllocFigures>,
+    ) -> Finished {
         let s = &self.session;
         let mut buf = Vec::new();
         collector::collect(s, &mut buf);
@@ -431,6 +437,7 @@ impl Running {
             modules_now: None,
             launch_module: launch_module(),
             main_cpu_ns,
+            collector_cpu_ns,
             relatives: s
                 .relatives
                 .lock()
