@@ -66,8 +66,8 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
 /// Asks each sampled thread whose CPU clock has run two intervals and two
 /// of the kernel's ticks (8 ms at HZ = 250) ahead of its samples for one,
 /// at most once in that time: its timer's signals are not coming (see
-/// `account`). Only a thread on a CPU or ready for one: a sleeping one
-/// would be woken where it waits (an OpenMP worker in libgomp's futex
+/// `account`). Only a thread on a CPU now (see [`on_cpu`]): a sleeping
+/// one would be woken where it waits (an OpenMP worker in libgomp's futex
 /// wait), and its sample, standing for the work it did before, put all of
 /// it there (libgomp 61 % of a loaded data.table run's samples where perf
 /// counted 54 %). Its time is owed to its next sample, when it runs again.
@@ -82,12 +82,24 @@ fn poke_behind(s: &Session, threads: Option<&Threads>, poked: &mut HashMap<i32, 
         accounts.open(tid, now);
         if accounts.behind(tid, now, lag_ns)
             && poked.get(&tid).is_none_or(|at| at.elapsed() >= Duration::from_nanos(lag_ns))
-            && crate::procfs::stat(crate::procfs::Proc::This, Some(tid)).is_some_and(|st| st.running())
+            && on_cpu(clock, now)
         {
             super::handler::poke(s, tid);
             poked.insert(tid, Instant::now());
         }
     }
+}
+
+/// Whether the thread whose CPU clock is `clock`, read as `then` a moment
+/// ago, is on a CPU now: its clock moved since. Not one ready for a CPU
+/// and waiting for it: a signal reaches a thread where it was stopped,
+/// and on a busy machine the scheduler stops a thread most often on its
+/// way out of a system call (where its time is accounted and its slice
+/// found spent), so such samples all fell there (a burn reading its CPU
+/// clock now and then among busy processes: a third of its samples on
+/// `__vdso_clock_gettime`, where it spent a few percent).
+fn on_cpu(clock: libc::clockid_t, then: u64) -> bool {
+    read_clock(clock).is_some_and(|t| t > then)
 }
 
 /// A new snapshot if modules were loaded or unloaded (the loader's
