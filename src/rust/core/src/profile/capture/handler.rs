@@ -162,13 +162,19 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     let tid = if main { s.main_tid } else { gettid() };
     // A forked child sampling itself: its main thread only.
     if let Some(slot) = super::children::current() {
-        if main {
+        // A watch's signal that waited for the child to get a CPU takes no
+        // sample (see `children::ON_TIME_NS`).
+        // SAFETY: the caller's.
+        let late = timer && unsafe { value(info) } == WATCH && !super::children::watch_on_time(start);
+        if main && !late {
             // (The child's own id: `main_tid` is its parent's.)
             let (weight, extra) = weighed(s, timer, gettid(), weight);
             if weight > 0 {
                 let tick = Tick { weight, flags: Flags::PROCESS, started_ns: start };
                 child_tick(s, slot, regs, tick, (snapshot, index), context, extra);
             }
+        }
+        if main {
             super::children::rewatch();
         }
         return;
