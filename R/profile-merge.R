@@ -45,7 +45,8 @@
 #' * `processes`: each source's own process first, then the children it
 #'   sampled, numbered from 1 in that order, with a column `source` (the
 #'   number of the source each belongs to). A source's CPU time is its own
-#'   measure (`usage` user and system time). `as.data.frame()`'s column
+#'   measure (`usage` user and system time, less its profiler's collector
+#'   thread's, `collector_cpu`). `as.data.frame()`'s column
 #'   `process` names a source `process host:pid`; a pprof file labels every
 #'   sample with `process N` (its process's number in this table) and
 #'   `pid`, as in any profile.
@@ -53,7 +54,9 @@
 #'   garbage collections) and resource use are summed; `max_rss` is the
 #'   largest; the handler's median and 99th percentile per sample are the
 #'   largest of the sources' (an upper bound of the merged figure); R's heap
-#'   (`r_heap`) is summed; a figure a source lacks makes the sum `NA`; the
+#'   (`r_heap`) is summed; a figure a source lacks makes the sum `NA`
+#'   (but `collector_cpu`: a recording from outside has no collector in the
+#'   process, and counts none); the
 #'   processes that worked for a source unsampled (`unsampled`) are all
 #'   listed.
 #' * `functions`, `locations`, `lines`, `files`, `modules`: each source's,
@@ -395,8 +398,8 @@ merge_stats <- function(stats) {
   out <- list()
   for (f in setdiff(names, c("usage", "r_heap", "labels_full", "unsampled"))) {
     x <- figure(f)
-    # (A source that does not know its collector's time, a recording,
-    # had none.)
+    # (A source without its collector's time, a recording from outside
+    # (NaN) or an older profile (none), had no collector in the process.)
     out[[f]] <- if (f %in% largest) max(x) else sum(x, na.rm = f == "collector_cpu")
   }
   if ("labels_full" %in% names) {

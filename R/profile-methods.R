@@ -70,7 +70,9 @@ stacks_of_self <- function(p) {
 own_cpu <- function(stats) {
   u <- stats$usage
   collector <- stats$collector_cpu %||% 0
-  (u$user %||% NA_real_) + (u$system %||% NA_real_) - if (is.finite(collector)) collector else 0
+  # (Never below 0: the collector's time and the process's are read at
+  # nearly but not exactly the same moments.)
+  max(0, (u$user %||% NA_real_) + (u$system %||% NA_real_) - if (is.finite(collector)) collector else 0)
 }
 
 # CPU time per process: the profiled process (from its own accounting) and

@@ -151,7 +151,8 @@
 #' used CPU time during the profile without being sampled are rows
 #' `[worker, not sampled]` or `[child, not sampled]` of `summary()`'s
 #' processes, with that time (a process there at the start counts its
-#' time since then, one started later all of its time), which counts as unseen;
+#' time since then, one started later all of its time, one there before
+#' but first seen later its time since that look), which counts as unseen;
 #' when they used 5 % of the tree's CPU time or more, a warning of class
 #' `winch_warning_processes_unsampled` names them. The warning names,
 #' too, forked children most of whose CPU time is unseen: a child sampled
@@ -481,8 +482,9 @@ profile_state <- function() {
   if (live) "profile" else "orphan"
 }
 
-# Starts sampling; returns the session's bookkeeping (resource use at the
-# start, a GC counter), kept in `the$profile_session` before the
+# Starts sampling; returns the session's bookkeeping (resource use before
+# the start, used when the session does not say what it was once sampling
+# ran; a GC counter), kept in `the$profile_session` before the
 # profiler starts, with `token` (what identifies the caller's session to
 # profile_abandon()), `kind` ("profile" or "rprof") and the pid.
 profile_begin <- function(opts, token, kind, call = rlang::caller_env()) {

@@ -225,8 +225,12 @@ test_that("the figures combine: counts and resource use summed, the largest RSS 
   # Each source's CPU time, its collector thread's (0.004 s) left out.
   expect_equal(p$processes$cpu, c(2.046, 2.046))
   expect_equal(p$stats$collector_cpu, 0.008)
-  # A source that does not know its collector's time (a recording) had none.
+  # A source without its collector's time had no collector in the process:
+  # a recording from outside (NaN) or an older profile (none).
   b2 <- b
+  b2$stats$collector_cpu <- NaN
+  expect_equal(c(a, b2)$stats$collector_cpu, 0.004)
+  expect_equal(c(a, b2)$processes$cpu, c(2.046, 2.05))
   b2$stats$collector_cpu <- NULL
   expect_equal(c(a, b2)$stats$collector_cpu, 0.004)
   # A figure one source lacks is unknown in the sum.

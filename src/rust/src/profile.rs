@@ -383,7 +383,7 @@ pub(crate) fn to_form(p: &Profile, s: &Stats) -> ProfileForm {
             thread_dropped: s.thread_dropped as f64,
             references: s.references as f64,
             forked: s.forked as f64,
-            collector_cpu: s.collector_cpu_ns as f64 / 1e9,
+            collector_cpu: s.collector_cpu_ns.map_or(f64::NAN, |c| c as f64 / 1e9),
             allocations: s.allocations as f64,
             sampled_allocations: s.sampled_allocations as f64,
             untracked: s.untracked as f64,

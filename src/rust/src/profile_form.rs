@@ -455,8 +455,9 @@ r_list! {
         references: f64,
         /// `fork()`s the process made while the profile ran.
         forked: f64,
-        /// Seconds of CPU time the profiler's collector thread used (its
-        /// own cost: not the profiled code's; 0 from outside).
+        /// Seconds of CPU time the profiler's collector thread used while
+        /// sampling ran (its own cost: not the profiled code's; NaN from
+        /// outside, where there is none in the process).
         collector_cpu: f64,
         /// A memory profile's allocations seen.
         allocations: f64,

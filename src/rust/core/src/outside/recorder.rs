@@ -342,7 +342,7 @@ impl Recorder {
                 .cloned()
                 .unwrap_or_else(|| procfs::comm(Proc::Pid(self.pid), self.pid)),
             main_cpu_ns: cpu(self.pid),
-            collector_cpu_ns: 0,
+            collector_cpu_ns: None,
             relatives: Vec::new(),
             thread_dropped: 0,
             forked: 0,

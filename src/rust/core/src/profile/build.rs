@@ -45,8 +45,9 @@ pub struct Stats {
     pub references: u64,
     /// `fork()`s the process made while the profile ran.
     pub forked: u64,
-    /// The CPU time the profiler's collector thread used.
-    pub collector_cpu_ns: u64,
+    /// The CPU time the profiler's collector thread used while sampling
+    /// ran (None: not known, a recording from outside).
+    pub collector_cpu_ns: Option<u64>,
     /// A memory profile: allocations seen, sampled, and sampled blocks
     /// whose freeing could not be followed (counted as freed).
     pub allocations: u64,

@@ -346,8 +346,9 @@ pub struct Finished {
     /// Its name (`comm`).
     pub(crate) main_name: String,
     pub(crate) main_cpu_ns: u64,
-    /// The CPU time the profiler's collector thread used (0 from outside).
-    pub(crate) collector_cpu_ns: u64,
+    /// The CPU time the profiler's collector thread used while sampling
+    /// ran (None from outside).
+    pub(crate) collector_cpu_ns: Option<u64>,
     /// The processes that worked for the profiled one while it ran, with
     /// what each used (see `relatives::watch`; none from outside).
     pub relatives: Vec<crate::relatives::watch::Seen>,

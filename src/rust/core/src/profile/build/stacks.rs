@@ -631,7 +631,7 @@ mod tests {
             main_tid: 1,
             main_name: String::new(),
             main_cpu_ns: 0,
-            collector_cpu_ns: 0,
+            collector_cpu_ns: None,
             relatives: Vec::new(),
             thread_dropped: 0,
             forked: 0,

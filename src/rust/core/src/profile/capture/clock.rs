@@ -25,6 +25,18 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The resolution of clock `clock` in nanoseconds (0 if unknown).
+/// Async-signal-safe.
+pub fn resolution_ns(clock: libc::clockid_t) -> u64 {
+    // SAFETY: a zeroed timespec is a valid value for the kernel to fill.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_getres writes into `ts`.
+    if unsafe { libc::clock_getres(clock, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// The CPU clock of thread `tid` of this process: glibc's own encoding of
 /// `pthread_getcpuclockid()` (a per-thread scheduler clock), for a thread
 /// known only by its kernel id.

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 const POLL: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// What the collector found when it stops: the threads it sampled, and
-/// the CPU time it used itself (nanoseconds: the profiler's, not the
-/// profiled code's).
+/// the CPU time it used itself while sampling ran, from its first look to
+/// the stop (nanoseconds: the profiler's, not the profiled code's).
 pub type Found = (Vec<Thread>, u64);
 
 /// Starts the collector thread of `session` (None if it could not start:
@@ -42,11 +42,14 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
                 _ => None,
             };
             let mut poked = HashMap::new();
+            let one_cpu = one_cpu();
+            let cpu = || read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0);
+            let first = cpu();
             while !s.stop.load(Ordering::Acquire) {
                 if let Some(t) = threads.as_mut() {
                     t.poll();
                 }
-                poke_behind(&s, threads.as_ref(), &mut poked);
+                poke_behind(&s, threads.as_ref(), &mut poked, one_cpu);
                 if let Ok(mut watch) = s.relatives.try_lock() {
                     if let Some(w) = watch.as_mut() {
                         w.look(Instant::now());
@@ -56,9 +59,10 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
                 refresh(&s, generation);
                 std::thread::sleep(POLL);
             }
+            let used = cpu().saturating_sub(first);
             let found = threads.map(Threads::stop).unwrap_or_default();
             collect(&s, &mut buf);
-            (found, read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0))
+            (found, used)
         })
         .ok()
 }
@@ -71,7 +75,10 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
 /// wait), and its sample, standing for the work it did before, put all of
 /// it there (libgomp 61 % of a loaded data.table run's samples where perf
 /// counted 54 %). Its time is owed to its next sample, when it runs again.
-fn poke_behind(s: &Session, threads: Option<&Threads>, poked: &mut HashMap<i32, Instant>) {
+/// (With `one_cpu`, the process's threads share one CPU with the collector
+/// and are never on it while the collector looks: one running or ready for
+/// the CPU is asked, as /proc says.)
+fn poke_behind(s: &Session, threads: Option<&Threads>, poked: &mut HashMap<i32, Instant>, one_cpu: bool) {
     let (Some(accounts), Trigger::Timer { interval_ns, .. }) = (s.accounts.as_ref(), s.trigger) else {
         return;
     };
@@ -82,7 +89,11 @@ fn poke_behind(s: &Session, threads: Option<&Threads>, poked: &mut HashMap<i32, 
         accounts.open(tid, now);
         if accounts.behind(tid, now, lag_ns)
             && poked.get(&tid).is_none_or(|at| at.elapsed() >= Duration::from_nanos(lag_ns))
-            && on_cpu(clock, now)
+            && if one_cpu {
+                crate::procfs::stat(crate::procfs::Proc::This, Some(tid)).is_some_and(|st| st.running())
+            } else {
+                on_cpu(clock, now)
+            }
         {
             super::handler::poke(s, tid);
             poked.insert(tid, Instant::now());
@@ -97,9 +108,22 @@ fn poke_behind(s: &Session, threads: Option<&Threads>, poked: &mut HashMap<i32, 
 /// way out of a system call (where its time is accounted and its slice
 /// found spent), so such samples all fell there (a burn reading its CPU
 /// clock now and then among busy processes: a third of its samples on
-/// `__vdso_clock_gettime`, where it spent a few percent).
+/// `__vdso_clock_gettime`, where it spent a few percent). A thread on the
+/// collector's own CPU is not running while it looks: it is asked at a
+/// later look, from another CPU, or its timer's signal comes.
 fn on_cpu(clock: libc::clockid_t, then: u64) -> bool {
     read_clock(clock).is_some_and(|t| t > then)
+}
+
+/// Whether the calling thread may run on one CPU only (its affinity: a
+/// `taskset`, a container's cpuset).
+fn one_cpu() -> bool {
+    // SAFETY: a zeroed cpu_set_t is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most the size given into `set`.
+    let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } == 0;
+    // SAFETY: `set` is a valid cpu_set_t.
+    ok && unsafe { libc::CPU_COUNT(&set) } <= 1
 }
 
 /// A new snapshot if modules were loaded or unloaded (the loader's
@@ -143,5 +167,104 @@ pub fn close_children(s: &Session) {
     if let Some(children) = &s.children {
         let mut c = s.collected.lock().unwrap_or_else(|e| e.into_inner());
         s.parent.lock().unwrap_or_else(|e| e.into_inner()).close(children, &mut c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicI32};
+
+    /// Binds the calling thread to CPU `cpu`; false if it may not run there.
+    fn bind(cpu: usize) -> bool {
+        // SAFETY: a zeroed cpu_set_t is a valid, empty set; CPU_SET adds
+        // `cpu`; sched_setaffinity binds the calling thread only.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    }
+
+    /// The first two CPUs this process may run on.
+    fn two_cpus() -> Option<(usize, usize)> {
+        // SAFETY: a zeroed cpu_set_t is a valid, empty set, which
+        // sched_getaffinity fills.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+            return None;
+        }
+        // SAFETY: `set` is a valid cpu_set_t.
+        let mut cpus = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) });
+        Some((cpus.next()?, cpus.next()?))
+    }
+
+    /// Of 50 looks, 1 ms apart, from CPU `from`, how many find the thread
+    /// running `work` on CPU `on` on a CPU (None: the threads could not be
+    /// bound).
+    fn looks_on_cpu(work: fn(&AtomicBool), on: usize, from: usize) -> Option<usize> {
+        let (tid, stop) = (Arc::new(AtomicI32::new(0)), Arc::new(AtomicBool::new(false)));
+        let (t, s) = (tid.clone(), stop.clone());
+        let worker = std::thread::spawn(move || {
+            t.store(if bind(on) { clock::gettid() } else { -1 }, Ordering::Release);
+            work(&s);
+        });
+        let looker = std::thread::spawn(move || {
+            while tid.load(Ordering::Acquire) == 0 {
+                std::thread::yield_now();
+            }
+            let tid = tid.load(Ordering::Acquire);
+            if tid < 0 || !bind(from) {
+                return None;
+            }
+            let clock = clock::cpu_clock(tid);
+            Some(
+                (0..50)
+                    .filter(|_| {
+                        std::thread::sleep(Duration::from_millis(1));
+                        on_cpu(clock, read_clock(clock).unwrap())
+                    })
+                    .count(),
+            )
+        });
+        let on = looker.join().unwrap();
+        stop.store(true, Ordering::Release);
+        worker.join().unwrap();
+        on
+    }
+
+    #[test]
+    fn a_thread_is_on_a_cpu_when_it_runs_there_not_when_it_sleeps() {
+        // (The one looking runs on another CPU: a thread on the looker's
+        // own CPU is never running while it looks.)
+        let Some((a, b)) = two_cpus() else {
+            eprintln!("skipped: this process may run on one CPU only");
+            return;
+        };
+        let spin = looks_on_cpu(|stop| while !stop.load(Ordering::Acquire) {}, a, b);
+        let sleep = looks_on_cpu(
+            |stop| {
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            },
+            a,
+            b,
+        );
+        let (Some(spin), Some(sleep)) = (spin, sleep) else {
+            eprintln!("skipped: threads cannot be bound to CPUs here");
+            return;
+        };
+        // (On a busy machine the spinning thread waits for its CPU now and
+        // then; the sleeping one may be caught awake.)
+        assert!(spin >= 5, "spinning: on a CPU at {spin} of 50 looks");
+        assert!(sleep <= 3, "sleeping: on a CPU at {sleep} of 50 looks");
+    }
+
+    #[test]
+    fn a_thread_bound_to_one_cpu_says_so() {
+        let one = std::thread::spawn(|| bind(0).then(one_cpu)).join().unwrap();
+        assert_ne!(one, Some(false));
     }
 }

@@ -437,7 +437,7 @@ impl Running {
             modules_now: None,
             launch_module: launch_module(),
             main_cpu_ns,
-            collector_cpu_ns,
+            collector_cpu_ns: Some(collector_cpu_ns),
             relatives: s
                 .relatives
                 .lock()
