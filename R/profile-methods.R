@@ -330,7 +330,7 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'     full) and `outside` (intervals sampled while the profiler itself was
 #'     starting or stopping, left out);
 #'   * `usage`: the run's resource use (`getrusage()` deltas from once
-#'     sampling had begun to once it had stopped, so that starting the
+#'     sampling had begun to as it was stopped, so that starting the
 #'     profiler and building the profile are left out: user and system
 #'     time, largest resident set, minor and major page faults, block input
 #'     and output, voluntary and involuntary context switches) and R's

@@ -162,7 +162,7 @@ pub fn rs_profile_active() -> Result<RValue> {
 /// while watched, and `ended`, whether it had ended by the last look; NULL
 /// when they were not watched), and `usage_start` and `usage_end`: the
 /// process's resource use (as `rs_resource_usage`) once sampling had
-/// begun and once it had stopped, so that what the profiler's start and
+/// begun and as it was stopped, so that what the profiler's start and
 /// the profile's building cost is not counted as the profiled code's.
 pub fn rs_profile_stop() -> Result<RValue> {
     let current = current().take();
@@ -171,10 +171,11 @@ pub fn rs_profile_stop() -> Result<RValue> {
     };
     let period = running.trigger.period();
     let watched = running.watches_relatives();
-    let finished = running.stop();
-    // (Read before the profile is built: building it is not the profiled
-    // code's work either.)
+    // (Read as sampling is stopped: stopping it, the last look at the
+    // processes working for this one and building the profile are not the
+    // profiled code's work either.)
     let usage_end = crate::entries::rs_resource_usage().ok();
+    let finished = running.stop();
     let (profile, stats) = build::build(&finished, event, period);
     let relatives = watched.then(|| relatives_value(&finished.relatives));
     session::recycle(finished);
