@@ -20,8 +20,10 @@
 //! watch: a one-shot timer on the monotonic clock, two intervals ahead,
 //! whose signal takes a sample when the child's clock says one is owed
 //! and the signal came on time (it found the child on a CPU: see
-//! [`ON_TIME_NS`]).
-//! Each signal of either timer re-arms it if the child's CPU clock moved
+//! [`ON_TIME_NS`]). A late one (the child had waited for a CPU and just
+//! got one) arms the watch again half a millisecond ahead, inside the
+//! slice the child was given ([`rewatch_soon`]).
+//! Each other signal of either timer re-arms it if the child's CPU clock moved
 //! by a twentieth of that since the last arming (it runs, if slowly on a
 //! busy machine); a child that sleeps is woken by it at most once.
 //!
@@ -411,6 +413,33 @@ pub fn rewatch() {
     }
 }
 
+/// After a watch's signal that came late (the child had waited for a
+/// CPU and just got one): the watch is armed to fire again soon, while the
+/// child most likely still holds that CPU, so that a sample on time takes
+/// the time owed. Without it, what a busy machine left owed when the child
+/// ended was lost: the kernel checks a thread's CPU timer only at its
+/// ticks, and a child sharing a CPU with busy processes got one signal of
+/// it per 25 ms of CPU time at 5 ms intervals, so most of its samples came
+/// from its watch. Async-signal-safe.
+pub fn rewatch_soon() {
+    let timer = WATCH.load(Ordering::Acquire);
+    if timer == NO_TIMER {
+        return;
+    }
+    let Some(cpu_ns) = super::clock::read_clock(libc::CLOCK_THREAD_CPUTIME_ID) else { return };
+    let ns = soon_ns(ON_TIME.load(Ordering::Relaxed));
+    WATCHED_CPU_NS.store(cpu_ns, Ordering::Relaxed);
+    WATCH_DUE_NS.store(super::clock::now_ns() + ns, Ordering::Relaxed);
+    super::clock::arm_once(timer as libc::timer_t, ns);
+}
+
+/// How soon a watch that came late fires again: well inside the slice of
+/// CPU time the child was just given (a scheduler gives a busy task
+/// milliseconds), yet later than a signal may be and still be on time.
+fn soon_ns(on_time_ns: u64) -> u64 {
+    (5 * on_time_ns).max(500_000)
+}
+
 /// Whether the child's watch's signal, handled at `now_ns` (the monotonic
 /// clock), came on time: it found the child on a CPU (see
 /// [`ON_TIME_NS`]). Async-signal-safe.
@@ -517,6 +546,14 @@ mod tests {
         assert!(!on_time(due, due + 3_000_000, ON_TIME_NS), "3 ms: it waited for one");
         // Timers of the kernel's tick (4 ms): 3 ms late is on time.
         assert!(on_time(due, due + 3_000_000, 8_000_000));
+    }
+
+    #[test]
+    fn a_late_watch_fires_again_within_the_slice_it_found_and_after_lateness() {
+        assert_eq!(soon_ns(ON_TIME_NS), 500_000, "half a millisecond");
+        assert!(soon_ns(ON_TIME_NS) > ON_TIME_NS);
+        // Timers of the kernel's tick: after what counts as on time.
+        assert!(soon_ns(8_000_000) > 8_000_000);
     }
 
     #[test]
