@@ -67,6 +67,16 @@ core_main_stack <- function(path, below = 0) {
   l <- core_layout(path)
   main <- l$threads[l$threads$tid == l$pid, ][1L, ]
   seg <- l$ph[l$ph$type == 1 & l$ph$vaddr <= main$rsp & main$rsp < l$ph$vaddr + l$ph$filesz, ][1L, ]
+  # (Once, under R CMD check on R 4.2, no stack was found in a core winch
+  # had just read whole: say what the core held, to find why.)
+  if (is.na(seg$offset)) {
+    stop(sprintf(
+      "no segment of core %s (%.0f bytes) holds the main thread's stack: pid %s; threads %s; %d load segments, %d notes segments",
+      path, file.size(path), l$pid,
+      paste(sprintf("%s sp=%s", l$threads$tid, format(l$threads$rsp, scientific = FALSE)), collapse = ", "),
+      sum(l$ph$type == 1), sum(l$ph$type == 4)
+    ))
+  }
   addr <- max(main$rsp - below, seg$vaddr)
   addr <- addr - addr %% 16
   list(from = seg$offset + (addr - seg$vaddr), to = seg$offset + seg$filesz, addr = addr, main = main)
