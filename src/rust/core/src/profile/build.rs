@@ -57,22 +57,36 @@ pub struct Stats {
 
 /// A memory profile's values per collected stack (by index): each
 /// sample's estimates (see `alloc::poisson::estimate`), and those of the
-/// samples whose blocks were still allocated at the end.
+/// samples whose blocks were still allocated at the end. The estimates
+/// are summed as they are and each stack's sums rounded once: a sample's
+/// count is a fraction (8.51 allocations for a 4 KiB one at 32 KiB
+/// between samples), and rounding each made counts 6 % too high there,
+/// 26 % where blocks are as large as the mean gap.
 fn alloc_values(c: &super::collect::Collected, a: &super::collect::AllocFigures) -> Vec<Bytes> {
-    let mut out = vec![Bytes::default(); c.stacks.len()];
+    // (alloc_bytes, alloc_count, inuse_bytes, inuse_count) per stack.
+    let mut sums = vec![[0.0f64; 4]; c.stacks.len()];
     let live: std::collections::HashSet<u64> = a.live.iter().copied().collect();
     for (n, &(size, i)) in &c.allocs {
         let (bytes, count) = super::poisson::estimate(size as usize, a.mean);
-        let (bytes, count) = (bytes.round() as u64, count.round().max(1.0) as u64);
-        let v = &mut out[i];
-        v.alloc_bytes += bytes;
-        v.alloc_count += count;
+        let v = &mut sums[i];
+        v[0] += bytes;
+        v[1] += count;
         if live.contains(n) {
-            v.inuse_bytes += bytes;
-            v.inuse_count += count;
+            v[2] += bytes;
+            v[3] += count;
         }
     }
-    out
+    // (A stack with a sample stands for one allocation at least: every
+    // sample's count is 1 or more.)
+    let whole = |x: f64| x.round() as u64;
+    sums.iter()
+        .map(|v| Bytes {
+            alloc_bytes: whole(v[0]),
+            alloc_count: whole(v[1]),
+            inuse_bytes: whole(v[2]),
+            inuse_count: whole(v[3]),
+        })
+        .collect()
 }
 
 /// Builds the profile.
@@ -281,4 +295,44 @@ fn thread_table(f: &Finished) -> Vec<ThreadInfo> {
 
 fn quantile(t: &Times, q: f64) -> u64 {
     t.quantile(q).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::collect::{AllocFigures, Collected};
+
+    /// A collection of `n` samples of `size`-byte allocations on one stack
+    /// (numbered from 0).
+    fn sampled(n: u64, size: u64) -> Collected {
+        let mut c = Collected::default();
+        c.stacks.push((std::sync::Arc::from(vec![0u64]), Default::default()));
+        c.allocs = (0..n).map(|k| (k, (size, 0))).collect();
+        c
+    }
+
+    #[test]
+    fn a_stacks_allocation_count_is_the_sum_of_its_samples_estimates_rounded_once() {
+        let mean = 32 * 1024;
+        // 235 samples of 4 KiB blocks stand for about 2000 allocations
+        // (each for 1 / (1 - exp(-1/8)) = 8.51 of them); rounding each
+        // sample's count made it 235 * 9 = 2115.
+        let c = sampled(235, 4096);
+        let a = AllocFigures { mean, live: (0..100).collect(), ..Default::default() };
+        let v = &alloc_values(&c, &a)[0];
+        let (bytes, count) = crate::profile::poisson::estimate(4096, mean);
+        assert_eq!(v.alloc_count, (235.0 * count).round() as u64);
+        assert_eq!(v.alloc_count, 2000);
+        assert_eq!(v.alloc_bytes, (235.0 * bytes).round() as u64);
+        // The first 100 still allocated, likewise.
+        assert_eq!(v.inuse_count, (100.0 * count).round() as u64);
+        assert_eq!(v.inuse_bytes, (100.0 * bytes).round() as u64);
+        // Blocks as large as the gap: 1.58 each, not 2.
+        let c = sampled(100, mean);
+        let a = AllocFigures { mean, ..Default::default() };
+        assert_eq!(alloc_values(&c, &a)[0].alloc_count, 158);
+        // One sample of a large block stands for one allocation.
+        let c = sampled(1, 10 * mean);
+        assert_eq!(alloc_values(&c, &a)[0].alloc_count, 1);
+    }
 }
