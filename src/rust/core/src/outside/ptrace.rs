@@ -728,6 +728,13 @@ mod tests {
     fn a_running_process_is_stopped_read_and_goes_on() {
         let target = Target::start("spin=4,nice=19");
         let pid = target.pid;
+        // The target's main thread (the test harness's) goes to wait for
+        // its test's thread, which said it is ready, at once; on a busy
+        // machine, not always before it is stopped (once in R 4.6's root).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while state(pid, pid) != Some('S') && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let (read, states) = with_stopped(pid, |s| {
             let states: Vec<Option<char>> = s.threads.iter().map(|t| state(pid, t.tid)).collect();
             (s.threads.iter().map(|t| (t.tid, t.regs.0 != 0, t.waiting)).collect::<Vec<_>>(), states)
