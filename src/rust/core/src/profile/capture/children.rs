@@ -22,7 +22,7 @@
 //! and the signal came on time (it found the child on a CPU: see
 //! [`ON_TIME_NS`]). A late one (the child had waited for a CPU and just
 //! got one) arms the watch again half a millisecond ahead, inside the
-//! slice the child was given ([`rewatch_soon`]).
+//! slice the child was given ([`rewatch`]).
 //! Each other signal of either timer re-arms it if the child's CPU clock moved
 //! by a twentieth of that since the last arming (it runs, if slowly on a
 //! busy machine); a child that sleeps is woken by it at most once.
@@ -389,48 +389,40 @@ pub fn set_timer(timer: libc::timer_t) {
 /// Keeps the child's watch (see above) and arms it to fire `ns` from now.
 pub fn set_watch(timer: libc::timer_t, ns: u64) {
     WATCH_NS.store(ns, Ordering::Relaxed);
-    WATCHED_CPU_NS.store(0, Ordering::Relaxed);
-    WATCH_DUE_NS.store(super::clock::now_ns() + ns, Ordering::Relaxed);
     ON_TIME.store(ON_TIME_NS.max(2 * super::clock::resolution_ns(libc::CLOCK_MONOTONIC)), Ordering::Relaxed);
-    super::clock::arm_once(timer, ns);
+    arm_watch(timer, 0, ns);
     WATCH.store(timer as usize, Ordering::Release);
 }
 
 /// A signal of the child (its timer's or its watch's): the watch is armed
-/// again if the child ran since it was last (see above). Async-signal-safe.
-pub fn rewatch() {
+/// again if the child ran since it was last (see above). After a watch's
+/// signal that came `late` (the child had waited for a CPU and just got
+/// one), it is armed to fire again soon, while the child most likely still
+/// holds that CPU, so that a sample on time takes the time owed. Without
+/// that, what a busy machine left owed when the child ended was lost: the
+/// kernel checks a thread's CPU timer only at its ticks, and a child
+/// sharing a CPU with busy processes got one signal of it per 25 ms of CPU
+/// time at 5 ms intervals, so most of its samples came from its watch.
+/// Async-signal-safe.
+pub fn rewatch(late: bool) {
     let timer = WATCH.load(Ordering::Acquire);
     // A child without a watch (sampling on elapsed time) reads no clock.
     if timer == NO_TIMER {
         return;
     }
     let Some(cpu_ns) = super::clock::read_clock(libc::CLOCK_THREAD_CPUTIME_ID) else { return };
-    let ns = WATCH_NS.load(Ordering::Relaxed);
-    if ran(WATCHED_CPU_NS.load(Ordering::Relaxed), cpu_ns, ns) {
-        WATCHED_CPU_NS.store(cpu_ns, Ordering::Relaxed);
-        WATCH_DUE_NS.store(super::clock::now_ns() + ns, Ordering::Relaxed);
-        super::clock::arm_once(timer as libc::timer_t, ns);
+    let ns = if late { soon_ns(ON_TIME.load(Ordering::Relaxed)) } else { WATCH_NS.load(Ordering::Relaxed) };
+    if late || ran(WATCHED_CPU_NS.load(Ordering::Relaxed), cpu_ns, ns) {
+        arm_watch(timer as libc::timer_t, cpu_ns, ns);
     }
 }
 
-/// After a watch's signal that came late (the child had waited for a
-/// CPU and just got one): the watch is armed to fire again soon, while the
-/// child most likely still holds that CPU, so that a sample on time takes
-/// the time owed. Without it, what a busy machine left owed when the child
-/// ended was lost: the kernel checks a thread's CPU timer only at its
-/// ticks, and a child sharing a CPU with busy processes got one signal of
-/// it per 25 ms of CPU time at 5 ms intervals, so most of its samples came
-/// from its watch. Async-signal-safe.
-pub fn rewatch_soon() {
-    let timer = WATCH.load(Ordering::Acquire);
-    if timer == NO_TIMER {
-        return;
-    }
-    let Some(cpu_ns) = super::clock::read_clock(libc::CLOCK_THREAD_CPUTIME_ID) else { return };
-    let ns = soon_ns(ON_TIME.load(Ordering::Relaxed));
+/// Arms the watch to fire `ns` from now, keeping when that is and the
+/// child's CPU clock (`cpu_ns`) as it was armed. Async-signal-safe.
+fn arm_watch(timer: libc::timer_t, cpu_ns: u64, ns: u64) {
     WATCHED_CPU_NS.store(cpu_ns, Ordering::Relaxed);
     WATCH_DUE_NS.store(super::clock::now_ns() + ns, Ordering::Relaxed);
-    super::clock::arm_once(timer as libc::timer_t, ns);
+    super::clock::arm_once(timer, ns);
 }
 
 /// How soon a watch that came late fires again: well inside the slice of

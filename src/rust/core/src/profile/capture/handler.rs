@@ -174,10 +174,8 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
                 child_tick(s, slot, regs, tick, (snapshot, index), context, extra);
             }
         }
-        if main && late {
-            super::children::rewatch_soon();
-        } else if main {
-            super::children::rewatch();
+        if main {
+            super::children::rewatch(late);
         }
         return;
     }
