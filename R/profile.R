@@ -84,8 +84,24 @@
 #' In a CPU profile, a sample stands for its thread's CPU time since the
 #' thread's last sample (its CPU clock, in whole intervals, the rest
 #' carried), not for one timer expiration: on a busy machine the kernel
-#' delivers a CPU timer's signals late and rarely, and a thread whose
-#' samples fall two intervals and 8 ms behind its clock is asked for one.
+#' delivers a CPU timer's signals late and rarely, and a thread on a CPU,
+#' or ready for one, whose samples fall two intervals and 8 ms behind its
+#' clock is asked for one (a sleeping thread is not woken for it: its time
+#' goes to its next sample).
+#'
+#' On a busy machine a sample is taken where the thread was running, not
+#' where the scheduler stopped it. A signal reaches a thread when it next
+#' runs its own code, so a thread stopped on its way out of a system call
+#' (where the scheduler most often stops a busy thread) took its samples
+#' there: a burn reading its CPU clock every few microseconds had up to 30 %
+#' of its samples on the clock's wrapper, where the kernel counted 3 % to
+#' 9 % of its time. Now a timer's signal that finds a thread preempted
+#' since its last sample at a system call's end leaves the sample to the
+#' thread's watch (unless the sample is `[kernel]`'s: that time was spent
+#' there): a one-shot timer a fraction of a millisecond ahead, whose signal
+#' takes the sample only if the thread ran for most of that while, and
+#' tries again a few times otherwise. Each thread has one watch; requests
+#' for an overdue sample go through it too.
 #'
 #' In a CPU profile, time the kernel spent for a thread (system calls, page
 #' faults) is a frame `[kernel]` (kind `"kernel"`) innermost, under where

@@ -20,6 +20,7 @@
 #
 #   Rscript bench/truth.R            (needs perf; as root, or with
 #                                      kernel.perf_event_paranoid <= 1)
+# WINCH_BENCH_ONLY=data.table,ranger runs only those workloads.
 # Packages missing are skipped with a note. Results: the table printed,
 # and bench/truth-results.csv unless WINCH_BENCH_OUT says where.
 library(winch)
@@ -140,6 +141,8 @@ busy <- function(n) {
   as.integer(system2("sh", c("-c", shQuote(paste(rep("yes > /dev/null & echo $!;", n), collapse = " "))), stdout = TRUE))
 }
 
+only <- strsplit(Sys.getenv("WINCH_BENCH_ONLY"), ",", fixed = TRUE)[[1]]
+if (length(only)) workloads <- workloads[intersect(names(workloads), only)]
 rows <- list()
 for (name in names(workloads)) {
   f <- workloads[[name]]

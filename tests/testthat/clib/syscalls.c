@@ -49,3 +49,21 @@ SEXP sys_mix(SEXP secs, SEXP work) {
   UNPROTECT(1);
   return out;
 }
+
+/* Until the thread has used `secs` of CPU time: `work` steps of its own
+   arithmetic, then a read of its CPU clock (a system call: the vDSO
+   cannot read a thread's CPU clock), again and again. The user and system
+   seconds the kernel counted meanwhile. */
+SEXP clock_mix(SEXP secs, SEXP work) {
+  double goal = Rf_asReal(secs), u0, s0, u1, s1;
+  int steps = Rf_asInteger(work);
+  thread_times(&u0, &s0);
+  double t0 = thread_cpu();
+  while (thread_cpu() - t0 < goal) user_work(steps);
+  thread_times(&u1, &s1);
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, 2));
+  REAL(out)[0] = u1 - u0;
+  REAL(out)[1] = s1 - s0;
+  UNPROTECT(1);
+  return out;
+}

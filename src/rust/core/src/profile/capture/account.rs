@@ -82,14 +82,15 @@ impl Accounts {
     }
 
     /// What the sample thread `tid` (the calling thread) is taking stands
-    /// for; `timer` is what the timer's signal says (its expirations), used
-    /// for a thread's first sample and when its account cannot be used.
-    /// Async-signal-safe.
-    pub fn weigh(&self, tid: i32, timer: u64) -> Weight {
-        let (Some(cpu_ns), Some((user, system))) = (thread_cpu_ns(), thread_times()) else {
+    /// for, its clocks reading `usage` (see [`Usage::now`]; None: they
+    /// could not be read); `timer` is what the timer's signal says (its
+    /// expirations), used for a thread's first sample and when its account
+    /// cannot be used. Async-signal-safe.
+    pub fn weigh(&self, tid: i32, timer: u64, usage: Option<&Usage>) -> Weight {
+        let Some(u) = usage else {
             return Weight { intervals: timer, kernel: false };
         };
-        self.account(tid, timer, cpu_ns, user, system)
+        self.account(tid, timer, u.cpu_ns, u.user_us, u.system_us)
     }
 
     /// [`weigh`](Self::weigh) with the thread's clocks read: its CPU time
@@ -115,20 +116,31 @@ impl Accounts {
             let from = cell.cpu_ns.load(Ordering::Relaxed);
             let intervals = cpu_ns.saturating_sub(from) / self.interval_ns;
             cell.cpu_ns.store(from + intervals * self.interval_ns, Ordering::Relaxed);
-            let du = user.saturating_sub(last_user);
-            let ds = system.saturating_sub(last_system);
             let mut kernel = false;
-            if last_user != UNKNOWN && du + ds > 0 && intervals > 0 {
-                let due = intervals.saturating_mul(WHOLE);
-                let share = (due as u128 * ds as u128 / (du + ds) as u128) as u64;
-                let carry = cell.carry.load(Ordering::Relaxed).saturating_add(share);
-                kernel = carry >= due;
-                cell.carry.store(if kernel { carry - due } else { carry }, Ordering::Relaxed);
+            let carry = cell.carry.load(Ordering::Relaxed);
+            if let Some((k, carry)) = kernel_share(intervals, (last_user, last_system), (user, system), carry)
+            {
+                kernel = k;
+                cell.carry.store(carry, Ordering::Relaxed);
             }
             Weight { intervals, kernel }
         };
         cell.busy.store(false, Ordering::Release);
         out
+    }
+
+    /// Whether a sample thread `tid` (the calling thread) took now, its
+    /// clocks reading `u`, would stand for the kernel's time; the account
+    /// is left as it is. Async-signal-safe.
+    pub fn kernel_due(&self, tid: i32, u: &Usage) -> bool {
+        let cell = self.cell(tid);
+        if cell.busy.load(Ordering::Acquire) || cell.tid.load(Ordering::Relaxed) != tid {
+            return false;
+        }
+        let intervals = u.cpu_ns.saturating_sub(cell.cpu_ns.load(Ordering::Relaxed)) / self.interval_ns;
+        let last = (cell.user_us.load(Ordering::Relaxed), cell.system_us.load(Ordering::Relaxed));
+        kernel_share(intervals, last, (u.user_us, u.system_us), cell.carry.load(Ordering::Relaxed))
+            .is_some_and(|(kernel, _)| kernel)
     }
 
     /// Opens the account of thread `tid` at its CPU clock's `cpu_ns` if its
@@ -155,7 +167,7 @@ impl Accounts {
     /// Its first sample then stands for its CPU time since the fork.
     /// Async-signal-safe.
     pub fn adopt(&self, tid: i32) {
-        let (Some(cpu_ns), Some((user, system))) = (thread_cpu_ns(), thread_times()) else { return };
+        let Some(Usage { cpu_ns, user_us: user, system_us: system, .. }) = Usage::now() else { return };
         let cell = self.cell(tid);
         cell.tid.store(tid, Ordering::Relaxed);
         cell.cpu_ns.store(cpu_ns, Ordering::Relaxed);
@@ -175,20 +187,57 @@ impl Accounts {
     }
 }
 
+/// Whether a sample standing for `intervals`, its thread's user and system
+/// time reading `now` and `last` at its last sample (microseconds), is the
+/// kernel's, and the system share carried on (see above). None: no share
+/// to add (no time, or the times at the last sample not known).
+fn kernel_share(intervals: u64, last: (u64, u64), now: (u64, u64), carry: u64) -> Option<(bool, u64)> {
+    let du = now.0.saturating_sub(last.0);
+    let ds = now.1.saturating_sub(last.1);
+    if last.0 == UNKNOWN || du + ds == 0 || intervals == 0 {
+        return None;
+    }
+    let due = intervals.saturating_mul(WHOLE);
+    let share = (due as u128 * ds as u128 / (du + ds) as u128) as u64;
+    let carry = carry.saturating_add(share);
+    let kernel = carry >= due;
+    Some((kernel, if kernel { carry - due } else { carry }))
+}
+
+/// The calling thread's clocks, as a sample reads them.
+#[derive(Clone, Copy, Debug)]
+pub struct Usage {
+    /// Its CPU time (nanoseconds), and user and system time (microseconds).
+    pub cpu_ns: u64,
+    pub user_us: u64,
+    pub system_us: u64,
+    /// The times the scheduler switched it out involuntarily (preempted).
+    pub preempted: u64,
+}
+
+impl Usage {
+    /// The calling thread's clocks now (async-signal-safe: its CPU clock
+    /// and the raw `getrusage(RUSAGE_THREAD)` system call).
+    pub fn now() -> Option<Usage> {
+        let cpu_ns = thread_cpu_ns()?;
+        // SAFETY: a zeroed rusage is a valid value for the kernel to fill.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage writes into `u`; RUSAGE_THREAD is the caller.
+        let r =
+            unsafe { libc::syscall(libc::SYS_getrusage, libc::RUSAGE_THREAD, &mut u as *mut libc::rusage) };
+        let us = |t: libc::timeval| t.tv_sec.max(0) as u64 * 1_000_000 + t.tv_usec.max(0) as u64;
+        (r == 0).then(|| Usage {
+            cpu_ns,
+            user_us: us(u.ru_utime),
+            system_us: us(u.ru_stime),
+            preempted: u.ru_nivcsw.max(0) as u64,
+        })
+    }
+}
+
 /// The calling thread's CPU time in nanoseconds (async-signal-safe).
 fn thread_cpu_ns() -> Option<u64> {
     super::clock::read_clock(libc::CLOCK_THREAD_CPUTIME_ID)
-}
-
-/// The calling thread's user and system time in microseconds (the raw
-/// system call: async-signal-safe).
-fn thread_times() -> Option<(u64, u64)> {
-    // SAFETY: a zeroed rusage is a valid value for the kernel to fill.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes into `u`; RUSAGE_THREAD is the caller.
-    let r = unsafe { libc::syscall(libc::SYS_getrusage, libc::RUSAGE_THREAD, &mut u as *mut libc::rusage) };
-    let us = |t: libc::timeval| t.tv_sec.max(0) as u64 * 1_000_000 + t.tv_usec.max(0) as u64;
-    (r == 0).then(|| (us(u.ru_utime), us(u.ru_stime)))
 }
 
 #[cfg(test)]
@@ -247,6 +296,21 @@ mod tests {
     }
 
     #[test]
+    fn whether_a_sample_would_be_the_kernel_s_is_told_without_taking_it() {
+        let a = Accounts::new(10 * MS);
+        let at = |cpu_ns, user_us, system_us| Usage { cpu_ns, user_us, system_us, preempted: 0 };
+        a.account(7, 1, 0, 0, 0);
+        // All system time since: the kernel's, asked twice, then taken.
+        assert!(a.kernel_due(7, &at(10 * MS, 0, 10_000)));
+        assert!(a.kernel_due(7, &at(10 * MS, 0, 10_000)), "asking changed nothing");
+        assert_eq!(a.weigh(7, 1, Some(&at(10 * MS, 0, 10_000))), Weight { intervals: 1, kernel: true });
+        // All user time since, or less than an interval: not.
+        assert!(!a.kernel_due(7, &at(20 * MS, 10_000, 10_000)));
+        assert!(!a.kernel_due(7, &at(15 * MS, 0, 15_000)));
+        assert!(!a.kernel_due(8, &at(20 * MS, 0, 20_000)), "another thread's cell");
+    }
+
+    #[test]
     fn a_busy_cell_falls_back_to_the_timer() {
         let a = Accounts::new(10 * MS);
         a.account(7, 1, 0, 0, 0);
@@ -300,13 +364,14 @@ mod tests {
 
     #[test]
     fn this_thread_s_clocks_are_read() {
-        let (c0, (u0, s0)) = (thread_cpu_ns().unwrap(), thread_times().unwrap());
+        let a = Usage::now().unwrap();
         let t = std::time::Instant::now();
         while t.elapsed() < std::time::Duration::from_millis(30) {
             // SAFETY: getppid has no preconditions.
             unsafe { libc::getppid() };
         }
-        let (c1, (u1, s1)) = (thread_cpu_ns().unwrap(), thread_times().unwrap());
-        assert!(c1 > c0 && u1 + s1 > u0 + s0, "({c0}, {u0}, {s0}) then ({c1}, {u1}, {s1})");
+        let b = Usage::now().unwrap();
+        assert!(b.cpu_ns > a.cpu_ns && b.user_us + b.system_us > a.user_us + a.system_us, "{a:?} then {b:?}");
+        assert!(b.preempted >= a.preempted);
     }
 }

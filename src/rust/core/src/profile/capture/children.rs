@@ -20,7 +20,7 @@
 //! watch: a one-shot timer on the monotonic clock, two intervals ahead,
 //! whose signal takes a sample when the child's clock says one is owed
 //! and the signal came on time (it found the child on a CPU: see
-//! [`ON_TIME_NS`]). A late one (the child had waited for a CPU and just
+//! [`ON_TIME`]). A late one (the child had waited for a CPU and just
 //! got one) arms the watch again half a millisecond ahead, inside the
 //! slice the child was given ([`rewatch`]).
 //! Each other signal of either timer re-arms it if the child's CPU clock moved
@@ -295,16 +295,12 @@ static WATCHED_CPU_NS: AtomicU64 = AtomicU64::new(0);
 static WATCH_DUE_NS: AtomicU64 = AtomicU64::new(0);
 
 /// How late a watch's signal may reach the child and still be taken for
-/// one that found it on a CPU (the signal comes within microseconds
-/// then). A later one waited for the child to get a CPU again, and would
-/// put the sample where the scheduler had stopped it: on a busy machine,
-/// most often on its way out of a system call (a burn reading its CPU
-/// clock now and then had 24 % to 51 % of its children's samples on
-/// `__vdso_clock_gettime`). Such a signal takes no sample; the time stays
-/// owed to the next. (At least twice the monotonic clock's resolution:
-/// where timers have only the kernel's tick, every signal is that late.)
-const ON_TIME_NS: u64 = 100_000;
-static ON_TIME: AtomicU64 = AtomicU64::new(ON_TIME_NS);
+/// one that found it on a CPU (see `watches::on_time_ns`): a later one
+/// waited for the child to get a CPU again, and would put the sample where
+/// the scheduler had stopped it (a burn reading its CPU clock now and then
+/// had 24 % to 51 % of its children's samples on `__vdso_clock_gettime`).
+/// Such a signal takes no sample; the time stays owed to the next.
+static ON_TIME: AtomicU64 = AtomicU64::new(100_000);
 
 /// `TIMER` (or `WATCH`) when the child has none (a kernel timer id may be
 /// 0: a child's first timer is).
@@ -389,7 +385,7 @@ pub fn set_timer(timer: libc::timer_t) {
 /// Keeps the child's watch (see above) and arms it to fire `ns` from now.
 pub fn set_watch(timer: libc::timer_t, ns: u64) {
     WATCH_NS.store(ns, Ordering::Relaxed);
-    ON_TIME.store(ON_TIME_NS.max(2 * super::clock::resolution_ns(libc::CLOCK_MONOTONIC)), Ordering::Relaxed);
+    ON_TIME.store(super::watches::on_time_ns(), Ordering::Relaxed);
     arm_watch(timer, 0, ns);
     WATCH.store(timer as usize, Ordering::Release);
 }
@@ -434,13 +430,9 @@ fn soon_ns(on_time_ns: u64) -> u64 {
 
 /// Whether the child's watch's signal, handled at `now_ns` (the monotonic
 /// clock), came on time: it found the child on a CPU (see
-/// [`ON_TIME_NS`]). Async-signal-safe.
+/// [`ON_TIME`]). Async-signal-safe.
 pub fn watch_on_time(now_ns: u64) -> bool {
-    on_time(WATCH_DUE_NS.load(Ordering::Relaxed), now_ns, ON_TIME.load(Ordering::Relaxed))
-}
-
-fn on_time(due_ns: u64, now_ns: u64, within_ns: u64) -> bool {
-    now_ns.saturating_sub(due_ns) <= within_ns
+    super::watches::on_time(WATCH_DUE_NS.load(Ordering::Relaxed), now_ns, ON_TIME.load(Ordering::Relaxed))
 }
 
 /// Whether a child whose CPU clock read `then_ns` when its watch (of `ns`)
@@ -531,19 +523,8 @@ mod tests {
     use crate::profile::record::{Flags, Header, Prefix};
 
     #[test]
-    fn a_watch_signal_that_waited_for_a_cpu_is_late() {
-        let due = 1_000_000_000;
-        assert!(on_time(due, due + 20_000, ON_TIME_NS), "20 µs: the child was on a CPU");
-        assert!(on_time(due - 5, due, ON_TIME_NS), "(a clock read just before the due time)");
-        assert!(!on_time(due, due + 3_000_000, ON_TIME_NS), "3 ms: it waited for one");
-        // Timers of the kernel's tick (4 ms): 3 ms late is on time.
-        assert!(on_time(due, due + 3_000_000, 8_000_000));
-    }
-
-    #[test]
     fn a_late_watch_fires_again_within_the_slice_it_found_and_after_lateness() {
-        assert_eq!(soon_ns(ON_TIME_NS), 500_000, "half a millisecond");
-        assert!(soon_ns(ON_TIME_NS) > ON_TIME_NS);
+        assert_eq!(soon_ns(100_000), 500_000, "half a millisecond");
         // Timers of the kernel's tick: after what counts as on time.
         assert!(soon_ns(8_000_000) > 8_000_000);
     }

@@ -2,13 +2,15 @@
 //! the session's `Collected` (each sample marked certain or not, see
 //! `snapshots`), follows modules loaded and unloaded (a new snapshot, and
 //! the hooks of the new modules), and with timers for every thread finds
-//! new threads (see `threads`); in a CPU profile it asks a thread whose
-//! CPU clock runs well ahead of its samples for one (see `account`). It
-//! returns what it knows of them when the session stops.
+//! new threads (see `threads`); in a CPU profile it gives each thread a
+//! watch and arms it for a thread whose CPU clock runs well ahead of its
+//! samples (see `watches`). It returns what it knows of them when the
+//! session stops.
 
 use super::clock::{self, read_clock};
 use super::shared::{Session, Trigger};
 use super::threads::Threads;
+use super::watches::Watches;
 use crate::modules::Generation;
 use crate::profile::collect::Thread;
 use crate::profile::record;
@@ -41,15 +43,14 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
                 }
                 _ => None,
             };
-            let mut poked = HashMap::new();
-            let one_cpu = one_cpu();
+            let mut watched = Watched::default();
             let cpu = || read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0);
             let first = cpu();
             while !s.stop.load(Ordering::Acquire) {
                 if let Some(t) = threads.as_mut() {
                     t.poll();
                 }
-                poke_behind(&s, threads.as_ref(), &mut poked, one_cpu);
+                catch_up(&s, threads.as_ref(), &mut watched);
                 if let Ok(mut watch) = s.relatives.try_lock() {
                     if let Some(w) = watch.as_mut() {
                         w.look(Instant::now());
@@ -60,6 +61,7 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
                 std::thread::sleep(POLL);
             }
             let used = cpu().saturating_sub(first);
+            watched.stop(&s);
             let found = threads.map(Threads::stop).unwrap_or_default();
             collect(&s, &mut buf);
             (found, used)
@@ -67,63 +69,86 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
         .ok()
 }
 
-/// Asks each sampled thread whose CPU clock has run two intervals and two
-/// of the kernel's ticks (8 ms at HZ = 250) ahead of its samples for one,
-/// at most once in that time: its timer's signals are not coming (see
-/// `account`). Only a thread on a CPU now (see [`on_cpu`]): a sleeping
-/// one would be woken where it waits (an OpenMP worker in libgomp's futex
-/// wait), and its sample, standing for the work it did before, put all of
-/// it there (libgomp 61 % of a loaded data.table run's samples where perf
-/// counted 54 %). Its time is owed to its next sample, when it runs again.
-/// (With `one_cpu`, the process's threads share one CPU with the collector
-/// and are never on it while the collector looks: one running or ready for
-/// the CPU is asked, as /proc says.)
-fn poke_behind(s: &Session, threads: Option<&Threads>, poked: &mut HashMap<i32, Instant>, one_cpu: bool) {
-    let (Some(accounts), Trigger::Timer { interval_ns, .. }) = (s.accounts.as_ref(), s.trigger) else {
-        return;
-    };
-    let lag_ns = 2 * interval_ns + 8_000_000;
-    let main = std::iter::once((s.main_tid, clock::cpu_clock(s.main_tid)));
-    for (tid, clock) in main.chain(threads.into_iter().flat_map(Threads::live)) {
-        let Some(now) = read_clock(clock) else { continue };
-        accounts.open(tid, now);
-        if accounts.behind(tid, now, lag_ns)
-            && poked.get(&tid).is_none_or(|at| at.elapsed() >= Duration::from_nanos(lag_ns))
-            && if one_cpu {
-                crate::procfs::stat(crate::procfs::Proc::This, Some(tid)).is_some_and(|st| st.running())
-            } else {
-                on_cpu(clock, now)
+/// The watches the collector made (see `watches`): each thread's timer,
+/// and when it was last armed for the thread being behind.
+#[derive(Default)]
+struct Watched {
+    timers: HashMap<i32, libc::timer_t>,
+    armed: HashMap<i32, Instant>,
+}
+
+impl Watched {
+    /// Thread `tid`'s watch, made if it has none (false: none could be).
+    fn ensure(&mut self, s: &Session, watches: &Watches, tid: i32) -> bool {
+        if self.timers.contains_key(&tid) {
+            return true;
+        }
+        let Some(timer) = clock::watch(s.signal, tid) else { return false };
+        if !watches.keep(tid, timer) {
+            // SAFETY: the timer just made, not kept.
+            unsafe { libc::timer_delete(timer) };
+            return false;
+        }
+        self.timers.insert(tid, timer);
+        true
+    }
+
+    /// Deletes the watches of threads not in `live`.
+    fn retain(&mut self, watches: &Watches, live: &[i32]) {
+        let gone: Vec<i32> = self.timers.keys().copied().filter(|t| !live.contains(t)).collect();
+        for tid in gone {
+            watches.forget(tid);
+            if let Some(timer) = self.timers.remove(&tid) {
+                // SAFETY: our timer, no longer in the table, deleted once.
+                unsafe { libc::timer_delete(timer) };
             }
-        {
-            super::handler::poke(s, tid);
-            poked.insert(tid, Instant::now());
+            self.armed.remove(&tid);
+        }
+    }
+
+    /// Deletes every watch (sampling stops).
+    fn stop(&mut self, s: &Session) {
+        if let Some(watches) = s.watches.as_ref() {
+            self.retain(watches, &[]);
         }
     }
 }
 
-/// Whether the thread whose CPU clock is `clock`, read as `then` a moment
-/// ago, is on a CPU now: its clock moved since. Not one ready for a CPU
-/// and waiting for it: a signal reaches a thread where it was stopped,
-/// and on a busy machine the scheduler stops a thread most often on its
-/// way out of a system call (where its time is accounted and its slice
-/// found spent), so such samples all fell there (a burn reading its CPU
-/// clock now and then among busy processes: a third of its samples on
-/// `__vdso_clock_gettime`, where it spent a few percent). A thread on the
-/// collector's own CPU is not running while it looks: it is asked at a
-/// later look, from another CPU, or its timer's signal comes.
-fn on_cpu(clock: libc::clockid_t, then: u64) -> bool {
-    read_clock(clock).is_some_and(|t| t > then)
-}
-
-/// Whether the calling thread may run on one CPU only (its affinity: a
-/// `taskset`, a container's cpuset).
-fn one_cpu() -> bool {
-    // SAFETY: a zeroed cpu_set_t is a valid, empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: sched_getaffinity writes at most the size given into `set`.
-    let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } == 0;
-    // SAFETY: `set` is a valid cpu_set_t.
-    ok && unsafe { libc::CPU_COUNT(&set) } <= 1
+/// Gives each sampled thread a watch, and arms it for one whose CPU clock
+/// has run two intervals and two of the kernel's ticks (8 ms at HZ = 250)
+/// ahead of its samples, at most once in that time: its timer's signals
+/// are not coming (see `account`). Only for a thread on a CPU or ready
+/// for one: a sleeping one would be woken where it waits (an OpenMP worker
+/// in libgomp's futex wait), and its sample, standing for the work it did
+/// before, put all of it there (libgomp 61 % of a loaded data.table run's
+/// samples where perf counted 54 %). Its time is owed to its next sample,
+/// when it runs again. The watch takes the sample once it finds the thread
+/// running (see `watches`).
+fn catch_up(s: &Session, threads: Option<&Threads>, watched: &mut Watched) {
+    let (Some(accounts), Some(watches), Trigger::Timer { interval_ns, .. }) =
+        (s.accounts.as_ref(), s.watches.as_ref(), s.trigger)
+    else {
+        return;
+    };
+    let lag_ns = 2 * interval_ns + 8_000_000;
+    let main = std::iter::once((s.main_tid, clock::cpu_clock(s.main_tid)));
+    let live: Vec<(i32, libc::clockid_t)> = main.chain(threads.into_iter().flat_map(Threads::live)).collect();
+    let tids: Vec<i32> = live.iter().map(|&(tid, _)| tid).collect();
+    watched.retain(watches, &tids);
+    for (tid, clock) in live {
+        if !watched.ensure(s, watches, tid) {
+            continue;
+        }
+        let Some(now) = read_clock(clock) else { continue };
+        accounts.open(tid, now);
+        if accounts.behind(tid, now, lag_ns)
+            && watched.armed.get(&tid).is_none_or(|at| at.elapsed() >= Duration::from_nanos(lag_ns))
+            && crate::procfs::stat(crate::procfs::Proc::This, Some(tid)).is_some_and(|st| st.running())
+            && watches.arm(tid, now)
+        {
+            watched.armed.insert(tid, Instant::now());
+        }
+    }
 }
 
 /// A new snapshot if modules were loaded or unloaded (the loader's
@@ -167,104 +192,5 @@ pub fn close_children(s: &Session) {
     if let Some(children) = &s.children {
         let mut c = s.collected.lock().unwrap_or_else(|e| e.into_inner());
         s.parent.lock().unwrap_or_else(|e| e.into_inner()).close(children, &mut c);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicBool, AtomicI32};
-
-    /// Binds the calling thread to CPU `cpu`; false if it may not run there.
-    fn bind(cpu: usize) -> bool {
-        // SAFETY: a zeroed cpu_set_t is a valid, empty set; CPU_SET adds
-        // `cpu`; sched_setaffinity binds the calling thread only.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-        }
-    }
-
-    /// The first two CPUs this process may run on.
-    fn two_cpus() -> Option<(usize, usize)> {
-        // SAFETY: a zeroed cpu_set_t is a valid, empty set, which
-        // sched_getaffinity fills.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-            return None;
-        }
-        // SAFETY: `set` is a valid cpu_set_t.
-        let mut cpus = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) });
-        Some((cpus.next()?, cpus.next()?))
-    }
-
-    /// Of 50 looks, 1 ms apart, from CPU `from`, how many find the thread
-    /// running `work` on CPU `on` on a CPU (None: the threads could not be
-    /// bound).
-    fn looks_on_cpu(work: fn(&AtomicBool), on: usize, from: usize) -> Option<usize> {
-        let (tid, stop) = (Arc::new(AtomicI32::new(0)), Arc::new(AtomicBool::new(false)));
-        let (t, s) = (tid.clone(), stop.clone());
-        let worker = std::thread::spawn(move || {
-            t.store(if bind(on) { clock::gettid() } else { -1 }, Ordering::Release);
-            work(&s);
-        });
-        let looker = std::thread::spawn(move || {
-            while tid.load(Ordering::Acquire) == 0 {
-                std::thread::yield_now();
-            }
-            let tid = tid.load(Ordering::Acquire);
-            if tid < 0 || !bind(from) {
-                return None;
-            }
-            let clock = clock::cpu_clock(tid);
-            Some(
-                (0..50)
-                    .filter(|_| {
-                        std::thread::sleep(Duration::from_millis(1));
-                        on_cpu(clock, read_clock(clock).unwrap())
-                    })
-                    .count(),
-            )
-        });
-        let on = looker.join().unwrap();
-        stop.store(true, Ordering::Release);
-        worker.join().unwrap();
-        on
-    }
-
-    #[test]
-    fn a_thread_is_on_a_cpu_when_it_runs_there_not_when_it_sleeps() {
-        // (The one looking runs on another CPU: a thread on the looker's
-        // own CPU is never running while it looks.)
-        let Some((a, b)) = two_cpus() else {
-            eprintln!("skipped: this process may run on one CPU only");
-            return;
-        };
-        let spin = looks_on_cpu(|stop| while !stop.load(Ordering::Acquire) {}, a, b);
-        let sleep = looks_on_cpu(
-            |stop| {
-                while !stop.load(Ordering::Acquire) {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            },
-            a,
-            b,
-        );
-        let (Some(spin), Some(sleep)) = (spin, sleep) else {
-            eprintln!("skipped: threads cannot be bound to CPUs here");
-            return;
-        };
-        // (On a busy machine the spinning thread waits for its CPU now and
-        // then; the sleeping one may be caught awake.)
-        assert!(spin >= 5, "spinning: on a CPU at {spin} of 50 looks");
-        assert!(sleep <= 3, "sleeping: on a CPU at {sleep} of 50 looks");
-    }
-
-    #[test]
-    fn a_thread_bound_to_one_cpu_says_so() {
-        let one = std::thread::spawn(|| bind(0).then(one_cpu)).join().unwrap();
-        assert_ne!(one, Some(false));
     }
 }

@@ -8,16 +8,19 @@
 //! Everything here is async-signal-safe: no allocation, no lock, no R API;
 //! system calls only `clock_gettime`, `process_vm_readv` (another thread's
 //! stack), `tgkill` (asking R's main thread for a reference sample),
-//! `gettid`, and the thread's CPU clock and `getrusage` (see `account`).
+//! `gettid`, the thread's CPU clock and `getrusage` (see `account`), and
+//! `timer_settime` (its watch, see `watches`).
 
 use super::super::compose::Moment;
 use super::super::labels;
 use super::super::record::{self, Entry, Flags};
+use super::account::Usage;
 use super::active::Active;
 use super::clock::{gettid, now_ns, MIN_INTERVAL_NS, WATCH};
 use super::main_ref::MainSample;
 use super::sample::{sample, Sink, Tick};
 use super::shared::Session;
+use super::watches::Verdict;
 use super::worker::{sample_worker, Extra, ThreadId};
 use crate::memory::Memory;
 use crate::unwind::walk::Snapshot;
@@ -27,40 +30,29 @@ use std::sync::atomic::Ordering;
 const KERNEL_HEAD: [u64; 1] = [Entry::r(labels::KERNEL)];
 
 /// What a timer's sample of the calling thread `tid` stands for, its
-/// timer saying `weight`, and what it carries: in a CPU profile, the
-/// intervals of the thread's account and `[kernel]` when it is the
-/// kernel's time (see `account`). 0 intervals: no sample.
-fn weighed(s: &Session, timer: bool, tid: i32, weight: u64) -> (u64, Extra<'static>) {
+/// timer saying `weight` and its clocks reading `usage`, and what it
+/// carries: in a CPU profile, the intervals of the thread's account and
+/// `[kernel]` when it is the kernel's time (see `account`). 0 intervals:
+/// no sample.
+fn weighed(s: &Session, timer: bool, tid: i32, weight: u64, usage: Option<&Usage>) -> (u64, Extra<'static>) {
     let Some(accounts) = s.accounts.as_ref().filter(|_| timer) else { return (weight, Extra::NONE) };
-    let w = accounts.weigh(tid, weight);
+    let w = accounts.weigh(tid, weight, usage);
     (w.intervals, if w.kernel { Extra { head: &KERNEL_HEAD, ..Extra::NONE } } else { Extra::NONE })
 }
 
-/// What the collector's signal asking a thread for a sample carries (see
-/// [`poke`]).
-const POKE: i32 = 0x5749_4e43;
-
-/// Asks thread `tid` for a sample: its timer's signals are not coming
-/// (see `account`). The signal is queued with [`POKE`], which the handler
-/// takes for its timer's.
-pub(super) fn poke(s: &Session, tid: i32) {
-    // SAFETY: a zeroed siginfo_t is a valid value to fill in.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    info.si_signo = s.signal;
-    info.si_code = libc::SI_QUEUE;
-    let p = &mut info as *mut libc::siginfo_t as *mut u8;
-    // SAFETY: the sender's pid and uid, then the value, at their offsets
-    // in a queued signal's siginfo_t (16, 20 and 24 on Linux).
-    unsafe {
-        std::ptr::write_unaligned(p.add(16) as *mut libc::pid_t, s.pid);
-        std::ptr::write_unaligned(p.add(20) as *mut libc::uid_t, libc::getuid());
-        std::ptr::write_unaligned(p.add(24) as *mut i32, POKE);
-    }
-    // SAFETY: a thread of this process, our own handled signal, a filled
-    // siginfo_t.
-    unsafe {
-        libc::syscall(libc::SYS_rt_tgsigqueueinfo, s.pid, tid, s.signal, &info as *const libc::siginfo_t)
+/// Whether a CPU profile's timer's or watch's signal takes its sample here,
+/// on thread `tid` with its clocks reading `usage`: only where it found
+/// the thread running (see `watches`). Other signals do.
+fn found_running(s: &Session, kind: Kind, tid: i32, usage: Option<&Usage>, now_ns: u64, ip: usize) -> bool {
+    let (Some(watches), Some(u)) = (s.watches.as_ref(), usage) else { return kind != Kind::Watch };
+    let verdict = match kind {
+        Kind::Timer => watches.timer_signal(tid, u.cpu_ns, u.preempted, || {
+            at_system_call(ip) && !s.accounts.as_ref().is_some_and(|a| a.kernel_due(tid, u))
+        }),
+        Kind::Watch => watches.watch_signal(tid, now_ns, u.cpu_ns, u.preempted),
+        Kind::Other => Verdict::Take,
     };
+    verdict == Verdict::Take
 }
 
 /// The session samples are taken for (see `active`).
@@ -94,45 +86,57 @@ unsafe fn value(info: *const libc::siginfo_t) -> i32 {
     unsafe { std::ptr::read_unaligned((info as *const u8).add(24) as *const i32) }
 }
 
-/// Whether a signal came from a timer, and the expirations it stands for
-/// (1 and those that happened while it was pending).
+/// Whether the thread interrupted at `ip` was at a system call's end (or
+/// about to make it again, restarted): the instruction before `ip`, or the
+/// one at it, is `syscall`. Read through the kernel: async-signal-safe,
+/// and an unreadable address is a no, never a fault.
+#[cfg(target_arch = "x86_64")]
+fn at_system_call(ip: usize) -> bool {
+    let mut b = [0u8; 4];
+    crate::memory::read(ip.wrapping_sub(2), &mut b) && (b[..2] == SYSCALL || b[2..] == SYSCALL)
+}
+#[cfg(target_arch = "x86_64")]
+const SYSCALL: [u8; 2] = [0x0f, 0x05];
+
+#[cfg(not(target_arch = "x86_64"))]
+fn at_system_call(_ip: usize) -> bool {
+    true
+}
+
+/// What sent a signal.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The sampling timer.
+    Timer,
+    /// A thread's watch (see `watches`, and `children` for a forked
+    /// child's).
+    Watch,
+    /// Another thread's handler asking R's main thread for a reference
+    /// sample.
+    Other,
+}
+
+/// What sent a signal, and the timer's expirations it stands for (1 and
+/// those that happened while it was pending; a watch's: none, the time
+/// its thread's account says is owed).
 ///
 /// # Safety
 /// `info` is the kernel's `siginfo_t` for the signal being handled.
-unsafe fn expirations(info: *mut libc::siginfo_t) -> (bool, u64) {
+unsafe fn expirations(info: *mut libc::siginfo_t) -> (Kind, u64) {
     // SAFETY: `info` points to a siginfo_t.
-    let code = unsafe { (*info).si_code };
-    // The collector asking for a sample stands for the timer (see `poke`):
-    // a queued signal from this process with its value.
-    // SAFETY: `info` points to a siginfo_t; the sender's pid of a queued
-    // signal at its offset.
-    let poked = code == libc::SI_QUEUE
-        && unsafe { std::ptr::read_unaligned((info as *const u8).add(16) as *const libc::pid_t) }
-            // SAFETY: getpid has no preconditions (and is async-signal-safe).
-            == unsafe { libc::getpid() }
-        // SAFETY: as above.
-        && unsafe { value(info) } == POKE;
-    if poked {
-        return (true, 1);
+    if unsafe { (*info).si_code } != libc::SI_TIMER {
+        return (Kind::Other, 1);
     }
-    let timer = code == libc::SI_TIMER;
-    // A forked child's watch (see `children`): the time its account says
-    // is owed, nothing else.
     // SAFETY: `info` points to a siginfo_t.
-    if timer && unsafe { value(info) } == WATCH {
-        return (true, 0);
+    if unsafe { value(info) } == WATCH {
+        return (Kind::Watch, 0);
     }
     // Timer expirations while this signal was pending (si_overrun: the int
     // after si_tid at the start of the union, for SI_TIMER signals).
     // SAFETY: `info` points to a siginfo_t; offsets of the timer fields.
-    let overrun = unsafe {
-        if timer {
-            std::ptr::read_unaligned((info as *const u8).add(20) as *const libc::c_int).max(0) as u64
-        } else {
-            0
-        }
-    };
-    (timer, 1 + overrun)
+    let overrun =
+        unsafe { std::ptr::read_unaligned((info as *const u8).add(20) as *const libc::c_int).max(0) as u64 };
+    (Kind::Timer, 1 + overrun)
 }
 
 /// The signal handler: one sample of the thread it runs on.
@@ -156,19 +160,22 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     // SAFETY: the caller's.
     let regs = unsafe { interrupted(uctx) };
     // SAFETY: the caller's.
-    let (timer, weight) = unsafe { expirations(info) };
+    let (kind, weight) = unsafe { expirations(info) };
+    let timer = kind != Kind::Other;
     let Some((snapshot, index)) = s.snapshot() else { return };
     let context = s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0);
     let tid = if main { s.main_tid } else { gettid() };
+    // A CPU sample reads the thread's clocks once: its account and watch
+    // use them.
+    let usage = if timer && s.accounts.is_some() { Usage::now() } else { None };
     // A forked child sampling itself: its main thread only.
     if let Some(slot) = super::children::current() {
         // A watch's signal that waited for the child to get a CPU takes no
-        // sample (see `children::ON_TIME_NS`).
-        // SAFETY: the caller's.
-        let late = timer && unsafe { value(info) } == WATCH && !super::children::watch_on_time(start);
+        // sample (see `children`).
+        let late = kind == Kind::Watch && !super::children::watch_on_time(start);
         if main && !late {
             // (The child's own id: `main_tid` is its parent's.)
-            let (weight, extra) = weighed(s, timer, gettid(), weight);
+            let (weight, extra) = weighed(s, timer, gettid(), weight, usage.as_ref());
             if weight > 0 {
                 let tick = Tick { weight, flags: Flags::PROCESS, started_ns: start };
                 child_tick(s, slot, regs, tick, (snapshot, index), context, extra);
@@ -180,8 +187,11 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
         return;
     }
     s.handler_runs.fetch_add(1, Ordering::Relaxed);
+    if !found_running(s, kind, tid, usage.as_ref(), start, regs.0) {
+        return;
+    }
     if !main {
-        let (weight, extra) = weighed(s, timer, tid, weight);
+        let (weight, extra) = weighed(s, timer, tid, weight, usage.as_ref());
         if weight > 0 {
             let tick = Tick { weight, flags: Flags::NONE, started_ns: start };
             sample_other_thread(s, tid, regs, tick, (snapshot, index), context, extra);
@@ -201,7 +211,7 @@ unsafe fn tick(s: &Session, info: *mut libc::siginfo_t, uctx: *mut libc::c_void,
     // SAFETY: only the main thread's handler uses `scratch` while the
     // session runs, and it does not nest (the signal is blocked in it).
     let Some(scratch) = (unsafe { &mut *s.scratch.get() }).as_deref_mut() else { return };
-    let (weight, extra) = weighed(s, timer, tid, weight);
+    let (weight, extra) = weighed(s, timer, tid, weight, usage.as_ref());
     if timer && weight == 0 {
         return;
     }
@@ -399,6 +409,17 @@ fn main_allocation(
 #[cfg(test)]
 mod tests {
     use super::reusable;
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_thread_is_at_a_system_call_s_end_when_the_instruction_before_is_syscall() {
+        static CODE: [u8; 6] = [0x90, 0x90, 0x0f, 0x05, 0x90, 0x90];
+        let at = |i: usize| super::at_system_call(CODE.as_ptr() as usize + i);
+        assert!(at(4), "just after it: the system call returned there");
+        assert!(at(2), "at it: restarted");
+        assert!(!at(1) && !at(5) && !at(6));
+        assert!(!super::at_system_call(16), "unreadable: no");
+    }
 
     #[test]
     fn a_main_sample_stands_for_other_threads_only_if_kept_in_their_record_and_after_the_last_start() {

@@ -5,7 +5,8 @@
 //! one of the `slots`) into a `ring`, with the modules of the current
 //! `snapshots`; threads are found as they start (`spawn`) or by
 //! listing them (`threads`); each thread's `account` of its CPU time
-//! weighs its CPU samples; a memory profile samples allocations
+//! weighs its CPU samples, and its watch (`watches`) takes them where it
+//! runs on a busy machine; a memory profile samples allocations
 //! instead (`alloc`). The `collector` thread empties the rings into
 //! `collect`. `active` is the protocol that lets a
 //! session end while handlers run; `fork` keeps a child of a profiled
@@ -31,6 +32,7 @@ pub(crate) mod slots;
 pub(crate) mod snapshots;
 pub(crate) mod spawn;
 pub(crate) mod threads;
+pub(crate) mod watches;
 pub(crate) mod worker;
 
 pub use clock::Clock;

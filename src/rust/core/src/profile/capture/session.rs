@@ -167,6 +167,8 @@ fn new_session(
             }
             _ => None,
         },
+        watches: matches!(trigger, Trigger::Timer { clock: Clock::Cpu, .. })
+            .then(super::watches::Watches::new),
     })
 }
 
@@ -224,7 +226,7 @@ pub fn start(facts: RFacts, interpreter_addr: usize, trigger: Trigger, scope: Sc
     // R's main thread's account starts now: its samples stand for its CPU
     // time from here, even if its timer's first signal never comes.
     if let Some(accounts) = &session.accounts {
-        accounts.weigh(session.main_tid, 0);
+        accounts.weigh(session.main_tid, 0, super::account::Usage::now().as_ref());
     }
     let main_cpu_start = clock::read_clock(clock::cpu_clock(session.main_tid)).unwrap_or(0);
     ACTIVE.publish(Arc::as_ptr(&session));

@@ -99,6 +99,9 @@ pub struct Session {
     /// A CPU profile: each thread's account of its CPU time (what its
     /// samples stand for).
     pub(super) accounts: Option<super::account::Accounts>,
+    /// A CPU profile: each thread's watch (where its samples are taken on
+    /// a busy machine).
+    pub(super) watches: Option<super::watches::Watches>,
 }
 
 // SAFETY: `scratch` is touched only by R's main thread's samples, one at a
