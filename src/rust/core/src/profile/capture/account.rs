@@ -11,9 +11,10 @@
 //! lost when the timer is deleted (one profile in twelve had no sample at
 //! all). So a sample stands for the thread's CPU time since its last
 //! sample (its CPU clock, read in the handler), in whole intervals, the
-//! remainder carried; and the collector asks a thread whose clock has run
-//! well ahead of its last sample for one (see [`Accounts::behind`]). A
-//! signal that finds less than an interval to stand for takes no sample.
+//! remainder carried; and the collector arms the watch of a thread whose
+//! clock has run well ahead of its last sample (see [`Accounts::behind`]
+//! and `watches`). A signal that finds less than an interval to stand for
+//! takes no sample.
 //!
 //! **Kernel time.** The same signal comes on the way back from a system
 //! call when the thread was in one, so a sample cannot tell the kernel's
@@ -127,6 +128,14 @@ impl Accounts {
         };
         cell.busy.store(false, Ordering::Release);
         out
+    }
+
+    /// Whether thread `tid`'s account is its own and free: a sample it
+    /// leaves for later (see `watches`) is then still owed to it.
+    /// Async-signal-safe.
+    pub fn owns(&self, tid: i32) -> bool {
+        let cell = self.cell(tid);
+        cell.tid.load(Ordering::Relaxed) == tid && !cell.busy.load(Ordering::Acquire)
     }
 
     /// Whether a sample thread `tid` (the calling thread) took now, its
@@ -308,6 +317,9 @@ mod tests {
         assert!(!a.kernel_due(7, &at(20 * MS, 10_000, 10_000)));
         assert!(!a.kernel_due(7, &at(15 * MS, 0, 15_000)));
         assert!(!a.kernel_due(8, &at(20 * MS, 0, 20_000)), "another thread's cell");
+        assert!(a.owns(7) && !a.owns(8) && !a.owns(7 + CELLS as i32));
+        a.cells[7].busy.store(true, Ordering::Relaxed);
+        assert!(!a.owns(7), "busy");
     }
 
     #[test]

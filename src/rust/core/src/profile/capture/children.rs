@@ -300,7 +300,7 @@ static WATCH_DUE_NS: AtomicU64 = AtomicU64::new(0);
 /// the scheduler had stopped it (a burn reading its CPU clock now and then
 /// had 24 % to 51 % of its children's samples on `__vdso_clock_gettime`).
 /// Such a signal takes no sample; the time stays owed to the next.
-static ON_TIME: AtomicU64 = AtomicU64::new(100_000);
+static ON_TIME: AtomicU64 = AtomicU64::new(super::watches::ON_TIME_NS);
 
 /// `TIMER` (or `WATCH`) when the child has none (a kernel timer id may be
 /// 0: a child's first timer is).
@@ -524,7 +524,7 @@ mod tests {
 
     #[test]
     fn a_late_watch_fires_again_within_the_slice_it_found_and_after_lateness() {
-        assert_eq!(soon_ns(100_000), 500_000, "half a millisecond");
+        assert_eq!(soon_ns(super::super::watches::ON_TIME_NS), 500_000, "half a millisecond");
         // Timers of the kernel's tick: after what counts as on time.
         assert!(soon_ns(8_000_000) > 8_000_000);
     }

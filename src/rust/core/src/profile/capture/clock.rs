@@ -81,9 +81,9 @@ pub fn timer(
 pub const WATCH: i32 = 0x5749_4e57;
 
 /// A timer that sends `signal` to thread `tid` once, `ns` of monotonic
-/// time after each [`arm_once`], carrying [`WATCH`]: it wakes a thread
-/// whose CPU-time timer's signals are not coming (see `children`).
-/// Created disarmed.
+/// time after each [`arm_once`], carrying [`WATCH`]: a thread's watch,
+/// which takes a sample where the thread runs (see `watches`, and
+/// `children` for a forked child's). Created disarmed.
 pub fn watch(signal: libc::c_int, tid: i32) -> Option<libc::timer_t> {
     create(signal, libc::CLOCK_MONOTONIC, tid, WATCH)
 }

@@ -14,7 +14,7 @@ use super::watches::Watches;
 use crate::modules::Generation;
 use crate::profile::collect::Thread;
 use crate::profile::record;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,7 +43,7 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
                 }
                 _ => None,
             };
-            let mut watched = Watched::default();
+            let mut watched = Watched::new(&s);
             let cpu = || read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0);
             let first = cpu();
             while !s.stop.load(Ordering::Acquire) {
@@ -61,7 +61,7 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
                 std::thread::sleep(POLL);
             }
             let used = cpu().saturating_sub(first);
-            watched.stop(&s);
+            drop(watched);
             let found = threads.map(Threads::stop).unwrap_or_default();
             collect(&s, &mut buf);
             (found, used)
@@ -70,33 +70,60 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
 }
 
 /// The watches the collector made (see `watches`): each thread's timer,
-/// and when it was last armed for the thread being behind.
-#[derive(Default)]
+/// when it was last armed for the thread being behind, and the threads
+/// for which none could be made (their cell another's, or no timer).
+/// Every timer is deleted when sampling stops, or if the collector ends
+/// otherwise (dropped).
 struct Watched {
+    session: Arc<Session>,
     timers: HashMap<i32, libc::timer_t>,
     armed: HashMap<i32, Instant>,
+    failed: HashSet<i32>,
 }
 
 impl Watched {
-    /// Thread `tid`'s watch, made if it has none (false: none could be).
-    fn ensure(&mut self, s: &Session, watches: &Watches, tid: i32) -> bool {
+    fn new(session: &Arc<Session>) -> Watched {
+        Watched {
+            session: session.clone(),
+            timers: HashMap::new(),
+            armed: HashMap::new(),
+            failed: HashSet::new(),
+        }
+    }
+
+    /// Whether thread `tid` has a watch: made if it has none and none
+    /// could not be made before.
+    fn ensure(&mut self, watches: &Watches, tid: i32) -> bool {
         if self.timers.contains_key(&tid) {
             return true;
         }
-        let Some(timer) = clock::watch(s.signal, tid) else { return false };
-        if !watches.keep(tid, timer) {
-            // SAFETY: the timer just made, not kept.
-            unsafe { libc::timer_delete(timer) };
+        if self.failed.contains(&tid) {
             return false;
         }
-        self.timers.insert(tid, timer);
-        true
+        let made = clock::watch(self.session.signal, tid);
+        match made {
+            Some(timer) if watches.keep(tid, timer) => {
+                self.timers.insert(tid, timer);
+                true
+            }
+            _ => {
+                if let Some(timer) = made {
+                    // SAFETY: the timer just made, not kept.
+                    unsafe { libc::timer_delete(timer) };
+                }
+                self.failed.insert(tid);
+                false
+            }
+        }
     }
 
     /// Deletes the watches of threads not in `live`.
-    fn retain(&mut self, watches: &Watches, live: &[i32]) {
+    fn retain(&mut self, live: &HashSet<i32>) {
+        let Some(watches) = self.session.watches.as_ref() else { return };
+        self.failed.retain(|t| live.contains(t));
         let gone: Vec<i32> = self.timers.keys().copied().filter(|t| !live.contains(t)).collect();
         for tid in gone {
+            // (Out of the table, and armed by no handler, first.)
             watches.forget(tid);
             if let Some(timer) = self.timers.remove(&tid) {
                 // SAFETY: our timer, no longer in the table, deleted once.
@@ -105,12 +132,11 @@ impl Watched {
             self.armed.remove(&tid);
         }
     }
+}
 
-    /// Deletes every watch (sampling stops).
-    fn stop(&mut self, s: &Session) {
-        if let Some(watches) = s.watches.as_ref() {
-            self.retain(watches, &[]);
-        }
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.retain(&HashSet::new());
     }
 }
 
@@ -133,15 +159,14 @@ fn catch_up(s: &Session, threads: Option<&Threads>, watched: &mut Watched) {
     let lag_ns = 2 * interval_ns + 8_000_000;
     let main = std::iter::once((s.main_tid, clock::cpu_clock(s.main_tid)));
     let live: Vec<(i32, libc::clockid_t)> = main.chain(threads.into_iter().flat_map(Threads::live)).collect();
-    let tids: Vec<i32> = live.iter().map(|&(tid, _)| tid).collect();
-    watched.retain(watches, &tids);
+    watched.retain(&live.iter().map(|&(tid, _)| tid).collect());
     for (tid, clock) in live {
-        if !watched.ensure(s, watches, tid) {
-            continue;
-        }
         let Some(now) = read_clock(clock) else { continue };
         accounts.open(tid, now);
-        if accounts.behind(tid, now, lag_ns)
+        // Every thread has its watch before it falls behind: its timer's
+        // signals use it too.
+        if watched.ensure(watches, tid)
+            && accounts.behind(tid, now, lag_ns)
             && watched.armed.get(&tid).is_none_or(|at| at.elapsed() >= Duration::from_nanos(lag_ns))
             && crate::procfs::stat(crate::procfs::Proc::This, Some(tid)).is_some_and(|st| st.running())
             && watches.arm(tid, now)

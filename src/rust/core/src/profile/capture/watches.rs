@@ -12,9 +12,11 @@
 //! ([`Watches::ahead_ns`]), and its signal takes the sample if it came on
 //! time and the thread ran for most of that while ([`found_running`]):
 //! it interrupted the thread where it was, not where it resumed. A watch
-//! that finds the thread otherwise tries again, a few times
-//! ([`TRIES`]), then leaves the time owed to the thread's next sample
-//! (a thread that sleeps is woken by its watch that many times at most).
+//! that came late (the thread waited for a CPU) tries again, a few times
+//! ([`TRIES`]); one that came on time to a thread that did not run (it
+//! slept, and the signal woke it) does not. Then the time stays owed to
+//! the thread's next sample: a sleeping thread is woken by its watch once
+//! at most each time it is armed.
 //!
 //! Two things arm a watch: a timer's signal at the end of a system call on
 //! a thread preempted since its last signal (it counts the involuntary
@@ -28,9 +30,10 @@
 //!
 //! The table is indexed by thread id (a fixed table: async-signal-safe,
 //! atomics and the timer's system call only). The collector makes and
-//! deletes the timers and is the only one to claim or free a cell; a thread
-//! whose cell another thread holds has no watch and takes its samples
-//! where its signals find it.
+//! deletes the timers and is the only one to claim or free a cell, and
+//! deletes a timer only once no handler is arming it; a thread whose cell
+//! another thread holds has no watch and takes its samples where its
+//! signals find it.
 
 use super::clock;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -41,8 +44,8 @@ const CELLS: usize = 1024;
 /// A cell's timer when it has none.
 const NO_TIMER: usize = usize::MAX;
 
-/// The watch's signals after the one that armed it that may each find the
-/// thread not running and arm it again.
+/// The watch's signals after the one that armed it that may each come late
+/// and arm it again.
 pub const TRIES: u32 = 3;
 
 /// How late a watch's signal may come and still be taken for one that
@@ -53,7 +56,7 @@ pub const TRIES: u32 = 3;
 pub fn on_time_ns() -> u64 {
     ON_TIME_NS.max(2 * clock::resolution_ns(libc::CLOCK_MONOTONIC))
 }
-const ON_TIME_NS: u64 = 100_000;
+pub const ON_TIME_NS: u64 = 100_000;
 
 /// Whether a watch's signal due at `due_ns` and handled at `now_ns` came
 /// on time (within `within_ns`).
@@ -99,6 +102,9 @@ struct Cell {
     tries: AtomicU32,
     /// The thread's involuntary switches at its last signal.
     switches: AtomicU64,
+    /// Handlers between reading `timer` and arming it: the collector
+    /// deletes a timer it took out of the cell only once none is.
+    arming: AtomicU32,
 }
 
 /// The watches of one session's threads (a CPU profile's).
@@ -151,12 +157,16 @@ impl Watches {
         true
     }
 
-    /// Frees thread `tid`'s cell (collector), before its timer is deleted:
-    /// its timer, if it had one here.
+    /// Frees thread `tid`'s cell (collector): its timer, if it had one
+    /// here, which no handler arms from now on and none is arming (it
+    /// waits for those that are), for the caller to delete.
     pub fn forget(&self, tid: i32) -> Option<libc::timer_t> {
         let cell = self.mine(tid)?;
+        let timer = cell.timer.swap(NO_TIMER, Ordering::SeqCst);
+        while cell.arming.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
         cell.tid.store(0, Ordering::Release);
-        let timer = cell.timer.swap(NO_TIMER, Ordering::AcqRel);
         (timer != NO_TIMER).then_some(timer as libc::timer_t)
     }
 
@@ -169,13 +179,16 @@ impl Watches {
     }
 
     fn arm_cell(&self, cell: &Cell, cpu_ns: u64) -> bool {
-        let timer = cell.timer.load(Ordering::Acquire);
-        if timer == NO_TIMER {
-            return false;
-        }
-        cell.armed_cpu_ns.store(cpu_ns, Ordering::Relaxed);
-        cell.due_ns.store(clock::now_ns() + self.ahead_ns, Ordering::Relaxed);
-        clock::arm_once(timer as libc::timer_t, self.ahead_ns)
+        // (Announced before the timer is read: see `forget`.)
+        cell.arming.fetch_add(1, Ordering::SeqCst);
+        let timer = cell.timer.load(Ordering::SeqCst);
+        let armed = timer != NO_TIMER && {
+            cell.armed_cpu_ns.store(cpu_ns, Ordering::Relaxed);
+            cell.due_ns.store(clock::now_ns() + self.ahead_ns, Ordering::Relaxed);
+            clock::arm_once(timer as libc::timer_t, self.ahead_ns)
+        };
+        cell.arming.fetch_sub(1, Ordering::SeqCst);
+        armed
     }
 
     /// A timer's signal on thread `tid` (the calling thread), whose CPU
@@ -212,8 +225,9 @@ impl Watches {
     /// Thread `tid`'s watch's signal, handled at `now_ns` (the monotonic
     /// clock) with the thread's CPU clock reading `cpu_ns` and `switches`
     /// involuntary switches: the sample is taken if the watch found the
-    /// thread running; otherwise the watch is armed again while it has
-    /// tries left. Async-signal-safe.
+    /// thread running; if it came late, the watch is armed again while it
+    /// has tries left; if it came on time to a thread that did not run
+    /// (asleep: the signal woke it), it is not. Async-signal-safe.
     pub fn watch_signal(&self, tid: i32, now_ns: u64, cpu_ns: u64, switches: u64) -> Verdict {
         let Some(cell) = self.mine(tid) else { return Verdict::Skip };
         let armed =
@@ -223,7 +237,7 @@ impl Watches {
             return Verdict::Take;
         }
         let left = cell.tries.load(Ordering::Relaxed);
-        if left == 0 {
+        if left == 0 || on_time(armed.0, now_ns, self.on_time_ns) {
             return Verdict::Skip;
         }
         cell.tries.store(left - 1, Ordering::Relaxed);
@@ -298,7 +312,7 @@ mod tests {
     }
 
     #[test]
-    fn a_watch_that_finds_its_thread_not_running_tries_again_then_leaves_the_time_owed() {
+    fn a_late_watch_tries_again_then_leaves_the_time_owed_one_that_woke_its_thread_does_not() {
         let w = Watches::with(100 * US);
         let me = clock::gettid();
         let t = timer();
@@ -310,6 +324,10 @@ mod tests {
             assert_eq!(w.watch_signal(me, due + 5_000 * US, 10_000 * US, 0), Verdict::Wait);
         }
         assert_eq!(w.watch_signal(me, due + 5_000 * US, 10_000 * US, 0), Verdict::Skip);
+        // On time to a thread that did not run (it slept): not again.
+        assert!(w.arm(me, 10_000 * US));
+        let due = w.cell(me).due_ns.load(Ordering::Relaxed);
+        assert_eq!(w.watch_signal(me, due + 10 * US, 10_000 * US + 5 * US, 0), Verdict::Skip);
         // Armed again by the collector: on time and running, taken.
         assert!(w.arm(me, 10_000 * US));
         let due = w.cell(me).due_ns.load(Ordering::Relaxed);
@@ -334,6 +352,31 @@ mod tests {
         assert!(w.forget(7).is_some());
         assert!(w.keep(other, t));
         assert!(w.forget(other).is_some());
+        // SAFETY: the timer made above, deleted once.
+        unsafe { libc::timer_delete(t) };
+    }
+
+    #[test]
+    fn a_timer_is_given_back_for_deleting_only_once_no_handler_is_arming_it() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let w = Arc::new(Watches::with(100 * US));
+        let t = timer();
+        assert!(w.keep(7, t));
+        // A handler between reading the timer and arming it.
+        w.cell(7).arming.store(1, Ordering::SeqCst);
+        let done = Arc::new(AtomicBool::new(false));
+        let (w2, d2) = (w.clone(), done.clone());
+        let forgetting = std::thread::spawn(move || {
+            let timer = w2.forget(7).map(|x| x as usize);
+            d2.store(true, Ordering::SeqCst);
+            timer
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!done.load(Ordering::SeqCst), "it waits for the handler");
+        assert!(!w.arm(7, 0), "and no handler arms it any more");
+        w.cell(7).arming.store(0, Ordering::SeqCst);
+        assert_eq!(forgetting.join().unwrap(), Some(t as usize));
         // SAFETY: the timer made above, deleted once.
         unsafe { libc::timer_delete(t) };
     }
