@@ -250,7 +250,10 @@ test_that("as.data.frame() has one row per stack as shown, and its totals are th
   expect_equal(df$time, df$samples * p$interval)
   expect_false(is.unsorted(-df$samples))
   # Outermost first: every stack starts at `outer`, burn_a's ends in it.
-  expect_true(all(startsWith(df$stack, "outer")))
+  # (Those that do not are named: one CI run in many had one, not seen
+  # in 600 profiles here, quiet and loaded, under R 4.2 and R 4.6.)
+  other <- !startsWith(df$stack, "outer")
+  expect_true(!any(other), info = paste(df$stack[other], df$samples[other], collapse = "\n"))
   expect_true(paste("outer", "r_a", A, sep = ";") %in% df$stack)
   expect_true(all(df$thread == "main"))
   out <- tempfile()
