@@ -24,6 +24,18 @@ static void thread_times(double *user, double *system) {
   *system = (double) r.ru_stime.tv_sec + (double) r.ru_stime.tv_usec / 1e6;
 }
 
+/* The user and system seconds the kernel counted for the calling thread
+   since it read `u0` and `s0`. */
+static SEXP times_since(double u0, double s0) {
+  double u1, s1;
+  thread_times(&u1, &s1);
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, 2));
+  REAL(out)[0] = u1 - u0;
+  REAL(out)[1] = s1 - s0;
+  UNPROTECT(1);
+  return out;
+}
+
 __attribute__((noinline)) static void user_work(int steps) {
   double x = sink;
   for (int i = 0; i < steps; i++) x = x * 1.0000001 + 1e-9;
@@ -34,7 +46,7 @@ __attribute__((noinline)) static void user_work(int steps) {
    arithmetic, then 20 sched_yield() calls, again and again. The user and
    system seconds the kernel counted meanwhile. */
 SEXP sys_mix(SEXP secs, SEXP work) {
-  double goal = Rf_asReal(secs), u0, s0, u1, s1;
+  double goal = Rf_asReal(secs), u0, s0;
   int steps = Rf_asInteger(work);
   thread_times(&u0, &s0);
   double t0 = thread_cpu();
@@ -42,12 +54,7 @@ SEXP sys_mix(SEXP secs, SEXP work) {
     user_work(steps);
     for (int i = 0; i < 20; i++) sched_yield();
   }
-  thread_times(&u1, &s1);
-  SEXP out = PROTECT(Rf_allocVector(REALSXP, 2));
-  REAL(out)[0] = u1 - u0;
-  REAL(out)[1] = s1 - s0;
-  UNPROTECT(1);
-  return out;
+  return times_since(u0, s0);
 }
 
 /* Until the thread has used `secs` of CPU time: `work` steps of its own
@@ -55,15 +62,10 @@ SEXP sys_mix(SEXP secs, SEXP work) {
    cannot read a thread's CPU clock), again and again. The user and system
    seconds the kernel counted meanwhile. */
 SEXP clock_mix(SEXP secs, SEXP work) {
-  double goal = Rf_asReal(secs), u0, s0, u1, s1;
+  double goal = Rf_asReal(secs), u0, s0;
   int steps = Rf_asInteger(work);
   thread_times(&u0, &s0);
   double t0 = thread_cpu();
   while (thread_cpu() - t0 < goal) user_work(steps);
-  thread_times(&u1, &s1);
-  SEXP out = PROTECT(Rf_allocVector(REALSXP, 2));
-  REAL(out)[0] = u1 - u0;
-  REAL(out)[1] = s1 - s0;
-  UNPROTECT(1);
-  return out;
+  return times_since(u0, s0);
 }

@@ -1,9 +1,10 @@
 //! Where samples are taken: the signal handler (a timer's tick, on the
 //! thread whose clock expired; a thread's watch, see `watches`; or a
 //! request for a reference sample on R's main thread) and the allocation
-//! hook's sampler (on the allocating thread). Both take R's main thread's samples into the session's own
-//! buffers and ring, and other threads' samples through one function,
-//! [`sample_other_thread`], into a free slot.
+//! hook's sampler (on the allocating thread). Both take R's main thread's
+//! samples into the session's own buffers and ring, and other threads'
+//! samples through one function, [`sample_other_thread`], into a free
+//! slot.
 //!
 //! Everything here is async-signal-safe: no allocation, no lock, no R API;
 //! system calls only `clock_gettime`, `process_vm_readv` (another thread's
