@@ -151,13 +151,13 @@ impl Threads {
         }
     }
 
-    /// Deletes every timer (sampling stops) and returns what is known of
-    /// the threads, in the order they were found.
     /// The threads found and not ended, with their CPU clocks.
     pub fn live(&self) -> impl Iterator<Item = (i32, libc::clockid_t)> + '_ {
         self.known.iter().filter(|k| !k.thread.ended).map(|k| (k.thread.tid, k.clock))
     }
 
+    /// Deletes every timer (sampling stops) and returns what is known of
+    /// the threads, in the order they were found.
     pub fn stop(mut self) -> Vec<Thread> {
         for k in self.known.iter_mut() {
             if let Some(t) = k.timer.take() {
@@ -165,8 +165,12 @@ impl Threads {
                 unsafe { libc::timer_delete(t) };
             }
             if !k.thread.ended {
-                if let Some(t) = read_clock(k.clock) {
-                    k.thread.cpu_ns = t.saturating_sub(k.cpu_first);
+                // A thread that ended since the last scan (one that ended
+                // while another started leaves the thread count as it was)
+                // has no clock left to read.
+                match read_clock(k.clock) {
+                    Some(t) => k.thread.cpu_ns = t.saturating_sub(k.cpu_first),
+                    None => k.thread.ended = true,
                 }
             }
         }
@@ -232,8 +236,15 @@ mod tests {
         t.poll();
         stop_tx.send(()).unwrap();
         h.join().unwrap();
+        // Another thread starts as it ends: the thread count is as the last
+        // poll saw it, so this poll reads clocks only; `stop` still finds
+        // that the spinning thread ended.
+        let (hold_tx, hold_rx) = channel::<()>();
+        let other = std::thread::spawn(move || hold_rx.recv().unwrap());
         t.poll();
         let all = t.stop();
+        hold_tx.send(()).unwrap();
+        other.join().unwrap();
         let spin = all.iter().find(|x| x.tid == tid).expect("the spinning thread is found");
         assert_eq!(spin.name, "winch-test-spin");
         assert!(spin.ended && !spin.started);
