@@ -461,10 +461,12 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
     out <- data.frame(
       process = pr$process, pid = format(pr$pid, scientific = FALSE), host = pr$host,
       cpu = format_seconds_column(pr$cpu), sampled = format_seconds_column(pr$sampled),
-      unseen = if (all(is.na(pr$unseen))) NULL else format_seconds_column(pr$unseen),
+      unseen = format_seconds_column(pr$unseen),
       command = shorten(pr$command, 40L),
       stringsAsFactors = FALSE
     )
+    # (An elapsed profile's samples are not CPU time: nothing is unseen.)
+    if (all(is.na(pr$unseen))) out$unseen <- NULL
     print(out, row.names = FALSE, right = FALSE)
     if (isTRUE(x$processes_missed > 0)) {
       cat(sprintf("%s child processes were not sampled (too many at once)\n", format(x$processes_missed)))

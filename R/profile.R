@@ -152,10 +152,37 @@
 #' profile did not see (the CPU time every child used during the profile
 #' counts in it, from the kernel's account, sampled or not, ended or not).
 #'
+#' In a CPU profile, the R sessions of its PSOCK clusters and future's
+#' `multisession` workers (`parallel::makeCluster()`, `parLapply()`,
+#' `clusterApply()`; found through their connections to this process, at
+#' the profile's start and once a second, made before the profile or
+#' inside it) are sampled too, from outside: the profiler's collector
+#' thread reads each as [winch_record()] does, stopping the worker with
+#' `ptrace` for as long as one sample takes (its R frames with native
+#' frames in place; the worker's main thread), at the profile's interval
+#' of the worker's own CPU time (a waiting worker is not stopped). Each
+#' sample is under `[process N]` under this process's outermost call of
+#' a parallel framework it was in then (`parLapply`, `clusterApply`,
+#' `clusterEvalQ`, `future`, `value`, `foreach`, ...), with the worker's
+#' plumbing left out (`parallel`'s `workLoop`, `workCommand`, the
+#' `do.call()` and `tryCatch()` running the task, the `lapply()` of a
+#' chunk), so `work > parLapply > [process 1] > FUN > my_fun` reads as
+#' written; a worker busy while this process runs other R code is at the
+#' root, under `[process N]` alone. Only workers are read so: they are
+#' not this process's children, so no `waitpid()` of R's or a package's
+#' can see a stop the reading causes. What reading them costs this
+#' process (its tracer threads' CPU time) is counted as the profiler's
+#' own, with its collector's. A worker that cannot be read (the kernel
+#' refuses `ptrace`: Yama's `ptrace_scope`, a container without
+#' `CAP_SYS_PTRACE`) stays unsampled, and is said so as below; so are
+#' workers of an elapsed-time profile. The first read of a worker takes
+#' a moment (its modules are read then): its CPU time before that is
+#' unseen.
+#'
 #' Not yet sampled: a child of a memory profile (its allocations are its
 #' own; `print()` and `summary()` say how many children were forked, and
-#' `stats$forked` counts them), processes not forked from this one (PSOCK clusters and future's
-#' `multisession` workers, `callr`, programs run by `system()`), threads
+#' `stats$forked` counts them), `callr` sessions and programs run by
+#' `system()` (children of this process that ran another program), threads
 #' other than a child's main thread, and children that load libraries
 #' after the fork have those libraries' frames unnamed. Profiles made in
 #' other processes can be combined with [c()][c.winch_profile].

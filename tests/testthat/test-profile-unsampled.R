@@ -80,7 +80,7 @@ test_that("a descendant waited for by every ancestor below this process's child 
   expect_identical(children_accounted(s, me), c(TRUE, FALSE, FALSE))
 })
 
-test_that("a PSOCK cluster's workers are listed as not sampled, counted as unseen, and warned of", {
+test_that("a PSOCK cluster's workers are sampled under parLapply, and listed as not sampled in an elapsed profile", {
   skip_if(parallel::detectCores() < 2, "a cluster of two workers needs 2 cores")
   cl <- parallel::makeCluster(2)
   withr::defer(parallel::stopCluster(cl))
@@ -93,32 +93,92 @@ test_that("a PSOCK cluster's workers are listed as not sampled, counted as unsee
     x
   }
   work <- function() parallel::parLapply(cl, 1:4, burn)
-  expect_warning(p <- winch_profile(work(), interval = 0.005), class = "winch_warning_processes_unsampled")
-  w <- tryCatch(winch_profile(work(), interval = 0.005), winch_warning_processes_unsampled = function(w) w)
+  # A CPU profile reads the workers from outside (ptrace).
+  expect_no_warning(p <- winch_profile(work(), interval = 0.005))
+  s <- summary(p)
+  workers <- s$by_process[s$by_process$pid %in% pids, , drop = FALSE]
+  expect_setequal(workers$pid, pids)
+  expect_true(all(startsWith(workers$process, "[process ")), info = paste(workers$process, collapse = ", "))
+  # Each sampled in proportion to the CPU time it used (stat's clock
+  # ticks: 10 ms).
+  expect_true(all(workers$cpu >= 0.55), info = paste(workers$cpu, collapse = ", "))
+  expect_true(all(abs(workers$sampled - workers$cpu) <= 0.15 * workers$cpu + 0.02),
+    info = paste(workers$sampled, workers$cpu, collapse = "; ")
+  )
+  expect_lt(s$unseen, 0.2)
+  # Under [process N] under parLapply under work; the parent's part ends
+  # at parLapply (its clusterApply, recvResult, ... left out). The
+  # worker's own part starts at the task (PSOCK's workLoop, workCommand,
+  # do.call, tryCatch() and the lapply of the chunk left out), or at
+  # recvData() where the worker was reading the task (unserializing
+  # `burn` loads the namespaces its environment refers to: testthat's).
+  theirs <- which(p$processes$number[p$stacks$process] > 0L)
+  expect_gt(sum(p$stacks$count[theirs]), 0.9 * sum(p$stacks$count))
+  task <- 0
+  for (k in theirs) {
+    # (Innermost first.)
+    labels <- stack_labels(p)[[k]]
+    at <- grep("^\\[process_[0-9]+\\]$", labels)
+    expect_length(at, 1L)
+    expect_identical(labels[at + 1:2], c("parallel::parLapply", "work"), info = paste(labels, collapse = " < "))
+    expect_true(labels[[at - 1L]] %in% c("FUN", "recvData"), info = paste(labels, collapse = " < "))
+    if (labels[[at - 1L]] == "FUN") task <- task + p$stacks$count[[k]]
+  }
+  expect_gt(task, 0.5 * sum(p$stacks$count[theirs]))
+  # An elapsed profile does not read them: listed as not sampled,
+  # counted as unseen, and warned of.
+  expect_warning(e <- winch_profile(work(), interval = 0.005, event = "elapsed"), class = "winch_warning_processes_unsampled")
+  w <- tryCatch(winch_profile(work(), interval = 0.005, event = "elapsed"), winch_warning_processes_unsampled = function(w) w)
   expect_match(conditionMessage(w), "2 worker processes")
   expect_match(conditionMessage(w), "winch_record", fixed = TRUE)
-  s <- summary(p)
-  workers <- s$by_process[s$by_process$process == "[worker, not sampled]", , drop = FALSE]
-  expect_setequal(workers$pid, pids)
-  expect_true(all(workers$sampled == 0))
-  # All of a worker's time is unseen.
-  expect_equal(workers$unseen, workers$cpu)
-  # (stat's clock ticks: 10 ms.)
-  expect_true(all(workers$cpu >= 0.55), info = paste(workers$cpu, collapse = ", "))
-  expect_true(all(grepl("R", workers$command)))
-  expect_gt(s$unseen, 0.8)
-  out <- capture.output(print(s))
+  se <- summary(e)
+  unsampled <- se$by_process[se$by_process$process == "[worker, not sampled]", , drop = FALSE]
+  expect_setequal(unsampled$pid, pids)
+  expect_true(all(unsampled$sampled == 0))
+  expect_true(all(grepl("R", unsampled$command)))
+  out <- capture.output(print(se))
   expect_true(any(grepl("[worker, not sampled]", out, fixed = TRUE)))
   expect_true(any(grepl("processes not sampled: see ?winch_profile", out, fixed = TRUE)))
-  # processes = "self": the profiled process alone, nothing listed, no
-  # warning.
-  expect_no_warning(q <- winch_profile(work(), interval = 0.005, processes = "self"))
+  # processes = "self": the profiled process alone, nothing listed or
+  # sampled, no warning.
+  expect_no_warning(q <- winch_profile(work(), interval = 0.005, event = "elapsed", processes = "self"))
   expect_null(q$stats$unsampled)
-  expect_false(any(grepl("not sampled", summary(q)$by_process$process)))
+  expect_identical(nrow(summary(q)$by_process), 1L)
   # c() of profiles keeps every source's unsampled processes.
-  both <- c(p, q)
+  both <- c(e, q)
   expect_setequal(both$stats$unsampled$pid, pids)
   expect_identical(sum(summary(both)$by_process$process == "[worker, not sampled]"), 2L)
+})
+
+test_that("a worker busy while the parent runs other R code is not charged to that code", {
+  skip_if(parallel::detectCores() < 2, "a cluster of a worker needs 2 cores")
+  cl <- parallel::makeCluster(1)
+  withr::defer(parallel::stopCluster(cl))
+  pid <- parallel::clusterEvalQ(cl, Sys.getpid())[[1]]
+  burn <- function(s) {
+    t0 <- proc.time()[["user.self"]] + proc.time()[["sys.self"]]
+    x <- 0
+    while (proc.time()[["user.self"]] + proc.time()[["sys.self"]] - t0 < s) x <- x + sum(seq_len(100))
+    x
+  }
+  other_work <- function() {
+    # The worker burns 0.4 s while this process burns 0.3 s of its own,
+    # then waits for it in recvResult() (no dispatching call of a
+    # framework around it).
+    parallel:::sendCall(cl[[1]], burn, list(0.4))
+    burn(0.3)
+    parallel:::recvResult(cl[[1]])
+  }
+  p <- winch_profile(other_work(), interval = 0.005)
+  theirs <- which(p$processes$number[p$stacks$process] > 0L)
+  expect_gt(length(theirs), 0L)
+  for (labels in stack_labels(p)[theirs]) {
+    # At the root: no frame of the parent's under [process N].
+    expect_match(labels[[length(labels)]], "^\\[process_[0-9]+\\]$", info = paste(labels, collapse = " < "))
+    expect_false("other_work" %in% labels, info = paste(labels, collapse = " < "))
+  }
+  mine <- stack_labels(p)[p$processes$number[p$stacks$process] == 0L]
+  expect_true(any(vapply(mine, function(s) "other_work" %in% s, NA)))
 })
 
 test_that("forked children sampled by the profile are not listed as unsampled", {
@@ -190,7 +250,11 @@ test_that("the workers of a cluster made and stopped inside the profiled code ar
     # time they take to start.
     pids <<- unique(unlist(parallel::parLapply(cl, 1:8, burn)))
   }
-  expect_warning(p <- winch_profile(work(), interval = 0.005), class = "winch_warning_processes_unsampled")
+  # (An elapsed profile: a CPU profile reads the workers it finds.)
+  expect_warning(
+    p <- winch_profile(work(), interval = 0.005, event = "elapsed"),
+    class = "winch_warning_processes_unsampled"
+  )
   # Both ended before the profile did; each keeps what it had used when
   # last looked at (every 0.1 s): at least its first task's 0.3 s.
   workers <- summary(p)$by_process

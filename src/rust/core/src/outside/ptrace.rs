@@ -131,6 +131,11 @@ impl Tracer {
     }
 }
 
+/// The CPU time every tracer thread of this process used (nanoseconds):
+/// a profile counts its tracers' as its own cost (see
+/// `profile::capture::traced`).
+pub static TRACERS_CPU_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Runs `body` on a thread of its own, the tracer of process `pid` (see
 /// the module's comment), which ends when `body` returns: whatever `body`
 /// stopped is released then, on every way out.
@@ -147,6 +152,13 @@ pub fn traced<T: Send>(pid: i32, body: impl FnOnce(&mut Tracer) -> Result<T> + S
                 crate::stack::block_signals();
                 let out =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut Tracer { pid })));
+                // SAFETY: a timespec to fill in, for the calling thread's clock.
+                let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+                // SAFETY: as above.
+                if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0 {
+                    let ns = t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+                    TRACERS_CPU_NS.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+                }
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::gettid() };
                 // (Whoever waits for it is gone only if it panicked.)

@@ -80,6 +80,9 @@ pub struct Recorder {
     running: Running,
     /// Why R's frames are not in the samples, if they are not.
     pub note: Option<String>,
+    /// Records handed to the caller instead of collected here (see
+    /// [`Recorder::tick_into`]).
+    out: Option<Vec<Vec<u64>>>,
     /// R's registered native routines (absolute address, name), read while
     /// the process was stopped, after its modules last changed.
     pub routines: Vec<(usize, String)>,
@@ -123,6 +126,7 @@ impl Recorder {
             cpu_start: thread_cpu(pid),
             running: Running::new(interval_ns),
             note: None,
+            out: None,
             routines: Vec::new(),
             routines_stale: true,
         };
@@ -213,6 +217,42 @@ impl Recorder {
         Ok(())
     }
 
+    /// Takes one sample as [`tick`](Recorder::tick) does, handing its
+    /// records to `out` instead of collecting them (their labels are this
+    /// recorder's: see [`label`](Recorder::label)); how many.
+    pub fn tick_into(&mut self, out: &mut Vec<Vec<u64>>) -> Result<usize> {
+        self.out = Some(std::mem::take(out));
+        let r = self.tick();
+        *out = self.out.take().unwrap_or_default();
+        r.map(|()| out.len())
+    }
+
+    /// The text of label `id` of the records handed out.
+    pub fn label(&self, id: u32) -> &str {
+        self.scratch.labels().text(id)
+    }
+
+    /// A record taken: collected here, or handed out.
+    fn keep(&mut self, rec: &[u64]) {
+        match self.out.as_mut() {
+            Some(out) => out.push(rec.to_vec()),
+            None => self.collected.absorb(rec),
+        }
+    }
+
+    /// The snapshots of the process's modules made so far (records name
+    /// theirs by number), and its modules as last seen.
+    #[allow(clippy::vec_box)]
+    pub fn take_snapshots(&mut self) -> (Vec<Box<Snapshot>>, Option<Arc<ModuleMap>>) {
+        let now = self.snapshots.last().map(|s| s.map.clone());
+        (std::mem::take(&mut self.snapshots), now)
+    }
+
+    /// The process's command line when the recording started.
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
     /// Samples the threads of `stopped` (those `running` names, with the
     /// intervals it gives, `[kernel]` innermost where it says; all, one
     /// interval each, when None): how many.
@@ -265,7 +305,8 @@ impl Recorder {
                 let len = self.scratch.splice_head(made.len, record::PREFIX, head);
                 let rec = self.scratch.record(len);
                 record::write_prefix(rec, made.prefix(weight, spent()));
-                self.collected.absorb(rec);
+                let rec = rec.to_vec();
+                self.keep(&rec);
                 took += 1;
                 continue;
             }
@@ -289,7 +330,7 @@ impl Recorder {
                     .filter(|(_, f)| !is_interp(snap, f))
                     .map(|(i, f)| Entry::native(f.ip, i == 0)),
             );
-            self.collected.absorb(&rec);
+            self.keep(&rec);
             took += 1;
         }
         took
@@ -344,6 +385,7 @@ impl Recorder {
             main_cpu_ns: cpu(self.pid),
             collector_cpu_ns: None,
             relatives: Vec::new(),
+            elsewhere: Vec::new(),
             thread_dropped: 0,
             forked: 0,
             alloc: None,

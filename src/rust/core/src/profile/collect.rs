@@ -216,12 +216,23 @@ impl Collected {
         key.push(origin.marked(uncertain).encode());
         key.extend_from_slice(entries);
         if flags.contains(Flags::PROCESS) {
-            // A forked child's own sample: its stack holds its parent's part
-            // already (see `compose`); its origin names the child.
             if !self.process_order.contains(&origin.tid) {
                 self.process_order.push(origin.tid);
             }
-            self.add(&key, weight, truncated);
+            if !flags.contains(Flags::WORKER) {
+                // A forked child's own sample: its stack holds its parent's
+                // part already (see `compose`); its origin names the child.
+                self.add(&key, weight, truncated);
+                return;
+            }
+            // A sample of a worker process read from outside (see
+            // `capture::traced`): joined to R's main thread's sample it
+            // names as another thread's is, after `[process]`.
+            key.push(Entry::r(super::labels::PROCESS));
+            let p = Pending { part: key.into(), link, context, weight, truncated, alloc };
+            if !self.settle(&p, false) {
+                self.pending.push(p);
+            }
             return;
         }
         if !flags.contains(Flags::WORKER) {
@@ -305,6 +316,28 @@ impl Collected {
         }
     }
 
+    /// Gives the snapshot words of every stack the number `renumber` says
+    /// (None: left as it is), keeping their other bits (see
+    /// `capture::traced`).
+    pub fn renumber_snapshots(&mut self, renumber: impl Fn(u32) -> Option<u32>) {
+        for (key, _) in self.stacks.iter_mut() {
+            let mut words = key.to_vec();
+            let mut changed = false;
+            for w in words.iter_mut() {
+                if let Entry::Origin(o) = Entry::decode(*w) {
+                    if let Some(k) = renumber(o.snapshot).filter(|&k| k != o.snapshot) {
+                        *w = record::Origin { snapshot: k, ..o }.encode();
+                        changed = true;
+                    }
+                }
+            }
+            if changed {
+                *key = words.into();
+            }
+        }
+        self.index = self.stacks.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+    }
+
     /// Approximate heap bytes held (for the memory report).
     pub fn heap_bytes(&self) -> usize {
         self.stacks.iter().map(|(k, _)| k.len() * 8 + 96).sum::<usize>()
@@ -352,6 +385,11 @@ pub struct Finished {
     /// The processes that worked for the profiled one while it ran, with
     /// what each used (see `relatives::watch`; none from outside).
     pub relatives: Vec<crate::relatives::watch::Seen>,
+    /// Snapshots (by number) of processes other than the one profiled,
+    /// read from outside while it ran (see `capture::traced`), with the
+    /// modules loaded in each as last seen: their addresses are named
+    /// through those.
+    pub(crate) elsewhere: Vec<(std::ops::Range<usize>, Arc<crate::modules::ModuleMap>)>,
     /// Other threads' samples lost.
     pub(crate) thread_dropped: u64,
     /// `fork()`s the process made while the profile ran (0 from outside:
@@ -500,6 +538,36 @@ mod tests {
         c.absorb(&[header(Flags::ALLOC, 1, 900), origin(0, 0), 9, 0, native(0x10)]);
         assert!(!c.allocs.contains_key(&9));
         assert_eq!(c.samples, before + 1);
+    }
+
+    #[test]
+    fn a_worker_processs_samples_join_the_main_threads_and_are_renumbered() {
+        use crate::profile::labels::PROCESS;
+        let mut c = Collected::default();
+        let worker = Origin::child(1 << 30, 4242).encode();
+        let flags = Flags::PROCESS | Flags::WORKER;
+        // Before the main thread's sample 3 came: pending, then under it.
+        c.absorb(&[header(flags, 2, 900), worker, 3, 0x7000, native(0x20), Entry::r(40)]);
+        assert_eq!(c.stacks.len(), 0);
+        c.absorb(&[header(Flags::NONE, 1, 500), origin(0, 0), 3, 0x7000, Entry::r(12)]);
+        c.settle_pending(false);
+        // R had moved on: at the root, after `[process]`.
+        c.absorb(&[header(flags, 1, 900), worker, 3, 0x9000, native(0x20), Entry::r(40)]);
+        c.settle_pending(true);
+        let process = Entry::r(PROCESS);
+        let joined = vec![worker, native(0x20), Entry::r(40), process, origin(0, 0), Entry::r(12)];
+        let alone = vec![worker, native(0x20), Entry::r(40), process];
+        assert_eq!(c.counts(&joined).unwrap().weight, 2);
+        assert_eq!(c.counts(&alone).unwrap().weight, 1);
+        assert_eq!(c.process_order, vec![4242]);
+        assert!(c.thread_order.is_empty());
+        // The worker's snapshots come after this process's 5: its numbers
+        // change, the main thread's do not.
+        c.renumber_snapshots(|k| (k >= 1 << 30).then(|| k - (1 << 30) + 5));
+        let moved = Origin::child(5, 4242).encode();
+        let joined = vec![moved, native(0x20), Entry::r(40), process, origin(0, 0), Entry::r(12)];
+        assert_eq!(c.counts(&joined).unwrap().weight, 2);
+        assert_eq!(c.counts(&[moved, native(0x20), Entry::r(40), process]).unwrap().weight, 1);
     }
 
     #[test]

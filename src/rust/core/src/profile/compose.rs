@@ -368,6 +368,11 @@ impl Scratch {
         self.files.fill((0, 0, 0));
     }
 
+    /// The labels the samples' R frames were given so far.
+    pub fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
     /// The labels the samples' R frames were given (taken: the scratch's
     /// table starts empty again).
     pub fn take_labels(&mut self) -> Labels {

@@ -29,6 +29,8 @@ pub const THREAD_HERE: u32 = 10;
 /// A CPU sample that stands for the kernel's time (see
 /// `capture::kernel`): the innermost entry, `[kernel]`.
 pub const KERNEL: u32 = 11;
+/// How many ids are fixed in advance (the same in every table).
+pub const FIXED_COUNT: u32 = FIXED.len() as u32;
 const FIXED: [&str; 12] = [
     "<Anonymous>",
     "[for]",

@@ -90,8 +90,10 @@ impl Flags {
     /// A sample of an allocation (a memory profile): its entries end with
     /// the sample's number and the bytes allocated.
     pub const ALLOC: Flags = Flags(16);
-    /// A sample of a forked child process (its origin names it, see
-    /// [`Origin::process`]).
+    /// A sample of another process (its origin names it, see
+    /// [`Origin::child`]): a forked child's, or with `WORKER` a worker
+    /// process's read from outside, whose link and context name R's main
+    /// thread's sample to show it under (see `capture::traced`).
     pub const PROCESS: Flags = Flags(32);
     /// Not a sample: the text of a label a child process made (see
     /// [`label_record`]).

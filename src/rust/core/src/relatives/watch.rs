@@ -78,6 +78,16 @@ impl Watch {
         update(&mut self.seen, listing, self.since_ticks);
     }
 
+    /// The workers (not descendants, see `family`) at the latest look:
+    /// pid and start time.
+    pub fn workers(&self) -> Vec<(i32, u64)> {
+        self.seen
+            .iter()
+            .filter(|s| !s.ended && s.now.relative.relation == super::family::Relation::Worker)
+            .map(|s| (s.now.relative.pid, s.now.start_ticks))
+            .collect()
+    }
+
     /// A last look, and every process seen.
     pub fn finish(mut self) -> Vec<Seen> {
         let listing = self.listing(Instant::now());

@@ -13,28 +13,49 @@
 //! `work > mclapply > [process 1] > FUN > my_fun` reads as a user expects.
 
 /// Calls that hand work to other processes, as R labels (with or without
-/// their namespace).
-const DISPATCH: [&str; 15] = [
+/// their namespace): forking (`parallel`'s `mc*`, `pvec`), a cluster's
+/// (`parallel`'s `par*` and `cluster*`, `snow`'s), future's and
+/// BiocParallel's, foreach's.
+const DISPATCH: [&str; 32] = [
     "mclapply",
     "mcparallel",
     "mcfork",
     "pvec",
     "mcmapply",
     "mcMap",
+    "parLapply",
+    "parSapply",
+    "parApply",
+    "parRapply",
+    "parCapply",
+    "parLapplyLB",
+    "parSapplyLB",
+    "clusterApply",
+    "clusterApplyLB",
+    "clusterMap",
+    "clusterCall",
+    "clusterEvalQ",
+    "clusterExport",
     "future",
     "futureCall",
+    "value",
+    "resolve",
     "future_lapply",
     "future_sapply",
     "future_vapply",
     "future_mapply",
     "future_map",
     "bplapply",
+    "bpmapply",
     "foreach",
+    "%dopar%",
 ];
 
-/// A forked child's frames that belong to the framework running it, at
-/// the outer end of its own part.
-const PLUMBING: [&str; 13] = [
+/// The frames of the framework running a task in a worker, at the outer
+/// end of its own part: a forked child's (sending the result back,
+/// `try()`'s frames, the `lapply()` running the tasks) and a cluster
+/// worker's (`parallel`'s loop reading commands, `do.call()` of the task).
+const PLUMBING: [&str; 18] = [
     "sendMaster",
     "serialize",
     "try",
@@ -48,7 +69,15 @@ const PLUMBING: [&str; 13] = [
     "withCallingHandlers",
     "mcexit",
     "withVisible",
+    ".workRSOCK",
+    "workLoop",
+    "workCommand",
+    "do.call",
+    "sendData",
 ];
+
+/// The labels of loops (see `labels`).
+const LOOPS: [&str; 4] = ["[for]", "[while]", "[repeat]", "[loop]"];
 
 /// A label without its namespace (`parallel::mclapply` is `mclapply`).
 fn bare(label: &str) -> &str {
@@ -81,10 +110,38 @@ pub(super) enum Item {
 /// out, with the native frames and positions among it (never all of them:
 /// a child whose every frame is plumbing keeps them).
 pub(super) fn own_kept(item: impl Fn(usize) -> Item, len: usize) -> usize {
+    // The next R frame further in than entry k (innermost first).
+    let inner_r = |k: usize| {
+        (0..k).rev().find_map(|j| match item(j) {
+            Item::R(l) => Some(l),
+            _ => None,
+        })
+    };
     let mut keep = len;
+    let mut outer: Option<String> = None;
     while keep > 0 {
         match item(keep - 1) {
+            // A loop among the plumbing is the plumbing's (PSOCK's
+            // `workLoop`'s `while`). So is an anonymous function called as
+            // the outermost R frame (the PSOCK worker's start,
+            // `tryCatch(parallel:::.workRSOCK, ...)()`), or by the
+            // plumbing's `do.call()` to call `FUN` (a cluster's `lapply`,
+            // handed over as a function: `parLapply`'s chunks).
+            Item::R(l)
+                if LOOPS.contains(&l.as_str())
+                    || (l == "<Anonymous>"
+                        && (outer.is_none()
+                            || (outer.as_deref() == Some("do.call")
+                                && inner_r(keep - 1).as_deref() == Some("FUN")))) =>
+            {
+                outer = Some(l);
+                keep -= 1;
+            }
             Item::R(l) if !is_plumbing(&l) => break,
+            Item::R(l) => {
+                outer = Some(bare(&l).to_string());
+                keep -= 1;
+            }
             _ => keep -= 1,
         }
     }
@@ -100,9 +157,17 @@ pub(super) fn own_kept(item: impl Fn(usize) -> Item, len: usize) -> usize {
 
 /// Of the parent's entries (innermost first), where the part shown
 /// begins: at the outermost dispatching call (its inner frames left out);
-/// 0 when there is none (everything shown).
+/// 0 when there is none (everything shown: a fork's parent part is where
+/// the fork was made).
 pub(super) fn parent_from(item: impl Fn(usize) -> Item, len: usize) -> usize {
-    (0..len).rev().find(|&k| matches!(item(k), Item::R(l) if is_dispatch(&l))).unwrap_or(0)
+    dispatch_at(item, len).unwrap_or(0)
+}
+
+/// Of R's main thread's entries (innermost first), where its outermost
+/// dispatching call is; None when it is in none (a worker's sample is then
+/// not charged to what the main thread runs).
+pub(super) fn dispatch_at(item: impl Fn(usize) -> Item, len: usize) -> Option<usize> {
+    (0..len).rev().find(|&k| matches!(item(k), Item::R(l) if is_dispatch(&l)))
 }
 
 #[cfg(test)]
@@ -143,6 +208,52 @@ mod tests {
         assert_eq!(parent_from(items(&parent), parent.len()), 3, "from mclapply out");
         let qualified = ["FUN", "lapply", "parallel::mclapply", "work"];
         assert_eq!(parent_from(items(&qualified), qualified.len()), 2);
+    }
+
+    #[test]
+    fn a_cluster_workers_stack_reads_as_the_users_call() {
+        // A PSOCK worker running parLapply's chunk: the task under
+        // do.call() under tryCatch() under workCommand() under workLoop();
+        // R's main thread waiting in parLapply for the results.
+        let own = [
+            "my_fun",
+            "FUN",
+            "<Anonymous>",
+            "do.call",
+            "doTryCatch",
+            "tryCatchOne",
+            "tryCatchList",
+            "tryCatch",
+            "workCommand",
+            "[while]",
+            "workLoop",
+            "<Anonymous>",
+            "@native",
+        ];
+        assert_eq!(own_kept(items(&own), own.len()), 2, "FUN and what it called");
+        // A loop of the task's own is kept.
+        let looping = ["[for]", "FUN", "lapply", "do.call", "workCommand", "[while]", "workLoop"];
+        assert_eq!(own_kept(items(&looping), looping.len()), 2);
+        // parLapply's lapply is called by do.call() as a function:
+        // anonymous, around FUN. An anonymous task is the task.
+        let task = ["g", "<Anonymous>", "do.call", "workCommand", "[while]", "workLoop"];
+        assert_eq!(own_kept(items(&task), task.len()), 2);
+        // An anonymous function further in is the task's.
+        let anonymous = ["<Anonymous>", "lapply", "do.call", "workCommand"];
+        assert_eq!(own_kept(items(&anonymous), anonymous.len()), 1);
+        let main = [
+            "unserialize",
+            "recvData",
+            "recvResult",
+            "staticClusterApply",
+            "clusterApply",
+            "parLapply",
+            "work",
+        ];
+        assert_eq!(dispatch_at(items(&main), main.len()), Some(5), "from parLapply out, the outermost");
+        // The main thread running other R code: nothing to charge.
+        let other = ["sort", "other_work"];
+        assert_eq!(dispatch_at(items(&other), other.len()), None);
     }
 
     #[test]

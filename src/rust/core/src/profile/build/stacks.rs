@@ -7,7 +7,7 @@
 use super::names::{
     is_interpreter, is_libc, is_loop, is_runtime, is_thread_start_library, loop_label, native_label,
 };
-use super::processes::{own_kept, parent_from, Item};
+use super::processes::{dispatch_at, own_kept, parent_from, Item};
 use crate::debuginfo::Resolved;
 use crate::modules::ModuleMap;
 use crate::profile::collect::Finished;
@@ -274,7 +274,8 @@ impl<'a> Builder<'a> {
     fn interpreter_frame(&mut self, entry: u64, snap: Option<Origin>) -> bool {
         let Entry::Native { ip, exact } = Entry::decode(entry) else { return false };
         let probe = Entry::probe(ip, exact);
-        let place = placement(&self.maps, &self.now, snap, probe);
+        let now = self.now_of(snap);
+        let place = placement(&self.maps, &now, snap, probe);
         let (Place::Loaded { snap: k, index, .. } | Place::Unloaded { snap: k, index }) = place else {
             return false;
         };
@@ -287,9 +288,9 @@ impl<'a> Builder<'a> {
         // Named, and not one of the interpreter's functions (the function a
         // frame's code belongs to is the last of its inlined calls).
         let named = match place {
-            Place::Loaded { now, .. } => {
-                let bias = self.now.module(now).bias;
-                symbolizer::with_global(|s| s.resolve_in(&self.now, now, probe.wrapping_sub(bias) as u64))
+            Place::Loaded { now: j, .. } => {
+                let bias = now.module(j).bias;
+                symbolizer::with_global(|s| s.resolve_in(&now, j, probe.wrapping_sub(bias) as u64))
                     .and_then(|r| r.last().and_then(|x| x.func.as_ref().map(|f| f.to_string())))
             }
             _ => None,
@@ -299,11 +300,20 @@ impl<'a> Builder<'a> {
         interp
     }
 
+    /// The modules loaded now in the process snapshot `snap` is of: this
+    /// one's (or the recorded process's), or a worker's read from outside
+    /// (see `Finished::elsewhere`).
+    fn now_of(&self, snap: Option<Origin>) -> Arc<ModuleMap> {
+        let k = snap.map(|o| o.snapshot as usize);
+        k.and_then(|k| self.fin.elsewhere.iter().find(|(r, _)| r.contains(&k)))
+            .map_or_else(|| self.now.clone(), |(_, m)| m.clone())
+    }
+
     /// The basename of the module a native entry's address is in.
     fn module_base(&self, entry: u64, snap: Option<Origin>) -> Option<String> {
         let Entry::Native { ip, exact } = Entry::decode(entry) else { return None };
         let probe = Entry::probe(ip, exact);
-        match placement(&self.maps, &self.now, snap, probe) {
+        match placement(&self.maps, &self.now_of(snap), snap, probe) {
             Place::Loaded { snap, index, .. } | Place::Unloaded { snap, index } => {
                 Some(self.maps[snap].module(index).basename().to_string())
             }
@@ -322,10 +332,12 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The locations of a forked child's stack (its entries after the
-    /// origin `o`): its own frames (the fork's plumbing left out),
-    /// `[process N]`, and its parent's frames that dispatched the work
-    /// (see `processes`).
+    /// The locations of another process's stack (its entries after the
+    /// origin `o`): its own frames (the framework's plumbing left out),
+    /// `[process N]`, and the frames that dispatched the work (see
+    /// `processes`): a forked child's parent's at the fork, or a worker's
+    /// sample joined to R's main thread's, from the main thread's
+    /// outermost dispatching call out (none when it was in none).
     fn process_stack(&mut self, entries: &[u64], o: Origin) -> Vec<usize> {
         let snap = Some(o.without_thread());
         let marker = entries.iter().position(|&e| e == Entry::r(labels::PROCESS));
@@ -339,11 +351,26 @@ impl<'a> Builder<'a> {
             _ => Item::Native,
         };
         let keep = own_kept(|k| item(own[k]), own.len());
-        let from = parent_from(|k| item(parent[k]), parent.len());
         let mut out = Vec::with_capacity(entries.len() + 1);
         self.entries(&own[..keep], snap, &mut out);
         out.push(self.process_location(o.tid));
-        self.entries(&parent[from..], snap, &mut out);
+        match parent.split_first().and_then(|(&w, rest)| Some((Origin::decode(w)?, rest))) {
+            // A worker's sample joined to R's main thread's (see `collect`):
+            // under its outermost dispatching call, if it is in one (where
+            // the main thread was is what counts, not whether its sample
+            // was the kernel's).
+            Some((psnap, rest)) => {
+                let rest = rest.strip_prefix(&[Entry::r(labels::KERNEL)]).unwrap_or(rest);
+                if let Some(from) = dispatch_at(|k| item(rest[k]), rest.len()) {
+                    self.entries(&rest[from..], Some(psnap), &mut out);
+                }
+            }
+            // A forked child's: its parent's part as it was at the fork.
+            None => {
+                let from = parent_from(|k| item(parent[k]), parent.len());
+                self.entries(&parent[from..], snap, &mut out);
+            }
+        }
         out
     }
 
@@ -505,11 +532,12 @@ impl<'a> Builder<'a> {
         };
         // A return address's call is just before it.
         let probe = Entry::probe(ip, exact);
-        let place = placement(&self.maps, &self.now, snap, probe);
+        let now = self.now_of(snap);
+        let place = placement(&self.maps, &now, snap, probe);
         let resolved: Arc<[Resolved]> = match place {
-            Place::Loaded { now, .. } => {
-                let bias = self.now.module(now).bias;
-                symbolizer::with_global(|s| s.resolve_in(&self.now, now, probe.wrapping_sub(bias) as u64))
+            Place::Loaded { now: j, .. } => {
+                let bias = now.module(j).bias;
+                symbolizer::with_global(|s| s.resolve_in(&now, j, probe.wrapping_sub(bias) as u64))
                     .unwrap_or_else(unnamed)
             }
             Place::Unloaded { .. } | Place::Unknown => unnamed(),
@@ -633,6 +661,7 @@ mod tests {
             main_cpu_ns: 0,
             collector_cpu_ns: None,
             relatives: Vec::new(),
+            elsewhere: Vec::new(),
             thread_dropped: 0,
             forked: 0,
             alloc: None,

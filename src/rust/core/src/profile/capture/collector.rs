@@ -10,6 +10,7 @@
 use super::clock::{self, read_clock};
 use super::shared::{Session, Trigger};
 use super::threads::Threads;
+use super::traced::{self, Traced};
 use super::watches::Watches;
 use crate::modules::Generation;
 use crate::profile::collect::Thread;
@@ -23,10 +24,11 @@ use std::time::{Duration, Instant};
 /// checks the loaded modules.
 const POLL: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// What the collector found when it stops: the threads it sampled, and
-/// the CPU time it used itself while sampling ran, from its first look to
-/// the stop (nanoseconds: the profiler's, not the profiled code's).
-pub type Found = (Vec<Thread>, u64);
+/// What the collector found when it stops: the threads it sampled, the
+/// CPU time it used itself while sampling ran, from its first look to the
+/// stop (nanoseconds: the profiler's, not the profiled code's), and the
+/// workers it read (see `traced`).
+pub type Found = (Vec<Thread>, u64, traced::Read);
 
 /// Starts the collector thread of `session` (None if it could not start:
 /// the samples are then collected when the session stops).
@@ -44,7 +46,10 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
                 _ => None,
             };
             let mut watched = Watched::new(&s);
-            let cpu = || read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0);
+            let mut workers = traced_workers(&s);
+            // (With the threads it reads workers with: see `traced`.)
+            let tracers = || crate::outside::ptrace::TRACERS_CPU_NS.load(Ordering::Relaxed);
+            let cpu = || read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0) + tracers();
             let first = cpu();
             while !s.stop.load(Ordering::Acquire) {
                 if let Some(t) = threads.as_mut() {
@@ -54,19 +59,43 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
                 if let Ok(mut watch) = s.relatives.try_lock() {
                     if let Some(w) = watch.as_mut() {
                         w.look(Instant::now());
+                        if let Some((t, _)) = workers.as_mut() {
+                            t.adopt(&w.workers());
+                        }
                     }
                 }
                 let generation = collect(&s, &mut buf);
                 refresh(&s, generation);
+                if let Some((t, next)) = workers.as_mut() {
+                    let now = Instant::now();
+                    if now >= *next {
+                        *next = now + t.every();
+                        let mut c = s.collected.lock().unwrap_or_else(|e| e.into_inner());
+                        t.tick(&s, &mut c);
+                    }
+                }
                 std::thread::sleep(POLL);
             }
             let used = cpu().saturating_sub(first);
             drop(watched);
             let found = threads.map(Threads::stop).unwrap_or_default();
             collect(&s, &mut buf);
-            (found, used)
+            let read = workers.map(|(t, _)| t.finish()).unwrap_or_default();
+            (found, used, read)
         })
         .ok()
+}
+
+/// The reading of the profiled process's workers (see `traced`) and when
+/// it next takes their samples: in a CPU profile of a process whose
+/// relatives are watched (`processes = "all"`), with R's main thread
+/// sampled (its samples are what the workers' are shown under).
+fn traced_workers(s: &Session) -> Option<(Traced, Instant)> {
+    let Trigger::Timer { clock: clock::Clock::Cpu, interval_ns } = s.trigger else { return None };
+    s.relatives.lock().unwrap_or_else(|e| e.into_inner()).as_ref()?;
+    let with = (s.facts.with_loops, s.facts.lines.is_some());
+    let t = Traced::new(interval_ns, with.0, with.1, s.facts.base.interpreter_addr);
+    Some((t, Instant::now()))
 }
 
 /// The watches the collector made (see `watches`): each thread's timer,

@@ -290,6 +290,18 @@ fn sample_other_thread(
     out.pushed
 }
 
+/// R's innermost context record now, as another thread reads it (0: not
+/// readable).
+pub(super) fn main_context(s: &Session) -> usize {
+    s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0)
+}
+
+/// [`link_to_main`] for a sample of another process taken by the
+/// collector thread (see `traced`) at `now` (the monotonic clock).
+pub(super) fn link_for_other(s: &Session, context: usize, now: u64) -> u64 {
+    link_to_main(s, context, now)
+}
+
 /// The number of R's main thread's sample another thread's sample, taken
 /// while R's innermost context record was `context`, is to be shown under:
 /// the main thread's last sample if it may stand for where the main thread

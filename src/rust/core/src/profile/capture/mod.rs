@@ -8,7 +8,8 @@
 //! weighs its CPU samples, and its watch (`watches`) takes them where it
 //! runs on a busy machine; a memory profile samples allocations
 //! instead (`alloc`). The `collector` thread empties the rings into
-//! `collect`. `active` is the protocol that lets a
+//! `collect`, and reads the profiled process's workers from outside
+//! (`traced`). `active` is the protocol that lets a
 //! session end while handlers run; `fork` keeps a child of a profiled
 //! process unsampled. Nothing here names a frame: that is the reporting
 //! side's work, after the session.
@@ -32,6 +33,7 @@ pub(crate) mod slots;
 pub(crate) mod snapshots;
 pub(crate) mod spawn;
 pub(crate) mod threads;
+pub(crate) mod traced;
 pub(crate) mod watches;
 pub(crate) mod worker;
 

@@ -378,12 +378,12 @@ impl Running {
             }
         };
         self.session.stop.store(true, Ordering::Release);
-        let (threads, collector_cpu_ns) =
+        let (threads, collector_cpu_ns, workers) =
             self.collector.take().and_then(|c| c.join().ok()).unwrap_or_default();
         ACTIVE.clear();
         signal::quiet(signal, &self.old_action, old_mask, &ACTIVE);
         let figures = alloc.map(|()| self.alloc_figures());
-        self.finish(main_cpu_ns, (threads, collector_cpu_ns), figures)
+        self.finish(main_cpu_ns, (threads, collector_cpu_ns, workers), figures)
     }
 
     /// A stopped memory profile's figures: the sampled blocks not freed.
@@ -403,7 +403,7 @@ impl Running {
     fn finish(
         self,
         main_cpu_ns: u64,
-        (threads, collector_cpu_ns): collector::Found,
+        (threads, collector_cpu_ns, workers): collector::Found,
         alloc: Option<AllocFigures>,
     ) -> Finished {
         let s = &self.session;
@@ -412,6 +412,13 @@ impl Running {
         collector::close_children(s);
         let mut collected = std::mem::take(&mut *s.collected.lock().unwrap_or_else(|e| e.into_inner()));
         collected.settle_pending(true);
+        // The workers read from outside: their snapshots after this
+        // process's, their rows after its children's.
+        let mut snapshots = s.snapshots.take_all();
+        let elsewhere = super::traced::place_snapshots(&mut collected, snapshots.len(), &workers);
+        let super::traced::Read { snapshots: theirs, processes, .. } = workers;
+        snapshots.extend(theirs.into_iter().flat_map(|(snaps, _)| snaps));
+        collected.processes.extend(processes);
         let duration_ns = self.started_mono.elapsed().as_nanos() as u64;
         // SAFETY: sampling has stopped (no handler runs: see `stop`), so
         // nothing else uses the scratch.
@@ -426,7 +433,7 @@ impl Running {
             command: crate::procfs::cmdline(crate::procfs::Proc::This),
             collected,
             labels,
-            snapshots: s.snapshots.take_all(),
+            snapshots,
             handler_runs: s.handler_runs.load(Ordering::Relaxed),
             dropped: s.dropped.load(Ordering::Relaxed),
             outside: s.outside.load(Ordering::Relaxed),
@@ -447,6 +454,7 @@ impl Running {
                 .take()
                 .map(Watch::finish)
                 .unwrap_or_default(),
+            elsewhere,
             thread_dropped: s.thread_dropped.load(Ordering::Relaxed),
             forked: s.forked.load(Ordering::Relaxed),
             alloc,

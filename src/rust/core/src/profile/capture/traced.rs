@@ -1,0 +1,250 @@
+//! Worker processes read from outside while a profile runs: PSOCK and
+//! future `multisession` workers, found through the profiled process's
+//! connections (see `relatives`). Each is recorded as `winch_record()`
+//! records a process (see `outside::recorder`): stopped with ptrace for as
+//! long as one sample takes, from the collector thread, at the profile's
+//! interval of the worker's own CPU time (a waiting worker is not stopped).
+//! Its samples become the profile's records, joined to R's main thread's
+//! sample as another thread's are, so that the profile shows them under
+//! the main thread's dispatching call (`parLapply`) when it is in one.
+//!
+//! Only workers are read so: they are not descendants of this process, so
+//! no `waitpid()` of R's (or of a package's: processx, parallel) can take
+//! a stop the tracer caused for a child's exit. Children that run another
+//! program (callr, `system()`) are left unsampled, and said so (see
+//! `relatives`).
+
+use super::shared::Session;
+use crate::modules::ModuleMap;
+use crate::outside::recorder::{Recorder, Settings};
+use crate::profile::collect::{Collected, Process};
+use crate::profile::labels::{self, EXTRA_BASE};
+use crate::profile::record::{self, Entry, Flags, Origin, Owner, Prefix};
+use crate::unwind::walk::Snapshot;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// At most this many workers are read at once.
+pub const MAX_WORKERS: usize = 64;
+
+/// Where the snapshot numbers of workers' samples begin until the profile
+/// ends (see [`foreign_snapshot`]): the workers' snapshots are then put
+/// after the profiled process's and the samples renumbered.
+const FOREIGN: u32 = 1 << 30;
+/// Snapshot numbers per worker.
+const PER_WORKER: u32 = 1 << 16;
+
+/// The temporary number of snapshot `k` of worker `w`.
+fn foreign_snapshot(w: usize, k: u32) -> u32 {
+    FOREIGN + w as u32 * PER_WORKER + k
+}
+
+/// One worker being read.
+struct Worker {
+    pid: i32,
+    start_ticks: u64,
+    rec: Option<Recorder>,
+    /// Its labels (ids of its recorder's) as the profile's.
+    labels: HashMap<u32, u32>,
+    samples: u64,
+    command: String,
+    cpu_first_s: f64,
+}
+
+/// A worker's snapshots of its modules, and its modules as last seen.
+#[allow(clippy::vec_box)]
+pub type Snapshots = (Vec<Box<Snapshot>>, Option<Arc<ModuleMap>>);
+
+/// What the workers read add to a finished profile.
+#[derive(Default)]
+pub struct Read {
+    /// Each worker's snapshots, with its modules as last seen.
+    pub snapshots: Vec<Snapshots>,
+    pub processes: Vec<Process>,
+}
+
+/// The workers of a profile, read from its collector thread.
+pub struct Traced {
+    settings: Settings,
+    workers: Vec<Worker>,
+    /// Workers that could not be read, and why (they stay unsampled: see
+    /// `relatives`).
+    refused: Vec<(i32, String)>,
+    /// Label texts already given an id of the profile's.
+    texts: HashMap<String, u32>,
+    buf: Vec<Vec<u64>>,
+}
+
+impl Traced {
+    pub fn new(interval_ns: u64, with_loops: bool, lines: bool, own_r: usize) -> Traced {
+        let settings = Settings { threads: (false, false), how: (with_loops, lines), own_r, interval_ns };
+        Traced { settings, workers: Vec::new(), refused: Vec::new(), texts: HashMap::new(), buf: Vec::new() }
+    }
+
+    /// How often the workers' samples are taken.
+    pub fn every(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.settings.interval_ns)
+    }
+
+    /// Starts reading the workers in `workers` (pid, start time) not read
+    /// yet; one that cannot be read is remembered with the reason.
+    pub fn adopt(&mut self, workers: &[(i32, u64)]) {
+        for &(pid, start_ticks) in workers {
+            let known = self.workers.iter().any(|w| w.pid == pid && w.start_ticks == start_ticks)
+                || self.refused.iter().any(|r| r.0 == pid);
+            if known || self.workers.len() >= MAX_WORKERS {
+                continue;
+            }
+            let cpu_first_s = cpu_s(pid);
+            match Recorder::start(pid, self.settings) {
+                Ok(rec) => {
+                    let command = rec.command().to_string();
+                    self.workers.push(Worker {
+                        pid,
+                        start_ticks,
+                        rec: Some(rec),
+                        labels: HashMap::new(),
+                        samples: 0,
+                        command,
+                        cpu_first_s,
+                    });
+                }
+                Err(e) => self.refused.push((pid, e.to_string())),
+            }
+        }
+    }
+
+    /// Takes a sample of every worker that ran since its last one, each
+    /// joined to R's main thread's sample `link` says (given R's innermost
+    /// context record now): into `c`.
+    pub fn tick(&mut self, s: &Session, c: &mut Collected) {
+        for w in 0..self.workers.len() {
+            let Some(rec) = self.workers[w].rec.as_mut() else { continue };
+            let mut buf = std::mem::take(&mut self.buf);
+            buf.clear();
+            let read = rec.tick_into(&mut buf);
+            if read.is_err() {
+                // Ended (or no longer readable): what it gave is kept.
+                self.workers[w].rec = None;
+            } else {
+                let context = super::handler::main_context(s);
+                for r in &buf {
+                    let link = super::handler::link_for_other(s, context, super::clock::now_ns());
+                    self.absorb(w, r, link, context as u64, c);
+                }
+            }
+            self.buf = buf;
+        }
+    }
+
+    /// One record of worker `w` into `c`: made a worker process's sample
+    /// (its snapshot numbered as `foreign_snapshot` says, its labels the
+    /// profile's) joined to R's main thread's sample `link`.
+    fn absorb(&mut self, w: usize, r: &[u64], link: u64, context: u64, c: &mut Collected) {
+        let Some((prefix, entries)) = record::split(r) else { return };
+        let worker = &mut self.workers[w];
+        let Some(rec) = worker.rec.as_ref() else { return };
+        let mut out = Vec::with_capacity(r.len());
+        let mut header = prefix.header;
+        header.flags = header.flags | Flags::PROCESS | Flags::WORKER;
+        let pid = worker.pid as u32;
+        let origin = Origin::child(foreign_snapshot(w, prefix.origin.snapshot), pid);
+        out.extend_from_slice(&Prefix { header, origin, link, context }.encode());
+        let (texts, labels) = (&mut self.texts, &mut worker.labels);
+        let mut map = |id: u32| -> u32 {
+            if id < labels::FIXED_COUNT {
+                return id;
+            }
+            if let Some(&m) = labels.get(&id) {
+                return m;
+            }
+            let text = rec.label(id);
+            let m = *texts.entry(text.to_string()).or_insert_with(|| {
+                c.extra_labels.push(text.to_string());
+                EXTRA_BASE + c.extra_labels.len() as u32 - 1
+            });
+            labels.insert(id, m);
+            m
+        };
+        for &e in entries {
+            out.push(match Entry::decode(e) {
+                Entry::R { label, owner } => {
+                    let owner = match owner {
+                        Owner::Frame(o) => Owner::Frame(map(o)),
+                        other => other,
+                    };
+                    Entry::r_owned(map(label), owner)
+                }
+                Entry::Pos { file, line } => Entry::pos(map(file), line),
+                _ => e,
+            });
+        }
+        worker.samples += 1;
+        c.absorb(&out);
+    }
+
+    /// Ends the reading: every worker's snapshots, and what each used.
+    pub fn finish(self) -> Read {
+        let mut read = Read::default();
+        for mut w in self.workers {
+            let cpu_ns = ((cpu_s(w.pid) - w.cpu_first_s).max(0.0) * 1e9) as u64;
+            read.snapshots.push(w.rec.as_mut().map(Recorder::take_snapshots).unwrap_or_default());
+            if w.samples > 0 {
+                read.processes.push(Process {
+                    pid: w.pid as u32,
+                    command: w.command,
+                    cpu_ns,
+                    samples: w.samples,
+                    dropped: 0,
+                });
+            }
+        }
+        read
+    }
+}
+
+/// Renumbers the workers' samples' snapshots in `c` now that the workers'
+/// snapshots follow the profiled process's `own` ones (`read`'s, in
+/// order): the ranges of numbers that are each worker's, with its modules.
+pub fn place_snapshots(
+    c: &mut Collected,
+    own: usize,
+    read: &Read,
+) -> Vec<(std::ops::Range<usize>, Arc<ModuleMap>)> {
+    let mut starts = Vec::with_capacity(read.snapshots.len());
+    let mut ranges = Vec::new();
+    let mut next = own;
+    for (snaps, now) in &read.snapshots {
+        starts.push(next);
+        if let Some(now) = now {
+            ranges.push((next..next + snaps.len(), now.clone()));
+        }
+        next += snaps.len();
+    }
+    c.renumber_snapshots(|k| {
+        if k < FOREIGN {
+            return Some(k);
+        }
+        let (w, i) = (((k - FOREIGN) / PER_WORKER) as usize, (k - FOREIGN) % PER_WORKER);
+        let n = read.snapshots.get(w)?.0.len();
+        (i < n as u32).then(|| (starts[w] + i as usize) as u32)
+    });
+    ranges
+}
+
+/// A process's CPU time so far (user and system), in seconds; 0 when gone.
+fn cpu_s(pid: i32) -> f64 {
+    let hz = crate::procfs::clock_ticks() as f64;
+    crate::procfs::stat(crate::procfs::Proc::Pid(pid), None).map_or(0.0, |st| st.cpu_ticks() as f64 / hz)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_snapshots_follow_the_profiled_processes() {
+        assert_eq!(foreign_snapshot(0, 0), FOREIGN);
+        assert_eq!(foreign_snapshot(2, 3), FOREIGN + 2 * PER_WORKER + 3);
+    }
+}
