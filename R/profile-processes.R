@@ -138,7 +138,10 @@ warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
         nrow(pr), what, format_seconds(unseen), 100 * unseen / tree
       ),
       i = sprintf("pid%s %s; see summary() of the profile.", if (length(pids) > 1) "s" else "", paste(utils::head(pids, 5), collapse = ", ")),
-      i = "winch_profile() samples forked children (mclapply(), future's multicore); record other processes with winch_record(pid, children = TRUE) from another R session, or profile inside the workers and combine the profiles with c()."
+      i = paste(
+        "winch_profile() samples forked children (mclapply(), future's multicore), and in a CPU profile the workers of PSOCK clusters and future's multisession it may trace (see ?winch_profile);",
+        "record other processes with winch_record(pid, children = TRUE) from another R session, or profile inside the workers and combine the profiles with c()."
+      )
     ),
     class = c("winch_warning_processes_unsampled", "winch_warning"),
     call = call

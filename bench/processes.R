@@ -11,6 +11,13 @@
 #    account of reaped children, getrusage(RUSAGE_CHILDREN)) profiled minus
 #    plain, over the children's samples, medians of the rounds.
 #
+# 4. The same for parallel::parLapply() of 4 tasks on a PSOCK cluster of 2
+#    workers made before the profile (read from outside, see
+#    ?winch_profile): wall time, unseen share, and what a sample costs a
+#    worker (the workers' own CPU time, from proc.time() in each, profiled
+#    minus plain, over their samples), and the profiler's own CPU time
+#    (collector and tracer threads) per worker sample.
+#
 # The compiled loop is tests/testthat/clib/burn.c's burn_a() (a known
 # amount of the calling thread's CPU time), built here.
 #
@@ -80,3 +87,44 @@ cat(sprintf("  unseen CPU of the tree: %.1f%% with children sampled (%.1f%% with
 cat(sprintf("  children's samples: %d; CPU a sample costs a child: %.1f us (median of rounds; %.1f us .. %.1f us)\n",
   as.integer(med[["child_samples"]]), med[["per_sample"]] * 1e6,
   min(rows["per_sample", ]) * 1e6, max(rows["per_sample", ]) * 1e6))
+
+# PSOCK workers, read from outside.
+cl <- parallel::makeCluster(2)
+invisible(parallel::clusterCall(cl, dyn.load, file.path(dir, "bench_processes.so")))
+ptask <- function(i) .Call("burn_a", burn, PACKAGE = "bench_processes")
+pwork <- function() parallel::parLapply(cl, 1:4, ptask)
+workers_cpu <- function() sum(unlist(parallel::clusterEvalQ(cl, sum(proc.time()[c("user.self", "sys.self")]))))
+pmeasure <- function(expr) {
+  c0 <- workers_cpu()
+  t0 <- proc.time()[["elapsed"]]
+  force(expr)
+  c(wall = proc.time()[["elapsed"]] - t0, workers = workers_cpu() - c0)
+}
+invisible(pwork())
+invisible(winch_profile(pwork(), interval = interval))
+prows <- replicate(rounds, {
+  plain <- pmeasure(pwork())
+  self <- pmeasure(winch_profile(pwork(), interval = interval, processes = "self"))
+  p_all <- NULL
+  all <- pmeasure(p_all <- winch_profile(pwork(), interval = interval))
+  s <- summary(p_all)
+  theirs <- s$by_process$process != "self"
+  worker_samples <- round(sum(s$by_process$sampled[theirs]) / interval)
+  c(
+    plain = plain[["wall"]], self = self[["wall"]], all = all[["wall"]],
+    unseen_all = s$unseen,
+    per_sample = (all[["workers"]] - plain[["workers"]]) / max(worker_samples, 1),
+    profiler = p_all$stats$collector_cpu / max(worker_samples, 1),
+    worker_samples = worker_samples
+  )
+})
+parallel::stopCluster(cl)
+pmed <- apply(prows, 1L, stats::median)
+cat("\nparLapply() of 4 tasks on a PSOCK cluster of 2 workers (medians):\n")
+cat(sprintf("  wall time: plain %.3f s; processes = \"self\" %.3f s (%+.1f%%); processes = \"all\" %.3f s (%+.1f%%)\n",
+  pmed[["plain"]], pmed[["self"]], 100 * (pmed[["self"]] / pmed[["plain"]] - 1),
+  pmed[["all"]], 100 * (pmed[["all"]] / pmed[["plain"]] - 1)))
+cat(sprintf("  unseen CPU of the tree: %.1f%%\n", 100 * pmed[["unseen_all"]]))
+cat(sprintf("  workers' samples: %d; CPU a sample costs a worker: %.1f us (%.1f us .. %.1f us); the profiler's CPU per worker sample: %.1f us\n",
+  as.integer(pmed[["worker_samples"]]), pmed[["per_sample"]] * 1e6,
+  min(prows["per_sample", ]) * 1e6, max(prows["per_sample", ]) * 1e6, pmed[["profiler"]] * 1e6))

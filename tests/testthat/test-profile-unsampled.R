@@ -109,9 +109,10 @@ test_that("a PSOCK cluster's workers are sampled under parLapply, and listed as 
   # Under [process N] under parLapply under work; the parent's part ends
   # at parLapply (its clusterApply, recvResult, ... left out). The
   # worker's own part starts at the task (PSOCK's workLoop, workCommand,
-  # do.call, tryCatch() and the lapply of the chunk left out), or at
-  # recvData() where the worker was reading the task (unserializing
-  # `burn` loads the namespaces its environment refers to: testthat's).
+  # do.call, tryCatch() and the lapply of the chunk left out), or where
+  # the worker was reading the task or sending its result (recvData():
+  # unserializing `burn` loads the namespaces its environment refers to,
+  # testthat's; sendData()'s method).
   theirs <- which(p$processes$number[p$stacks$process] > 0L)
   expect_gt(sum(p$stacks$count[theirs]), 0.9 * sum(p$stacks$count))
   task <- 0
@@ -121,7 +122,7 @@ test_that("a PSOCK cluster's workers are sampled under parLapply, and listed as 
     at <- grep("^\\[process_[0-9]+\\]$", labels)
     expect_length(at, 1L)
     expect_identical(labels[at + 1:2], c("parallel::parLapply", "work"), info = paste(labels, collapse = " < "))
-    expect_true(labels[[at - 1L]] %in% c("FUN", "recvData"), info = paste(labels, collapse = " < "))
+    expect_true(labels[[at - 1L]] %in% c("FUN", "recvData", "sendData.SOCKnode"), info = paste(labels, collapse = " < "))
     if (labels[[at - 1L]] == "FUN") task <- task + p$stacks$count[[k]]
   }
   expect_gt(task, 0.5 * sum(p$stacks$count[theirs]))
@@ -148,6 +149,41 @@ test_that("a PSOCK cluster's workers are sampled under parLapply, and listed as 
   both <- c(e, q)
   expect_setequal(both$stats$unsampled$pid, pids)
   expect_identical(sum(summary(both)$by_process$process == "[worker, not sampled]"), 2L)
+})
+
+test_that("future's multisession workers are sampled under future_lapply, future's plumbing left out", {
+  skip_if_not_installed("future.apply")
+  skip_if(parallel::detectCores() < 2, "two workers need 2 cores")
+  future::plan(future::multisession, workers = 2)
+  withr::defer(future::plan(future::sequential))
+  pids <- unlist(future.apply::future_lapply(1:2, function(i) Sys.getpid()))
+  burn <- function(i) {
+    t0 <- proc.time()[["user.self"]] + proc.time()[["sys.self"]]
+    x <- 0
+    while (proc.time()[["user.self"]] + proc.time()[["sys.self"]] - t0 < 0.3) x <- x + sum(seq_len(100))
+    x
+  }
+  p <- winch_profile(future.apply::future_lapply(1:4, burn), interval = 0.005)
+  s <- summary(p)
+  rows <- s$by_process[s$by_process$pid %in% pids, , drop = FALSE]
+  expect_true(all(startsWith(rows$process, "[process ")), info = paste(rows$process, collapse = ", "))
+  expect_true(all(abs(rows$sampled - rows$cpu) <= 0.15 * rows$cpu + 0.02),
+    info = paste(rows$sampled, rows$cpu, collapse = "; ")
+  )
+  task <- 0
+  for (k in which(p$processes$number[p$stacks$process] > 0L)) {
+    labels <- stack_labels(p)[[k]]
+    at <- grep("^\\[process_[0-9]+\\]$", labels)
+    expect_identical(labels[[at + 1L]], "future.apply::future_lapply", info = paste(labels, collapse = " < "))
+    fun <- match("...future.FUN", labels)
+    if (is.na(fun)) next
+    task <- task + p$stacks$count[[k]]
+    between <- labels[seq_len(at - 1L)][-seq_len(fun)]
+    expect_false(any(between %in% c("workLoop", "workCommand", "do.call", "tryCatch", "base::tryCatch", "eval", "base::local")),
+      info = paste(labels, collapse = " < ")
+    )
+  }
+  expect_gt(task, 0.5 * sum(p$stacks$count[p$processes$number[p$stacks$process] > 0L]))
 })
 
 test_that("a worker busy while the parent runs other R code is not charged to that code", {
@@ -231,6 +267,38 @@ test_that("a program the profiled process runs is listed as a child not sampled"
   # (Counting to 200,000 in a shell takes tens of milliseconds or more.)
   expect_gt(child$unseen, 0.02)
   expect_gt(child$unseen, 0.5 * child$cpu)
+})
+
+test_that("the workers of a cluster made and stopped inside a CPU profile are sampled once found, and keep their names", {
+  skip_if(parallel::detectCores() < 2, "a cluster of two workers needs 2 cores")
+  burn <- function(i) {
+    t0 <- proc.time()[["user.self"]] + proc.time()[["sys.self"]]
+    x <- 0
+    while (proc.time()[["user.self"]] + proc.time()[["sys.self"]] - t0 < 0.3) x <- x + sum(seq_len(100))
+    Sys.getpid()
+  }
+  pids <- NULL
+  work <- function() {
+    cl <- parallel::makeCluster(2)
+    on.exit(parallel::stopCluster(cl))
+    # Eight tasks of 0.3 s: the workers work past the first look for
+    # workers (once a second) and are read from then on.
+    pids <<- unique(unlist(parallel::parLapply(cl, 1:8, burn)))
+  }
+  # (Their time before they were found is unseen, and may be warned of.)
+  p <- suppressWarnings(winch_profile(work(), interval = 0.005))
+  s <- summary(p)
+  rows <- s$by_process[s$by_process$pid %in% pids, , drop = FALSE]
+  expect_setequal(rows$pid, pids)
+  expect_true(all(startsWith(rows$process, "[process ")), info = paste(rows$process, collapse = ", "))
+  expect_true(all(rows$sampled > 0.1), info = paste(rows$sampled, collapse = ", "))
+  # They ended before the profile did: the CPU time of their last read
+  # is kept, and their native frames are named with their own modules
+  # (the C library's getrusage(), under proc.time()).
+  expect_true(all(rows$cpu >= rows$sampled - 0.02), info = paste(rows$cpu, rows$sampled, collapse = "; "))
+  theirs <- unlist(stack_labels(p)[p$processes$number[p$stacks$process] > 0L])
+  expect_true(any(grepl("^/libc[^:]*::.*getrusage", theirs)), info = paste(unique(theirs), collapse = ", "))
+  expect_false(any(startsWith(theirs, "/?::")), info = paste(unique(theirs), collapse = ", "))
 })
 
 test_that("the workers of a cluster made and stopped inside the profiled code are listed", {

@@ -102,6 +102,11 @@ struct Pending {
     truncated: bool,
     /// An allocation's sample number and bytes.
     alloc: Option<(u64, u64)>,
+    /// Another process's sample: under the main thread's sample it names,
+    /// or the nearest taken, whatever R's innermost record then (`build`
+    /// keeps only the main thread's dispatching call, an outer frame that
+    /// stays while inner calls come and go: future's polling).
+    process: bool,
 }
 
 /// Everything collected from a session's records.
@@ -229,7 +234,7 @@ impl Collected {
             // `capture::traced`): joined to R's main thread's sample it
             // names as another thread's is, after `[process]`.
             key.push(Entry::r(super::labels::PROCESS));
-            let p = Pending { part: key.into(), link, context, weight, truncated, alloc };
+            let p = Pending { part: key.into(), link, context, weight, truncated, alloc, process: true };
             if !self.settle(&p, false) {
                 self.pending.push(p);
             }
@@ -257,7 +262,7 @@ impl Collected {
             None => super::labels::THREAD,
         };
         key.push(Entry::r(marker));
-        let p = Pending { part: key.into(), link, context, weight, truncated, alloc };
+        let p = Pending { part: key.into(), link, context, weight, truncated, alloc, process: false };
         if !self.settle(&p, false) {
             self.pending.push(p);
         }
@@ -268,6 +273,8 @@ impl Collected {
     /// set).
     fn settle(&mut self, p: &Pending, last: bool) -> bool {
         let parent = match self.mains.get(&p.link) {
+            Some(&(_, i)) if p.process => Some(i),
+            None if p.process && (p.link <= self.last_main || last) => self.nearest(p.link),
             Some(&(context, i)) if context == p.context && context != 0 => Some(i),
             Some(_) => self.next_in(p),
             None if p.link > self.last_main && !last => return false,
@@ -291,6 +298,13 @@ impl Collected {
             self.allocs.insert(number, (bytes, i));
         }
         true
+    }
+
+    /// The main thread's sample nearest after sample `link` (or before it,
+    /// if none of the next few was kept).
+    fn nearest(&self, link: u64) -> Option<usize> {
+        let at = |seq: u64| self.mains.get(&seq).map(|&(_, i)| i);
+        (link + 1..=link + 64).find_map(at).or_else(|| (link.saturating_sub(64)..link).rev().find_map(at))
     }
 
     /// The first of R's main thread's next few samples after `p`'s link
@@ -551,14 +565,25 @@ mod tests {
         assert_eq!(c.stacks.len(), 0);
         c.absorb(&[header(Flags::NONE, 1, 500), origin(0, 0), 3, 0x7000, Entry::r(12)]);
         c.settle_pending(false);
-        // R had moved on: at the root, after `[process]`.
+        // R's innermost record had changed (future polls its workers
+        // through calls that come and go): under that sample all the
+        // same (`build` keeps only its dispatching call).
         c.absorb(&[header(flags, 1, 900), worker, 3, 0x9000, native(0x20), Entry::r(40)]);
+        // One naming a sample that was not kept (7): the nearest (8).
+        c.absorb(&[header(Flags::NONE, 1, 500), origin(0, 0), 8, 0x7100, Entry::r(13)]);
+        c.absorb(&[header(flags, 1, 900), worker, 7, 0x7100, native(0x20), Entry::r(40)]);
+        // Before any main thread's sample, at the end: at the root.
+        let mut d = Collected::default();
+        d.absorb(&[header(flags, 1, 900), worker, 1, 0x7000, native(0x20), Entry::r(40)]);
+        d.settle_pending(true);
         c.settle_pending(true);
         let process = Entry::r(PROCESS);
         let joined = vec![worker, native(0x20), Entry::r(40), process, origin(0, 0), Entry::r(12)];
+        let later = vec![worker, native(0x20), Entry::r(40), process, origin(0, 0), Entry::r(13)];
         let alone = vec![worker, native(0x20), Entry::r(40), process];
-        assert_eq!(c.counts(&joined).unwrap().weight, 2);
-        assert_eq!(c.counts(&alone).unwrap().weight, 1);
+        assert_eq!(c.counts(&joined).unwrap().weight, 3);
+        assert_eq!(c.counts(&later).unwrap().weight, 1);
+        assert_eq!(d.counts(&alone).unwrap().weight, 1);
         assert_eq!(c.process_order, vec![4242]);
         assert!(c.thread_order.is_empty());
         // The worker's snapshots come after this process's 5: its numbers
@@ -566,8 +591,7 @@ mod tests {
         c.renumber_snapshots(|k| (k >= 1 << 30).then(|| k - (1 << 30) + 5));
         let moved = Origin::child(5, 4242).encode();
         let joined = vec![moved, native(0x20), Entry::r(40), process, origin(0, 0), Entry::r(12)];
-        assert_eq!(c.counts(&joined).unwrap().weight, 2);
-        assert_eq!(c.counts(&[moved, native(0x20), Entry::r(40), process]).unwrap().weight, 1);
+        assert_eq!(c.counts(&joined).unwrap().weight, 3);
     }
 
     #[test]

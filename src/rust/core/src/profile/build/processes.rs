@@ -54,8 +54,9 @@ const DISPATCH: [&str; 32] = [
 /// The frames of the framework running a task in a worker, at the outer
 /// end of its own part: a forked child's (sending the result back,
 /// `try()`'s frames, the `lapply()` running the tasks) and a cluster
-/// worker's (`parallel`'s loop reading commands, `do.call()` of the task).
-const PLUMBING: [&str; 18] = [
+/// worker's (`parallel`'s or `parallelly`'s loop reading commands,
+/// `do.call()` of the task, future's evaluation of a future).
+const PLUMBING: [&str; 21] = [
     "sendMaster",
     "serialize",
     "try",
@@ -70,10 +71,13 @@ const PLUMBING: [&str; 18] = [
     "mcexit",
     "withVisible",
     ".workRSOCK",
+    "workRSOCK",
     "workLoop",
     "workCommand",
     "do.call",
     "sendData",
+    "local",
+    "eval.parent",
 ];
 
 /// The labels of loops (see `labels`).
@@ -110,13 +114,9 @@ pub(super) enum Item {
 /// out, with the native frames and positions among it (never all of them:
 /// a child whose every frame is plumbing keeps them).
 pub(super) fn own_kept(item: impl Fn(usize) -> Item, len: usize) -> usize {
-    // The next R frame further in than entry k (innermost first).
-    let inner_r = |k: usize| {
-        (0..k).rev().find_map(|j| match item(j) {
-            Item::R(l) => Some(l),
-            _ => None,
-        })
-    };
+    // Whether an R frame that is not a loop is further in than entry k
+    // (innermost first).
+    let called = |k: usize| (0..k).any(|j| matches!(item(j), Item::R(l) if !LOOPS.contains(&l.as_str())));
     let mut keep = len;
     let mut outer: Option<String> = None;
     while keep > 0 {
@@ -125,14 +125,16 @@ pub(super) fn own_kept(item: impl Fn(usize) -> Item, len: usize) -> usize {
             // `workLoop`'s `while`). So is an anonymous function called as
             // the outermost R frame (the PSOCK worker's start,
             // `tryCatch(parallel:::.workRSOCK, ...)()`), or by the
-            // plumbing's `do.call()` to call `FUN` (a cluster's `lapply`,
-            // handed over as a function: `parLapply`'s chunks).
+            // plumbing's `do.call()` when it calls R functions in turn
+            // (a cluster's `lapply` handed over as a function:
+            // `parLapply`'s chunks; future's evaluation of a future; an
+            // anonymous task calling on): one doing the work itself is
+            // kept.
             Item::R(l)
                 if LOOPS.contains(&l.as_str())
                     || (l == "<Anonymous>"
                         && (outer.is_none()
-                            || (outer.as_deref() == Some("do.call")
-                                && inner_r(keep - 1).as_deref() == Some("FUN")))) =>
+                            || (outer.as_deref() == Some("do.call") && called(keep - 1)))) =>
             {
                 outer = Some(l);
                 keep -= 1;
@@ -235,9 +237,37 @@ mod tests {
         let looping = ["[for]", "FUN", "lapply", "do.call", "workCommand", "[while]", "workLoop"];
         assert_eq!(own_kept(items(&looping), looping.len()), 2);
         // parLapply's lapply is called by do.call() as a function:
-        // anonymous, around FUN. An anonymous task is the task.
+        // anonymous, around FUN. So is an anonymous task: left out when it
+        // calls on (the frames it calls are the task's), kept when it does
+        // the work itself.
         let task = ["g", "<Anonymous>", "do.call", "workCommand", "[while]", "workLoop"];
-        assert_eq!(own_kept(items(&task), task.len()), 2);
+        assert_eq!(own_kept(items(&task), task.len()), 1);
+        let itself = ["@native", "[for]", "<Anonymous>", "do.call", "workCommand", "[while]", "workLoop"];
+        assert_eq!(own_kept(items(&itself), itself.len()), 3);
+        // future.apply's future_lapply() on a multisession worker
+        // (parallelly's workRSOCK; namespaces as R labels them).
+        let future = [
+            "...future.FUN",
+            "FUN",
+            "lapply",
+            "<Anonymous>",
+            "do.call",
+            "withCallingHandlers",
+            "eval",
+            "eval.parent",
+            "base::local",
+            "base::withVisible",
+            "base::tryCatch",
+            "eval",
+            "<Anonymous>",
+            "do.call",
+            "tryCatch",
+            "workCommand",
+            "[while]",
+            "workLoop",
+            "workRSOCK",
+        ];
+        assert_eq!(own_kept(items(&future), future.len()), 2, "...future.FUN under future.apply's FUN");
         // An anonymous function further in is the task's.
         let anonymous = ["<Anonymous>", "lapply", "do.call", "workCommand"];
         assert_eq!(own_kept(items(&anonymous), anonymous.len()), 1);

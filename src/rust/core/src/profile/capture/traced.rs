@@ -48,7 +48,11 @@ struct Worker {
     labels: HashMap<u32, u32>,
     samples: u64,
     command: String,
+    /// Its CPU time when first read, and at the latest read.
     cpu_first_s: f64,
+    cpu_last_s: f64,
+    /// Its snapshots, once it has ended (its recorder let go).
+    snapshots: Snapshots,
 }
 
 /// A worker's snapshots of its modules, and its modules as last seen.
@@ -107,6 +111,8 @@ impl Traced {
                         samples: 0,
                         command,
                         cpu_first_s,
+                        cpu_last_s: cpu_first_s,
+                        snapshots: Snapshots::default(),
                     });
                 }
                 Err(e) => self.refused.push((pid, e.to_string())),
@@ -124,9 +130,13 @@ impl Traced {
             buf.clear();
             let read = rec.tick_into(&mut buf);
             if read.is_err() {
-                // Ended (or no longer readable): what it gave is kept.
-                self.workers[w].rec = None;
+                // Ended (or no longer readable): what it gave is kept, and
+                // what its samples are named with.
+                let worker = &mut self.workers[w];
+                worker.snapshots = worker.rec.take().map(|mut r| r.take_snapshots()).unwrap_or_default();
             } else {
+                let worker = &mut self.workers[w];
+                worker.cpu_last_s = cpu_s(worker.pid).max(worker.cpu_last_s);
                 let context = super::handler::main_context(s);
                 for r in &buf {
                     let link = super::handler::link_for_other(s, context, super::clock::now_ns());
@@ -187,8 +197,14 @@ impl Traced {
     pub fn finish(self) -> Read {
         let mut read = Read::default();
         for mut w in self.workers {
-            let cpu_ns = ((cpu_s(w.pid) - w.cpu_first_s).max(0.0) * 1e9) as u64;
-            read.snapshots.push(w.rec.as_mut().map(Recorder::take_snapshots).unwrap_or_default());
+            // (One that has ended keeps what it had used at its last read.)
+            let last = if w.rec.is_some() { cpu_s(w.pid).max(w.cpu_last_s) } else { w.cpu_last_s };
+            let cpu_ns = ((last - w.cpu_first_s).max(0.0) * 1e9) as u64;
+            let snapshots = match w.rec.as_mut() {
+                Some(r) => r.take_snapshots(),
+                None => std::mem::take(&mut w.snapshots),
+            };
+            read.snapshots.push(snapshots);
             if w.samples > 0 {
                 read.processes.push(Process {
                     pid: w.pid as u32,
