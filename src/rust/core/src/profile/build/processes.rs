@@ -56,7 +56,7 @@ const DISPATCH: [&str; 32] = [
 /// `try()`'s frames, the `lapply()` running the tasks) and a cluster
 /// worker's (`parallel`'s or `parallelly`'s loop reading commands,
 /// `do.call()` of the task, future's evaluation of a future).
-const PLUMBING: [&str; 21] = [
+const PLUMBING: [&str; 23] = [
     "sendMaster",
     "serialize",
     "try",
@@ -78,6 +78,8 @@ const PLUMBING: [&str; 21] = [
     "sendData",
     "local",
     "eval.parent",
+    "evalFuture",
+    "evalFutureInternal",
 ];
 
 /// The labels of loops (see `labels`).
@@ -268,6 +270,20 @@ mod tests {
             "workRSOCK",
         ];
         assert_eq!(own_kept(items(&future), future.len()), 2, "...future.FUN under future.apply's FUN");
+        // future 1.75 (R 4.6's Debian) evaluates through evalFutureInternal.
+        let newer = [
+            "...future.FUN",
+            "FUN",
+            "lapply",
+            "<Anonymous>",
+            "do.call",
+            "eval",
+            "local",
+            "tryCatch",
+            "evalFutureInternal",
+            "@native",
+        ];
+        assert_eq!(own_kept(items(&newer), newer.len()), 2);
         // An anonymous function further in is the task's.
         let anonymous = ["<Anonymous>", "lapply", "do.call", "workCommand"];
         assert_eq!(own_kept(items(&anonymous), anonymous.len()), 1);
