@@ -175,9 +175,15 @@
 #' own, with its collector's. A worker that cannot be read (the kernel
 #' refuses `ptrace`: Yama's `ptrace_scope`, a container without
 #' `CAP_SYS_PTRACE`) stays unsampled, and is said so as below; so are
-#' workers of an elapsed-time profile. The first read of a worker takes
-#' a moment (its modules are read then): its CPU time before that is
-#' unseen.
+#' workers of an elapsed-time profile. A worker is first read when it
+#' first runs during the profile (an idle cluster is never stopped); that
+#' read takes a moment (its modules are read then), and its CPU time
+#' before it is unseen. Reading a worker costs it the time it is stopped
+#' (a median of about 0.3 ms a sample here) and this process the
+#' tracer's CPU time (about 0.8 ms a sample): on a machine whose cores
+#' the workers fill, a profile at `interval = 0.005` makes `parLapply()`
+#' take about a third longer (see `bench/processes.R`); a longer
+#' interval costs proportionally less.
 #'
 #' Not yet sampled: a child of a memory profile (its allocations are its
 #' own; `print()` and `summary()` say how many children were forked, and

@@ -91,8 +91,8 @@ cat(sprintf("  children's samples: %d; CPU a sample costs a child: %.1f us (medi
 # PSOCK workers, read from outside.
 cl <- parallel::makeCluster(2)
 invisible(parallel::clusterCall(cl, dyn.load, file.path(dir, "bench_processes.so")))
-ptask <- function(i) .Call("burn_a", burn, PACKAGE = "bench_processes")
-pwork <- function() parallel::parLapply(cl, 1:4, ptask)
+ptask <- function(i, seconds) .Call("burn_a", seconds, PACKAGE = "bench_processes")
+pwork <- function() parallel::parLapply(cl, 1:4, ptask, seconds = burn)
 workers_cpu <- function() sum(unlist(parallel::clusterEvalQ(cl, sum(proc.time()[c("user.self", "sys.self")]))))
 pmeasure <- function(expr) {
   c0 <- workers_cpu()

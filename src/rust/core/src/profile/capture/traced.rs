@@ -43,7 +43,10 @@ fn foreign_snapshot(w: usize, k: u32) -> u32 {
 struct Worker {
     pid: i32,
     start_ticks: u64,
+    /// Its recorder, once it has run (None before, and once it has ended
+    /// or could not be read).
     rec: Option<Recorder>,
+    started: bool,
     /// Its labels (ids of its recorder's) as the profile's.
     labels: HashMap<u32, u32>,
     samples: u64,
@@ -53,6 +56,8 @@ struct Worker {
     cpu_last_s: f64,
     /// Its snapshots, once it has ended (its recorder let go).
     snapshots: Snapshots,
+    /// Its main thread's time on a CPU at the latest tick (`schedstat`).
+    ran_ns: Option<u64>,
 }
 
 /// A worker's snapshots of its modules, and its modules as last seen.
@@ -71,9 +76,6 @@ pub struct Read {
 pub struct Traced {
     settings: Settings,
     workers: Vec<Worker>,
-    /// Workers that could not be read, and why (they stay unsampled: see
-    /// `relatives`).
-    refused: Vec<(i32, String)>,
     /// Label texts already given an id of the profile's.
     texts: HashMap<String, u32>,
     buf: Vec<Vec<u64>>,
@@ -82,7 +84,7 @@ pub struct Traced {
 impl Traced {
     pub fn new(interval_ns: u64, with_loops: bool, lines: bool, own_r: usize) -> Traced {
         let settings = Settings { threads: (false, false), how: (with_loops, lines), own_r, interval_ns };
-        Traced { settings, workers: Vec::new(), refused: Vec::new(), texts: HashMap::new(), buf: Vec::new() }
+        Traced { settings, workers: Vec::new(), texts: HashMap::new(), buf: Vec::new() }
     }
 
     /// How often the workers' samples are taken.
@@ -90,52 +92,63 @@ impl Traced {
         std::time::Duration::from_nanos(self.settings.interval_ns)
     }
 
-    /// Starts reading the workers in `workers` (pid, start time) not read
-    /// yet; one that cannot be read is remembered with the reason.
+    /// Takes on the workers in `workers` (pid, start time) not known yet:
+    /// each is read from when it first runs (an idle worker is never
+    /// stopped; see `tick`).
     pub fn adopt(&mut self, workers: &[(i32, u64)]) {
         for &(pid, start_ticks) in workers {
-            let known = self.workers.iter().any(|w| w.pid == pid && w.start_ticks == start_ticks)
-                || self.refused.iter().any(|r| r.0 == pid);
+            let known = self.workers.iter().any(|w| w.pid == pid && w.start_ticks == start_ticks);
             if known || self.workers.len() >= MAX_WORKERS {
                 continue;
             }
             let cpu_first_s = cpu_s(pid);
-            match Recorder::start(pid, self.settings) {
-                Ok(rec) => {
-                    let command = rec.command().to_string();
-                    self.workers.push(Worker {
-                        pid,
-                        start_ticks,
-                        rec: Some(rec),
-                        labels: HashMap::new(),
-                        samples: 0,
-                        command,
-                        cpu_first_s,
-                        cpu_last_s: cpu_first_s,
-                        snapshots: Snapshots::default(),
-                    });
-                }
-                Err(e) => self.refused.push((pid, e.to_string())),
-            }
+            self.workers.push(Worker {
+                pid,
+                start_ticks,
+                rec: None,
+                started: false,
+                labels: HashMap::new(),
+                samples: 0,
+                command: crate::procfs::cmdline(crate::procfs::Proc::Pid(pid)),
+                cpu_first_s,
+                cpu_last_s: cpu_first_s,
+                snapshots: Snapshots::default(),
+                ran_ns: ran_ns(pid),
+            });
         }
     }
 
-    /// Takes a sample of every worker that ran since its last one, each
-    /// joined to R's main thread's sample `link` says (given R's innermost
-    /// context record now): into `c`.
+    /// Takes a sample of every worker that ran since its last one (one
+    /// that runs for the first time is read first: its modules, which takes
+    /// a moment), each joined to R's main thread's sample `link` says
+    /// (given R's innermost context record now): into `c`.
     pub fn tick(&mut self, s: &Session, c: &mut Collected) {
         for w in 0..self.workers.len() {
-            let Some(rec) = self.workers[w].rec.as_mut() else { continue };
+            // A worker that has not run since its last look is not stopped
+            // (an idle cluster costs a `schedstat` read a tick).
+            let worker = &mut self.workers[w];
+            let ran = ran_ns(worker.pid);
+            if ran.is_some() && ran == worker.ran_ns {
+                continue;
+            }
+            worker.ran_ns = ran;
+            if !worker.started {
+                worker.started = true;
+                // (Refused, by Yama's ptrace_scope or a container without
+                // CAP_SYS_PTRACE, or gone: it stays unsampled, and the
+                // profile says so, see `relatives`.)
+                worker.rec = Recorder::start(worker.pid, self.settings).ok();
+                continue;
+            }
+            let Some(rec) = worker.rec.as_mut() else { continue };
             let mut buf = std::mem::take(&mut self.buf);
             buf.clear();
             let read = rec.tick_into(&mut buf);
             if read.is_err() {
                 // Ended (or no longer readable): what it gave is kept, and
                 // what its samples are named with.
-                let worker = &mut self.workers[w];
                 worker.snapshots = worker.rec.take().map(|mut r| r.take_snapshots()).unwrap_or_default();
             } else {
-                let worker = &mut self.workers[w];
                 worker.cpu_last_s = cpu_s(worker.pid).max(worker.cpu_last_s);
                 let context = super::handler::main_context(s);
                 for r in &buf {
@@ -246,6 +259,12 @@ pub fn place_snapshots(
         (i < n as u32).then(|| (starts[w] + i as usize) as u32)
     });
     ranges
+}
+
+/// The time process `pid`'s main thread has run (its `schedstat`), None
+/// when not known.
+fn ran_ns(pid: i32) -> Option<u64> {
+    crate::procfs::schedstat(crate::procfs::Proc::Pid(pid), pid).map(|s| s.run_ns)
 }
 
 /// A process's CPU time so far (user and system), in seconds; 0 when gone.
