@@ -179,11 +179,11 @@
 #' first runs during the profile (an idle cluster is never stopped); that
 #' read takes a moment (its modules are read then), and its CPU time
 #' before it is unseen. Reading a worker costs it the time it is stopped
-#' (a median of about 0.3 ms a sample here) and this process the
-#' tracer's CPU time (about 0.8 ms a sample): on a machine whose cores
-#' the workers fill, a profile at `interval = 0.005` makes `parLapply()`
-#' take about a third longer (see `bench/processes.R`); a longer
-#' interval costs proportionally less.
+#' (a median of about 0.3 ms a sample on the machine winch is tested on)
+#' and this process the tracer's CPU time (about 0.4 ms a sample): on a
+#' machine whose cores the workers fill, a profile at `interval = 0.005`
+#' makes `parLapply()` take about a fifth longer (see
+#' `bench/processes.R`); a longer interval costs proportionally less.
 #'
 #' Not yet sampled: a child of a memory profile (its allocations are its
 #' own; `print()` and `summary()` say how many children were forked, and

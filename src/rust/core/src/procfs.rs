@@ -527,6 +527,23 @@ pub fn wchan(of: Proc, tid: i32) -> Option<String> {
     (!name.is_empty() && name != "0").then(|| name.to_string())
 }
 
+/// The kilobytes of a process's executable file mappings, from the text of
+/// its `status` (`VmExe` + `VmLib`): a library loaded or unloaded changes
+/// them.
+pub fn parse_exec_kb(status: &str) -> Option<u64> {
+    let kb = |name: &str| -> Option<u64> {
+        let v = status.lines().find_map(|l| l.strip_prefix(name))?;
+        v.split_whitespace().next()?.parse().ok()
+    };
+    Some(kb("VmExe:")? + kb("VmLib:")?)
+}
+
+/// [`parse_exec_kb`] of a process now (the kernel keeps the figures
+/// without walking the mappings, unlike `maps`).
+pub fn exec_kb(of: Proc) -> Option<u64> {
+    parse_exec_kb(&std::fs::read_to_string(of.path(None, "status")).ok()?)
+}
+
 /// The tracer of a process (or of a thread, by its id).
 pub fn tracer_pid(of: Proc) -> Option<i32> {
     parse_tracer_pid(&std::fs::read_to_string(of.path(None, "status")).ok()?)
@@ -567,6 +584,17 @@ pub fn ptrace_scope() -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_size_of_executable_mappings_is_read_from_status() {
+        let status =
+            "Name:\tR\nVmPeak:\t  900 kB\nVmExe:\t       8 kB\nVmLib:\t   41234 kB\nVmPTE:\t 300 kB\n";
+        assert_eq!(parse_exec_kb(status), Some(41242));
+        assert_eq!(parse_exec_kb("Name:\tkthreadd\n"), None, "a kernel thread has no memory figures");
+        let mine = exec_kb(Proc::This).expect("this process has executable mappings");
+        assert!(mine > 0);
+    }
+
     use super::*;
 
     const MAPS: &str = concat!(

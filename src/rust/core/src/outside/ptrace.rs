@@ -140,8 +140,9 @@ pub static TRACERS_CPU_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::Ato
 /// the module's comment), which ends when `body` returns: whatever `body`
 /// stopped is released then, on every way out.
 pub fn traced<T: Send>(pid: i32, body: impl FnOnce(&mut Tracer) -> Result<T> + Send) -> Result<T> {
-    // What the tracer ended with (a panic in `body` included), and its id.
-    type Outcome<T> = (i32, std::thread::Result<Result<T>>);
+    // What the tracer ended with (a panic in `body` included), its id, and
+    // whether it let go of every thread it stopped (see `OPEN`).
+    type Outcome<T> = (i32, std::thread::Result<Result<T>>, bool);
     let (tx, rx) = std::sync::mpsc::sync_channel::<Outcome<T>>(1);
     let got: Result<Option<Outcome<T>>> = std::thread::scope(|scope| {
         let tracer = std::thread::Builder::new()
@@ -150,6 +151,10 @@ pub fn traced<T: Send>(pid: i32, body: impl FnOnce(&mut Tracer) -> Result<T> + S
             .stack_size(16 << 20)
             .spawn_scoped(scope, move || {
                 crate::stack::block_signals();
+                // Naps as short as asked (see `Stopped::wait`): a tracer's
+                // naps are what a stopped thread waits through.
+                // SAFETY: sets this thread's timer slack; no pointers.
+                unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
                 let out =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut Tracer { pid })));
                 // SAFETY: a timespec to fill in, for the calling thread's clock.
@@ -161,8 +166,9 @@ pub fn traced<T: Send>(pid: i32, body: impl FnOnce(&mut Tracer) -> Result<T> + S
                 }
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::gettid() };
+                let clean = OPEN.with(|o| o.get() == 0);
                 // (Whoever waits for it is gone only if it panicked.)
-                let _ = tx.send((tid, out));
+                let _ = tx.send((tid, out, clean));
                 // The thread ends here, and the kernel lets go what it held.
             })
             .map_err(|e| {
@@ -172,19 +178,30 @@ pub fn traced<T: Send>(pid: i32, body: impl FnOnce(&mut Tracer) -> Result<T> + S
         // The kernel releases what the tracer held when the thread ends,
         // which is after join() could return (the C library is told of the
         // end before the kernel is done with the thread).
-        if let Some((tid, out)) = &got {
-            // (After an error, the target may have been killed: the dead
-            // threads the tracer held are collected last.)
-            wait_tracer_end(*tid, !matches!(out, Ok(Ok(_))));
+        // A tracer that let go of every thread it stopped holds nothing its
+        // end would release: no need to wait for it.
+        if let Some((tid, out, clean)) = &got {
+            let ok = matches!(out, Ok(Ok(_)));
+            if !(ok && *clean) {
+                // (After an error, the target may have been killed: the
+                // dead threads the tracer held are collected last.)
+                wait_tracer_end(*tid, !ok);
+            }
         }
         let _ = tracer.join();
         Ok(got)
     });
     match got? {
-        Some((_, Ok(out))) => out,
-        Some((_, Err(panic))) => std::panic::resume_unwind(panic),
+        Some((_, Ok(out), _)) => out,
+        Some((_, Err(panic), _)) => std::panic::resume_unwind(panic),
         None => Err(Error::Unavailable(format!("the thread reading process {pid} ended without a result"))),
     }
+}
+
+thread_local! {
+    /// On a tracer thread: the stops (`Stopped`) it made that did not end
+    /// with every thread let go (0: it holds nothing).
+    static OPEN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// Waits until the tracer, thread `tid` of this process, has let go of
@@ -217,6 +234,7 @@ impl Stopped {
     /// stopped. On an error, dropping what was seized lets them go on (the
     /// tracer's end releases the rest).
     fn stop(pid: i32) -> Result<Stopped> {
+        OPEN.with(|o| o.set(o.get() + 1));
         let started = Instant::now();
         let mut s =
             Stopped { pid, threads: Vec::new(), unstopped: Vec::new(), started, tracees: Tracees::new(pid) };
@@ -284,6 +302,16 @@ impl Stopped {
     /// within microseconds of a turn on a CPU).
     fn wait(&mut self, started: Instant, mut last_stop: Instant, patience: Patience) {
         let mut nap = Duration::from_micros(20);
+        // A thread running on another CPU stops within microseconds: looked
+        // for without a nap for the first 30 µs (a nap of 20 µs takes 70
+        // with the kernel's default timer slack).
+        let spin_until = Instant::now() + Duration::from_micros(30);
+        while Instant::now() < spin_until && self.tracees.pending() > 0 && !self.tracees.main_ended {
+            if self.collect() {
+                last_stop = Instant::now();
+            }
+            std::hint::spin_loop();
+        }
         loop {
             if self.collect() {
                 last_stop = Instant::now();
@@ -348,7 +376,11 @@ impl Stopped {
         // process's exit or another thread's exec): what was read of a
         // thread no longer stopped may be torn.
         let whole = self.tracees.check(still_stopped);
-        if !(self.release() && whole) {
+        let released = self.release();
+        if released && self.tracees.all_released() {
+            OPEN.with(|o| o.set(o.get().saturating_sub(1)));
+        }
+        if !(released && whole) {
             return Err(Error::NoProcess(format!(
                 "process {} ended (or ran another program) while it was being read",
                 self.pid

@@ -24,6 +24,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+/// How long the mappings read last are trusted when the executable ones
+/// kept their size (see `Recorder::refresh_modules`).
+const MAPS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How a process is recorded.
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
@@ -83,6 +87,10 @@ pub struct Recorder {
     /// Records handed to the caller instead of collected here (see
     /// [`Recorder::tick_into`]).
     out: Option<Vec<Vec<u64>>>,
+    /// The size of its executable mappings when `maps` was last read, and
+    /// when (see `refresh_modules`).
+    exec_kb: Option<u64>,
+    maps_read: Option<Instant>,
     /// R's registered native routines (absolute address, name), read while
     /// the process was stopped, after its modules last changed.
     pub routines: Vec<(usize, String)>,
@@ -127,6 +135,8 @@ impl Recorder {
             running: Running::new(interval_ns),
             note: None,
             out: None,
+            exec_kb: None,
+            maps_read: None,
             routines: Vec::new(),
             routines_stale: true,
         };
@@ -143,8 +153,21 @@ impl Recorder {
     }
 
     /// Re-reads the process's mappings; a new snapshot when its modules
-    /// changed.
+    /// changed. Reading `maps` takes the process's lock of its memory and
+    /// costs an R process about 0.4 ms: it is read again only when the
+    /// size of its executable mappings changed (a library loaded or
+    /// unloaded, see `procfs::exec_kb`) or [`MAPS_EVERY`] has passed.
     fn refresh_modules(&mut self) -> Result<()> {
+        let exec = procfs::exec_kb(Proc::Pid(self.pid));
+        let recent = self.maps_read.is_some_and(|t| t.elapsed() < MAPS_EVERY);
+        if exec.is_some() && exec == self.exec_kb && recent && !self.snapshots.is_empty() {
+            if super::ptrace::exiting(self.pid) {
+                return Err(Error::NoProcess(format!("process {} has exited", self.pid)));
+            }
+            return Ok(());
+        }
+        self.exec_kb = exec;
+        self.maps_read = Some(Instant::now());
         let text = procfs::read_maps(Proc::Pid(self.pid))
             .map_err(|e| Error::NoProcess(format!("process {} cannot be read any more ({e})", self.pid)))?;
         let maps = procfs::parse_maps(&text);
@@ -263,7 +286,16 @@ impl Recorder {
         self.read_routines();
         let index = self.snapshots.len() - 1;
         let mem = Process { pid: self.pid };
-        // Where a thread's stack may lie (its stack is copied from there).
+        // Where a thread's stack may lie (its stack is copied from there):
+        // read again if one is outside the mappings last read (a stack
+        // grown since, a thread started since).
+        let inside = |sp: usize| self.maps.iter().any(|m| m.start <= sp && sp < m.end);
+        let read = |t: &&super::ptrace::Thread| self.all_threads || t.tid == self.pid;
+        if !stopped.threads.iter().filter(read).all(|t| inside(t.regs.1)) {
+            if let Ok(text) = procfs::read_maps(Proc::Pid(self.pid)) {
+                self.maps = procfs::parse_maps(&text);
+            }
+        }
         let ranges: Vec<(usize, usize)> = self.maps.iter().map(|m| (m.start, m.end)).collect();
         let mut took = 0;
         for t in &stopped.threads {

@@ -124,6 +124,12 @@ impl Tracees {
         all
     }
 
+    /// Whether every thread seized has been let go (none asked to stop
+    /// and not stopped, none that died while traced).
+    pub(super) fn all_released(&self) -> bool {
+        self.list.iter().all(|t| t.state == State::Released)
+    }
+
     /// Detaches every stopped thread with `detach(tid, signal)`; whether
     /// each one went on.
     pub(super) fn release(&mut self, mut detach: impl FnMut(i32, i32) -> bool) -> bool {
