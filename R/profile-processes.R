@@ -1,11 +1,13 @@
 # Processes that worked for a profiled process without being sampled ----
 #
 # winch_profile() samples the forked children of the profiled process
-# (mclapply(), mcparallel(), future's multicore) from inside them. Other
-# processes working for it are not sampled yet: programs it runs
-# (system2(), callr and processx children) and the R sessions of a PSOCK
-# cluster (parallel::makeCluster(), future's multisession), which are not
-# even its descendants (see winch_core::relatives). The profile's
+# (mclapply(), mcparallel(), future's multicore) from inside them, and in
+# a CPU profile the R sessions of its PSOCK clusters (parallel's
+# makeCluster(), future's multisession; not even its descendants, see
+# winch_core::relatives) from outside (winch_core's capture::traced).
+# Other processes working for it are not sampled yet: programs it runs
+# (system2(), callr and processx children), workers in an elapsed
+# profile or that the kernel does not let it trace. The profile's
 # collector looks at them while it runs (every 0.1 s; workers are looked
 # for every second) and keeps the CPU time each used, so that summary()
 # lists them and counts their time as unseen, and a warning says so: a
@@ -91,10 +93,11 @@ counted_as_child <- function(un) {
 # A classed warning when processes working for the profiled one used a
 # share of the whole tree's CPU time worth telling (5 %; summary() lists
 # any) that no sample stands for: processes not sampled at all, and, in a
-# CPU profile, forked children most of whose time is unseen: sampled only
-# until they ran another program (pipe()'s shell under R 4.5 and 4.6;
-# the sampling timer does not survive exec), working in threads of their
-# own (only a child's main thread is sampled), or profiling themselves.
+# CPU profile, sampled children or workers most of whose time is unseen:
+# sampled only until they ran another program (pipe()'s shell under R 4.5
+# and 4.6; the sampling timer does not survive exec), working in threads
+# of their own (only a process's main thread is sampled), profiling
+# themselves, or workers found late.
 warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
   un <- p$stats$unsampled
   if (!is.data.frame(un) || p$event == "alloc") {
@@ -126,7 +129,7 @@ warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
   } else if (all(kind == "child")) {
     "child processes not sampled (programs, callr sessions, forks made before the profile or beyond the 32 sampled at once)"
   } else if (all(kind == "fork")) {
-    "forked children most of whose CPU time no sample stands for (a program they ran, as pipe() does; threads of their own; a profile of their own)"
+    "sampled children or workers most of whose CPU time no sample stands for (a program a child ran, as pipe() does; threads of their own; a profile of their own; a worker found late)"
   } else {
     "processes (workers of a PSOCK cluster, programs, callr sessions)"
   }

@@ -179,8 +179,9 @@
 #' first runs during the profile (an idle cluster is never stopped); that
 #' read takes a moment (its modules are read then), and its CPU time
 #' before it is unseen. Reading a worker costs it the time it is stopped
-#' (a median of about 0.3 ms a sample on the machine winch is tested on)
-#' and this process the tracer's CPU time (about 0.4 ms a sample): on a
+#' (about 0.2 to 0.8 ms a sample on the machine winch is tested on, most
+#' of it reading R's objects) and this process the tracer's CPU time
+#' (about 0.4 ms a sample): on a
 #' machine whose cores the workers fill, a profile at `interval = 0.005`
 #' makes `parLapply()` take about a fifth longer (see
 #' `bench/processes.R`); a longer interval costs proportionally less.
@@ -204,11 +205,12 @@
 #' but first seen later its time since that look), which counts as unseen;
 #' when they used 5 % of the tree's CPU time or more, a warning of class
 #' `winch_warning_processes_unsampled` names them. The warning names,
-#' too, forked children most of whose CPU time is unseen: a child sampled
-#' until it ran another program (as `pipe()` does under R 4.5 and 4.6; a
-#' program's time is not sampled), one working in threads of its own
-#' (only a child's main thread is sampled), or one that started a profile of
-#' its own (then its samples are in that profile). A process that ended
+#' too, sampled children or workers most of whose CPU time is unseen: a
+#' child sampled until it ran another program (as `pipe()` does under R
+#' 4.5 and 4.6; a program's time is not sampled), one working in threads
+#' of its own (only a process's main thread is sampled), one that started
+#' a profile of its own (then its samples are in that profile), or a
+#' worker found late (workers are looked for once a second). A process that ended
 #' between two looks keeps the time it had at the last; one that started
 #' and ended between two looks is not named (a child's time is still
 #' counted as unseen, from the kernel's account of the children this

@@ -16,9 +16,8 @@
 #    ?winch_profile): wall time, unseen share, and what a sample costs a
 #    worker (the workers' own CPU time, from proc.time() in each, profiled
 #    minus plain, over their samples: being stopped costs a worker wall
-#    time, not CPU time), how long a worker is stopped per sample, and the
-#    profiler's own CPU time (collector and tracer threads) per worker
-#    sample.
+#    time, not CPU time), and the profiler's own CPU time (collector and
+#    tracer threads) per worker sample.
 #
 # The compiled loop is tests/testthat/clib/burn.c's burn_a() (a known
 # amount of the calling thread's CPU time), built here.
@@ -117,7 +116,6 @@ prows <- replicate(rounds, {
     unseen_all = s$unseen,
     per_sample = (all[["workers"]] - plain[["workers"]]) / max(worker_samples, 1),
     profiler = p_all$stats$collector_cpu / max(worker_samples, 1),
-    stop_median = p_all$stats$handler_median, stop_p99 = p_all$stats$handler_p99,
     worker_samples = worker_samples
   )
 })
@@ -131,5 +129,3 @@ cat(sprintf("  unseen CPU of the tree: %.1f%%\n", 100 * pmed[["unseen_all"]]))
 cat(sprintf("  workers' samples: %d; CPU a sample costs a worker: %.1f us (%.1f us .. %.1f us); the profiler's CPU per worker sample: %.1f us\n",
   as.integer(pmed[["worker_samples"]]), pmed[["per_sample"]] * 1e6,
   min(prows["per_sample", ]) * 1e6, max(prows["per_sample", ]) * 1e6, pmed[["profiler"]] * 1e6))
-cat(sprintf("  a worker stopped per sample (the profile's handler time, nearly all workers' samples): median %.0f us, p99 %.0f us\n",
-  pmed[["stop_median"]] * 1e6, pmed[["stop_p99"]] * 1e6))

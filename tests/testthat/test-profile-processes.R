@@ -178,7 +178,7 @@ test_that("a child that profiles itself stops sampling for its parent", {
   # The children's burns are in their own profiles, not in this one: said.
   expect_warning(
     p <- winch_profile(counts <- parallel::mclapply(1:2, inner, mc.cores = 2), interval = 0.005),
-    "forked children most of whose CPU time",
+    "sampled children or workers most of whose CPU time",
     class = "winch_warning_processes_unsampled"
   )
   # Each child lived to return (a child killed by the sampling signal
@@ -198,7 +198,7 @@ test_that("a child that profiles itself stops sampling for its parent", {
       job <- parallel::mcparallel(inner(1))
       q <- parallel::mccollect(job, wait = TRUE)[[1]]
     }, interval = 0.005),
-    "forked children most of whose CPU time",
+    "sampled children or workers most of whose CPU time",
     class = "winch_warning_processes_unsampled"
   )
   expect_type(q, "double")

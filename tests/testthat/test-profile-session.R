@@ -353,7 +353,7 @@ test_that("a fork child (mclapply) starts with no session: it profiles itself; t
   # said.
   expect_warning(
     p <- winch_rprof(NULL),
-    "forked children most of whose CPU time",
+    "sampled children or workers most of whose CPU time",
     class = "winch_warning_processes_unsampled"
   )
   # Each child's profiles hold its own work. (Two children share two cores

@@ -259,7 +259,7 @@ test_that("a program the profiled process runs is listed as a child not sampled"
     expect_identical(child$command, "cat")
     expect_identical(p$stats$unsampled$own_child, TRUE)
   } else {
-    expect_match(conditionMessage(w), "forked children most of whose CPU time", fixed = TRUE)
+    expect_match(conditionMessage(w), "sampled children or workers most of whose CPU time", fixed = TRUE)
     expect_match(child$process, "^\\[process [0-9]+\\]$")
     # Named by the program it became, not by R's command line.
     expect_identical(child$command, "cat")

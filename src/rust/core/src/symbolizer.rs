@@ -179,6 +179,8 @@ pub struct Symbolizer {
     /// the module's cache id: the warm path hashes and copies no strings.
     map_seen: u64,
     by_index: Vec<Option<u32>>,
+    /// This process's module map modules were last forgotten by.
+    own_seen: u64,
     /// Files read so far (a test hook for "the second capture reads nothing").
     pub(crate) files_loaded: u64,
     /// The bytes modules may hold together ([`CACHE_BUDGET`]), when each
@@ -238,6 +240,7 @@ impl Symbolizer {
             pending: FastSet::default(),
             next_id: 0,
             map_seen: 0,
+            own_seen: 0,
             by_index: Vec::new(),
             files_loaded: 0,
             budget: CACHE_BUDGET,
@@ -419,6 +422,7 @@ impl Symbolizer {
         self.frames.clear();
         self.used.clear();
         self.map_seen = 0;
+        self.own_seen = 0;
         self.by_index.clear();
     }
 
@@ -469,11 +473,18 @@ impl Symbolizer {
     }
 
     /// The id of module `index` of `map` (its files read on first use).
-    /// When `map` is not the one seen last, modules no longer loaded are
-    /// forgotten first.
+    /// When `map` is a new one of this process's, modules no longer loaded
+    /// are forgotten first.
+    /// (Only when this process's map is new: another process's, a worker's
+    /// read from outside, does not say what this one has loaded, and a
+    /// profile naming samples of several processes in turn keeps the
+    /// modules of each.)
     fn id_in(&mut self, map: &ModuleMap, index: usize) -> u32 {
         if map.serial() != self.map_seen {
-            self.retain_loaded(map);
+            if !map.is_foreign() && map.serial() != self.own_seen {
+                self.retain_loaded(map);
+                self.own_seen = map.serial();
+            }
             self.map_seen = map.serial();
             self.by_index = vec![None; map.modules().len()];
         }

@@ -94,8 +94,9 @@ pub fn build(f: &Finished, event: Event, period: u64) -> (Profile, Stats) {
     symbolizer::with_global(|s| s.start_capture());
     let mut b = Builder::new(&f.labels, f);
     // The program first: pprof presents its first mapping as the profiled
-    // binary (R's executable, not the first library sampled).
-    if let Some(last) = b.maps.len().checked_sub(1) {
+    // binary (R's executable, not the first library sampled, nor a
+    // worker's).
+    if let Some(last) = f.own_snapshots().checked_sub(1) {
         if let Some(main) = b.maps[last].modules().iter().position(|m| m.is_main && m.has_file) {
             b.module(last, main);
         }

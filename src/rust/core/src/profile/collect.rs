@@ -140,15 +140,20 @@ pub struct Collected {
     pub alone: u64,
     /// Other threads by kernel id, in the order of their first sample.
     pub thread_order: Vec<u32>,
-    /// Forked children by pid, in the order of their first sample, and
-    /// what is known of each (see `capture::children`).
+    /// Other processes by pid (forked children, see `capture::children`;
+    /// workers read from outside, see `capture::traced`), in the order of
+    /// their first sample, and what is known of each.
     pub process_order: Vec<u32>,
     pub processes: Vec<Process>,
     /// Children that were not sampled (no free slot).
     pub processes_missed: u64,
-    /// Labels forked children made, by id from `labels::EXTRA_BASE`.
+    /// Labels other processes' samples carry (forked children's, workers'),
+    /// by id from `labels::EXTRA_BASE`.
     pub extra_labels: Vec<String>,
     pub times: Times,
+    /// How long each sample of a worker read from outside kept it stopped
+    /// (see `capture::traced`).
+    pub worker_stops: Times,
     /// Allocation samples by number: (bytes allocated, stack).
     pub allocs: HashMap<u64, (u64, usize)>,
 }
@@ -200,7 +205,13 @@ impl Collected {
         let flags = header.flags;
         let weight = if flags.contains(Flags::REFERENCE) { 0 } else { header.weight.max(1) };
         let truncated = flags.truncated();
-        self.times.add(header.handler_ns);
+        if flags.contains(Flags::PROCESS | Flags::WORKER) {
+            // How long a worker read from outside was stopped: not the
+            // signal handler's time.
+            self.worker_stops.add(header.handler_ns);
+        } else {
+            self.times.add(header.handler_ns);
+        }
         if weight == 0 {
             self.references += 1;
         } else {
@@ -393,8 +404,8 @@ pub struct Finished {
     /// Its name (`comm`).
     pub(crate) main_name: String,
     pub(crate) main_cpu_ns: u64,
-    /// The CPU time the profiler's collector thread used while sampling
-    /// ran (None from outside).
+    /// The CPU time the profiler's collector thread, and the threads it
+    /// reads workers with, used while sampling ran (None from outside).
     pub(crate) collector_cpu_ns: Option<u64>,
     /// The processes that worked for the profiled one while it ran, with
     /// what each used (see `relatives::watch`; none from outside).
@@ -452,6 +463,14 @@ pub struct Process {
     /// Samples it took, and timer intervals it lost (a full ring).
     pub samples: u64,
     pub dropped: u64,
+}
+
+impl Finished {
+    /// How many of `snapshots` are of the profiled process (the snapshots
+    /// of workers read from outside follow them, see `elsewhere`).
+    pub(crate) fn own_snapshots(&self) -> usize {
+        self.elsewhere.first().map_or(self.snapshots.len(), |r| r.0.start)
+    }
 }
 
 /// What the profile keeps about one thread other than R's main thread.

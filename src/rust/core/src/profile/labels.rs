@@ -48,7 +48,8 @@ const FIXED: [&str; 12] = [
 
 /// Ids from here on name labels made outside the table: by forked child
 /// processes, whose labels reach the parent as text (see
-/// `capture::children`). Below the 29 bits a source position's file id
+/// `capture::children`), and by the readers of workers (see
+/// `capture::traced`). Below the 29 bits a source position's file id
 /// has (see `record`).
 pub const EXTRA_BASE: u32 = 1 << 28;
 

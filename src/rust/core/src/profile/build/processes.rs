@@ -123,8 +123,9 @@ pub(super) fn own_kept(item: impl Fn(usize) -> Item, len: usize) -> usize {
     let mut outer: Option<String> = None;
     while keep > 0 {
         match item(keep - 1) {
-            // A loop among the plumbing is the plumbing's (PSOCK's
-            // `workLoop`'s `while`). So is an anonymous function called as
+            // The loop of PSOCK's `workLoop` is the plumbing's (any other
+            // loop is the task's: `mcparallel({for ...})`). So is an
+            // anonymous function called as
             // the outermost R frame (the PSOCK worker's start,
             // `tryCatch(parallel:::.workRSOCK, ...)()`), or by the
             // plumbing's `do.call()` when it calls R functions in turn
@@ -133,7 +134,7 @@ pub(super) fn own_kept(item: impl Fn(usize) -> Item, len: usize) -> usize {
             // anonymous task calling on): one doing the work itself is
             // kept.
             Item::R(l)
-                if LOOPS.contains(&l.as_str())
+                if (LOOPS.contains(&l.as_str()) && outer.as_deref() == Some("workLoop"))
                     || (l == "<Anonymous>"
                         && (outer.is_none()
                             || (outer.as_deref() == Some("do.call") && called(keep - 1)))) =>
@@ -235,7 +236,10 @@ mod tests {
             "@native",
         ];
         assert_eq!(own_kept(items(&own), own.len()), 2, "FUN and what it called");
-        // A loop of the task's own is kept.
+        // A loop of the task's own is kept, also right under the
+        // plumbing (a fork's `mcparallel({for ...})`).
+        let forked = ["g", "[for]", "eval", "try", "sendMaster"];
+        assert_eq!(own_kept(items(&forked), forked.len()), 2);
         let looping = ["[for]", "FUN", "lapply", "do.call", "workCommand", "[while]", "workLoop"];
         assert_eq!(own_kept(items(&looping), looping.len()), 2);
         // parLapply's lapply is called by do.call() as a function:

@@ -95,7 +95,11 @@ fn spare_scratch() -> Box<Scratch> {
 /// Keeps a finished session's last snapshot for the next session (once
 /// its profile is built).
 pub fn recycle(finished: Finished) {
-    snapshots::recycle(finished.snapshots)
+    // (This process's last: the workers' follow it.)
+    let own = finished.own_snapshots();
+    let mut kept = finished.snapshots;
+    kept.truncate(own);
+    snapshots::recycle(kept)
 }
 
 /// What a session samples besides R's main thread: the process's other

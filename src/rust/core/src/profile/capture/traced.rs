@@ -22,9 +22,11 @@ use crate::profile::labels::{self, EXTRA_BASE};
 use crate::profile::record::{self, Entry, Flags, Origin, Owner, Prefix};
 use crate::unwind::walk::Snapshot;
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-/// At most this many workers are read at once.
+/// At most this many workers are read in one profile (more are left
+/// unsampled, and said so).
 pub const MAX_WORKERS: usize = 64;
 
 /// Where the snapshot numbers of workers' samples begin until the profile
@@ -34,8 +36,13 @@ const FOREIGN: u32 = 1 << 30;
 /// Snapshot numbers per worker.
 const PER_WORKER: u32 = 1 << 16;
 
-/// The temporary number of snapshot `k` of worker `w`.
+/// The temporary number of snapshot `k` of worker `w` (one past a
+/// worker's range, or past the workers', names no snapshot: its samples'
+/// frames are unknown, never another's).
 fn foreign_snapshot(w: usize, k: u32) -> u32 {
+    if k >= PER_WORKER || w >= MAX_WORKERS {
+        return u32::MAX >> 1;
+    }
     FOREIGN + w as u32 * PER_WORKER + k
 }
 
@@ -63,6 +70,16 @@ struct Worker {
 /// A worker's snapshots of its modules, and its modules as last seen.
 #[allow(clippy::vec_box)]
 pub type Snapshots = (Vec<Box<Snapshot>>, Option<Arc<ModuleMap>>);
+
+impl Worker {
+    /// Its reading ends: its snapshots are kept for naming its samples.
+    fn end(&mut self) {
+        self.started = true;
+        if let Some(mut r) = self.rec.take() {
+            self.snapshots = catch_unwind(AssertUnwindSafe(|| r.take_snapshots())).unwrap_or_default();
+        }
+    }
+}
 
 /// What the workers read add to a finished profile.
 #[derive(Default)]
@@ -124,9 +141,18 @@ impl Traced {
     /// (given R's innermost context record now): into `c`.
     pub fn tick(&mut self, s: &Session, c: &mut Collected) {
         for w in 0..self.workers.len() {
+            let worker = &mut self.workers[w];
+            if worker.started && worker.rec.is_none() {
+                continue;
+            }
+            // The pid is another process's now (the worker ended): never
+            // stopped (it could be one of R's own children).
+            if crate::procfs::start_ticks(worker.pid) != Some(worker.start_ticks) {
+                worker.end();
+                continue;
+            }
             // A worker that has not run since its last look is not stopped
             // (an idle cluster costs a `schedstat` read a tick).
-            let worker = &mut self.workers[w];
             let ran = ran_ns(worker.pid);
             if ran.is_some() && ran == worker.ran_ns {
                 continue;
@@ -136,18 +162,22 @@ impl Traced {
                 worker.started = true;
                 // (Refused, by Yama's ptrace_scope or a container without
                 // CAP_SYS_PTRACE, or gone: it stays unsampled, and the
-                // profile says so, see `relatives`.)
-                worker.rec = Recorder::start(worker.pid, self.settings).ok();
+                // profile says so, see `relatives`. A panic of the reader
+                // ends this worker's reading, not the collector.)
+                let (pid, settings) = (worker.pid, self.settings);
+                worker.rec = catch_unwind(AssertUnwindSafe(|| Recorder::start(pid, settings)))
+                    .ok()
+                    .and_then(|r| r.ok());
                 continue;
             }
             let Some(rec) = worker.rec.as_mut() else { continue };
             let mut buf = std::mem::take(&mut self.buf);
             buf.clear();
-            let read = rec.tick_into(&mut buf);
-            if read.is_err() {
+            let read = catch_unwind(AssertUnwindSafe(|| rec.tick_into(&mut buf)));
+            if !matches!(read, Ok(Ok(_))) {
                 // Ended (or no longer readable): what it gave is kept, and
                 // what its samples are named with.
-                worker.snapshots = worker.rec.take().map(|mut r| r.take_snapshots()).unwrap_or_default();
+                worker.end();
             } else {
                 worker.cpu_last_s = cpu_s(worker.pid).max(worker.cpu_last_s);
                 let context = super::handler::main_context(s);
