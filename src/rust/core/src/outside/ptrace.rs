@@ -853,7 +853,23 @@ mod tests {
         // depends on when sh gets a turn on a CPU; held, it never would).
         let sh = target.child.id() as i32;
         let ended = reap(sh, 10.0);
-        assert!(ended.is_some_and(|s| libc::WIFEXITED(s)), "sh did not end: the target is still held");
+        // (Named on failure: one CI run saw this fail once, not seen in 45
+        // runs here, quiet and loaded.)
+        let states = || {
+            let threads: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map(|d| {
+                    d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+                        .map(|t| format!("{t}:{:?}/traced {}", state(pid, t), traced(t)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!("sh {:?}, target threads {threads:?}, waitpid status {ended:?}", state(sh, sh))
+        };
+        assert!(
+            ended.is_some_and(|s| libc::WIFEXITED(s)),
+            "sh did not end: the target is still held ({})",
+            states()
+        );
         let mut rest = String::new();
         std::io::Read::read_to_string(target.child.stdout.as_mut().unwrap(), &mut rest).unwrap();
         assert_eq!(rest.trim(), "status 137");
