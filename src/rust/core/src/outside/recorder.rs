@@ -337,8 +337,11 @@ impl Recorder {
                 let len = self.scratch.splice_head(made.len, record::PREFIX, head);
                 let rec = self.scratch.record(len);
                 record::write_prefix(rec, made.prefix(weight, spent()));
-                let rec = rec.to_vec();
-                self.keep(&rec);
+                // (Copied only when handed out: see `keep`.)
+                match self.out.as_mut() {
+                    Some(out) => out.push(rec.to_vec()),
+                    None => self.collected.absorb(rec),
+                }
                 took += 1;
                 continue;
             }

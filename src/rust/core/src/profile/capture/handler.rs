@@ -296,12 +296,6 @@ pub(super) fn main_context(s: &Session) -> usize {
     s.facts.ranges.word(s.facts.base.global_context).unwrap_or(0)
 }
 
-/// [`link_to_main`] for a sample of another process taken by the
-/// collector thread (see `traced`) at `now` (the monotonic clock).
-pub(super) fn link_for_other(s: &Session, context: usize, now: u64) -> u64 {
-    link_to_main(s, context, now)
-}
-
 /// The number of R's main thread's sample another thread's sample, taken
 /// while R's innermost context record was `context`, is to be shown under:
 /// the main thread's last sample if it may stand for where the main thread
@@ -309,8 +303,9 @@ pub(super) fn link_for_other(s: &Session, context: usize, now: u64) -> u64 {
 /// most one request in flight, at most one an interval) when the main
 /// thread's timer may not fire soon (it counts CPU time, and the main
 /// thread may be waiting for this one; in a memory profile it has no
-/// timer).
-fn link_to_main(s: &Session, context: usize, start: u64) -> u64 {
+/// timer). Also for a worker process's sample, taken by the collector
+/// thread (see `traced`).
+pub(super) fn link_to_main(s: &Session, context: usize, start: u64) -> u64 {
     // (Not read whole: the main thread is publishing its next sample,
     // which is the one to ask for.)
     let last =

@@ -182,7 +182,7 @@ impl Traced {
                 worker.cpu_last_s = cpu_s(worker.pid).max(worker.cpu_last_s);
                 let context = super::handler::main_context(s);
                 for r in &buf {
-                    let link = super::handler::link_for_other(s, context, super::clock::now_ns());
+                    let link = super::handler::link_to_main(s, context, super::clock::now_ns());
                     self.absorb(w, r, link, context as u64, c);
                 }
             }
