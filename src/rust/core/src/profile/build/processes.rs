@@ -288,6 +288,20 @@ mod tests {
             "@native",
         ];
         assert_eq!(own_kept(items(&newer), newer.len()), 2);
+        // Between tasks, in the loop's own code (workCommand() timing a
+        // task with proc.time()): all plumbing, all kept.
+        let between = [
+            "@native",
+            "doTryCatch",
+            "tryCatchOne",
+            "tryCatchList",
+            "tryCatch",
+            "workCommand",
+            "[while]",
+            "workLoop",
+            "<Anonymous>",
+        ];
+        assert_eq!(own_kept(items(&between), between.len()), between.len());
         // An anonymous function further in is the task's.
         let anonymous = ["<Anonymous>", "lapply", "do.call", "workCommand"];
         assert_eq!(own_kept(items(&anonymous), anonymous.len()), 1);
