@@ -155,6 +155,12 @@ fn own_pid() -> i32 {
 /// call is made again from the range after it.
 #[cfg(target_os = "linux")]
 pub fn read_scattered(ranges: &[(usize, usize)], buf: &mut [u8], ok: &mut [bool]) {
+    read_scattered_from(own_pid(), ranges, buf, ok)
+}
+
+/// [`read_scattered`] from process `pid`.
+#[cfg(target_os = "linux")]
+pub fn read_scattered_from(pid: i32, ranges: &[(usize, usize)], buf: &mut [u8], ok: &mut [bool]) {
     const BATCH: usize = 1024;
     let mut starts = Vec::with_capacity(ranges.len());
     let mut at = 0usize;
@@ -166,7 +172,6 @@ pub fn read_scattered(ranges: &[(usize, usize)], buf: &mut [u8], ok: &mut [bool]
         ok.iter_mut().for_each(|o| *o = false);
         return;
     }
-    let pid = own_pid();
     let mut first = 0;
     while first < ranges.len() {
         let last = (first + BATCH).min(ranges.len());

@@ -313,8 +313,33 @@ impl Stat {
 
 /// The `stat` of thread `tid` of a process (with `tid` None, the
 /// process's own).
+/// A small procfs file's text (`stat`, `status`, `schedstat`, ...): read
+/// into a buffer on the stack, without asking the file's size first as
+/// `read_to_string` does (a `statx` per read; the profiler reads these
+/// files at every sample of another process).
+fn small(path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut buf = [0u8; 4096];
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read(&mut buf[got..]) {
+            Ok(0) => return Some(String::from_utf8_lossy(&buf[..got]).into_owned()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    // Larger than the buffer: the rest as it comes.
+    let mut rest = Vec::new();
+    f.read_to_end(&mut rest).ok()?;
+    let mut all = buf.to_vec();
+    all.extend(rest);
+    Some(String::from_utf8_lossy(&all).into_owned())
+}
+
 pub fn stat(of: Proc, tid: Option<i32>) -> Option<Stat> {
-    Stat::parse(&std::fs::read_to_string(of.path(tid, "stat")).ok()?)
+    Stat::parse(&small(&of.path(tid, "stat"))?)
 }
 
 /// When a process started, in clock ticks after boot: the 19th field after
@@ -325,7 +350,13 @@ pub fn parse_start(text: &str) -> Option<u64> {
 
 /// When process `pid` started (see [`parse_start`]).
 pub fn start_ticks(pid: i32) -> Option<u64> {
-    parse_start(&std::fs::read_to_string(Proc::Pid(pid).path(None, "stat")).ok()?)
+    parse_start(&small(&Proc::Pid(pid).path(None, "stat"))?)
+}
+
+/// [`start_ticks`] and [`stat`] of process `pid` from one read.
+pub fn start_and_stat(pid: i32) -> Option<(u64, Stat)> {
+    let text = small(&Proc::Pid(pid).path(None, "stat"))?;
+    Some((parse_start(&text)?, Stat::parse(&text)?))
 }
 
 /// Now, in the unit of [`start_ticks`]: clock ticks after boot (the
@@ -433,7 +464,7 @@ impl Schedstat {
 
 /// The `schedstat` of thread `tid` of a process.
 pub fn schedstat(of: Proc, tid: i32) -> Option<Schedstat> {
-    Schedstat::parse(&std::fs::read_to_string(of.path(Some(tid), "schedstat")).ok()?)
+    Schedstat::parse(&small(&of.path(Some(tid), "schedstat"))?)
 }
 
 // ------------------------------------------------------- other files
@@ -541,12 +572,12 @@ pub fn parse_exec_kb(status: &str) -> Option<u64> {
 /// [`parse_exec_kb`] of a process now (the kernel keeps the figures
 /// without walking the mappings, unlike `maps`).
 pub fn exec_kb(of: Proc) -> Option<u64> {
-    parse_exec_kb(&std::fs::read_to_string(of.path(None, "status")).ok()?)
+    parse_exec_kb(&small(&of.path(None, "status"))?)
 }
 
 /// The tracer of a process (or of a thread, by its id).
 pub fn tracer_pid(of: Proc) -> Option<i32> {
-    parse_tracer_pid(&std::fs::read_to_string(of.path(None, "status")).ok()?)
+    parse_tracer_pid(&small(&of.path(None, "status"))?)
 }
 
 /// The value of `name` in `environ` bytes (`NAME=value`, NUL-separated).
@@ -697,6 +728,26 @@ mod tests {
         assert_eq!(parse_cmdline(b""), "");
         assert!(!cmdline(Proc::This).is_empty());
         assert_eq!(cmdline(Proc::Pid(i32::MAX)), "");
+    }
+
+    #[test]
+    fn small_files_read_as_read_to_string_reads_them() {
+        // (Figures in them change between the two reads: their shape
+        // does not. `maps` does, as other tests' threads start.)
+        for f in ["/proc/self/stat", "/proc/self/status"] {
+            let (a, b) = (small(f).unwrap(), std::fs::read_to_string(f).unwrap());
+            assert_eq!(a.lines().count(), b.lines().count(), "{f}");
+            assert_eq!(a.split_whitespace().count(), b.split_whitespace().count(), "{f}");
+        }
+        let cmdline = "/proc/self/cmdline";
+        assert_eq!(small(cmdline).unwrap(), std::fs::read_to_string(cmdline).unwrap());
+        // Past the stack buffer.
+        let path = std::env::temp_dir().join(format!("winch-small-{}", std::process::id()));
+        let text: String = (0..2000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(small(path.to_str().unwrap()).as_deref(), Some(text.as_str()));
+        std::fs::remove_file(&path).unwrap();
+        assert!(small("/proc/self/no-such-file").is_none());
     }
 
     #[test]

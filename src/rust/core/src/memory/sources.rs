@@ -241,6 +241,14 @@ impl Memory for Process {
     fn bulk(&self) -> bool {
         true
     }
+
+    fn read_scattered(&self, ranges: &[(usize, usize)], buf: &mut [u8], ok: &mut [bool]) {
+        #[cfg(target_os = "linux")]
+        if super::available() {
+            return super::read_scattered_from(self.pid, ranges, buf, ok);
+        }
+        super::read_each(self, ranges, buf, ok)
+    }
 }
 
 /// The open `/proc/PID/mem` of the process read last (kept: opening it is

@@ -361,6 +361,18 @@ impl<'a, M: Memory> Behind<'a, M> {
     }
 }
 
+impl<M: Memory> Behind<'_, M> {
+    /// Reads `pages` (outside the stack) in one go: see [`Paged::prefetch`](crate::memory::Paged::prefetch).
+    pub(super) fn prefetch(&self, pages: &[usize]) {
+        self.rest.prefetch(pages)
+    }
+
+    /// The pages outside the stack read so far.
+    pub(super) fn pages(&self) -> Vec<usize> {
+        self.rest.pages()
+    }
+}
+
 impl<M: Memory> Memory for Behind<'_, M> {
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
         let Some(end) = addr.checked_add(buf.len()) else { return false };
@@ -373,6 +385,11 @@ impl<M: Memory> Memory for Behind<'_, M> {
 }
 
 impl Stack {
+    /// Its buffer, for the next copy (see [`stack_into`]).
+    pub(super) fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
     /// The addresses copied, `[lo, hi)`.
     pub(super) fn range(&self) -> (usize, usize) {
         (self.lo, self.hi)
@@ -387,12 +404,26 @@ impl Stack {
 
 /// Copies the memory range holding `sp` from `sp` (less the red zone) up.
 pub(super) fn stack_of(ranges: &[(usize, usize)], mem: &impl Memory, sp: usize) -> Stack {
+    stack_into(ranges, mem, sp, Vec::new())
+}
+
+/// [`stack_of`] into `bytes` (a buffer kept from an earlier copy: a
+/// recording copies a stack at every sample, and a fresh buffer of that
+/// size is mapped, faulted in and unmapped each time; see
+/// [`Stack::into_bytes`]).
+pub(super) fn stack_into(
+    ranges: &[(usize, usize)],
+    mem: &impl Memory,
+    sp: usize,
+    mut bytes: Vec<u8>,
+) -> Stack {
+    bytes.clear();
     let Some(&(start, end)) = ranges.iter().find(|r| r.0 <= sp && sp < r.1) else {
-        return Stack { lo: 0, hi: 0, bytes: Vec::new() };
+        return Stack { lo: 0, hi: 0, bytes };
     };
     let lo = sp.saturating_sub(128).max(start) & !7;
     let hi = end.min(lo.saturating_add(MAX_STACK));
-    let mut bytes = vec![0u8; hi - lo];
+    bytes.resize(hi - lo, 0);
     if !mem.read(lo, &mut bytes) {
         // Page by page: keep what can be read from the low end on.
         let mut got = 0;

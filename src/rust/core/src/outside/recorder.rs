@@ -5,7 +5,7 @@
 //! exactly as an in-process one: R's main thread's R frames with native
 //! frames in place, other threads under `[thread N]`.
 
-use super::dump::{native_walk, stack_of, Behind};
+use super::dump::{native_walk, stack_into, Behind};
 use super::ptrace::{self, task_ids, Stopped};
 use super::running::{Chosen, Running};
 use super::target::{self, TargetR};
@@ -95,6 +95,13 @@ pub struct Recorder {
     /// the process was stopped, after its modules last changed.
     pub routines: Vec<(usize, String)>,
     routines_stale: bool,
+    /// The pages of its memory (outside the copied stack) R's main thread's
+    /// last sample read: read in one go at the next (a process running the
+    /// same code reads mostly the same objects).
+    pages: Vec<usize>,
+    /// The buffer a thread's stack is copied into (kept: see
+    /// `dump::stack_into`).
+    stack_buf: Vec<u8>,
 }
 
 impl Recorder {
@@ -139,16 +146,18 @@ impl Recorder {
             maps_read: None,
             routines: Vec::new(),
             routines_stale: true,
+            pages: Vec::new(),
+            stack_buf: Vec::new(),
         };
         // Run times now, before the first stop wakes sleeping threads.
-        r.running.look(pid);
+        r.running.look(pid, !all_threads);
         // The first look: refusals and a process that is not there show
-        // now, as errors.
-        ptrace::with_stopped(pid, |_| -> Result<()> {
-            r.refresh_modules()?;
-            r.read_routines();
-            Ok(())
-        })??;
+        // now, as errors. Its modules are read before it is stopped, as at
+        // every tick (reading them takes milliseconds; a module loaded
+        // meanwhile is seen at a later tick), and R's registration table
+        // while it is.
+        r.refresh_modules()?;
+        ptrace::with_stopped(pid, |_| r.read_routines())?;
         Ok(r)
     }
 
@@ -224,7 +233,8 @@ impl Recorder {
         let took = ptrace::traced(self.pid, |tracer| {
             // Which threads ran since the last sample (read before they
             // are stopped: then they all show as stopped).
-            let running: Option<Vec<Chosen>> = (!self.idle).then(|| self.running.look(self.pid));
+            let running: Option<Vec<Chosen>> =
+                (!self.idle).then(|| self.running.look(self.pid, !self.all_threads));
             // The mappings are read before the process is stopped, to keep
             // it stopped for as short a time as can be: a module loaded
             // between the two shows as unknown code in this sample only.
@@ -323,17 +333,21 @@ impl Recorder {
                 self.names.insert(t.tid, t.name.clone());
             }
             let snap = &self.snapshots[index];
-            let stack = stack_of(&ranges, &mem, t.regs.1);
+            let stack = stack_into(&ranges, &mem, t.regs.1, std::mem::take(&mut self.stack_buf));
             let spent = || started.elapsed().as_nanos().min(u32::MAX as u128) as u64;
             if let (true, Some(facts)) = (main, self.facts.as_mut()) {
                 // As the in-process sampler composes a sample, over the
                 // copied stack and the process's memory.
                 facts.ranges.stack = stack.range();
                 let behind = Behind::new(&stack, &mem);
+                behind.prefetch(&self.pages);
                 let context = behind.word(facts.base.global_context).unwrap_or(0) as u64;
                 let reads = Reads { heap: &behind, chain: &behind };
                 let at = Moment { snapshot: snap, index: index as u32, seq: self.seq, context, fork: &[] };
                 let made = compose::compose(t.regs, Flags::NONE, at, facts, &reads, &mut self.scratch);
+                self.pages = behind.pages();
+                drop(behind);
+                self.stack_buf = stack.into_bytes();
                 let len = self.scratch.splice_head(made.len, record::PREFIX, head);
                 let rec = self.scratch.record(len);
                 record::write_prefix(rec, made.prefix(weight, spent()));
@@ -346,6 +360,7 @@ impl Recorder {
                 continue;
             }
             let (frames, end) = native_walk(snap, t.regs, &stack);
+            self.stack_buf = stack.into_bytes();
             let truncated = if end.is_none() { Flags::NONE } else { Flags::TRUNCATED_NATIVE };
             // Native frames only: R's main thread of a process whose R
             // cannot be read (or that is not R), and other threads.

@@ -124,14 +124,16 @@ impl Running {
         }
     }
 
-    /// Looks at every thread of process `pid` now: the threads to sample,
-    /// with the intervals each sample stands for and whether it is the
-    /// kernel's.
-    pub fn look(&mut self, pid: i32) -> Vec<Chosen> {
+    /// Looks at every thread of process `pid` now (with `main_only`, at
+    /// its main thread: a recording of R's main thread lists no threads):
+    /// the threads to sample, with the intervals each sample stands for
+    /// and whether it is the kernel's.
+    pub fn look(&mut self, pid: i32, main_only: bool) -> Vec<Chosen> {
         let now = Instant::now();
         let elapsed_ns = now.duration_since(self.last_look).as_nanos() as u64;
         self.last_look = now;
-        let looks: Vec<Look> = task_ids(pid)
+        let tids = if main_only { Ok(vec![pid]) } else { task_ids(pid) };
+        let looks: Vec<Look> = tids
             .unwrap_or_default()
             .into_iter()
             .map(|tid| Look {
@@ -323,8 +325,14 @@ mod tests {
         // This thread runs as it looks (its stat says R).
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::gettid() };
-        let chosen = r.look(pid);
+        let chosen = r.look(pid, false);
         assert!(chosen.iter().any(|c| c.tid == me && c.intervals == 1), "{chosen:?}");
-        assert_eq!(Running::new(10 * MS).look(i32::MAX), []);
+        assert_eq!(Running::new(10 * MS).look(i32::MAX, false), []);
+        assert_eq!(Running::new(10 * MS).look(i32::MAX, true), []);
+        // The main thread only (the test's harness waits there): this
+        // running thread is not looked at.
+        let mut m = Running::new(10 * MS);
+        let main = m.look(pid, true);
+        assert!(main.iter().all(|c| c.tid == pid), "{main:?}");
     }
 }
