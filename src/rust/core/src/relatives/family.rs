@@ -119,31 +119,69 @@ pub fn workers(pid: i32) -> Vec<i32> {
     workers_with(pid, &mut Tables::default())
 }
 
-/// [`workers`] with the connection tables read so far.
+/// Workers found before: of process `pid` (started at `start`), through
+/// its sockets `mine` (sorted), whose other ends are `peers`. (A profile
+/// looks for them as it starts, before the profiled code runs: reading
+/// the connection tables and every process's sockets takes 15 ms or more,
+/// while a cluster usually lives through many profiles.)
+struct Known {
+    pid: i32,
+    start: u64,
+    mine: Vec<u64>,
+    peers: HashSet<u64>,
+    workers: Vec<(i32, u64)>,
+}
+
+/// The latest [`Known`]s, the newest last.
+static FOUND: std::sync::Mutex<Vec<Known>> = std::sync::Mutex::new(Vec::new());
+const FOUND_KEPT: usize = 8;
+
+/// [`workers`] with the connection tables read so far. Those found before
+/// through the same sockets are taken again when each still runs (the
+/// same start time) and still holds one of the other ends: the sockets of
+/// established connections do not change ends, so no process can have
+/// become a worker but by taking a socket from one (a worker's fork: its
+/// child, which is listed as such).
 pub(crate) fn workers_with(pid: i32, tables: &mut Tables) -> Vec<i32> {
     let of = Proc::Pid(pid);
-    let mine: HashSet<u64> = sockets::socket_inodes(of).into_iter().collect();
-    if mine.is_empty() {
+    let mut sorted = sockets::socket_inodes(of);
+    if sorted.is_empty() {
         return Vec::new();
     }
+    sorted.sort_unstable();
+    sorted.dedup();
+    let Some(start) = procfs::start_ticks(pid) else { return Vec::new() };
+    let holds =
+        |p: i32, peers: &HashSet<u64>| sockets::socket_inodes(Proc::Pid(p)).iter().any(|i| peers.contains(i));
+    {
+        let found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = found.iter().rev().find(|f| f.pid == pid && f.start == start && f.mine == sorted) {
+            if f.workers.iter().all(|&(w, t)| procfs::start_ticks(w) == Some(t) && holds(w, &f.peers)) {
+                return f.workers.iter().map(|w| w.0).collect();
+            }
+        }
+    }
+    let mine: HashSet<u64> = sorted.iter().copied().collect();
     let peers = sockets::peer_inodes(tables.of(pid), &mine);
     if peers.is_empty() {
         return Vec::new();
     }
-    let (Ok(exe), Some(start)) = (procfs::exe(of), procfs::start_ticks(pid)) else {
-        return Vec::new();
-    };
+    let Ok(exe) = procfs::exe(of) else { return Vec::new() };
     let later = |p: i32| procfs::start_ticks(p).is_some_and(|t| t > start || (t == start && p > pid));
     let mut out: Vec<i32> = procfs::pids()
         .into_iter()
         .filter(|&p| {
-            p != pid
-                && procfs::exe(Proc::Pid(p)).is_ok_and(|e| e == exe)
-                && later(p)
-                && sockets::socket_inodes(Proc::Pid(p)).iter().any(|i| peers.contains(i))
+            p != pid && procfs::exe(Proc::Pid(p)).is_ok_and(|e| e == exe) && later(p) && holds(p, &peers)
         })
         .collect();
     out.sort_unstable();
+    let workers: Vec<(i32, u64)> = out.iter().filter_map(|&w| Some((w, procfs::start_ticks(w)?))).collect();
+    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    found.retain(|f| f.pid != pid);
+    if found.len() >= FOUND_KEPT {
+        found.remove(0);
+    }
+    found.push(Known { pid, start, mine: sorted, peers, workers });
     out
 }
 
@@ -270,6 +308,8 @@ mod tests {
         let accepted_other = listener.accept();
         let me = std::process::id() as i32;
         let found = workers(me);
+        // Found again through the same sockets: the same.
+        let again = workers(me);
         let of_worker = workers(worker);
         let listed = relatives(me, true);
         drop((accepted, accepted_other));
@@ -283,6 +323,9 @@ mod tests {
         sleeper.kill().ok();
         sleeper.wait().ok();
         assert!(found.contains(&worker), "{found:?} has the worker {worker}");
+        assert_eq!(again, found);
+        // Its connection closed and the worker gone: no longer found.
+        assert!(!workers(me).contains(&worker));
         assert!(!found.contains(&(sleeper.id() as i32)), "not connected");
         assert!(!found.contains(&(other.id() as i32)), "connected, another program");
         assert!(!of_worker.contains(&me), "a worker's R session is not its worker");
