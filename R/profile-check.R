@@ -124,7 +124,10 @@ stats_figures <- c(
   "handler_median", "handler_p99", "memory", "references", "allocations", "sampled_allocations",
   "untracked", "gc_time", "gc_count"
 )
-stats_counts <- c("thread_joined", "thread_alone", "thread_dropped", "forked", "collector_cpu")
+stats_counts <- c(
+  "thread_joined", "thread_alone", "thread_dropped", "forked", "collector_cpu", "worker_stops",
+  "worker_stop_total", "worker_stop_median", "worker_stop_p99"
+)
 usage_figures <- c(
   "user", "system", "max_rss", "minor_faults", "major_faults", "block_input", "block_output",
   "voluntary_switches", "involuntary_switches"

@@ -56,7 +56,9 @@
 #'   largest of the sources' (an upper bound of the merged figure); R's heap
 #'   (`r_heap`) is summed; a figure a source lacks makes the sum `NA`
 #'   (but `collector_cpu`: a recording from outside has no collector in the
-#'   process, and counts none); the
+#'   process, and counts none; and the figures of workers read from
+#'   outside, `worker_stops` and the time they kept their workers stopped,
+#'   which a source lacking them read none of); the
 #'   processes that worked for a source unsampled (`unsampled`) are all
 #'   listed.
 #' * `functions`, `locations`, `lines`, `files`, `modules`: each source's,
@@ -392,7 +394,7 @@ process_names <- function(pr) {
 
 # The sources' figures combined, as c() documents.
 merge_stats <- function(stats) {
-  largest <- c("handler_median", "handler_p99")
+  largest <- c("handler_median", "handler_p99", "worker_stop_median", "worker_stop_p99")
   names <- unique(unlist(lapply(stats, names)))
   figure <- function(f) vapply(stats, function(s) as.double(s[[f]] %||% NA_real_)[1L], 0)
   out <- list()
@@ -400,7 +402,16 @@ merge_stats <- function(stats) {
     x <- figure(f)
     # (A source without its collector's time, a recording from outside
     # (NaN) or an older profile (none), had no collector in the process.)
-    out[[f]] <- if (f %in% largest) max(x) else sum(x, na.rm = f == "collector_cpu")
+    # (Worker figures: a source without them, an older profile, read
+    # none.)
+    workers <- startsWith(f, "worker_")
+    out[[f]] <- if (workers && all(is.na(x))) {
+      NA_real_
+    } else if (f %in% largest) {
+      max(x, na.rm = workers)
+    } else {
+      sum(x, na.rm = workers || f == "collector_cpu")
+    }
   }
   if ("labels_full" %in% names) {
     out$labels_full <- all(vapply(stats, function(s) isTRUE(s$labels_full), NA))

@@ -340,7 +340,11 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'     run; and `collector`, the CPU time of the profiler's collector
 #'     thread (looking for threads and processes, taking the samples from
 #'     their buffers), which is not the profiled code's: the process's CPU
-#'     time in `by_process` and `unseen` leaves it out;
+#'     time in `by_process` and `unseen` leaves it out; and, when worker
+#'     processes were read from outside (see [winch_profile()],
+#'     "Processes"), `worker_stops`, how many of their samples were taken,
+#'     with `worker_stop_median` and `worker_stop_p99`, how long one kept
+#'     its worker stopped (what a sample costs a worker);
 #'   * `by_thread`: per thread (R's main thread first, then `[thread N]`
 #'     as numbered in the stacks): its kernel id, name, CPU time measured
 #'     from its own clock while the profile ran, and time sampled;
@@ -404,7 +408,10 @@ summary.winch_profile <- function(object, ...) {
         handler_median = s$handler_median,
         handler_p99 = s$handler_p99,
         share = if (p$duration > 0) s$handler_total / p$duration else NA_real_,
-        collector = s$collector_cpu %||% NA_real_
+        collector = s$collector_cpu %||% NA_real_,
+        worker_stops = s$worker_stops %||% 0,
+        worker_stop_median = s$worker_stop_median %||% NA_real_,
+        worker_stop_p99 = s$worker_stop_p99 %||% NA_real_
       ),
       by_thread = threads,
       by_process = processes,
@@ -514,6 +521,12 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
     format_seconds(k$handler_total), 100 * k$share, format_seconds(k$handler_median), format_seconds(k$handler_p99),
     if (is.finite(k$collector %||% NA_real_)) sprintf("; %s of CPU time in its collector thread", format_seconds(k$collector)) else ""
   ))
+  if ((k$worker_stops %||% 0) > 0) {
+    cat(sprintf(
+      "Workers read from outside: %s samples, each stopping its worker %s median, %s 99th percentile\n",
+      format(k$worker_stops, big.mark = ","), format_seconds(k$worker_stop_median), format_seconds(k$worker_stop_p99)
+    ))
+  }
   invisible(x)
 }
 

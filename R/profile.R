@@ -160,7 +160,11 @@
 #' thread reads each as [winch_record()] does, stopping the worker with
 #' `ptrace` for as long as one sample takes (its R frames with native
 #' frames in place; the worker's main thread), at the profile's interval
-#' of the worker's own CPU time (a waiting worker is not stopped). Each
+#' of the worker's own CPU time, or less often where reads cost more: at
+#' most once per 50 times what a read costs (the time the worker is
+#' stopped and the profiler's CPU time), at least every 16 intervals, each
+#' sample standing for the CPU time since the last (a waiting worker is
+#' not stopped). Each
 #' sample is under `[process N]` under this process's outermost call of
 #' a parallel framework it was in then (`parLapply`, `clusterApply`,
 #' `clusterEvalQ`, `future`, `value`, `foreach`, ...), with the worker's
@@ -179,12 +183,13 @@
 #' first runs during the profile (an idle cluster is never stopped); that
 #' read takes a moment (its modules are read then), and its CPU time
 #' before it is unseen. Reading a worker costs it the time it is stopped
-#' (about 0.2 to 0.8 ms a sample on the machine winch is tested on, most
-#' of it reading R's objects) and this process the tracer's CPU time
-#' (about 0.4 ms a sample): on a
-#' machine whose cores the workers fill, a profile at `interval = 0.005`
-#' makes `parLapply()` take about a fifth longer (see
-#' `bench/processes.R`); a longer interval costs proportionally less.
+#' (about 0.3 ms a sample on the machine winch is tested on; `summary()`'s
+#' `cost` gives the median and 99th percentile of each profile) and this
+#' process the profiler's CPU time (about 0.5 ms a sample), so that a
+#' worker there is read every 40 ms or so of its CPU time: on a machine
+#' whose two cores the workers fill, a profile at `interval = 0.005`
+#' makes `parLapply()` take about 5 % longer than unprofiled (see
+#' `bench/processes.R`).
 #'
 #' Not yet sampled: a child of a memory profile (its allocations are its
 #' own; `print()` and `summary()` say how many children were forked, and

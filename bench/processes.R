@@ -16,8 +16,9 @@
 #    ?winch_profile): wall time, unseen share, and what a sample costs a
 #    worker (the workers' own CPU time, from proc.time() in each, profiled
 #    minus plain, over their samples: being stopped costs a worker wall
-#    time, not CPU time), and the profiler's own CPU time (collector and
-#    tracer threads) per worker sample.
+#    time, not CPU time), how long a sample keeps a worker stopped (median
+#    and 99th percentile, summary()'s cost), and the profiler's own CPU
+#    time (collector and tracer threads) per worker sample.
 #
 # The compiled loop is tests/testthat/clib/burn.c's burn_a() (a known
 # amount of the calling thread's CPU time), built here.
@@ -110,13 +111,15 @@ prows <- replicate(rounds, {
   all <- pmeasure(p_all <- winch_profile(pwork(), interval = interval))
   s <- summary(p_all)
   theirs <- s$by_process$process != "self"
-  worker_samples <- round(sum(s$by_process$sampled[theirs]) / interval)
+  worker_samples <- p_all$stats$worker_stops
   c(
     plain = plain[["wall"]], self = self[["wall"]], all = all[["wall"]],
     unseen_all = s$unseen,
     per_sample = (all[["workers"]] - plain[["workers"]]) / max(worker_samples, 1),
     profiler = p_all$stats$collector_cpu / max(worker_samples, 1),
-    worker_samples = worker_samples
+    worker_samples = worker_samples,
+    intervals = sum(s$by_process$sampled[theirs]) / interval / max(worker_samples, 1),
+    stop_median = s$cost$worker_stop_median, stop_p99 = s$cost$worker_stop_p99
   )
 })
 parallel::stopCluster(cl)
@@ -129,3 +132,5 @@ cat(sprintf("  unseen CPU of the tree: %.1f%%\n", 100 * pmed[["unseen_all"]]))
 cat(sprintf("  workers' samples: %d; CPU a sample costs a worker: %.1f us (%.1f us .. %.1f us); the profiler's CPU per worker sample: %.1f us\n",
   as.integer(pmed[["worker_samples"]]), pmed[["per_sample"]] * 1e6,
   min(prows["per_sample", ]) * 1e6, max(prows["per_sample", ]) * 1e6, pmed[["profiler"]] * 1e6))
+cat(sprintf("  a sample stands for %.1f intervals and keeps its worker stopped %.0f us (median; 99th percentile %.0f us)\n",
+  pmed[["intervals"]], pmed[["stop_median"]] * 1e6, pmed[["stop_p99"]] * 1e6))

@@ -236,6 +236,18 @@ test_that("the figures combine: counts and resource use summed, the largest RSS 
   # A figure one source lacks is unknown in the sum.
   b$stats$gc_time <- NULL
   expect_true(is.na(c(a, b)$stats$gc_time))
+  # Workers read from outside: counts summed, the largest median and 99th
+  # percentile; a source without them (an older profile) read none.
+  a$stats[c("worker_stops", "worker_stop_total", "worker_stop_median", "worker_stop_p99")] <- list(10, 0.004, 3e-4, 8e-4)
+  b$stats[c("worker_stops", "worker_stop_total", "worker_stop_median", "worker_stop_p99")] <- list(30, 0.015, 5e-4, 6e-4)
+  m <- c(a, b)$stats
+  expect_identical(c(m$worker_stops, m$worker_stop_median, m$worker_stop_p99), c(40, 5e-4, 8e-4))
+  expect_equal(m$worker_stop_total, 0.019)
+  b$stats[c("worker_stops", "worker_stop_total", "worker_stop_median", "worker_stop_p99")] <- NULL
+  m <- c(a, b)$stats
+  expect_identical(c(m$worker_stops, m$worker_stop_median, m$worker_stop_p99), c(10, 3e-4, 8e-4))
+  a$stats[c("worker_stops", "worker_stop_total", "worker_stop_median", "worker_stop_p99")] <- NULL
+  expect_null(c(a, b)$stats$worker_stops)
 })
 
 test_that("memory profiles merge with memory profiles", {

@@ -106,6 +106,12 @@ test_that("a PSOCK cluster's workers are sampled under parLapply, and listed as 
     info = paste(workers$sampled, workers$cpu, collapse = "; ")
   )
   expect_lt(s$unseen, 0.2)
+  # What reading them cost them: each sample stops a worker for a moment,
+  # as summary() says.
+  k <- s$cost
+  expect_gt(k$worker_stops, 0)
+  expect_true(k$worker_stop_median > 0 && k$worker_stop_p99 >= k$worker_stop_median, info = paste(k, collapse = ", "))
+  expect_match(capture.output(print(s)), "Workers read from outside: [0-9,]+ samples, each stopping its worker", all = FALSE)
   # Under [process N] under parLapply under work; the parent's part ends
   # at parLapply (its clusterApply, recvResult, ... left out). The
   # worker's own part starts at the task (PSOCK's workLoop, workCommand,

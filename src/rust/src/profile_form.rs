@@ -459,6 +459,14 @@ r_list! {
         /// sampling ran (its own cost: not the profiled code's; NaN from
         /// outside, where there is none in the process).
         collector_cpu: f64,
+        /// Samples of worker processes read from outside (each stops its
+        /// worker for a moment: see `capture::traced`).
+        worker_stops: f64,
+        /// Seconds those samples kept their workers stopped, in all.
+        worker_stop_total: f64,
+        /// Their median and 99th percentile, in seconds.
+        worker_stop_median: f64,
+        worker_stop_p99: f64,
         /// A memory profile's allocations seen.
         allocations: f64,
         /// A memory profile's allocations sampled.

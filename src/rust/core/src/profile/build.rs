@@ -48,6 +48,12 @@ pub struct Stats {
     /// The CPU time the profiler's collector thread used while sampling
     /// ran (None: not known, a recording from outside).
     pub collector_cpu_ns: Option<u64>,
+    /// Samples of workers read from outside, and how long each kept its
+    /// worker stopped (total, median, 99th percentile).
+    pub worker_stops: u64,
+    pub worker_stop_total_ns: u64,
+    pub worker_stop_median_ns: u64,
+    pub worker_stop_p99_ns: u64,
     /// A memory profile: allocations seen, sampled, and sampled blocks
     /// whose freeing could not be followed (counted as freed).
     pub allocations: u64,
@@ -168,6 +174,10 @@ pub fn build(f: &Finished, event: Event, period: u64) -> (Profile, Stats) {
         thread_dropped: f.thread_dropped,
         forked: f.forked,
         collector_cpu_ns: f.collector_cpu_ns,
+        worker_stops: c.worker_stops.count,
+        worker_stop_total_ns: c.worker_stops.total_ns,
+        worker_stop_median_ns: quantile(&c.worker_stops, 0.5),
+        worker_stop_p99_ns: quantile(&c.worker_stops, 0.99),
         references: c.references,
         allocations: f.alloc.as_ref().map_or(0, |a| a.allocations),
         sampled_allocations: f.alloc.as_ref().map_or(0, |a| a.sampled),

@@ -36,6 +36,19 @@ const FOREIGN: u32 = 1 << 30;
 /// Snapshot numbers per worker.
 const PER_WORKER: u32 = 1 << 16;
 
+/// A worker is read at most once per this many times what a read costs
+/// (how long it keeps the worker stopped, and the CPU time the profiler
+/// spends on it, which a machine the workers fill takes from them; each
+/// the recent median, roughly) of the worker's CPU time: reading costs a
+/// worker's work at most about 2 % on any machine, however slow reads are
+/// there. Each sample stands for the CPU time since the last (see
+/// `outside::running`), so fewer samples are as many seconds.
+const COST_SHARE: u64 = 50;
+/// ... but at least every this many intervals of its CPU time, whatever a
+/// read costs: a read slowed by a busy moment cannot make its worker's
+/// next samples so rare that its last seconds go unseen.
+const MAX_GAP_INTERVALS: u64 = 16;
+
 /// The temporary number of snapshot `k` of worker `w` (one past a
 /// worker's range, or past the workers', names no snapshot: its samples'
 /// frames are unknown, never another's).
@@ -63,8 +76,13 @@ struct Worker {
     cpu_last_s: f64,
     /// Its snapshots, once it has ended (its recorder let go).
     snapshots: Snapshots,
-    /// Its main thread's time on a CPU at the latest tick (`schedstat`).
+    /// Its main thread's time on a CPU at the latest tick (`schedstat`),
+    /// and at its latest sample.
     ran_ns: Option<u64>,
+    sampled_ran_ns: Option<u64>,
+    /// What a read of it costs (see [`COST_SHARE`]): an estimate that
+    /// follows the middle of their costs (see `follow_median`).
+    cost_ns: u64,
 }
 
 /// A worker's snapshots of its modules, and its modules as last seen.
@@ -131,6 +149,8 @@ impl Traced {
                 cpu_last_s: cpu_first_s,
                 snapshots: Snapshots::default(),
                 ran_ns: ran_ns(pid),
+                sampled_ran_ns: None,
+                cost_ns: 0,
             });
         }
     }
@@ -147,10 +167,10 @@ impl Traced {
             }
             // The pid is another process's now (the worker ended): never
             // stopped (it could be one of R's own children).
-            if crate::procfs::start_ticks(worker.pid) != Some(worker.start_ticks) {
+            let Some(cpu) = look(worker.pid).filter(|l| l.0 == worker.start_ticks).map(|l| l.1) else {
                 worker.end();
                 continue;
-            }
+            };
             // A worker that has not run since its last look is not stopped
             // (an idle cluster costs a `schedstat` read a tick).
             let ran = ran_ns(worker.pid);
@@ -158,6 +178,14 @@ impl Traced {
                 continue;
             }
             worker.ran_ns = ran;
+            // Not yet read again: it has not run for COST_SHARE times what
+            // a read costs (nor for an interval) since its last.
+            let gap = gap_ns(worker.cost_ns, self.settings.interval_ns);
+            if let (Some(now), Some(then)) = (ran, worker.sampled_ran_ns) {
+                if now.saturating_sub(then) < gap {
+                    continue;
+                }
+            }
             if !worker.started {
                 worker.started = true;
                 // (Refused, by Yama's ptrace_scope or a container without
@@ -173,13 +201,27 @@ impl Traced {
             let Some(rec) = worker.rec.as_mut() else { continue };
             let mut buf = std::mem::take(&mut self.buf);
             buf.clear();
+            let cpu0 = profiler_cpu_ns();
             let read = catch_unwind(AssertUnwindSafe(|| rec.tick_into(&mut buf)));
+            let spent = profiler_cpu_ns().saturating_sub(cpu0);
             if !matches!(read, Ok(Ok(_))) {
                 // Ended (or no longer readable): what it gave is kept, and
                 // what its samples are named with.
                 worker.end();
             } else {
-                worker.cpu_last_s = cpu_s(worker.pid).max(worker.cpu_last_s);
+                // (Its CPU time as the tick began: what the sample stands
+                // for was used by then.)
+                worker.cpu_last_s = cpu.max(worker.cpu_last_s);
+                // (Not the first read's: it reads what later ones find
+                // ready, R's registration table, the pages R's objects are
+                // on, one at a time.)
+                let first = worker.sampled_ran_ns.is_none();
+                worker.sampled_ran_ns = ran;
+                if !first {
+                    let stopped: u64 =
+                        buf.iter().filter_map(|r| record::split(r)).map(|(p, _)| p.header.handler_ns).sum();
+                    worker.cost_ns = follow_median(worker.cost_ns, stopped + spent);
+                }
                 let context = super::handler::main_context(s);
                 for r in &buf {
                     let link = super::handler::link_to_main(s, context, super::clock::now_ns());
@@ -291,10 +333,45 @@ pub fn place_snapshots(
     ranges
 }
 
+/// How much CPU time a worker whose reads cost `cost_ns` uses between two
+/// samples (see [`COST_SHARE`], [`MAX_GAP_INTERVALS`]).
+fn gap_ns(cost_ns: u64, interval_ns: u64) -> u64 {
+    COST_SHARE.saturating_mul(cost_ns).clamp(interval_ns, MAX_GAP_INTERVALS.saturating_mul(interval_ns))
+}
+
+/// The CPU time of this thread and of the tracer threads so far.
+fn profiler_cpu_ns() -> u64 {
+    super::clock::read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
+        + crate::outside::ptrace::TRACERS_CPU_NS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The next estimate of the middle of a series of times after `x`: a step
+/// towards it of a 16th of the estimate (at least 1 µs), so that a few
+/// slow reads (a machine busy for a moment) move it little, while it
+/// settles on the median of a steady series.
+fn follow_median(est: u64, x: u64) -> u64 {
+    if est == 0 {
+        return x;
+    }
+    let step = (est / 16).max(1000);
+    if x > est {
+        est + step.min(x - est)
+    } else {
+        est - step.min(est - x)
+    }
+}
+
 /// The time process `pid`'s main thread has run (its `schedstat`), None
 /// when not known.
 fn ran_ns(pid: i32) -> Option<u64> {
     crate::procfs::schedstat(crate::procfs::Proc::Pid(pid), pid).map(|s| s.run_ns)
+}
+
+/// When process `pid` started (see `procfs::start_ticks`) and its CPU time
+/// so far in seconds, from one read of its `stat`; None when gone.
+fn look(pid: i32) -> Option<(u64, f64)> {
+    let (start, st) = crate::procfs::start_and_stat(pid)?;
+    Some((start, st.cpu_ticks() as f64 / crate::procfs::clock_ticks() as f64))
 }
 
 /// A process's CPU time so far (user and system), in seconds; 0 when gone.
@@ -306,6 +383,42 @@ fn cpu_s(pid: i32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_look_reads_start_and_cpu_time_at_once() {
+        let me = std::process::id() as i32;
+        let (start, cpu) = look(me).unwrap();
+        assert_eq!(Some(start), crate::procfs::start_ticks(me));
+        assert!(cpu >= 0.0 && cpu <= cpu_s(me) + 1e-9);
+        assert!(look(i32::MAX).is_none(), "no such process");
+    }
+
+    #[test]
+    fn a_worker_is_read_at_most_once_per_fifty_reads_cost_and_at_least_every_sixteen_intervals() {
+        const MS: u64 = 1_000_000;
+        assert_eq!(gap_ns(0, 5 * MS), 5 * MS, "not known yet: every interval");
+        assert_eq!(gap_ns(MS / 20, 5 * MS), 5 * MS, "cheap reads: every interval");
+        assert_eq!(gap_ns(MS, 5 * MS), 50 * MS);
+        assert_eq!(gap_ns(20 * MS, 5 * MS), 80 * MS, "a slow read: at most 16 intervals");
+        assert_eq!(gap_ns(u64::MAX, u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn the_stop_estimate_settles_on_the_median_and_outliers_move_it_little() {
+        // Reads of 200 µs with one in five of 5 ms (a busy moment).
+        let mut est = 0;
+        for i in 0..400u64 {
+            est = follow_median(est, if i % 5 == 4 { 5_000_000 } else { 200_000 });
+        }
+        assert!((190_000..=260_000).contains(&est), "{est}");
+        // From the first read, and down again.
+        assert_eq!(follow_median(0, 300_000), 300_000);
+        let mut est = 5_000_000;
+        for _ in 0..200 {
+            est = follow_median(est, 100_000);
+        }
+        assert_eq!(est, 100_000);
+    }
 
     #[test]
     fn workers_snapshots_follow_the_profiled_processes() {
