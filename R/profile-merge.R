@@ -425,6 +425,11 @@ merge_stats <- function(stats) {
   out$usage <- usage
   # Processes that worked for a source unsampled: all of them.
   unsampled <- Filter(is.data.frame, lapply(stats, `[[`, "unsampled"))
+  # (A source made before `why` was kept lacks it.)
+  unsampled <- lapply(unsampled, function(u) {
+    if (is.null(u$why)) u$why <- rep(NA_character_, nrow(u))
+    u
+  })
   if (length(unsampled)) out$unsampled <- do.call(rbind, unsampled)
   heaps <- lapply(stats, `[[`, "r_heap")
   if (!all(vapply(heaps, is.null, NA))) {

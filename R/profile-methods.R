@@ -355,6 +355,9 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'     sampled]`, see [winch_profile()], "Processes"), its id, host,
 #'     command, CPU time, time sampled and `unseen`, the CPU time no sample
 #'     stands for (`NA` in an elapsed-time profile);
+#'   * `refused`: the processes winch tried to read and could not (a
+#'     worker the kernel does not let it trace: Yama's `ptrace_scope`, a
+#'     container without `CAP_SYS_PTRACE`), with why (`pid`, `why`);
 #'   * `unseen`: the share of the CPU time of the process and its child
 #'     processes over the run that no sample stands for (with
 #'     `threads = "main"`, the other threads' share; with `"all"`, threads
@@ -416,6 +419,7 @@ summary.winch_profile <- function(object, ...) {
       by_thread = threads,
       by_process = processes,
       processes_missed = s$processes_missed %||% 0,
+      refused = refused_processes(s$unsampled),
       unseen = unseen_share(p, threads, processes),
       what = profile_what(p),
       merged = !is.null(p$processes$source),
@@ -477,6 +481,10 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
     print(out, row.names = FALSE, right = FALSE)
     if (isTRUE(x$processes_missed > 0)) {
       cat(sprintf("%s child processes were not sampled (too many at once)\n", format(x$processes_missed)))
+    }
+    refused <- x$refused
+    if (is.data.frame(refused) && nrow(refused)) {
+      cat(sprintf("Not read: pid %d: %s\n", refused$pid, refused$why), sep = "")
     }
   }
   if (!is.null(x$unseen)) {

@@ -19,17 +19,29 @@
 # and are not among `sampled` (pids): pid, parent, relation ("child" or
 # "worker"), command, cpu, whether it is the profiled process's own child
 # (`own_child`), whether its time is in the profiled process's account of
-# its children (`counted`, see children_accounted()) and this machine's
-# name (`host`).
+# its children (`counted`, see children_accounted()), this machine's
+# name (`host`) and why it was not read when reading it was tried and
+# failed (`why`: the kernel refused, ...; NA otherwise).
 unsampled_processes <- function(seen, sampled) {
   keep <- seen$cpu > 0 & !(seen$pid %in% sampled) & seen$pid != Sys.getpid()
+  why <- seen$why %||% rep(NA_character_, length(seen$pid))
   data.frame(
     pid = seen$pid[keep], parent = seen$parent[keep], relation = seen$relation[keep],
     command = seen$command[keep], cpu = seen$cpu[keep],
     own_child = seen$relation[keep] == "child" & seen$parent[keep] == Sys.getpid(),
     counted = children_accounted(seen)[keep],
-    host = rep(Sys.info()[["nodename"]], sum(keep)), stringsAsFactors = FALSE
+    host = rep(Sys.info()[["nodename"]], sum(keep)), why = as.character(why[keep]), stringsAsFactors = FALSE
   )
+}
+
+# Of processes not sampled (`un`, as unsampled_processes() gives them),
+# those winch tried to read and could not: pid and why.
+refused_processes <- function(un) {
+  if (!is.data.frame(un) || is.null(un$why)) {
+    return(data.frame(pid = integer(), why = character(), stringsAsFactors = FALSE))
+  }
+  r <- !is.na(un$why)
+  data.frame(pid = as.integer(un$pid[r]), why = un$why[r], stringsAsFactors = FALSE)
 }
 
 # Which processes of `seen` the profiled process's account of its children
@@ -134,6 +146,14 @@ warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
     "processes (workers of a PSOCK cluster, programs, callr sessions)"
   }
   pids <- pr$pid[order(-pr$unseen)]
+  refused <- refused_processes(un)
+  refused <- refused[refused$pid %in% pr$pid, , drop = FALSE]
+  why <- if (nrow(refused)) {
+    c(i = sprintf(
+      "Not read: pid %d: %s%s", refused$pid[[1]], refused$why[[1]],
+      if (nrow(refused) > 1L) sprintf(" (and %d more, see summary())", nrow(refused) - 1L) else ""
+    ))
+  }
   rlang::warn(
     c(
       sprintf(
@@ -141,6 +161,7 @@ warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
         nrow(pr), what, format_seconds(unseen), 100 * unseen / tree
       ),
       i = sprintf("pid%s %s; see summary() of the profile.", if (length(pids) > 1) "s" else "", paste(utils::head(pids, 5), collapse = ", ")),
+      why,
       i = paste(
         "winch_profile() samples forked children (mclapply(), future's multicore), and in a CPU profile the workers of PSOCK clusters and future's multisession it may trace (see ?winch_profile);",
         "record other processes with winch_record(pid, children = TRUE) from another R session, or profile inside the workers and combine the profiles with c()."

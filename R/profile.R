@@ -178,11 +178,14 @@
 #' process (its tracer threads' CPU time) is counted as the profiler's
 #' own, with its collector's. A worker that cannot be read (the kernel
 #' refuses `ptrace`: Yama's `ptrace_scope`, a container without
-#' `CAP_SYS_PTRACE`) stays unsampled, and is said so as below; so are
+#' `CAP_SYS_PTRACE`) stays unsampled, and is said so as below, with the
+#' kernel's reason (`summary()`'s `refused`, and the warning); so are
 #' workers of an elapsed-time profile. A worker is first read when it
 #' first runs during the profile (an idle cluster is never stopped); that
-#' read takes a moment (its modules are read then), and its CPU time
-#' before it is unseen. Reading a worker costs it the time it is stopped
+#' read takes a moment (its modules are read then). Its CPU time counts
+#' from when the profile first saw it (for a cluster made inside the
+#' profile, all of it), so that what it used before its first read is
+#' unseen. Reading a worker costs it the time it is stopped
 #' (about 0.3 ms a sample on the machine winch is tested on; `summary()`'s
 #' `cost` gives the median and 99th percentile of each profile) and this
 #' process the profiler's CPU time (about 0.5 ms a sample), so that a

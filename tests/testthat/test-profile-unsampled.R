@@ -23,6 +23,12 @@ test_that("processes that used CPU time and were not sampled are the unsampled o
   expect_equal(un$cpu, c(0.5, 0.25))
   expect_identical(un$command, c("cmd 11", "cmd 14"))
   expect_identical(un$host, rep(Sys.info()[["nodename"]], 2))
+  expect_identical(un$why, c(NA_character_, NA_character_))
+  refused <- seen(c(11, 14), c(0.5, 0.25))
+  refused$why <- c("the kernel said no", NA)
+  un <- unsampled_processes(refused, integer())
+  expect_identical(un$why, c("the kernel said no", NA))
+  expect_identical(refused_processes(un), data.frame(pid = 11L, why = "the kernel said no"))
   expect_identical(nrow(unsampled_processes(seen(integer(), numeric()), integer())), 0L)
 })
 
@@ -161,6 +167,52 @@ test_that("a PSOCK cluster's workers are sampled under parLapply, and listed as 
   both <- c(e, q)
   expect_setequal(both$stats$unsampled$pid, pids)
   expect_identical(sum(summary(both)$by_process$process == "[worker, not sampled]"), 2L)
+})
+
+test_that("a worker the kernel does not let winch read is listed as not sampled, with the kernel's reason", {
+  skip_if(parallel::detectCores() < 2, "a cluster of two workers needs 2 cores")
+  skip_if(!nzchar(Sys.which("strace")), "strace is not installed")
+  cl <- parallel::makeCluster(2)
+  withr::defer(parallel::stopCluster(cl))
+  pids <- unlist(parallel::clusterEvalQ(cl, Sys.getpid()))
+  # strace traces the first worker (a process may have one tracer): winch
+  # cannot, and says why. (Killed before the cluster is stopped.)
+  tracer <- local_child_command(sprintf("strace -p %d -o /dev/null", pids[[1]]))
+  traced <- function() {
+    st <- readLines(sprintf("/proc/%d/status", pids[[1]]))
+    as.integer(sub("TracerPid:\\s*", "", grep("^TracerPid:", st, value = TRUE))) != 0L
+  }
+  deadline <- Sys.time() + 10
+  while (!traced() && Sys.time() < deadline) Sys.sleep(0.05)
+  skip_if(!traced(), "strace did not attach")
+  # (A task without system calls: strace stops the worker at each.)
+  count <- function(i) {
+    s <- 0
+    for (k in seq_len(2e7)) s <- s + k
+    s
+  }
+  w <- NULL
+  p <- withCallingHandlers(
+    winch_profile(parallel::parLapply(cl, 1:2, count), interval = 0.005),
+    winch_warning_processes_unsampled = function(cnd) {
+      w <<- cnd
+      invokeRestart("muffleWarning")
+    }
+  )
+  expect_s3_class(w, "winch_warning_processes_unsampled")
+  expect_match(conditionMessage(w), sprintf("Not read: pid %d: process %d is already being traced by process", pids[[1]], pids[[1]]), fixed = TRUE)
+  s <- summary(p)
+  expect_identical(s$refused$pid, pids[[1]])
+  expect_match(s$refused$why, "already being traced")
+  rows <- s$by_process[s$by_process$pid %in% pids, , drop = FALSE]
+  expect_identical(rows$process[rows$pid == pids[[1]]], "[worker, not sampled]")
+  expect_true(startsWith(rows$process[rows$pid == pids[[2]]], "[process "))
+  expect_match(capture.output(print(s)), sprintf("^Not read: pid %d: .*already being traced", pids[[1]]), all = FALSE)
+  # The reason survives c() of profiles (one made before it was kept
+  # has none).
+  old <- p
+  old$stats$unsampled$why <- NULL
+  expect_identical(summary(c(p, old))$refused$why, s$refused$why)
 })
 
 test_that("future's multisession workers are sampled under future_lapply, future's plumbing left out", {
@@ -308,6 +360,11 @@ test_that("the workers of a cluster made and stopped inside a CPU profile are sa
   # is kept, and their native frames are named with their own modules
   # (the C library's getrusage(), under proc.time()).
   expect_true(all(rows$cpu >= rows$sampled - 0.02), info = paste(rows$cpu, rows$sampled, collapse = "; "))
+  # Their CPU time counts from when the profile's watch first saw them:
+  # all of it, as they started inside the profile (each burnt four tasks
+  # of 0.3 s), not from when they were first read; what they used before
+  # that is unseen.
+  expect_true(all(rows$cpu >= 1.2), info = paste(rows$cpu, collapse = ", "))
   theirs <- unlist(stack_labels(p)[p$processes$number[p$stacks$process] > 0L])
   expect_true(any(grepl("^/libc[^:]*::.*getrusage", theirs)), info = paste(unique(theirs), collapse = ", "))
   expect_false(any(startsWith(theirs, "/?::")), info = paste(unique(theirs), collapse = ", "))

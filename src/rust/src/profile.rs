@@ -159,7 +159,8 @@ pub fn rs_profile_active() -> Result<RValue> {
 /// Stops the session and returns the profile (its R form) with, beside
 /// it, `relatives`: the processes that worked for this one while it ran
 /// (`pid`, `parent`, `relation`, `command`, `cpu`, the seconds each used
-/// while watched, and `ended`, whether it had ended by the last look; NULL
+/// while watched, `ended`, whether it had ended by the last look, and
+/// `why`, why a worker that could not be read was not (NA otherwise); NULL
 /// when they were not watched), and `usage_start` and `usage_end`: the
 /// process's resource use (as `rs_resource_usage`) once sampling had
 /// begun and as it was stopped, so that what the profiler's start and
@@ -205,6 +206,7 @@ fn relatives_value(seen: &[winch_core::outside::Seen]) -> RValue {
         ("command", RValue::Str(seen.iter().map(|s| Some(s.now.command.clone())).collect())),
         ("cpu", RValue::Dbl(seen.iter().map(|s| s.cpu_s()).collect())),
         ("ended", RValue::Lgl(seen.iter().map(|s| s.ended).collect())),
+        ("why", RValue::Str(seen.iter().map(|s| s.why.clone()).collect())),
     ])
 }
 

@@ -35,6 +35,9 @@ pub struct Seen {
     /// It was not there at the latest look: it had ended (a child its
     /// parent waited for is then in the parent's account of its children).
     pub ended: bool,
+    /// Why it could not be read, when reading it was tried and failed (the
+    /// kernel refused to let this process trace it, ...).
+    pub why: Option<String>,
 }
 
 impl Seen {
@@ -79,12 +82,13 @@ impl Watch {
     }
 
     /// The workers (not descendants, see `family`) at the latest look:
-    /// pid and start time.
-    pub fn workers(&self) -> Vec<(i32, u64)> {
+    /// pid, start time, and CPU time when first seen (see
+    /// [`Seen::first_cpu_s`]).
+    pub fn workers(&self) -> Vec<(i32, u64, f64)> {
         self.seen
             .iter()
             .filter(|s| !s.ended && s.now.relative.relation == super::family::Relation::Worker)
-            .map(|s| (s.now.relative.pid, s.now.start_ticks))
+            .map(|s| (s.now.relative.pid, s.now.start_ticks, s.first_cpu_s))
             .collect()
     }
 
@@ -134,7 +138,7 @@ pub(crate) fn update(seen: &mut Vec<Seen>, listing: Vec<RelativeUse>, since_tick
             s.ended = false;
         } else if seen.len() < MAX_SEEN {
             let first_cpu_s = if now.start_ticks < since_ticks { now.cpu_s } else { 0.0 };
-            seen.push(Seen { now, first_cpu_s, ended: false });
+            seen.push(Seen { now, first_cpu_s, ended: false, why: None });
         }
     }
 }

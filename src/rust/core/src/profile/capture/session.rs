@@ -420,7 +420,7 @@ impl Running {
         // process's, their rows after its children's.
         let mut snapshots = s.snapshots.take_all();
         let elsewhere = super::traced::place_snapshots(&mut collected, snapshots.len(), &workers);
-        let super::traced::Read { snapshots: theirs, processes, .. } = workers;
+        let super::traced::Read { snapshots: theirs, processes, refused } = workers;
         snapshots.extend(theirs.into_iter().flat_map(|(snaps, _)| snaps));
         collected.processes.extend(processes);
         let duration_ns = self.started_mono.elapsed().as_nanos() as u64;
@@ -456,7 +456,15 @@ impl Running {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .take()
-                .map(Watch::finish)
+                .map(|w| {
+                    let mut seen = w.finish();
+                    // (Why each worker that could not be read was not.)
+                    for s in &mut seen {
+                        let (pid, start) = (s.now.relative.pid, s.now.start_ticks);
+                        s.why = refused.iter().find(|r| r.0 == pid && r.1 == start).map(|r| r.2.clone());
+                    }
+                    seen
+                })
                 .unwrap_or_default(),
             elsewhere,
             thread_dropped: s.thread_dropped.load(Ordering::Relaxed),

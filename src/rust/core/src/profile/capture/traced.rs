@@ -76,6 +76,8 @@ struct Worker {
     cpu_last_s: f64,
     /// Its snapshots, once it has ended (its recorder let go).
     snapshots: Snapshots,
+    /// Why it could not be read, if reading it was refused or failed.
+    refused: Option<String>,
     /// Its main thread's time on a CPU at the latest tick (`schedstat`),
     /// and at its latest sample.
     ran_ns: Option<u64>,
@@ -105,6 +107,8 @@ pub struct Read {
     /// Each worker's snapshots, with its modules as last seen.
     pub snapshots: Vec<Snapshots>,
     pub processes: Vec<Process>,
+    /// The workers that could not be read (pid, start time), and why.
+    pub refused: Vec<(i32, u64, String)>,
 }
 
 /// The workers of a profile, read from its collector thread.
@@ -127,16 +131,20 @@ impl Traced {
         std::time::Duration::from_nanos(self.settings.interval_ns)
     }
 
-    /// Takes on the workers in `workers` (pid, start time) not known yet:
-    /// each is read from when it first runs (an idle worker is never
-    /// stopped; see `tick`).
-    pub fn adopt(&mut self, workers: &[(i32, u64)]) {
-        for &(pid, start_ticks) in workers {
+    /// Takes on the workers in `workers` (pid, start time, CPU time when
+    /// the profile's watch first saw it) not known yet: each is read from
+    /// when it first runs (an idle worker is never stopped; see `tick`).
+    /// Its CPU time counts from when the watch first saw it, so that what
+    /// one found late (a cluster made inside the profile is found up to a
+    /// second after it starts) used before it was read is unseen, not
+    /// lost.
+    pub fn adopt(&mut self, workers: &[(i32, u64, f64)]) {
+        for &(pid, start_ticks, seen_s) in workers {
             let known = self.workers.iter().any(|w| w.pid == pid && w.start_ticks == start_ticks);
             if known || self.workers.len() >= MAX_WORKERS {
                 continue;
             }
-            let cpu_first_s = cpu_s(pid);
+            let cpu_first_s = seen_s.clamp(0.0, cpu_s(pid));
             self.workers.push(Worker {
                 pid,
                 start_ticks,
@@ -151,6 +159,7 @@ impl Traced {
                 ran_ns: ran_ns(pid),
                 sampled_ran_ns: None,
                 cost_ns: 0,
+                refused: None,
             });
         }
     }
@@ -193,9 +202,11 @@ impl Traced {
                 // profile says so, see `relatives`. A panic of the reader
                 // ends this worker's reading, not the collector.)
                 let (pid, settings) = (worker.pid, self.settings);
-                worker.rec = catch_unwind(AssertUnwindSafe(|| Recorder::start(pid, settings)))
-                    .ok()
-                    .and_then(|r| r.ok());
+                match catch_unwind(AssertUnwindSafe(|| Recorder::start(pid, settings))) {
+                    Ok(Ok(r)) => worker.rec = Some(r),
+                    Ok(Err(e)) => worker.refused = Some(e.to_string()),
+                    Err(_) => worker.refused = Some("reading it failed (a defect of winch's)".into()),
+                }
                 continue;
             }
             let Some(rec) = worker.rec.as_mut() else { continue };
@@ -282,6 +293,9 @@ impl Traced {
     pub fn finish(self) -> Read {
         let mut read = Read::default();
         for mut w in self.workers {
+            if let Some(why) = w.refused.take() {
+                read.refused.push((w.pid, w.start_ticks, why));
+            }
             // (One that has ended keeps what it had used at its last read.)
             let last = if w.rec.is_some() { cpu_s(w.pid).max(w.cpu_last_s) } else { w.cpu_last_s };
             let cpu_ns = ((last - w.cpu_first_s).max(0.0) * 1e9) as u64;
