@@ -55,7 +55,12 @@ test_that("print(), summary() and plot() describe the profile", {
   expect_gt(u$max_rss, 0)
 
   k <- s$cost
-  expect_named(k, c("handler_total", "handler_median", "handler_p99", "share", "collector"))
+  expect_named(k, c(
+    "handler_total", "handler_median", "handler_p99", "share", "collector", "worker_stops",
+    "worker_stop_median", "worker_stop_p99"
+  ))
+  # No workers read: none stopped, and print() says nothing of them.
+  expect_identical(k$worker_stops, 0)
   expect_gt(k$handler_median, 0)
   expect_lte(k$handler_median, k$handler_p99)
   expect_lt(k$handler_median, p$interval)
@@ -72,6 +77,7 @@ test_that("print(), summary() and plot() describe the profile", {
   expect_false(res$visible)
   expect_true(all(c("By function:", "By native module:", "Resource use over the run:") %in% out))
   expect_true(any(startsWith(out, "Profiler's own cost:")))
+  expect_false(any(startsWith(out, "Workers read from outside")))
 
   png(tempfile(fileext = ".png"))
   on.exit(grDevices::dev.off(), add = TRUE)

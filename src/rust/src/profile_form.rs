@@ -464,8 +464,9 @@ r_list! {
         worker_stops: f64,
         /// Seconds those samples kept their workers stopped, in all.
         worker_stop_total: f64,
-        /// Their median and 99th percentile, in seconds.
+        /// Their median, in seconds.
         worker_stop_median: f64,
+        /// Their 99th percentile, in seconds.
         worker_stop_p99: f64,
         /// A memory profile's allocations seen.
         allocations: f64,

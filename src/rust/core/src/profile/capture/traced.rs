@@ -180,6 +180,12 @@ impl Traced {
                 worker.end();
                 continue;
             };
+            // (Its CPU time at every tick, sampled or not: what a worker
+            // that ends between two samples used after the last is unseen,
+            // not lost.)
+            if worker.rec.is_some() {
+                worker.cpu_last_s = cpu.max(worker.cpu_last_s);
+            }
             // A worker that has not run since its last look is not stopped
             // (an idle cluster costs a `schedstat` read a tick).
             let ran = ran_ns(worker.pid);
@@ -220,9 +226,6 @@ impl Traced {
                 // what its samples are named with.
                 worker.end();
             } else {
-                // (Its CPU time as the tick began: what the sample stands
-                // for was used by then.)
-                worker.cpu_last_s = cpu.max(worker.cpu_last_s);
                 // (Not the first read's: it reads what later ones find
                 // ready, R's registration table, the pages R's objects are
                 // on, one at a time.)
