@@ -42,9 +42,47 @@ pub struct Settings {
     pub interval_ns: u64,
 }
 
+/// The modules recordings read last, with their unwind tables: of
+/// process `pid` started at `start` (clock ticks after boot), mapped as
+/// `seen` says. Reading them takes milliseconds of CPU time, and a
+/// profile reads each worker of a cluster anew, while a cluster usually
+/// lives through many profiles: one whose mappings are unchanged takes
+/// them again. At most [`MODULES_KEPT`], those of processes still running.
+struct KnownModules {
+    pid: i32,
+    start: u64,
+    seen: Vec<(usize, usize, String)>,
+    modules: Arc<Modules>,
+}
+
+static KNOWN_MODULES: std::sync::Mutex<Vec<KnownModules>> = std::sync::Mutex::new(Vec::new());
+const MODULES_KEPT: usize = 8;
+
+/// The modules read before of process `pid` (started at `start`) mapped
+/// as `seen` says.
+fn known_modules(pid: i32, start: Option<u64>, seen: &[(usize, usize, String)]) -> Option<Arc<Modules>> {
+    let known = KNOWN_MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    let k = known.iter().find(|k| k.pid == pid && Some(k.start) == start && k.seen == seen)?;
+    Some(k.modules.clone())
+}
+
+/// Keeps `modules` for [`known_modules`], with those of other processes
+/// that still run (the newest [`MODULES_KEPT`]).
+fn keep_modules(pid: i32, start: Option<u64>, seen: &[(usize, usize, String)], modules: Arc<Modules>) {
+    let Some(start) = start else { return };
+    let mut known = KNOWN_MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    known.retain(|k| k.pid != pid && procfs::start_ticks(k.pid) == Some(k.start));
+    if known.len() >= MODULES_KEPT {
+        known.remove(0);
+    }
+    known.push(KnownModules { pid, start, seen: seen.to_vec(), modules });
+}
+
 /// A recording of process `pid` in progress.
 pub struct Recorder {
     pid: i32,
+    /// When it started (clock ticks after boot; see `KnownModules`).
+    start_ticks: Option<u64>,
     all_threads: bool,
     idle: bool,
     /// Show loops as frames; record source positions.
@@ -119,6 +157,7 @@ impl Recorder {
             .flatten();
         let mut r = Recorder {
             pid,
+            start_ticks: procfs::start_ticks(pid),
             all_threads,
             idle,
             with_loops,
@@ -201,7 +240,11 @@ impl Recorder {
         }
         self.seen = seen;
         let mem = Process { pid: self.pid };
-        let map = Arc::new(ModuleMap::of_other_process(target::modules(&self.maps, &mem, &self.exe)));
+        let known = known_modules(self.pid, self.start_ticks, &self.seen);
+        let map = match &known {
+            Some(m) => m.map.clone(),
+            None => Arc::new(ModuleMap::of_other_process(target::modules(&self.maps, &mem, &self.exe))),
+        };
         let r_home = procfs::environment_value(Proc::Pid(self.pid), "R_HOME");
         match target::find_r(map.modules(), r_home.as_deref()) {
             Ok(r) => {
@@ -218,7 +261,15 @@ impl Recorder {
             .as_ref()
             .and_then(|r| map.module(r.libr).segments.iter().find(|s| s.exec))
             .map_or(0, |s| s.start);
-        let snap = Snapshot::of(Modules::of_process(map, interp, &mem));
+        let snap = match known {
+            // (The same mappings, so the same R and interpreter.)
+            Some(m) => Snapshot::of_shared(m),
+            None => {
+                let snap = Snapshot::of(Modules::of_process(map, interp, &mem));
+                keep_modules(self.pid, self.start_ticks, &self.seen, snap.shared());
+                snap
+            }
+        };
         self.facts = self.r.as_ref().map(|r| self.facts_of(r, &snap, &mem));
         self.routines_stale = true;
         self.snapshots.push(Box::new(snap));
@@ -474,7 +525,9 @@ impl Recorder {
     fn read_routines(&mut self) {
         let (Some(r), Some(snap)) = (&self.r, self.snapshots.last()) else { return };
         if self.routines_stale {
-            let mem = Process { pid: self.pid };
+            // (Page by page: the table is many small objects, each read
+            // a system call otherwise, while the process is stopped.)
+            let mem = crate::memory::Paged::new(Process { pid: self.pid });
             self.routines = super::registration::routines(&mem, &snap.map, r.libr, r.dll_info_fns);
             self.routines_stale = false;
         }
@@ -496,4 +549,43 @@ fn thread_cpu(pid: i32) -> Vec<(i32, u64)> {
             Some((tid, procfs::stat(Proc::Pid(pid), Some(tid))?.cpu_ticks() * 1_000_000_000 / hz))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recordings_of_a_process_whose_mappings_are_unchanged_share_its_modules() {
+        let settings =
+            Settings { threads: (false, false), how: (false, false), own_r: 0, interval_ns: 10_000_000 };
+        let mut a = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut b = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        // (Once each sleeps: its loader has mapped everything by then.)
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        let asleep = |c: &std::process::Child| {
+            procfs::stat(Proc::Pid(c.id() as i32), None).is_some_and(|s| s.state == 'S')
+        };
+        while !(asleep(&a) && asleep(&b)) && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let modules = |pid: i32| Recorder::start(pid, settings).map(|r| r.snapshots[0].shared());
+        let result = (|| -> Result<_> {
+            let (pa, pb) = (a.id() as i32, b.id() as i32);
+            Ok((modules(pa)?, modules(pa)?, modules(pb)?))
+        })();
+        for c in [&mut a, &mut b] {
+            c.kill().ok();
+            c.wait().ok();
+        }
+        match result {
+            Err(Error::Permission(why)) => eprintln!("skipped: tracing is not allowed here ({why})"),
+            Err(e) => panic!("{e}"),
+            Ok((first, again, other)) => {
+                assert!(Arc::ptr_eq(&first, &again), "read once");
+                assert!(!Arc::ptr_eq(&first, &other), "another process's are its own");
+                assert!(first.map.modules().iter().any(|m| m.path.contains("libc")));
+            }
+        }
+    }
 }

@@ -226,7 +226,9 @@ impl Visitor for Fill<'_> {
 /// The loaded modules at one moment with copies of their unwind tables, and
 /// caches for the profiler's and the crash report's signal handlers.
 pub struct Snapshot {
-    modules: Modules,
+    /// (Shared: a recording of another process takes the modules it read
+    /// before again while they are unchanged, see `outside::recorder`.)
+    modules: Arc<Modules>,
     scratch: UnsafeCell<Caches>,
 }
 
@@ -262,7 +264,18 @@ impl Snapshot {
 
     /// A snapshot of `modules` (see [`Modules::of_process`]).
     pub fn of(modules: Modules) -> Snapshot {
+        Snapshot::of_shared(Arc::new(modules))
+    }
+
+    /// A snapshot of `modules` another snapshot has too (caches of its
+    /// own).
+    pub fn of_shared(modules: Arc<Modules>) -> Snapshot {
         Snapshot { modules, scratch: UnsafeCell::new(Caches::new(Sizes::SAMPLES)) }
+    }
+
+    /// Its modules, to share with another snapshot.
+    pub fn shared(&self) -> Arc<Modules> {
+        self.modules.clone()
     }
 
     /// Walks the stack from the registers of an interrupted frame, writing
