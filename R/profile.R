@@ -171,7 +171,8 @@
 #' plumbing left out (`parallel`'s `workLoop`, `workCommand`, the
 #' `do.call()` and `tryCatch()` running the task, the `lapply()` of a
 #' chunk), so `work > parLapply > [process 1] > FUN > my_fun` reads as
-#' written; a worker busy while this process runs other R code is at the
+#' written (a worker sampled between tasks, in that plumbing's own code,
+#' keeps all of it); a worker busy while this process runs other R code is at the
 #' root, under `[process N]` alone. Only workers are read so: they are
 #' not this process's children, so no `waitpid()` of R's or a package's
 #' can see a stop the reading causes. What reading them costs this

@@ -125,8 +125,9 @@ test_that("a PSOCK cluster's workers are sampled under parLapply, and listed as 
   # the worker was reading the task or sending its result (recvData():
   # unserializing `burn` loads the namespaces its environment refers to,
   # testthat's; sendData()'s method). Between those, the worker runs its
-  # loop's own code (workCommand() times each task with proc.time()):
-  # every frame of its part is then plumbing, and all of it is kept.
+  # loop's own code (workCommand() times each task with proc.time();
+  # tryCatch() calls environment() and parent.frame()): every frame of its
+  # part is then plumbing, and all of it is kept.
   theirs <- which(p$processes$number[p$stacks$process] > 0L)
   expect_gt(sum(p$stacks$count[theirs]), 0.9 * sum(p$stacks$count))
   task <- 0

@@ -55,8 +55,11 @@ const DISPATCH: [&str; 32] = [
 /// end of its own part: a forked child's (sending the result back,
 /// `try()`'s frames, the `lapply()` running the tasks) and a cluster
 /// worker's (`parallel`'s or `parallelly`'s loop reading commands,
-/// `do.call()` of the task, future's evaluation of a future).
-const PLUMBING: [&str; 23] = [
+/// `do.call()` of the task, future's evaluation of a future), and the
+/// closures `tryCatch()` itself calls (`parent.frame()`, and
+/// `environment()` from `doTryCatch()`: a worker between two tasks is
+/// sometimes sampled there).
+const PLUMBING: [&str; 25] = [
     "sendMaster",
     "serialize",
     "try",
@@ -80,6 +83,8 @@ const PLUMBING: [&str; 23] = [
     "eval.parent",
     "evalFuture",
     "evalFutureInternal",
+    "environment",
+    "parent.frame",
 ];
 
 /// The labels of loops (see `labels`).
@@ -302,6 +307,23 @@ mod tests {
             "<Anonymous>",
         ];
         assert_eq!(own_kept(items(&between), between.len()), between.len());
+        // ... there, in doTryCatch()'s call of environment() (R 4.5's CI
+        // caught one), it is plumbing too; a task's own call of it is the
+        // task's.
+        let adding = [
+            "environment",
+            "doTryCatch",
+            "tryCatchOne",
+            "tryCatchList",
+            "tryCatch",
+            "workCommand",
+            "[while]",
+            "workLoop",
+            "<Anonymous>",
+        ];
+        assert_eq!(own_kept(items(&adding), adding.len()), adding.len());
+        let task_env = ["environment", "FUN", "<Anonymous>", "do.call", "workCommand", "[while]", "workLoop"];
+        assert_eq!(own_kept(items(&task_env), task_env.len()), 2);
         // An anonymous function further in is the task's.
         let anonymous = ["<Anonymous>", "lapply", "do.call", "workCommand"];
         assert_eq!(own_kept(items(&anonymous), anonymous.len()), 1);
