@@ -484,7 +484,7 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
     }
     refused <- x$refused
     if (is.data.frame(refused) && nrow(refused)) {
-      cat(sprintf("Not read: pid %d: %s\n", refused$pid, refused$why), sep = "")
+      cat(paste0(refused_line(refused$pid, refused$why), "\n"), sep = "")
     }
   }
   if (!is.null(x$unseen)) {

@@ -44,6 +44,9 @@ refused_processes <- function(un) {
   data.frame(pid = as.integer(un$pid[r]), why = un$why[r], stringsAsFactors = FALSE)
 }
 
+# How summary() and the warning tell a refused process.
+refused_line <- function(pid, why) sprintf("Not read: pid %d: %s", pid, why)
+
 # Which processes of `seen` the profiled process's account of its children
 # (see `winch_core::procfs::children_time`) holds the time of: its own
 # children, ended or not, and a descendant through children only whose
@@ -149,9 +152,9 @@ warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
   refused <- refused_processes(un)
   refused <- refused[refused$pid %in% pr$pid, , drop = FALSE]
   why <- if (nrow(refused)) {
-    c(i = sprintf(
-      "Not read: pid %d: %s%s", refused$pid[[1]], refused$why[[1]],
-      if (nrow(refused) > 1L) sprintf(" (and %d more, see summary())", nrow(refused) - 1L) else ""
+    c(i = paste0(
+      refused_line(refused$pid[[1]], refused$why[[1]]),
+      if (nrow(refused) > 1L) sprintf(" (and %d more, see summary())", nrow(refused) - 1L)
     ))
   }
   rlang::warn(

@@ -311,8 +311,6 @@ impl Stat {
     }
 }
 
-/// The `stat` of thread `tid` of a process (with `tid` None, the
-/// process's own).
 /// A small procfs file's text (`stat`, `status`, `schedstat`, ...): read
 /// into a buffer on the stack, without asking the file's size first as
 /// `read_to_string` does (a `statx` per read; the profiler reads these
@@ -338,6 +336,8 @@ fn small(path: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&all).into_owned())
 }
 
+/// The `stat` of thread `tid` of a process (with `tid` None, the
+/// process's own).
 pub fn stat(of: Proc, tid: Option<i32>) -> Option<Stat> {
     Stat::parse(&small(&of.path(tid, "stat"))?)
 }
