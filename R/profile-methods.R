@@ -340,11 +340,12 @@ format_time_table <- function(tab, total, format_column = format_seconds_column)
 #'     run; and `collector`, the CPU time of the profiler's collector
 #'     thread (looking for threads and processes, taking the samples from
 #'     their buffers), which is not the profiled code's: the process's CPU
-#'     time in `by_process` and `unseen` leaves it out; and, when worker
-#'     processes were read from outside (see [winch_profile()],
-#'     "Processes"), `worker_stops`, how many of their samples were taken,
-#'     with `worker_stop_median` and `worker_stop_p99`, how long one kept
-#'     its worker stopped (what a sample costs a worker);
+#'     time in `by_process` and `unseen` leaves it out; and, when
+#'     processes were read from outside (workers, callr's sessions,
+#'     programs: see [winch_profile()], "Processes"), `worker_stops`, how
+#'     many of their samples were taken, with `worker_stop_median` and
+#'     `worker_stop_p99`, how long one kept its process stopped (what a
+#'     sample costs it);
 #'   * `by_thread`: per thread (R's main thread first, then `[thread N]`
 #'     as numbered in the stacks): its kernel id, name, CPU time measured
 #'     from its own clock while the profile ran, and time sampled;
@@ -531,7 +532,7 @@ print.summary.winch_profile <- function(x, ..., n = 15L) {
   ))
   if ((k$worker_stops %||% 0) > 0) {
     cat(sprintf(
-      "Workers read from outside: %s samples, each stopping its worker %s median, %s 99th percentile\n",
+      "Processes read from outside: %s samples, each stopping its process %s median, %s 99th percentile\n",
       format(k$worker_stops, big.mark = ","), format_seconds(k$worker_stop_median), format_seconds(k$worker_stop_p99)
     ))
   }

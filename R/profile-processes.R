@@ -4,10 +4,10 @@
 # (mclapply(), mcparallel(), future's multicore) from inside them, and in
 # a CPU profile the R sessions of its PSOCK clusters (parallel's
 # makeCluster(), future's multisession; not even its descendants, see
-# winch_core::relatives) from outside (winch_core's capture::traced).
-# Other processes working for it are not sampled yet: programs it runs
-# (system2(), callr and processx children), workers in an elapsed
-# profile or that the kernel does not let it trace. The profile's
+# winch_core::relatives) and its children that run another program
+# (system2(), callr and processx children, through winch's tracer
+# process) from outside (winch_core's capture::traced). Not sampled:
+# those in an elapsed profile, those the kernel does not let it trace. The profile's
 # collector looks at them while it runs (every 0.1 s; workers are looked
 # for every second) and keeps the CPU time each used, so that summary()
 # lists them and counts their time as unseen, and a warning says so: a
@@ -142,9 +142,9 @@ warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
   what <- if (all(kind == "worker")) {
     "worker processes (R sessions of a PSOCK cluster or of future's multisession)"
   } else if (all(kind == "child")) {
-    "child processes not sampled (programs, callr sessions, forks made before the profile or beyond the 32 sampled at once)"
+    "child processes not sampled (programs or callr sessions not read, forks made before the profile or beyond the 32 sampled at once)"
   } else if (all(kind == "fork")) {
-    "sampled children or workers most of whose CPU time no sample stands for (a program a child ran, as pipe() does; threads of their own; a profile of their own; a worker found late)"
+    "sampled children or workers most of whose CPU time no sample stands for (a program a child ran that could not be read; threads of their own; a profile of their own; a worker found late)"
   } else {
     "processes (workers of a PSOCK cluster, programs, callr sessions)"
   }
@@ -166,7 +166,7 @@ warn_unsampled_processes <- function(p, call = rlang::caller_env()) {
       i = sprintf("pid%s %s; see summary() of the profile.", if (length(pids) > 1) "s" else "", paste(utils::head(pids, 5), collapse = ", ")),
       why,
       i = paste(
-        "winch_profile() samples forked children (mclapply(), future's multicore), and in a CPU profile the workers of PSOCK clusters and future's multisession it may trace (see ?winch_profile);",
+        "winch_profile() samples forked children (mclapply(), future's multicore), and in a CPU profile the workers of PSOCK clusters and future's multisession and the children running programs (callr, system2()) it may trace (see ?winch_profile);",
         "record other processes with winch_record(pid, children = TRUE) from another R session, or profile inside the workers and combine the profiles with c()."
       )
     ),

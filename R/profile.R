@@ -173,11 +173,31 @@
 #' chunk), so `work > parLapply > [process 1] > FUN > my_fun` reads as
 #' written (a worker sampled between tasks, in that plumbing's own code,
 #' keeps all of it); a worker busy while this process runs other R code is at the
-#' root, under `[process N]` alone. Only workers are read so: they are
-#' not this process's children, so no `waitpid()` of R's or a package's
-#' can see a stop the reading causes. What reading them costs this
+#' root, under `[process N]` alone. What reading them costs this
 #' process (its tracer threads' CPU time) is counted as the profiler's
-#' own, with its collector's. A worker that cannot be read (the kernel
+#' own, with its collector's.
+#'
+#' Children of this process that run another program are read the same
+#' way: `callr` sessions (`callr::r()`, `rscript()`, `rcmd()`: R frames
+#' with native frames in place, under `[process N]` under the `callr`
+#' call, callr's `saveRDS(do.call(...))` around the function left out)
+#' and programs run by `system()`, `system2()`, `pipe()` or
+#' `processx::run()` (native frames only when the program is not R;
+#' under `system2` or `system`), so that
+#' `work > callr::r > [process 1] > <Anonymous> > my_fun` and
+#' `work > system2 > [process 2] > /prog::main > /prog::kernel` read as
+#' written. A child of this process is not stopped by this process: ptrace
+#' reports a stop to the tracer's whole thread group, and a child's real
+#' parent would see it in its `waitpid()` (R's `system()`, processx's
+#' and `parallel`'s wait for their children), so winch's own tracer
+#' process (`bin/winch-tracer` in the installed package, started at the
+#' first such read and ended with the profile; it is not listed among the
+#' profile's processes) stops and releases them for the collector, which
+#' reads them as it reads a worker. Their exit status reaches their parent
+#' untouched. A child that ran another program after a fork (processx, and
+#' R's `pipe()` under R 4.5 and 4.6, fork then run the program) sampled
+#' itself until then: it is one process, `[process N]`, its samples from
+#' both ways together. A worker that cannot be read (the kernel
 #' refuses `ptrace`: Yama's `ptrace_scope`, a container without
 #' `CAP_SYS_PTRACE`) stays unsampled, and is said so as below, with the
 #' kernel's reason (`summary()`'s `refused`, and the warning); so are
@@ -197,8 +217,8 @@
 #'
 #' Not yet sampled: a child of a memory profile (its allocations are its
 #' own; `print()` and `summary()` say how many children were forked, and
-#' `stats$forked` counts them), `callr` sessions and programs run by
-#' `system()` (children of this process that ran another program), threads
+#' `stats$forked` counts them), children of an elapsed-time profile that
+#' run another program, threads
 #' other than a child's main thread, and children that load libraries
 #' after the fork have those libraries' frames unnamed. Profiles made in
 #' other processes can be combined with [c()][c.winch_profile].
@@ -214,9 +234,8 @@
 #' but first seen later its time since that look), which counts as unseen;
 #' when they used 5 % of the tree's CPU time or more, a warning of class
 #' `winch_warning_processes_unsampled` names them. The warning names,
-#' too, sampled children or workers most of whose CPU time is unseen: a
-#' child sampled until it ran another program (as `pipe()` does under R
-#' 4.5 and 4.6; a program's time is not sampled), one working in threads
+#' too, sampled children or workers most of whose CPU time is unseen: one
+#' that could not be read after it ran another program, one working in threads
 #' of its own (only a process's main thread is sampled), one that started
 #' a profile of its own (then its samples are in that profile), or a
 #' worker found late (workers are looked for once a second). A process that ended

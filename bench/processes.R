@@ -20,6 +20,11 @@
 #    and 99th percentile, summary()'s cost), and the profiler's own CPU
 #    time (collector and tracer threads) per worker sample.
 #
+# 5. The same for a callr session (callr::r() of one task of 2 x burn
+#    seconds, when callr is installed), read through winch's tracer
+#    process: wall time, unseen share, and how long a sample keeps the
+#    session stopped (median and 99th percentile).
+#
 # The compiled loop is tests/testthat/clib/burn.c's burn_a() (a known
 # amount of the calling thread's CPU time), built here.
 #
@@ -134,3 +139,37 @@ cat(sprintf("  workers' samples: %d; CPU a sample costs a worker: %.1f us (%.1f 
   min(prows["per_sample", ]) * 1e6, max(prows["per_sample", ]) * 1e6, pmed[["profiler"]] * 1e6))
 cat(sprintf("  a sample stands for %.1f intervals and keeps its worker stopped %.0f us (median; 99th percentile %.0f us)\n",
   pmed[["intervals"]], pmed[["stop_median"]] * 1e6, pmed[["stop_p99"]] * 1e6))
+
+# A callr session, read through winch's tracer process.
+if (requireNamespace("callr", quietly = TRUE)) {
+  so <- file.path(dir, "bench_processes.so")
+  cwork <- function() {
+    callr::r(function(so, seconds) {
+      dyn.load(so)
+      .Call("burn_a", seconds, PACKAGE = "bench_processes")
+    }, list(so = so, seconds = 2 * burn))
+  }
+  invisible(cwork())
+  invisible(winch_profile(cwork(), interval = interval))
+  crows <- replicate(rounds, {
+    plain <- measure(cwork())
+    self <- measure(winch_profile(cwork(), interval = interval, processes = "self"))
+    p_all <- NULL
+    all <- measure(p_all <- winch_profile(cwork(), interval = interval))
+    s <- summary(p_all)
+    c(
+      plain = plain[["wall"]], self = self[["wall"]], all = all[["wall"]],
+      unseen_all = s$unseen, samples = p_all$stats$worker_stops,
+      stop_median = s$cost$worker_stop_median, stop_p99 = s$cost$worker_stop_p99
+    )
+  })
+  cmed <- apply(crows, 1L, stats::median)
+  cat(sprintf("\ncallr::r() of one task of %.1f s (medians):\n", 2 * burn))
+  cat(sprintf("  wall time: plain %.3f s; processes = \"self\" %.3f s (%+.1f%%); processes = \"all\" %.3f s (%+.1f%%)\n",
+    cmed[["plain"]], cmed[["self"]], 100 * (cmed[["self"]] / cmed[["plain"]] - 1),
+    cmed[["all"]], 100 * (cmed[["all"]] / cmed[["plain"]] - 1)))
+  cat(sprintf("  unseen CPU of the tree: %.1f%%; the session's samples: %d, each keeping it stopped %.0f us (median; 99th percentile %.0f us)\n",
+    100 * cmed[["unseen_all"]], as.integer(cmed[["samples"]]), cmed[["stop_median"]] * 1e6, cmed[["stop_p99"]] * 1e6))
+} else {
+  cat("\ncallr is not installed: no callr figures\n")
+}

@@ -6,7 +6,8 @@ set -e
 PACKAGES="r-base-dev r-cran-rlang r-cran-testthat r-cran-knitr r-cran-rmarkdown
 r-cran-bench r-cran-withr libunwind-dev pkg-config pandoc binutils gfortran g++
 make git iproute2 r-cran-profvis r-cran-vctrs r-cran-rcpp golang-go xz-utils debuginfod
-libdebuginfod1 r-cran-pkgload r-cran-data.table strace dwz libc6-dbg r-cran-future.apply"
+libdebuginfod1 r-cran-pkgload r-cran-data.table strace dwz libc6-dbg r-cran-future.apply
+r-cran-callr"
 
 installed() {
   dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"

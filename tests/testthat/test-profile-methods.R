@@ -77,7 +77,7 @@ test_that("print(), summary() and plot() describe the profile", {
   expect_false(res$visible)
   expect_true(all(c("By function:", "By native module:", "Resource use over the run:") %in% out))
   expect_true(any(startsWith(out, "Profiler's own cost:")))
-  expect_false(any(startsWith(out, "Workers read from outside")))
+  expect_false(any(startsWith(out, "Processes read from outside")))
 
   png(tempfile(fileext = ".png"))
   on.exit(grDevices::dev.off(), add = TRUE)

@@ -27,3 +27,92 @@ pub(crate) fn register_once(
         unsafe { pthread_atfork(prepare, parent, child) };
     });
 }
+
+thread_local! {
+    /// Set while this thread starts a process of winch's own (see
+    /// [`quietly`]).
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, which starts a process of winch's own (its tracer process):
+/// were it started with `fork()`, the handlers leave it alone (it is no
+/// child of the profiled work, and runs another program at once). The
+/// flag is this thread's, so the child's handler sees it too.
+pub(crate) fn quietly<T>(f: impl FnOnce() -> T) -> T {
+    QUIET.with(|q| q.set(true));
+    let out = f();
+    QUIET.with(|q| q.set(false));
+    out
+}
+
+/// Whether this `fork()` is one [`quietly`] makes.
+pub(crate) fn is_quiet() -> bool {
+    QUIET.with(|q| q.get())
+}
+
+/// A number drawn once per process (see [`mark`]): a `fork()` child has
+/// it at the same address, a process that ran another program has not.
+static MARK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// This process's mark, drawn at the first call: to be called before the
+/// children it tells apart are forked.
+pub(crate) fn mark() -> u64 {
+    use std::sync::atomic::Ordering;
+    let m = MARK.load(Ordering::Acquire);
+    if m != 0 {
+        return m;
+    }
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom fills the 8 bytes of `b`, or fails (then the
+    // clock and the pid below stand in).
+    unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, libc::GRND_NONBLOCK) };
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let drawn = (u64::from_ne_bytes(b) ^ nanos as u64 ^ ((std::process::id() as u64) << 32)) | 1;
+    match MARK.compare_exchange(0, drawn, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => drawn,
+        Err(other) => other,
+    }
+}
+
+/// Whether process `pid` is a `fork()` of this one (or of a fork of it)
+/// made after [`mark`] was first called, that has not run another program
+/// since: its memory holds this process's mark where this one's does.
+pub(crate) fn is_fork_of_this(pid: i32) -> bool {
+    use crate::memory::Memory;
+    let m = mark();
+    crate::memory::Process { pid }.word(&MARK as *const _ as usize).is_some_and(|w| w as u64 == m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fork_has_the_mark_a_program_has_not() {
+        let m = mark();
+        assert_ne!(m, 0);
+        assert_eq!(mark(), m, "drawn once");
+        assert!(is_fork_of_this(std::process::id() as i32));
+        // SAFETY: the child only sleeps (a system call) and exits.
+        let forked = unsafe { libc::fork() };
+        if forked == 0 {
+            // SAFETY: as above.
+            unsafe {
+                libc::sleep(5);
+                libc::_exit(0)
+            };
+        }
+        let mut program = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        assert!(is_fork_of_this(forked), "a fork");
+        assert!(!is_fork_of_this(program.id() as i32), "another program");
+        assert!(!is_fork_of_this(i32::MAX), "no process");
+        // SAFETY: kill and wait of our own child.
+        unsafe {
+            libc::kill(forked, libc::SIGKILL);
+            libc::waitpid(forked, std::ptr::null_mut(), 0);
+        }
+        let _ = program.kill();
+        let _ = program.wait();
+    }
+}

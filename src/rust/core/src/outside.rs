@@ -3,7 +3,8 @@
 //! stopped for a moment.
 //!
 //! * `ptrace`: stopping every thread and letting it go on, on every way
-//!   out (`tracees`: what the kernel reported of each thread);
+//!   out (`tracees`: what the kernel reported of each thread; [`helper`]:
+//!   a process of winch's that does it for this process's descendants);
 //! * `target`: what the process has loaded (from `/proc/PID/maps` and the
 //!   loaded images' headers in its memory) and where its R keeps its state;
 //! * `core_file`: a core file read as the process it was made of;
@@ -19,6 +20,7 @@
 pub(crate) mod core_file;
 pub(crate) mod deparse;
 pub mod dump;
+pub mod helper;
 pub(crate) mod ptrace;
 pub mod recorder;
 pub mod registration;

@@ -359,6 +359,30 @@ pub fn start_and_stat(pid: i32) -> Option<(u64, Stat)> {
     Some((parse_start(&text)?, Stat::parse(&text)?))
 }
 
+/// A process's parent: the 2nd field after the command's name.
+pub fn parse_parent(text: &str) -> Option<i32> {
+    text.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The parent of process `pid` now (None: gone).
+pub fn parent(pid: i32) -> Option<i32> {
+    parse_parent(&small(&Proc::Pid(pid).path(None, "stat"))?)
+}
+
+/// Whether process `pid` descends from process `ancestor` now (its child,
+/// its child's child, ...): its parents followed up to init (at most 64).
+pub fn descends_from(pid: i32, ancestor: i32) -> bool {
+    let mut p = pid;
+    for _ in 0..64 {
+        match parent(p) {
+            Some(q) if q == ancestor => return true,
+            Some(q) if q > 1 && q != p => p = q,
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// Now, in the unit of [`start_ticks`]: clock ticks after boot (the
 /// kernel's boot-time clock, which the start times are read from).
 pub fn now_ticks() -> Option<u64> {
@@ -728,6 +752,21 @@ mod tests {
         assert_eq!(parse_cmdline(b""), "");
         assert!(!cmdline(Proc::This).is_empty());
         assert_eq!(cmdline(Proc::Pid(i32::MAX)), "");
+    }
+
+    #[test]
+    fn a_parent_is_read_and_descent_followed() {
+        let line = "42 (a (b) c) S 7 42 42 0 -1 4194560";
+        assert_eq!(parse_parent(line), Some(7));
+        let me = std::process::id() as i32;
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let pid = child.id() as i32;
+        assert_eq!(parent(pid), Some(me));
+        assert!(descends_from(pid, me));
+        assert!(!descends_from(me, pid));
+        assert!(!descends_from(i32::MAX, me), "gone");
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]

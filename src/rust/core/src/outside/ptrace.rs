@@ -68,6 +68,9 @@ pub struct Stopped {
     /// When the first thread was asked to stop.
     pub started: Instant,
     tracees: Tracees,
+    /// The tracer process (`helper`) holding it stopped, if one does
+    /// (until it is let go).
+    remote: Option<super::helper::Lease>,
 }
 
 /// How long stopping may take: as long as threads keep stopping, up to a
@@ -117,17 +120,58 @@ pub fn with_stopped<T: Send>(pid: i32, read: impl FnOnce(&Stopped) -> T + Send) 
     })
 }
 
+/// Who traces a process: a thread of this process, or winch's tracer
+/// process (`helper`) for this process's own descendants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    Thread,
+    Helper,
+}
+
+/// Who traces process `pid`: the tracer process when `pid` is a
+/// descendant of this one. ptrace reports a tracee's stops to the
+/// tracer's whole thread group, and to its real parent's `waitpid()` when
+/// that is the tracer's: R's (`system()`), processx's (callr) or
+/// parallel's wait for their children would take a stop winch caused for
+/// their child's end. A process of its own takes the role of tracer, as
+/// the kernel's own comment on this (`wait_consider_task`) advises.
+pub fn via_for(pid: i32) -> Via {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    if procfs::descends_from(pid, me) {
+        Via::Helper
+    } else {
+        Via::Thread
+    }
+}
+
 /// The tracer of process `pid`: only [`traced`] makes one, on the thread
-/// that ends after it.
+/// that ends after it (or, for a descendant, on the calling thread, the
+/// tracer process doing the tracing).
 pub struct Tracer {
     pid: i32,
+    via: Via,
 }
 
 impl Tracer {
     /// Stops every thread of the process (see [`with_stopped`]); it goes
     /// on when the result is finished or dropped.
     pub fn stop(&mut self) -> Result<Stopped> {
-        Stopped::stop(self.pid)
+        match self.via {
+            Via::Thread => Stopped::stop(self.pid),
+            Via::Helper => {
+                let started = Instant::now();
+                let (threads, unstopped, lease) = super::helper::stop(self.pid)?;
+                Ok(Stopped {
+                    pid: self.pid,
+                    threads,
+                    unstopped,
+                    started,
+                    tracees: Tracees::new(self.pid),
+                    remote: Some(lease),
+                })
+            }
+        }
     }
 }
 
@@ -140,6 +184,23 @@ pub static TRACERS_CPU_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::Ato
 /// the module's comment), which ends when `body` returns: whatever `body`
 /// stopped is released then, on every way out.
 pub fn traced<T: Send>(pid: i32, body: impl FnOnce(&mut Tracer) -> Result<T> + Send) -> Result<T> {
+    traced_via(pid, via_for(pid), body)
+}
+
+/// [`traced`], by the tracer `via` says (see [`via_for`]; a recording
+/// asks once).
+pub fn traced_via<T: Send>(
+    pid: i32,
+    via: Via,
+    body: impl FnOnce(&mut Tracer) -> Result<T> + Send,
+) -> Result<T> {
+    if via == Via::Helper {
+        // The tracer process stops and lets go; this thread reads. It holds
+        // nothing itself, so nothing is left to release when `body` ends,
+        // however it ends (a `Stopped` dropped asks the tracer to let go).
+        let _keep = super::helper::keep();
+        return body(&mut Tracer { pid, via });
+    }
     // What the tracer ended with (a panic in `body` included), its id, and
     // whether it let go of every thread it stopped (see `OPEN`).
     type Outcome<T> = (i32, std::thread::Result<Result<T>>, bool);
@@ -156,7 +217,7 @@ pub fn traced<T: Send>(pid: i32, body: impl FnOnce(&mut Tracer) -> Result<T> + S
                 // SAFETY: sets this thread's timer slack; no pointers.
                 unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
                 let out =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut Tracer { pid })));
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut Tracer { pid, via })));
                 // SAFETY: a timespec to fill in, for the calling thread's clock.
                 let mut t: libc::timespec = unsafe { std::mem::zeroed() };
                 // SAFETY: as above.
@@ -236,8 +297,14 @@ impl Stopped {
     fn stop(pid: i32) -> Result<Stopped> {
         OPEN.with(|o| o.set(o.get() + 1));
         let started = Instant::now();
-        let mut s =
-            Stopped { pid, threads: Vec::new(), unstopped: Vec::new(), started, tracees: Tracees::new(pid) };
+        let mut s = Stopped {
+            pid,
+            threads: Vec::new(),
+            unstopped: Vec::new(),
+            started,
+            tracees: Tracees::new(pid),
+            remote: None,
+        };
         // New threads may start while others are being stopped: list
         // again until a listing finds none (or some did not stop).
         for _round in 0..8 {
@@ -370,6 +437,9 @@ impl Stopped {
     /// Lets the process go on (see [`Stopped::release`]): an error if it
     /// ended, or ran another program, while it was read.
     pub fn finish(mut self) -> Result<()> {
+        if let Some(lease) = self.remote.take() {
+            return super::helper::go(lease, self.pid);
+        }
         // Asked while every thread read is still stopped (quick: none
         // competes for a CPU yet). A thread leaves a tracer's stop only
         // when the tracer lets it go or when it is killed (SIGKILL, the
@@ -393,6 +463,9 @@ impl Stopped {
     /// back; whether each detach worked (a thread killed since cannot be
     /// detached: the tracer's end releases it).
     fn release(&mut self) -> bool {
+        if let Some(lease) = self.remote.take() {
+            return super::helper::go(lease, self.pid).is_ok();
+        }
         self.tracees.release(|tid, sig| {
             // SAFETY: detaches a thread this thread seized, delivering `sig`
             // (0: none).

@@ -140,6 +140,11 @@ pub struct Recorder {
     /// The buffer a thread's stack is copied into (kept: see
     /// `dump::stack_into`).
     stack_buf: Vec<u8>,
+    /// Who stops the process (winch's tracer process for this process's
+    /// descendants, kept running while the recording lasts: see
+    /// `ptrace::via_for`).
+    via: ptrace::Via,
+    _keep: Option<super::helper::Keep>,
 }
 
 impl Recorder {
@@ -148,6 +153,7 @@ impl Recorder {
         let Settings { threads: (all_threads, idle), how: (with_loops, lines), own_r, interval_ns } =
             settings;
         let exe = super::dump::check_target(pid)?;
+        let via = ptrace::via_for(pid);
         let own_r = (own_r != 0)
             .then(|| {
                 let map = crate::modules::current();
@@ -187,6 +193,8 @@ impl Recorder {
             routines_stale: true,
             pages: Vec::new(),
             stack_buf: Vec::new(),
+            via,
+            _keep: (via == ptrace::Via::Helper).then(super::helper::keep),
         };
         // Run times now, before the first stop wakes sleeping threads.
         r.running.look(pid, !all_threads);
@@ -281,7 +289,7 @@ impl Recorder {
     pub fn tick(&mut self) -> Result<()> {
         // On the tracer's thread from the look on, so that nothing (a
         // thread to start) comes between the look and the stop.
-        let took = ptrace::traced(self.pid, |tracer| {
+        let took = ptrace::traced_via(self.pid, self.via, |tracer| {
             // Which threads ran since the last sample (read before they
             // are stopped: then they all show as stopped).
             let running: Option<Vec<Chosen>> =

@@ -54,10 +54,13 @@ pub fn relatives(pid: i32, with_workers: bool) -> Vec<Relative> {
 /// [`relatives`] with each process's workers as `workers_of` gives them
 /// (a recording takes those its finder found last).
 pub(crate) fn relatives_by(pid: i32, mut workers_of: impl FnMut(i32) -> Vec<i32>) -> Vec<Relative> {
+    // (winch's own tracer process works for winch, not for the process.)
+    let tracers = crate::outside::helper::pids();
     relatives_with(pid, |p| {
         let mut near: Vec<(i32, Relation)> = procfs::children(Proc::Pid(p))
             .unwrap_or_default()
             .into_iter()
+            .filter(|c| !tracers.contains(c))
             .map(|c| (c, Relation::Child))
             .collect();
         near.extend(workers_of(p).into_iter().map(|w| (w, Relation::Worker)));

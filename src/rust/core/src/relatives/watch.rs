@@ -54,6 +54,9 @@ pub struct Watch {
     /// The workers of each process, as last looked for.
     workers: Found,
     seen: Vec<Seen>,
+    /// Of the children seen (pid, start time), whether each is a fork of
+    /// the watching process that runs its code still (see `programs`).
+    forks: std::collections::HashMap<(i32, u64), bool>,
     /// When the watch started, in clock ticks after boot (0: not known).
     since_ticks: u64,
     next: Instant,
@@ -65,20 +68,30 @@ impl Watch {
     pub fn start(pid: i32) -> Watch {
         let now = Instant::now();
         let since_ticks = procfs::now_ticks().unwrap_or(0);
-        let mut w =
-            Watch { pid, workers: Found::new(), seen: Vec::new(), since_ticks, next: now, next_workers: now };
+        // (Drawn before the children it tells apart are forked.)
+        crate::fork::mark();
+        let mut w = Watch {
+            pid,
+            workers: Found::new(),
+            seen: Vec::new(),
+            forks: std::collections::HashMap::new(),
+            since_ticks,
+            next: now,
+            next_workers: now,
+        };
         let listing = w.listing(now);
         update(&mut w.seen, listing, u64::MAX);
         w
     }
 
-    /// Looks if it is time to.
-    pub fn look(&mut self, now: Instant) {
+    /// Looks if it is time to; whether it looked.
+    pub fn look(&mut self, now: Instant) -> bool {
         if now < self.next {
-            return;
+            return false;
         }
         let listing = self.listing(now);
         update(&mut self.seen, listing, self.since_ticks);
+        true
     }
 
     /// The workers (not descendants, see `family`) at the latest look:
@@ -88,6 +101,36 @@ impl Watch {
         self.seen
             .iter()
             .filter(|s| !s.ended && s.now.relative.relation == super::family::Relation::Worker)
+            .map(|s| (s.now.relative.pid, s.now.start_ticks, s.first_cpu_s))
+            .collect()
+    }
+
+    /// The children (of the watching process, and of the processes
+    /// working for it) at the latest look that run another program than
+    /// the watching process's (callr's R sessions, `system()`'s programs,
+    /// which sample nothing themselves; a fork of the watching process
+    /// made while it was watched does, see `profile::capture::children`):
+    /// as [`workers`](Watch::workers) gives them. Only when the watching
+    /// process is this one.
+    pub fn programs(&mut self) -> Vec<(i32, u64, f64)> {
+        // SAFETY: getpid has no preconditions.
+        if self.pid != unsafe { libc::getpid() } {
+            return Vec::new();
+        }
+        let forks = &mut self.forks;
+        self.seen
+            .iter()
+            .filter(|s| !s.ended && s.now.relative.relation == super::family::Relation::Child)
+            .filter(|s| {
+                let key = (s.now.relative.pid, s.now.start_ticks);
+                // (A child that runs another program is looked at again
+                // until it does: a fork runs its parent's code first.)
+                let fork = *forks.entry(key).or_insert_with(|| crate::fork::is_fork_of_this(key.0));
+                if fork {
+                    forks.insert(key, crate::fork::is_fork_of_this(key.0));
+                }
+                !forks[&key]
+            })
             .map(|s| (s.now.relative.pid, s.now.start_ticks, s.first_cpu_s))
             .collect()
     }

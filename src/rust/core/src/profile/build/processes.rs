@@ -15,8 +15,13 @@
 /// Calls that hand work to other processes, as R labels (with or without
 /// their namespace): forking (`parallel`'s `mc*`, `pvec`), a cluster's
 /// (`parallel`'s `par*` and `cluster*`, `snow`'s), future's and
-/// BiocParallel's, foreach's.
-const DISPATCH: [&str; 32] = [
+/// BiocParallel's, foreach's, and running a program (`system()`,
+/// `system2()`). callr's calls (`r()`, `rscript()`, `rcmd()`, ...) are
+/// known by the function they all call, [`RUNS_R`]; processx's `run()`
+/// only as [`QUALIFIED`] (`run` alone names too much).
+const DISPATCH: [&str; 34] = [
+    "system",
+    "system2",
     "mclapply",
     "mcparallel",
     "mcfork",
@@ -51,6 +56,14 @@ const DISPATCH: [&str; 32] = [
     "%dopar%",
 ];
 
+/// callr's function that runs an R session for each of its calls: the
+/// R call that calls it is the dispatching one (`callr::r`, however it
+/// was written).
+const RUNS_R: &str = "run_r";
+
+/// Dispatching calls known only with their namespace.
+const QUALIFIED: [&str; 1] = ["processx::run"];
+
 /// The frames of the framework running a task in a worker, at the outer
 /// end of its own part: a forked child's (sending the result back,
 /// `try()`'s frames, the `lapply()` running the tasks) and a cluster
@@ -58,8 +71,10 @@ const DISPATCH: [&str; 32] = [
 /// `do.call()` of the task, future's evaluation of a future), and the
 /// closures `tryCatch()` itself calls (`parent.frame()`, and
 /// `environment()` from `doTryCatch()`: a worker between two tasks is
-/// sometimes sampled there).
-const PLUMBING: [&str; 25] = [
+/// sometimes sampled there), and callr's session's (`saveRDS()` of what
+/// `do.call()` of the function returns).
+const PLUMBING: [&str; 26] = [
+    "saveRDS",
     "sendMaster",
     "serialize",
     "try",
@@ -97,7 +112,7 @@ fn bare(label: &str) -> &str {
 
 /// Whether an R label is a parallel framework's dispatching call.
 pub(super) fn is_dispatch(label: &str) -> bool {
-    DISPATCH.contains(&bare(label))
+    DISPATCH.contains(&bare(label)) || QUALIFIED.contains(&label)
 }
 
 /// Whether an R label is a framework's plumbing in a child.
@@ -177,7 +192,12 @@ pub(super) fn parent_from(item: impl Fn(usize) -> Item, len: usize) -> usize {
 /// dispatching call is; None when it is in none (a worker's sample is then
 /// not charged to what the main thread runs).
 pub(super) fn dispatch_at(item: impl Fn(usize) -> Item, len: usize) -> Option<usize> {
-    (0..len).rev().find(|&k| matches!(item(k), Item::R(l) if is_dispatch(&l)))
+    // The R frame next further in than entry k.
+    let inner = |k: usize| (0..k).rev().find_map(|j| if let Item::R(l) = item(j) { Some(l) } else { None });
+    (0..len).rev().find(|&k| match item(k) {
+        Item::R(l) => is_dispatch(&l) || inner(k).is_some_and(|i| bare(&i) == RUNS_R),
+        _ => false,
+    })
 }
 
 #[cfg(test)]
@@ -322,6 +342,42 @@ mod tests {
         // The main thread running other R code: nothing to charge.
         let other = ["sort", "other_work"];
         assert_eq!(dispatch_at(items(&other), other.len()), None);
+    }
+
+    #[test]
+    fn a_callr_sessions_stack_reads_as_the_users_call() {
+        // Innermost first, as a profile of callr::r(function() burn(...))
+        // read them: the session's saveRDS(do.call(do.call, ...)) around
+        // the user's function; the parent's, waiting in processx.
+        let own = ["burn[for]", "burn", "<Anonymous>", "<Anonymous>", "do.call", "saveRDS"];
+        assert_eq!(own_kept(items(&own), own.len()), 3, "to the user's function");
+        let main = [
+            "@native",
+            "processx::run",
+            "<Anonymous>",
+            "do.call",
+            "force",
+            "with_envvar",
+            "eval",
+            "with.default",
+            "with",
+            "run_r",
+            "@pos",
+            "callr::r",
+            "work",
+        ];
+        assert_eq!(dispatch_at(items(&main), main.len()), Some(11), "callr::r, the call of run_r");
+        // However r() was written (attached, or another entry point).
+        let bare = ["run_r", "rscript", "work"];
+        assert_eq!(dispatch_at(items(&bare), bare.len()), Some(1));
+        // processx's run() called directly; run() alone is no dispatch.
+        let px = ["@native", "processx::run", "work"];
+        assert_eq!(dispatch_at(items(&px), px.len()), Some(1));
+        let run = ["@native", "run", "work"];
+        assert_eq!(dispatch_at(items(&run), run.len()), None);
+        // A program that system2() runs: under system2, system left out.
+        let sys = ["@native", "system", "system2", "work"];
+        assert_eq!(dispatch_at(items(&sys), sys.len()), Some(2));
     }
 
     #[test]

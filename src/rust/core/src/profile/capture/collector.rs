@@ -58,9 +58,10 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
                 catch_up(&s, threads.as_ref(), &mut watched);
                 if let Ok(mut watch) = s.relatives.try_lock() {
                     if let Some(w) = watch.as_mut() {
-                        w.look(Instant::now());
-                        if let Some((t, _)) = workers.as_mut() {
+                        // (What it reads changes only when the watch looks.)
+                        if let (true, Some((t, _))) = (w.look(Instant::now()), workers.as_mut()) {
                             t.adopt(&w.workers());
+                            t.adopt(&w.programs());
                         }
                     }
                 }

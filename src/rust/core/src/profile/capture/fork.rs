@@ -9,6 +9,9 @@
 use super::handler::ACTIVE;
 
 extern "C" fn in_child() {
+    if crate::fork::is_quiet() {
+        return;
+    }
     // No handler running (the child's one thread called fork() outside any
     // handler), and the hooks forget the parent's state.
     ACTIVE.reset_in_child();
@@ -69,6 +72,9 @@ fn become_child(s: &super::shared::Session) -> bool {
 /// In the parent after a `fork()`: counted (a memory profile does not
 /// sample its children; `summary()` says how many there were).
 extern "C" fn in_parent() {
+    if crate::fork::is_quiet() {
+        return;
+    }
     ACTIVE.with(|s| s.forked.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
 }
 

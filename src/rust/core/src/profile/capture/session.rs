@@ -176,6 +176,29 @@ fn new_session(
     })
 }
 
+/// Adds the processes read from outside to the forked children that
+/// sampled themselves: a fork that ran another program (processx's,
+/// R's `pipe()`) sampled itself until it did, then was read from outside,
+/// and is one process: its samples summed, its CPU time the larger
+/// account (the outside one counts from when it was first seen).
+fn merge_processes(
+    children: &mut Vec<crate::profile::collect::Process>,
+    read: Vec<crate::profile::collect::Process>,
+) {
+    for p in read {
+        match children.iter_mut().find(|c| c.pid == p.pid) {
+            Some(c) => {
+                c.samples += p.samples;
+                c.dropped += p.dropped;
+                c.cpu_ns = c.cpu_ns.max(p.cpu_ns);
+                // (The program it became names it.)
+                c.command = p.command;
+            }
+            None => children.push(p),
+        }
+    }
+}
+
 /// The range of winch's own code (its library's executable segments).
 fn own_code(map: &crate::modules::ModuleMap) -> (usize, usize) {
     let here = own_code as fn(&crate::modules::ModuleMap) -> (usize, usize) as usize;
@@ -422,7 +445,7 @@ impl Running {
         let elsewhere = super::traced::place_snapshots(&mut collected, snapshots.len(), &workers);
         let super::traced::Read { snapshots: theirs, processes, refused } = workers;
         snapshots.extend(theirs.into_iter().flat_map(|(snaps, _)| snaps));
-        collected.processes.extend(processes);
+        merge_processes(&mut collected.processes, processes);
         let duration_ns = self.started_mono.elapsed().as_nanos() as u64;
         // SAFETY: sampling has stopped (no handler runs: see `stop`), so
         // nothing else uses the scratch.
@@ -479,4 +502,29 @@ impl Running {
 fn launch_module() -> Option<String> {
     let now = crate::modules::current();
     now.module_of(super::spawn::launch_address()).map(|i| now.module(i).basename().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::collect::Process;
+
+    fn process(pid: u32, command: &str, cpu_ns: u64, samples: u64) -> Process {
+        Process { pid, command: command.into(), cpu_ns, samples, dropped: 0 }
+    }
+
+    #[test]
+    fn a_fork_that_ran_a_program_and_was_read_from_outside_is_one_process() {
+        let mut children = vec![process(10, "R", 2_000_000, 1), process(11, "R", 5_000_000, 3)];
+        let read = vec![process(11, "sh -c work", 90_000_000, 17), process(12, "worker", 7, 2)];
+        merge_processes(&mut children, read);
+        assert_eq!(
+            children,
+            vec![
+                process(10, "R", 2_000_000, 1),
+                process(11, "sh -c work", 90_000_000, 20),
+                process(12, "worker", 7, 2)
+            ]
+        );
+    }
 }

@@ -1,0 +1,134 @@
+# Children of the profiled process that run another program (callr's R
+# sessions, system2()'s programs) are sampled from outside through winch's
+# tracer process, under the R call that started them. See ?winch_profile,
+# "Processes".
+
+# The burning program (clib/burnprog.c), compiled once per session.
+burn_program <- function() {
+  if (!is.null(clib_cache$burnprog)) {
+    return(clib_cache$burnprog)
+  }
+  cc <- trimws(r_cmd("config CC")$output)
+  skip_if(!nzchar(cc), "R CMD config CC gives no C compiler")
+  out <- file.path(tempdir(), "winch-burnprog")
+  args <- c("-g", "-O1", "-o", shQuote(out), shQuote(clib_source("burnprog.c")))
+  res <- suppressWarnings(system2("sh", c("-c", shQuote(paste(cc, paste(args, collapse = " ")))),
+    stdout = TRUE, stderr = TRUE
+  ))
+  skip_if(!file.exists(out), paste("the C compiler failed:", paste(res, collapse = "\n")))
+  clib_cache$burnprog <- out
+  out
+}
+
+# The frame of summary()'s process "[process N]" in the stacks.
+process_frame <- function(process) sub("^\\[process ([0-9]+)\\]$", "[process_\\1]", process)
+
+# The processes this one has as children now, with their commands.
+own_children <- function() {
+  me <- Sys.getpid()
+  pids <- as.integer(dir("/proc", pattern = "^[0-9]+$"))
+  parent <- vapply(pids, function(p) {
+    st <- tryCatch(readLines(sprintf("/proc/%d/stat", p), warn = FALSE)[[1L]], error = function(e) "")
+    as.integer(strsplit(sub("^.*\\) ", "", st), " ")[[1L]][2L] %||% NA_integer_)
+  }, 1L)
+  pids <- pids[!is.na(parent) & parent == me]
+  data.frame(pid = pids, comm = vapply(pids, function(p) {
+    tryCatch(readLines(sprintf("/proc/%d/comm", p), warn = FALSE)[[1L]], error = function(e) "")
+  }, ""), stringsAsFactors = FALSE)
+}
+
+test_that("a callr session is sampled under callr::r, callr's plumbing left out", {
+  skip_if_not_installed("callr")
+  burn <- function(s) {
+    t0 <- proc.time()[["user.self"]]
+    x <- 0
+    while (proc.time()[["user.self"]] - t0 < s) x <- x + sum(seq_len(100))
+    "burnt"
+  }
+  work <- function() callr::r(function(burn) burn(0.8), list(burn = burn))
+  p <- winch_profile(got <- work(), interval = 0.005)
+  # What the session computed reached this process.
+  expect_identical(got, "burnt")
+  rows <- summary(p)$by_process
+  child <- rows[startsWith(rows$process, "[process "), , drop = FALSE]
+  expect_identical(nrow(child), 1L)
+  frame <- process_frame(child$process)
+  # Sampled for most of its 0.8 s of work (its R's start, before the
+  # profile's watch first sees it, is unseen).
+  expect_gt(child$sampled, 0.6)
+  expect_lte(child$sampled, child$cpu + 0.02)
+  paths <- paths_from(p, "burn")
+  expect_true(all(endsWith(paths, path(frame, "callr::r", "work"))), info = paste(paths, collapse = "\n"))
+  # The function the session ran is shown, saveRDS(do.call(...)) is not.
+  expect_true(any(startsWith(paths, path("burn", "<Anonymous>", frame))), info = paste(paths, collapse = "\n"))
+  for (plumbing in c("saveRDS", "do.call")) {
+    expect_false(any(grepl(plumbing, paths, fixed = TRUE)), info = plumbing)
+  }
+  # winch's tracer process is not one of the profile's, and has ended.
+  expect_false(any(grepl("winch-tracer", rows$command, fixed = TRUE)))
+  expect_false("winch-tracer" %in% own_children()$comm)
+  expect_gt(p$stats$cost$worker_stops %||% summary(p)$cost$worker_stops, 0)
+})
+
+test_that("a program system2() runs is sampled under system2, its native frames named, its exit status its own", {
+  prog <- burn_program()
+  work <- function() system2(prog, "0.6")
+  p <- winch_profile(status <- work(), interval = 0.005)
+  expect_identical(status, 7L)
+  rows <- summary(p)$by_process
+  child <- rows[startsWith(rows$process, "[process "), , drop = FALSE]
+  expect_identical(nrow(child), 1L)
+  expect_match(child$command, "winch-burnprog", fixed = TRUE)
+  expect_gt(child$sampled, 0.4)
+  paths <- paths_from(p, "/winch-burnprog::burn_spin")
+  expect_true(length(paths) > 0L)
+  expect_true(all(endsWith(paths, path(process_frame(child$process), "system2", "work"))), info = paste(paths, collapse = "\n"))
+  expect_true(all(startsWith(paths, path("/winch-burnprog::burn_spin", "/winch-burnprog::main"))), info = paste(paths, collapse = "\n"))
+  # Nothing unseen to warn of: the program's time is in the profile.
+  expect_lt(child$unseen, 0.25 * child$cpu)
+})
+
+test_that("a child running while the parent runs other R code is at the root, and is left running and untraced", {
+  skip_if_not_installed("callr")
+  prog <- burn_program()
+  # A program started in the background, a child of this process (through
+  # processx), that burns 30 s unless killed.
+  px <- callr::process$new(prog, "30")
+  withr::defer(px$kill())
+  other <- function() {
+    t0 <- proc.time()[["user.self"]]
+    while (proc.time()[["user.self"]] - t0 < 0.3) NULL
+  }
+  p <- winch_profile(other(), interval = 0.005)
+  rows <- summary(p)$by_process
+  child <- rows[rows$pid == px$get_pid(), , drop = FALSE]
+  expect_identical(nrow(child), 1L)
+  expect_match(child$process, "^\\[process [0-9]+\\]$")
+  expect_gt(child$sampled, 0.1)
+  # At the root: not charged to other().
+  paths <- paths_from(p, "/winch-burnprog::burn_spin")
+  expect_true(length(paths) > 0L)
+  expect_true(all(endsWith(paths, process_frame(child$process))), info = paste(paths, collapse = "\n"))
+  # It runs on, traced by nobody, and the tracer process has ended.
+  expect_true(px$is_alive())
+  status <- readLines(sprintf("/proc/%d/status", px$get_pid()))
+  expect_identical(status[startsWith(status, "TracerPid:")], "TracerPid:\t0")
+  expect_false(process_state(px$get_pid()) %in% c("t", "T"))
+  expect_false("winch-tracer" %in% own_children()$comm)
+  # Killed: its exit is processx's to see, as a kill.
+  px$kill()
+  expect_false(px$is_alive())
+  expect_identical(px$get_exit_status(), -9L)
+})
+
+test_that("in an elapsed profile a program is listed as a child not sampled", {
+  prog <- burn_program()
+  work <- function() system2(prog, "0.4")
+  expect_warning(
+    p <- winch_profile(status <- work(), interval = 0.005, event = "elapsed"),
+    class = "winch_warning_processes_unsampled"
+  )
+  expect_identical(status, 7L)
+  rows <- summary(p)$by_process
+  expect_true(any(rows$process == "[child, not sampled]" & grepl("winch-burnprog", rows$command, fixed = TRUE)))
+})
