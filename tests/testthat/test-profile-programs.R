@@ -121,6 +121,35 @@ test_that("a child running while the parent runs other R code is at the root, an
   expect_identical(px$get_exit_status(), -9L)
 })
 
+test_that("an interrupt during the profile leaves a child it read running, traced by nobody, and no tracer process", {
+  skip_if_sigint_ignored()
+  skip_if_not_installed("callr")
+  prog <- burn_program()
+  px <- callr::process$new(prog, "30")
+  withr::defer(px$kill())
+  res <- tryCatch(
+    winch_profile(
+      {
+        # (Half a second for the child to be found and read.)
+        t0 <- proc.time()[["elapsed"]]
+        while (proc.time()[["elapsed"]] - t0 < 0.5) NULL
+        tools::pskill(Sys.getpid(), tools::SIGINT)
+        Sys.sleep(2)
+        "not interrupted"
+      },
+      interval = 0.005
+    ),
+    interrupt = function(e) "interrupted"
+  )
+  expect_identical(res, "interrupted")
+  expect_false(winch:::profile_active())
+  expect_true(px$is_alive())
+  status <- readLines(sprintf("/proc/%d/status", px$get_pid()))
+  expect_identical(status[startsWith(status, "TracerPid:")], "TracerPid:\t0")
+  expect_false(process_state(px$get_pid()) %in% c("t", "T"))
+  expect_false("winch-tracer" %in% own_children()$comm)
+})
+
 test_that("in an elapsed profile a program is listed as a child not sampled", {
   prog <- burn_program()
   work <- function() system2(prog, "0.4")

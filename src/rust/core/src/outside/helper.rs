@@ -433,6 +433,40 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_child_is_stopped_by_a_tracer_process_and_its_parent_never_sees_the_stop() {
+        use super::super::ptrace::{via_for, with_stopped, Via};
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        assert_eq!(via_for(pid), Via::Helper, "this process's child");
+        assert_eq!(via_for(1), Via::Thread, "not its descendant");
+        let seen = with_stopped(pid, |s| {
+            // (The tracer is a thread of a tracer process.)
+            let tracer = crate::procfs::tracer_pid(crate::procfs::Proc::Pid(pid)).and_then(|t| {
+                let status = std::fs::read_to_string(format!("/proc/{t}/status")).ok()?;
+                crate::procfs::status_number(&status, "Tgid").map(|g| g as i32)
+            });
+            // What this process, its parent, is told of it meanwhile:
+            // nothing (a stop reported here is what R's waitpid() would
+            // have taken for its child's end).
+            let mut status = 0;
+            // SAFETY: waitpid of our own child, WNOHANG: never blocks.
+            let waited = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::WUNTRACED) };
+            (s.threads.iter().map(|t| t.tid).collect::<Vec<_>>(), tracer, pids(), waited)
+        });
+        let after = crate::procfs::tracer_pid(crate::procfs::Proc::Pid(pid));
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        let (threads, tracer, tracers, waited) = seen.unwrap();
+        assert_eq!(threads, vec![pid]);
+        assert!(tracer.is_some_and(|t| tracers.contains(&t)), "{tracer:?} {tracers:?}");
+        assert_eq!(waited, 0, "no news of the child while it was stopped");
+        assert_eq!(after, Some(0), "let go");
+        // Its end is its parent's to see, as a kill.
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+    }
+
+    #[test]
     fn lines_read_back_as_written() {
         let t = Thread { tid: 7, name: "a\tb\nc".into(), regs: (1, 2, usize::MAX), waiting: true };
         match parse_line(&thread_line(&t)).unwrap() {

@@ -47,6 +47,7 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
             };
             let mut watched = Watched::new(&s);
             let mut workers = traced_workers(&s);
+            let mut adopted = false;
             // (With the threads it reads workers with: see `traced`.)
             let tracers = || crate::outside::ptrace::TRACERS_CPU_NS.load(Ordering::Relaxed);
             let cpu = || read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0) + tracers();
@@ -58,10 +59,13 @@ pub fn spawn(session: &Arc<Session>) -> Option<std::thread::JoinHandle<Found>> {
                 catch_up(&s, threads.as_ref(), &mut watched);
                 if let Ok(mut watch) = s.relatives.try_lock() {
                     if let Some(w) = watch.as_mut() {
-                        // (What it reads changes only when the watch looks.)
-                        if let (true, Some((t, _))) = (w.look(Instant::now()), workers.as_mut()) {
+                        // (What it reads changes only when the watch looks;
+                        // its first look was made when it started.)
+                        let looked = w.look(Instant::now()) || !adopted;
+                        if let (true, Some((t, _))) = (looked, workers.as_mut()) {
                             t.adopt(&w.workers());
                             t.adopt(&w.programs());
+                            adopted = true;
                         }
                     }
                 }

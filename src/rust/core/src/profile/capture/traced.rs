@@ -1,18 +1,20 @@
 //! Worker processes read from outside while a profile runs: PSOCK and
 //! future `multisession` workers, found through the profiled process's
-//! connections (see `relatives`). Each is recorded as `winch_record()`
-//! records a process (see `outside::recorder`): stopped with ptrace for as
+//! connections (see `relatives`), and children that run another program.
+//! Each is recorded as `winch_record()` records a process (see `outside::recorder`): stopped with ptrace for as
 //! long as one sample takes, from the collector thread, at the profile's
 //! interval of the worker's own CPU time (a waiting worker is not stopped).
 //! Its samples become the profile's records, joined to R's main thread's
 //! sample as another thread's are, so that the profile shows them under
 //! the main thread's dispatching call (`parLapply`) when it is in one.
 //!
-//! Only workers are read so: they are not descendants of this process, so
-//! no `waitpid()` of R's (or of a package's: processx, parallel) can take
-//! a stop the tracer caused for a child's exit. Children that run another
-//! program (callr, `system()`) are left unsampled, and said so (see
-//! `relatives`).
+//! Children of this process that run another program (callr's sessions,
+//! `system()`'s programs: `relatives::watch::Watch::programs`) are read
+//! the same way, but stopped by winch's tracer process (see
+//! `outside::helper`), so that no `waitpid()` of R's (or of a package's:
+//! processx, parallel) can take a stop the tracer caused for a child's
+//! exit. Workers are not this process's descendants: a thread of its own
+//! stops them.
 
 use super::shared::Session;
 use crate::modules::ModuleMap;
