@@ -150,6 +150,28 @@ test_that("an interrupt during the profile leaves a child it read running, trace
   expect_false("winch-tracer" %in% own_children()$comm)
 })
 
+test_that("a program winch cannot read (no tracer program) is listed as not sampled, with why", {
+  prog <- burn_program()
+  withr::local_envvar(WINCH_TRACER = file.path(tempdir(), "no-such-tracer"))
+  work <- function() system2(prog, "0.4")
+  w <- NULL
+  p <- withCallingHandlers(
+    winch_profile(status <- work(), interval = 0.005),
+    winch_warning_processes_unsampled = function(cnd) {
+      w <<- cnd
+      invokeRestart("muffleWarning")
+    }
+  )
+  expect_identical(status, 7L)
+  s <- summary(p)
+  row <- s$by_process[grepl("winch-burnprog", s$by_process$command, fixed = TRUE), , drop = FALSE]
+  expect_identical(row$process, "[child, not sampled]")
+  expect_equal(s$refused$pid, row$pid)
+  expect_match(s$refused$why, "tracer program .* is not there")
+  expect_s3_class(w, "winch_warning_processes_unsampled")
+  expect_match(conditionMessage(w), sprintf("Not read: pid %d: winch's tracer program", row$pid), fixed = TRUE)
+})
+
 test_that("in an elapsed profile a program is listed as a child not sampled", {
   prog <- burn_program()
   work <- function() system2(prog, "0.4")

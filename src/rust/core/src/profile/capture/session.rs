@@ -180,11 +180,16 @@ fn new_session(
 /// sampled themselves: a fork that ran another program (processx's,
 /// R's `pipe()`) sampled itself until it did, then was read from outside,
 /// and is one process: its samples summed, its CPU time the larger
-/// account (the outside one counts from when it was first seen).
+/// account (the outside one counts from when it was first seen). One
+/// that took no sample before it ran the program and could not be read
+/// after (`refused`) was not sampled: it is left out, to be listed with
+/// the processes not sampled, with why.
 fn merge_processes(
     children: &mut Vec<crate::profile::collect::Process>,
     read: Vec<crate::profile::collect::Process>,
+    refused: &[(i32, u64, String)],
 ) {
+    children.retain(|c| c.samples > 0 || !refused.iter().any(|r| r.0 as u32 == c.pid));
     for p in read {
         match children.iter_mut().find(|c| c.pid == p.pid) {
             Some(c) => {
@@ -445,7 +450,7 @@ impl Running {
         let elsewhere = super::traced::place_snapshots(&mut collected, snapshots.len(), &workers);
         let super::traced::Read { snapshots: theirs, processes, refused } = workers;
         snapshots.extend(theirs.into_iter().flat_map(|(snaps, _)| snaps));
-        merge_processes(&mut collected.processes, processes);
+        merge_processes(&mut collected.processes, processes, &refused);
         let duration_ns = self.started_mono.elapsed().as_nanos() as u64;
         // SAFETY: sampling has stopped (no handler runs: see `stop`), so
         // nothing else uses the scratch.
@@ -517,7 +522,7 @@ mod tests {
     fn a_fork_that_ran_a_program_and_was_read_from_outside_is_one_process() {
         let mut children = vec![process(10, "R", 2_000_000, 1), process(11, "R", 5_000_000, 3)];
         let read = vec![process(11, "sh -c work", 90_000_000, 17), process(12, "worker", 7, 2)];
-        merge_processes(&mut children, read);
+        merge_processes(&mut children, read, &[]);
         assert_eq!(
             children,
             vec![
@@ -526,5 +531,11 @@ mod tests {
                 process(12, "worker", 7, 2)
             ]
         );
+        // A fork that took no sample and could not be read once it ran a
+        // program is not a sampled process (one that took samples is).
+        let mut children = vec![process(20, "R", 0, 0), process(21, "R", 3, 2)];
+        let refused = [(20, 1, "no".to_string()), (21, 1, "no".to_string())];
+        merge_processes(&mut children, Vec::new(), &refused);
+        assert_eq!(children, vec![process(21, "R", 3, 2)]);
     }
 }
