@@ -78,10 +78,20 @@ pub(crate) fn mark() -> u64 {
 /// Whether process `pid` is a `fork()` of this one (or of a fork of it)
 /// made after [`mark`] was first called, that has not run another program
 /// since: its memory holds this process's mark where this one's does.
-pub(crate) fn is_fork_of_this(pid: i32) -> bool {
+/// None when it is ending or gone (its memory is let go before it is a
+/// zombie): not known.
+pub(crate) fn is_fork_of_this(pid: i32) -> Option<bool> {
     use crate::memory::Memory;
     let m = mark();
-    crate::memory::Process { pid }.word(&MARK as *const _ as usize).is_some_and(|w| w as u64 == m)
+    let word = crate::memory::Process { pid }.word(&MARK as *const _ as usize);
+    match word {
+        Some(w) => Some(w as u64 == m),
+        // (Nothing there in a program's memory, most often.)
+        None => {
+            let st = crate::procfs::stat(crate::procfs::Proc::Pid(pid), None)?;
+            (!st.exiting()).then_some(false)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -93,7 +103,7 @@ mod tests {
         let m = mark();
         assert_ne!(m, 0);
         assert_eq!(mark(), m, "drawn once");
-        assert!(is_fork_of_this(std::process::id() as i32));
+        assert_eq!(is_fork_of_this(std::process::id() as i32), Some(true));
         // SAFETY: the child only sleeps (a system call) and exits.
         let forked = unsafe { libc::fork() };
         if forked == 0 {
@@ -104,9 +114,14 @@ mod tests {
             };
         }
         let mut program = std::process::Command::new("sleep").arg("5").spawn().unwrap();
-        assert!(is_fork_of_this(forked), "a fork");
-        assert!(!is_fork_of_this(program.id() as i32), "another program");
-        assert!(!is_fork_of_this(i32::MAX), "no process");
+        assert_eq!(is_fork_of_this(forked), Some(true), "a fork");
+        // (Once it has run the program: it is started by posix_spawn.)
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while is_fork_of_this(program.id() as i32) != Some(false) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(is_fork_of_this(program.id() as i32), Some(false), "another program");
+        assert_eq!(is_fork_of_this(i32::MAX), None, "no process: not known");
         // SAFETY: kill and wait of our own child.
         unsafe {
             libc::kill(forked, libc::SIGKILL);

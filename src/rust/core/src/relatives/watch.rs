@@ -123,13 +123,17 @@ impl Watch {
             .filter(|s| !s.ended && s.now.relative.relation == super::family::Relation::Child)
             .filter(|s| {
                 let key = (s.now.relative.pid, s.now.start_ticks);
-                // (A child that runs another program is looked at again
-                // until it does: a fork runs its parent's code first.)
-                let fork = *forks.entry(key).or_insert_with(|| crate::fork::is_fork_of_this(key.0));
-                if fork {
-                    forks.insert(key, crate::fork::is_fork_of_this(key.0));
+                // A fork is looked at again until it runs another program
+                // (it runs its parent's code first). One whose memory
+                // cannot be read (ending: its memory is let go before it
+                // is a zombie) stays what it was: an ending fork is no
+                // program to read.
+                if forks.get(&key) != Some(&false) {
+                    if let Some(fork) = crate::fork::is_fork_of_this(key.0) {
+                        forks.insert(key, fork);
+                    }
                 }
-                !forks[&key]
+                forks.get(&key) == Some(&false)
             })
             .map(|s| (s.now.relative.pid, s.now.start_ticks, s.first_cpu_s))
             .collect()
