@@ -583,27 +583,3 @@ test_that("the command line installed with the package dumps a process and says 
   gone <- run("dump", "999999999")
   expect_identical(attr(gone, "status"), 1L)
 })
-
-test_that("winch_dump() of this session's own child (a callr session) leaves it to its parent untouched", {
-  skip_if_not_installed("callr")
-  # processx waits for its child itself: a stop winch caused must never
-  # reach that wait (winch's tracer process stops it, not this process).
-  rs <- callr::r_bg(function() {
-    f <- function() {
-      t0 <- proc.time()[["elapsed"]]
-      while (proc.time()[["elapsed"]] - t0 < 1.5) NULL
-      42L
-    }
-    f()
-  })
-  withr::defer(rs$kill())
-  Sys.sleep(0.5)
-  d <- winch_dump(rs$get_pid())
-  expect_s3_class(d, "winch_dump")
-  heads <- vapply(d$main, function(cl) paste(deparse(cl[[1]]), collapse = ""), "")
-  expect_true("f" %in% heads, info = paste(heads, collapse = ", "))
-  expect_true(rs$is_alive())
-  rs$wait(10000)
-  expect_identical(rs$get_result(), 42L)
-  expect_identical(rs$get_exit_status(), 0L)
-})
