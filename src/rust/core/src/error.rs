@@ -50,6 +50,27 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The error of the kind condition class `class` stands for (see
+    /// [`class`](Error::class)), with message `msg` (a process of winch's
+    /// sends errors as the two); None for a class that is no kind's.
+    pub fn from_class(class: &str, msg: String) -> Option<Error> {
+        Some(match class {
+            "winch_error_bad_argument" => Error::BadArgument(msg),
+            "winch_error_unavailable" => Error::Unavailable(msg),
+            "winch_error_wrong_thread" => Error::WrongThread,
+            "winch_error_busy" => Error::Busy(msg),
+            "winch_error_unreadable" => Error::Unreadable(msg),
+            "winch_error_inconsistent" => Error::Inconsistent(msg),
+            "winch_error_io" => Error::Io(msg),
+            "winch_error_permission" => Error::Permission(msg),
+            "winch_error_no_process" => Error::NoProcess(msg),
+            "winch_error_internal" => Error::Internal(msg),
+            _ => return None,
+        })
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -94,5 +115,15 @@ mod tests {
         assert!(classes.iter().all(|c| c.starts_with("winch_error_")));
         assert!(all.iter().all(|e| !e.to_string().is_empty()));
         assert_eq!(Error::Internal("boom".into()).to_string(), "internal error in winch: boom");
+        // Each class names its kind back.
+        for e in &all {
+            let msg = match e {
+                Error::WrongThread => String::new(),
+                Error::Internal(m) => m.clone(),
+                other => other.to_string(),
+            };
+            assert_eq!(Error::from_class(e.class(), msg).as_ref(), Some(e));
+        }
+        assert_eq!(Error::from_class("winch_error_nonsense", "m".into()), None);
     }
 }

@@ -15,7 +15,7 @@
 //! other's.
 //!
 //! Each stop is made by a thread of the tracer process that ends after it
-//! (`ptrace::traced`), as this process's own reads are, so that nothing is
+//! (`ptrace::traced_via`), as this process's own reads are, so that nothing is
 //! held between two reads. The tracer runs while something keeps it
 //! ([`keep`]: a recording, a profile's reading of processes), in a
 //! process group of its own (a Ctrl-C to R is not one to it); it ends
@@ -160,15 +160,14 @@ pub(super) fn go(lease: Lease, pid: i32) -> Result<()> {
         "ok" => Ok(()),
         other => Err(parse_error(other)),
     });
+    let lost = got.as_ref().is_err_and(broken);
+    give_back(conn, lost);
     // (A tracer that no longer answers has ended, and the kernel let its
     // tracee go then.)
-    let got = got.map_err(|e| match e {
+    got.map_err(|e| match e {
         Error::Unavailable(why) => Error::NoProcess(format!("process {pid} was let go when {why}")),
         other => other,
-    });
-    let lost = matches!(&got, Err(Error::NoProcess(m)) if m.contains("tracer process"));
-    give_back(conn, lost);
-    got
+    })
 }
 
 /// An error that says the tracer process is no longer there to talk to.
@@ -328,20 +327,15 @@ fn parse_line(line: &str) -> Result<Line> {
 }
 
 /// The error an `err` line (without its `err\t`) stands for: of the kind
-/// its class names.
+/// its class names (see `Error::from_class`). (An unavailable tracer is
+/// one that stopped answering, see `broken`: the tracer saying so itself
+/// is winch's defect.)
 fn parse_error(rest: &str) -> Error {
     let (class, msg) = rest.split_once('\t').unwrap_or(("", rest));
-    let msg = msg.to_string();
-    match class.strip_prefix("winch_error_").unwrap_or("") {
-        "bad_argument" => Error::BadArgument(msg),
-        "busy" => Error::Busy(msg),
-        "io" => Error::Io(msg),
-        "permission" => Error::Permission(msg),
-        "no_process" => Error::NoProcess(msg),
-        "unreadable" => Error::Unreadable(msg),
-        "inconsistent" => Error::Inconsistent(msg),
-        // (The tracer is there: not a broken pipe, see `broken`.)
-        _ => Error::Internal(msg),
+    match Error::from_class(class, msg.to_string()) {
+        Some(Error::Unavailable(m)) => Error::Internal(m),
+        Some(e) => e,
+        None => Error::Internal(msg.to_string()),
     }
 }
 

@@ -112,7 +112,12 @@ pub fn task_ids(pid: i32) -> Result<Vec<i32>> {
 /// this returns, no thread of it is traced any more. An error if the
 /// process could not be stopped, or ended while it was read.
 pub fn with_stopped<T: Send>(pid: i32, read: impl FnOnce(&Stopped) -> T + Send) -> Result<T> {
-    traced(pid, |tracer| {
+    with_stopped_via(pid, via_for(pid), read)
+}
+
+/// [`with_stopped`], by the tracer `via` says (see [`via_for`]).
+pub fn with_stopped_via<T: Send>(pid: i32, via: Via, read: impl FnOnce(&Stopped) -> T + Send) -> Result<T> {
+    traced_via(pid, via, |tracer| {
         let stopped = tracer.stop()?;
         let out = read(&stopped);
         stopped.finish()?;
@@ -145,7 +150,7 @@ pub fn via_for(pid: i32) -> Via {
     }
 }
 
-/// The tracer of process `pid`: only [`traced`] makes one, on the thread
+/// The tracer of process `pid`: only [`traced_via`] makes one, on the thread
 /// that ends after it (or, for a descendant, on the calling thread, the
 /// tracer process doing the tracing).
 pub struct Tracer {
@@ -182,13 +187,9 @@ pub static TRACERS_CPU_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::Ato
 
 /// Runs `body` on a thread of its own, the tracer of process `pid` (see
 /// the module's comment), which ends when `body` returns: whatever `body`
-/// stopped is released then, on every way out.
-pub fn traced<T: Send>(pid: i32, body: impl FnOnce(&mut Tracer) -> Result<T> + Send) -> Result<T> {
-    traced_via(pid, via_for(pid), body)
-}
-
-/// [`traced`], by the tracer `via` says (see [`via_for`]; a recording
-/// asks once).
+/// stopped is released then, on every way out. With `via` the tracer
+/// process (see [`via_for`]), on this thread, the tracer process doing
+/// the stopping.
 pub fn traced_via<T: Send>(
     pid: i32,
     via: Via,
@@ -983,13 +984,14 @@ mod tests {
         std::thread::sleep(Duration::from_secs(1));
         for _ in 0..3 {
             let t0 = Instant::now();
-            let (stopped, unstopped, at, done) = super::traced(target.pid, |tracer| {
-                let s = tracer.stop()?;
-                let (n, u, at) = (s.threads.len(), s.unstopped.len(), t0.elapsed());
-                s.finish()?;
-                Ok((n, u, at, t0.elapsed()))
-            })
-            .unwrap();
+            let (stopped, unstopped, at, done) =
+                super::traced_via(target.pid, via_for(target.pid), |tracer| {
+                    let s = tracer.stop()?;
+                    let (n, u, at) = (s.threads.len(), s.unstopped.len(), t0.elapsed());
+                    s.finish()?;
+                    Ok((n, u, at, t0.elapsed()))
+                })
+                .unwrap();
             eprintln!(
                 "{stopped} stopped, {unstopped} not, in {at:?}; let go at {done:?}; returned after {:?}",
                 t0.elapsed()

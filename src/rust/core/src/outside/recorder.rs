@@ -204,7 +204,7 @@ impl Recorder {
         // meanwhile is seen at a later tick), and R's registration table
         // while it is.
         r.refresh_modules()?;
-        ptrace::with_stopped(pid, |_| r.read_routines())?;
+        ptrace::with_stopped_via(pid, via, |_| r.read_routines())?;
         Ok(r)
     }
 
