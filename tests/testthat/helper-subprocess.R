@@ -37,6 +37,24 @@ skip_if_sigint_ignored <- function() {
   skip_if(sigint_ignored(), "SIGINT is ignored in this process (started in the background), so no interrupt can be sent to it")
 }
 
+# What winch_profile(..) of `before()` followed by an interrupt (SIGINT
+# to this process) gives: "interrupted" when the interrupt ended it, as it
+# should, "not interrupted" otherwise.
+profile_interrupted <- function(before, ...) {
+  tryCatch(
+    winch_profile(
+      {
+        before()
+        tools::pskill(Sys.getpid(), tools::SIGINT)
+        Sys.sleep(2)
+        "not interrupted"
+      },
+      ...
+    ),
+    interrupt = function(e) "interrupted"
+  )
+}
+
 # Expects `line` among the (trimmed) lines a subprocess printed, showing
 # them all when it is not.
 expect_line <- function(out, line) {

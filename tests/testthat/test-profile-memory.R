@@ -144,18 +144,7 @@ test_that("while profiling, this library's malloc is the hook; an error in expr 
 
 test_that("an interrupt in expr restores every slot, and the next memory profile works", {
   skip_if_sigint_ignored()
-  res <- tryCatch(
-    winch_profile(
-      {
-        keep(10, 100)
-        tools::pskill(Sys.getpid(), tools::SIGINT)
-        Sys.sleep(2)
-        "not interrupted"
-      },
-      event = "alloc"
-    ),
-    interrupt = function(e) "interrupted"
-  )
+  res <- profile_interrupted(function() keep(10, 100), event = "alloc")
   release()
   expect_identical(res, "interrupted")
   expect_false(winch:::profile_active())

@@ -116,18 +116,7 @@ test_that("an error in `expr` propagates with its class and stops the profiler",
 
 test_that("an interrupt in `expr` stops the profiler, and the next profile works", {
   skip_if_sigint_ignored()
-  res <- tryCatch(
-    winch_profile(
-      {
-        r_a(0.02)
-        tools::pskill(Sys.getpid(), tools::SIGINT)
-        Sys.sleep(2)
-        "not interrupted"
-      },
-      interval = 0.002
-    ),
-    interrupt = function(e) "interrupted"
-  )
+  res <- profile_interrupted(function() r_a(0.02), interval = 0.002)
   expect_identical(res, "interrupted")
   expect_false(winch:::profile_active())
   p <- winch_profile(r_a(0.05), interval = 0.002)

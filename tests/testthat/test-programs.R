@@ -133,20 +133,11 @@ test_that("an interrupt during the profile leaves a child it read running, trace
   prog <- burn_program()
   px <- callr::process$new(prog, "30")
   withr::defer(px$kill())
-  res <- tryCatch(
-    winch_profile(
-      {
-        # (Half a second for the child to be found and read.)
-        t0 <- proc.time()[["elapsed"]]
-        while (proc.time()[["elapsed"]] - t0 < 0.5) NULL
-        tools::pskill(Sys.getpid(), tools::SIGINT)
-        Sys.sleep(2)
-        "not interrupted"
-      },
-      interval = 0.005
-    ),
-    interrupt = function(e) "interrupted"
-  )
+  # (Half a second for the child to be found and read.)
+  res <- profile_interrupted(function() {
+    t0 <- proc.time()[["elapsed"]]
+    while (proc.time()[["elapsed"]] - t0 < 0.5) NULL
+  }, interval = 0.005)
   expect_identical(res, "interrupted")
   expect_false(winch:::profile_active())
   expect_true(px$is_alive())
