@@ -65,6 +65,13 @@ measure <- function(expr) {
   c(wall = t[["elapsed"]], children = t[["user.child"]] + t[["sys.child"]])
 }
 
+# The wall-time line of medians `m` (plain, self, all).
+wall_line <- function(m) {
+  cat(sprintf("  wall time: plain %.3f s; processes = \"self\" %.3f s (%+.1f%%); processes = \"all\" %.3f s (%+.1f%%)\n",
+    m[["plain"]], m[["self"]], 100 * (m[["self"]] / m[["plain"]] - 1),
+    m[["all"]], 100 * (m[["all"]] / m[["plain"]] - 1)))
+}
+
 cat(sprintf("R %s, interval %g s, %d cores, %d rounds\n\n", getRversion(), interval, parallel::detectCores(), rounds))
 invisible(work()) # warm-up
 invisible(winch_profile(work(), interval = interval))
@@ -86,9 +93,7 @@ rows <- replicate(rounds, {
 })
 med <- apply(rows, 1L, stats::median)
 cat("mclapply() of 4 tasks on 2 cores (medians):\n")
-cat(sprintf("  wall time: plain %.3f s; processes = \"self\" %.3f s (%+.1f%%); processes = \"all\" %.3f s (%+.1f%%)\n",
-  med[["plain"]], med[["self"]], 100 * (med[["self"]] / med[["plain"]] - 1),
-  med[["all"]], 100 * (med[["all"]] / med[["plain"]] - 1)))
+wall_line(med)
 cat(sprintf("  unseen CPU of the tree: %.1f%% with children sampled (%.1f%% with processes = \"self\")\n",
   100 * med[["unseen_all"]], 100 * med[["unseen_self"]]))
 cat(sprintf("  children's samples: %d; CPU a sample costs a child: %.1f us (median of rounds; %.1f us .. %.1f us)\n",
@@ -130,9 +135,7 @@ prows <- replicate(rounds, {
 parallel::stopCluster(cl)
 pmed <- apply(prows, 1L, stats::median)
 cat("\nparLapply() of 4 tasks on a PSOCK cluster of 2 workers (medians):\n")
-cat(sprintf("  wall time: plain %.3f s; processes = \"self\" %.3f s (%+.1f%%); processes = \"all\" %.3f s (%+.1f%%)\n",
-  pmed[["plain"]], pmed[["self"]], 100 * (pmed[["self"]] / pmed[["plain"]] - 1),
-  pmed[["all"]], 100 * (pmed[["all"]] / pmed[["plain"]] - 1)))
+wall_line(pmed)
 cat(sprintf("  unseen CPU of the tree: %.1f%%\n", 100 * pmed[["unseen_all"]]))
 cat(sprintf("  workers' samples: %d; CPU a sample costs a worker: %.1f us (%.1f us .. %.1f us); the profiler's CPU per worker sample: %.1f us\n",
   as.integer(pmed[["worker_samples"]]), pmed[["per_sample"]] * 1e6,
@@ -165,9 +168,7 @@ if (requireNamespace("callr", quietly = TRUE)) {
   })
   cmed <- apply(crows, 1L, stats::median)
   cat(sprintf("\ncallr::r() of one task of %.1f s (medians):\n", 2 * burn))
-  cat(sprintf("  wall time: plain %.3f s; processes = \"self\" %.3f s (%+.1f%%); processes = \"all\" %.3f s (%+.1f%%)\n",
-    cmed[["plain"]], cmed[["self"]], 100 * (cmed[["self"]] / cmed[["plain"]] - 1),
-    cmed[["all"]], 100 * (cmed[["all"]] / cmed[["plain"]] - 1)))
+  wall_line(cmed)
   cat(sprintf("  unseen CPU of the tree: %.1f%%; the session's samples: %d, each keeping it stopped %.0f us (median; 99th percentile %.0f us)\n",
     100 * cmed[["unseen_all"]], as.integer(cmed[["samples"]]), cmed[["stop_median"]] * 1e6, cmed[["stop_p99"]] * 1e6))
 } else {
